@@ -1,0 +1,20 @@
+#pragma once
+// Subcommands of the fsdpp executable. Each registers its options on the CLI and returns how to run it once
+// the Runtime (MPI, Kokkos, device) is up.
+#include "fsdpp/runtime/runtime.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace fsdpp::app {
+
+struct Command {
+  CLI::App* cli;
+  std::function<int(Runtime&)> run;
+};
+
+Command add_bench_command(CLI::App& app);  // fsdpp bench collectives
+Command add_mesh_command(CLI::App& app);   // fsdpp mesh dp_replicate=2 dp_shard=-1
+
+}  // namespace fsdpp::app

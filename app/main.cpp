@@ -1,0 +1,58 @@
+// fsdpp: the executable. Parse the command line, start the Runtime (MPI -> device -> Kokkos), run one
+// subcommand, shut down in reverse order. Errors become the right exit: see fsdpp/runtime/error.hpp.
+#include "commands.hpp"
+
+#include "fsdpp/runtime/build_info.hpp"
+#include "fsdpp/version.hpp"
+
+#include <exception>
+#include <sstream>
+
+int main(int argc, char** argv) {
+  using namespace fsdpp;
+  CLI::App cli{"fsdpp: fully sharded data-parallel training of transformer models on MPI + Kokkos"};
+  cli.set_help_all_flag("--help-all", "Print help for every subcommand");
+  bool show_version = false;
+  RuntimeOptions options = RuntimeOptions::from_environment();
+  std::string device = "auto";
+  cli.add_flag("--version", show_version, "Print the versions of fsdpp and its stack, then exit");
+  cli.add_flag("--log-all-ranks", options.log.all_ranks, "Every rank prints its log lines, not only rank 0");
+  cli.add_flag("--log-rank-prefix", options.log.rank_prefix, "Prefix every log line with [rank r]");
+  cli.add_option("--device", device, "auto | host | cuda")->check(CLI::IsMember({"auto", "host", "cuda"}));
+  cli.add_flag("--allow-gpu-sharing", options.allow_gpu_sharing, "Allow several ranks on one GPU");
+  const std::vector<app::Command> commands = {app::add_bench_command(cli), app::add_mesh_command(cli)};
+
+  // Parse before MPI starts (so --device can steer device selection), but report after, from rank 0 only.
+  std::exception_ptr parse_error;
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError&) {
+    parse_error = std::current_exception();
+  }
+  if (!parse_error && device != "auto") options.device = parse_device_policy(device);
+
+  Runtime runtime(argc, argv, options);
+  if (parse_error) {
+    std::ostringstream out, err;
+    int code = 2;
+    try {
+      std::rethrow_exception(parse_error);
+    } catch (const CLI::ParseError& e) {
+      code = cli.exit(e, out, err);
+    }
+    if (runtime.rank() == 0) std::fputs((out.str() + err.str()).c_str(), code ? stderr : stdout);
+    runtime.exit_all(code);
+  }
+  try {
+    if (show_version) {
+      Log::info("fsdpp {}\n{}", FSDPP_VERSION, format_build_info());
+      return 0;
+    }
+    for (const auto& command : commands)
+      if (*command.cli) return command.run(runtime);
+    Log::info("{}", cli.help());
+    return 0;
+  } catch (const std::exception& e) {
+    runtime.fail(e);
+  }
+}

@@ -1,0 +1,195 @@
+#include "fsdpp/comm/mpi_communicator.hpp"
+
+#include "fsdpp/comm/mpi_algorithms.hpp"
+#include "fsdpp/runtime/error.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace fsdpp {
+namespace {
+
+class MpiWork final : public Work {
+ public:
+  explicit MpiWork(std::shared_ptr<TaskState> state) : state_(std::move(state)) {}
+  ~MpiWork() override {
+    if (!waited_) state_->wait_quietly();
+  }
+  void wait() override {
+    waited_ = true;
+    state_->wait();
+  }
+  bool is_completed() override { return state_->done(); }
+
+ private:
+  std::shared_ptr<TaskState> state_;
+  bool waited_ = false;
+};
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value && *value ? value : fallback;
+}
+
+std::size_t env_bytes(const char* name, std::size_t fallback, std::size_t minimum) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return fallback;
+  char* end = nullptr;
+  const unsigned long long bytes = std::strtoull(text, &end, 10);
+  FSDPP_REQUIRE(end && *end == '\0' && bytes >= minimum, "{}='{}': expected a byte count >= {}", name, text, minimum);
+  return bytes;
+}
+
+void check_buffer(const void* p, std::size_t count, const char* what, const char* op) {
+  FSDPP_CHECK(count == 0 || p != nullptr, "{}: {} buffer is null but count is {}", op, what, count);
+}
+
+void check_reducible(DType dtype, const char* op) {
+  FSDPP_CHECK(dtype_is_arithmetic(dtype), "{}: cannot reduce dtype '{}'; use f32, f64 or bf16", op, dtype_name(dtype));
+}
+
+}  // namespace
+
+MpiAlgorithms MpiAlgorithms::from_environment() {
+  MpiAlgorithms a;
+  const std::string ag = env_or("FSDPP_MPI_ALLGATHER", "native");
+  const std::string rs = env_or("FSDPP_MPI_REDUCE_SCATTER", "ring");
+  FSDPP_REQUIRE(ag == "native" || ag == "ring", "FSDPP_MPI_ALLGATHER='{}': expected 'native' or 'ring'", ag);
+  FSDPP_REQUIRE(rs == "native" || rs == "ring", "FSDPP_MPI_REDUCE_SCATTER='{}': expected 'native' or 'ring'", rs);
+  const std::string ar = env_or("FSDPP_MPI_ALLREDUCE", "ring");
+  FSDPP_REQUIRE(ar == "native" || ar == "ring", "FSDPP_MPI_ALLREDUCE='{}': expected 'native' or 'ring'", ar);
+  a.all_reduce = ar == "native" ? AllReduce::native : AllReduce::ring;
+  a.all_gather = ag == "ring" ? AllGather::ring : AllGather::native;
+  a.reduce_scatter = rs == "native" ? ReduceScatter::native : ReduceScatter::ring;
+  a.segment_bytes = env_bytes("FSDPP_MPI_SEGMENT_BYTES", a.segment_bytes, 64);
+  a.ring_all_reduce_min_bytes = env_bytes("FSDPP_MPI_ALLREDUCE_RING_MIN_BYTES", a.ring_all_reduce_min_bytes, 0);
+  return a;
+}
+
+std::string MpiAlgorithms::describe() const {
+  return fmt::format("all_gather={} reduce_scatter={} all_reduce={} (ring from {} KiB) segment={} KiB",
+                     all_gather == AllGather::ring ? "ring" : "native",
+                     reduce_scatter == ReduceScatter::ring ? "ring" : "native",
+                     all_reduce == AllReduce::ring ? "ring" : "native", ring_all_reduce_min_bytes / 1024,
+                     segment_bytes / 1024);
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm group, MpiAlgorithms algorithms)
+    : algorithms_(algorithms), executor_([] {
+        int level = MPI_THREAD_SINGLE;
+        MPI_Query_thread(&level);
+        return level >= MPI_THREAD_MULTIPLE;
+      }()) {
+  FSDPP_MPI_CHECK(MPI_Comm_dup(group, &comm_));
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  executor_.run_inline([] {});  // collectives still queued must finish before their communicator goes
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+std::string MpiCommunicator::describe() const {
+  return fmt::format("mpi (size {}, {}, {})", size_, algorithms_.describe(),
+                     executor_.threaded() ? "async on a communication thread" : "async runs eagerly: MPI lacks THREAD_MULTIPLE");
+}
+
+WorkHandle MpiCommunicator::start(std::function<void()> task) {
+  return std::make_unique<MpiWork>(executor_.submit(std::move(task)));
+}
+
+void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t count, DType dtype) {
+  const mpi_algorithms::Context c{comm_, rank_, size_, algorithms_.segment_bytes, algorithms_.max_message_elements, &scratch_};
+  if (algorithms_.all_gather == MpiAlgorithms::AllGather::ring) mpi_algorithms::all_gather_ring(c, send, recv, count, dtype);
+  else mpi_algorithms::all_gather_native(c, send, recv, count, dtype);
+}
+
+void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                                        ReduceScatterOptions o) {
+  const mpi_algorithms::Context c{comm_, rank_, size_, algorithms_.segment_bytes, algorithms_.max_message_elements, &scratch_};
+  const double post = o.post_scale / (o.op == ReduceOp::avg ? size_ : 1);
+  if (algorithms_.reduce_scatter == MpiAlgorithms::ReduceScatter::ring)
+    mpi_algorithms::reduce_scatter_ring(c, send, recv, count, dtype, o.pre_scale, post);
+  else
+    mpi_algorithms::reduce_scatter_native(c, send, recv, count, dtype, o.pre_scale, post);
+}
+
+void MpiCommunicator::do_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
+  const mpi_algorithms::Context c{comm_, rank_, size_, algorithms_.segment_bytes, algorithms_.max_message_elements, &scratch_};
+  if (algorithms_.all_reduce == MpiAlgorithms::AllReduce::ring &&
+      count * dtype_size(dtype) >= algorithms_.ring_all_reduce_min_bytes)
+    mpi_algorithms::all_reduce_ring(c, buf, count, dtype, op);
+  else
+    mpi_algorithms::all_reduce_native(c, buf, count, dtype, op);
+}
+
+void MpiCommunicator::do_broadcast(void* buf, std::size_t count, DType dtype, int root) {
+  const mpi_algorithms::Context c{comm_, rank_, size_, algorithms_.segment_bytes, algorithms_.max_message_elements, &scratch_};
+  mpi_algorithms::broadcast_native(c, buf, count, dtype, root);
+}
+
+// Arguments are checked on the caller's thread, so a misuse throws at the call site, not at wait().
+#define FSDPP_CHECK_ALL_GATHER()                                                                         \
+  check_buffer(send, count, "send", "all_gather");                                                       \
+  check_buffer(recv, count, "recv", "all_gather")
+#define FSDPP_CHECK_REDUCE_SCATTER()                                                                     \
+  check_buffer(send, count, "send", "reduce_scatter");                                                   \
+  check_buffer(recv, count, "recv", "reduce_scatter");                                                   \
+  check_reducible(dtype, "reduce_scatter");                                                              \
+  FSDPP_CHECK(options.op != ReduceOp::max, "reduce_scatter supports sum and avg, not max")
+#define FSDPP_CHECK_ALL_REDUCE()                                                                         \
+  check_buffer(buf, count, "", "all_reduce");                                                            \
+  check_reducible(dtype, "all_reduce")
+#define FSDPP_CHECK_BROADCAST()                                                                          \
+  check_buffer(buf, count, "", "broadcast");                                                             \
+  FSDPP_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of this group of {}", root, size_)
+
+WorkHandle MpiCommunicator::all_gather_async(const void* send, void* recv, std::size_t count, DType dtype) {
+  FSDPP_CHECK_ALL_GATHER();
+  return start([=] { do_all_gather(send, recv, count, dtype); });
+}
+void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t count, DType dtype) {
+  FSDPP_CHECK_ALL_GATHER();
+  executor_.run_inline([&] { do_all_gather(send, recv, count, dtype); });
+}
+
+WorkHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, std::size_t count, DType dtype,
+                                                 ReduceScatterOptions options) {
+  FSDPP_CHECK_REDUCE_SCATTER();
+  return start([=] { do_reduce_scatter(send, recv, count, dtype, options); });
+}
+void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                                     ReduceScatterOptions options) {
+  FSDPP_CHECK_REDUCE_SCATTER();
+  executor_.run_inline([&] { do_reduce_scatter(send, recv, count, dtype, options); });
+}
+
+WorkHandle MpiCommunicator::all_reduce_async(void* buf, std::size_t count, DType dtype, ReduceOp op) {
+  FSDPP_CHECK_ALL_REDUCE();
+  return start([=] { do_all_reduce(buf, count, dtype, op); });
+}
+void MpiCommunicator::all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
+  FSDPP_CHECK_ALL_REDUCE();
+  executor_.run_inline([&] { do_all_reduce(buf, count, dtype, op); });
+}
+
+WorkHandle MpiCommunicator::broadcast_async(void* buf, std::size_t count, DType dtype, int root) {
+  FSDPP_CHECK_BROADCAST();
+  return start([=] { do_broadcast(buf, count, dtype, root); });
+}
+void MpiCommunicator::broadcast(void* buf, std::size_t count, DType dtype, int root) {
+  FSDPP_CHECK_BROADCAST();
+  executor_.run_inline([&] { do_broadcast(buf, count, dtype, root); });
+}
+
+WorkHandle MpiCommunicator::barrier_async() {
+  return start([this] { FSDPP_MPI_CHECK(MPI_Barrier(comm_)); });
+}
+void MpiCommunicator::barrier() {
+  executor_.run_inline([this] { FSDPP_MPI_CHECK(MPI_Barrier(comm_)); });
+}
+
+}  // namespace fsdpp

@@ -1,0 +1,79 @@
+#pragma once
+// NcclCommunicator: the Communicator for device memory, one NCCL communicator per mesh-dimension group
+// (stack-notes §3.1-3.3). Collectives run on a stream the communicator owns, so they can overlap compute:
+//   - before a collective, the comm stream waits on an event recorded on the compute stream, so the
+//     collective reads what earlier compute wrote;
+//   - Work::wait() makes the compute stream wait on the collective's completion event. The host does not
+//     block; the blocking forms (all_gather(), ...) do.
+// The compute stream is the legacy default stream unless set_compute_stream() names another (with Kokkos:
+// the execution space instance's cuda_stream()).
+// An asynchronous NCCL failure (a dead peer, a network error) cannot be recovered from: it is printed, the
+// NCCL communicator is aborted and the job is ended with MPI_Abort, rather than left to hang.
+// Work handles must be waited on or destroyed before their communicator.
+#include "fsdpp/comm/communicator.hpp"
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <string>
+
+namespace fsdpp {
+
+// "NCCL 2.28.9 (CUDA runtime 13.0, driver 13.0)". Safe to call without a GPU or driver.
+std::string nccl_version_string();
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over `group`, which stays owned by the caller. The current CUDA device must already be set.
+  // Throws UsageError when this process sees no CUDA GPU.
+  explicit NcclCommunicator(MPI_Comm group);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  CommBackend backend() const override { return CommBackend::nccl; }
+  std::string describe() const override;
+
+  // Affects collectives started afterwards; handles already returned keep the stream they were started with.
+  void set_compute_stream(cudaStream_t stream) { compute_ = stream; }
+  cudaStream_t compute_stream() const { return compute_; }
+  cudaStream_t comm_stream() const { return stream_; }
+
+  WorkHandle all_gather_async(const void* send, void* recv, std::size_t count, DType dtype) override;
+  WorkHandle reduce_scatter_async(const void* send, void* recv, std::size_t count, DType dtype,
+                                  ReduceScatterOptions options = {}) override;
+  WorkHandle all_reduce_async(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
+  WorkHandle broadcast_async(void* buf, std::size_t count, DType dtype, int root) override;
+  WorkHandle barrier_async() override;
+
+  void all_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
+  void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                      ReduceScatterOptions options = {}) override;
+  void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
+  void broadcast(void* buf, std::size_t count, DType dtype, int root) override;
+  void barrier() override;
+
+  // The typed conveniences of the base class, which the overrides above would otherwise hide.
+  using Communicator::all_gather;
+  using Communicator::all_reduce;
+  using Communicator::broadcast;
+  using Communicator::reduce_scatter;
+
+ private:
+  template <class Enqueue> WorkHandle launch(Enqueue&& enqueue);
+  void release() noexcept;
+
+  int rank_ = 0;
+  int size_ = 1;
+  int world_rank_ = 0;  // for "[rank r]" in messages: the rank users see in logs and scheduler output
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaStream_t compute_ = nullptr;  // nullptr: the legacy default stream
+  cudaEvent_t ready_ = nullptr;     // reused: cudaStreamWaitEvent captures the event's state when it is called
+  int* barrier_buf_ = nullptr;      // one device int, all-reduced by barrier()
+};
+
+}  // namespace fsdpp

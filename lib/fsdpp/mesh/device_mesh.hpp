@@ -1,0 +1,71 @@
+#pragma once
+// DeviceMesh: the job's ranks arranged as an N-D array with named dimensions, as PyTorch's init_device_mesh.
+//   - Row-major layout, last dimension fastest: rank = ((c0 * s1) + c1) * s2 + c2 ... Put the dimension whose
+//     traffic is heaviest (dp_shard under HSDP) last, so its groups are node-local.
+//   - Each dimension d gets the group of ranks that differ only in coordinate d: an MPI sub-communicator and a
+//     Communicator of the chosen backend, created eagerly in dimension order (NCCL needs the same order on
+//     every rank).
+//   - mesh["dp_shard"] and mesh.slice({...}) return sub-meshes that reuse those groups; flatten() makes a new
+//     group over several dimensions (dp = dp_replicate x dp_shard).
+// Construction is collective over `world`; an invalid shape is reported by every rank alike (UsageError).
+#include "fsdpp/comm/communicator.hpp"
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fsdpp {
+
+struct MeshDim {
+  std::string name;
+  int size;  // -1: inferred from the world size
+};
+
+// "dp_replicate=2,dp_shard=-1" (or space-separated) -> dims; UsageError on malformed text.
+std::vector<MeshDim> parse_mesh_shape(std::string_view text);
+std::string format_mesh_shape(const std::vector<MeshDim>& dims);  // "{dp_replicate: 2, dp_shard: 2}"
+
+class DeviceMesh {
+ public:
+  DeviceMesh(MPI_Comm world, std::vector<MeshDim> dims, CommBackend backend = CommBackend::mpi);
+
+  int ndim() const { return static_cast<int>(dims_.size()); }
+  int size() const;                        // ranks in this (sub-)mesh: the product of its dimension sizes
+  int rank() const;                        // this rank's row-major index within the (sub-)mesh
+  const std::string& name(int dim) const;
+  int dim_size(int dim) const;
+  int dim_index(std::string_view name) const;  // UsageError naming the known dimensions if absent
+  int coordinate(int dim) const;
+  std::vector<int> coordinates() const;
+  std::vector<MeshDim> shape() const;
+  CommBackend backend() const { return backend_; }
+
+  MPI_Comm mpi_comm(int dim) const;
+  MPI_Comm mpi_comm(std::string_view name) const { return mpi_comm(dim_index(name)); }
+  Communicator& comm(int dim) const;
+  Communicator& comm(std::string_view name) const { return comm(dim_index(name)); }
+  std::vector<int> group_world_ranks(int dim) const;  // world ranks of this rank's group along dim, in group order
+
+  DeviceMesh operator[](std::string_view name) const { return slice({std::string(name)}); }
+  DeviceMesh slice(const std::vector<std::string>& names) const;  // names in ascending dimension order
+  // A 1-D mesh named `new_name` over the product of `names`. Collective over the whole world: every rank
+  // must flatten the same dimensions in the same order.
+  DeviceMesh flatten(const std::vector<std::string>& names, const std::string& new_name) const;
+
+  std::string describe() const;  // "dp_replicate=2 x dp_shard=2 (4 ranks, mpi)"
+
+ private:
+  struct Group;  // one dimension's communicators, shared by the meshes that slice it
+  struct Root;   // the world this mesh was laid over
+  DeviceMesh() = default;
+
+  std::shared_ptr<Root> root_;
+  std::vector<std::shared_ptr<Group>> dims_;
+  std::vector<int> root_dim_of_;  // for each dim, its index in the root mesh (-1 for a flattened dim)
+  CommBackend backend_ = CommBackend::mpi;
+};
+
+}  // namespace fsdpp

@@ -1,0 +1,82 @@
+#include "fsdpp/runtime/build_info.hpp"
+
+#include "fsdpp/version.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <cblas.h>
+#include <fmt/format.h>
+#include <hdf5.h>
+#include <mpi.h>
+
+#ifdef FSDPP_HAVE_CUDA
+#include "fsdpp/comm/nccl_communicator.hpp"
+#endif
+
+namespace fsdpp {
+
+std::string kokkos_description() {
+  std::string backends;
+  auto add = [&](const char* name) { backends += backends.empty() ? name : std::string(", ") + name; };
+#if defined(KOKKOS_ENABLE_CUDA)
+  add("Cuda");
+#endif
+#if defined(KOKKOS_ENABLE_HIP)
+  add("HIP");
+#endif
+#if defined(KOKKOS_ENABLE_OPENMP)
+  add("OpenMP");
+#endif
+#if defined(KOKKOS_ENABLE_THREADS)
+  add("Threads");
+#endif
+#if defined(KOKKOS_ENABLE_SERIAL)
+  add("Serial");
+#endif
+  constexpr int v = KOKKOS_VERSION;
+  return fmt::format("{}.{}.{:02d} ({})", v / 10000, (v / 100) % 100, v % 100, backends);
+}
+
+std::string blas_description() {
+  std::string config = openblas_get_config();
+  while (!config.empty() && config.back() == ' ') config.pop_back();
+  return config;  // begins with "OpenBLAS <version>"
+}
+
+std::vector<std::pair<std::string, std::string>> build_info() {
+  std::vector<std::pair<std::string, std::string>> rows;
+  rows.emplace_back("fsdpp", fmt::format("{} ({})", FSDPP_VERSION, FSDPP_GIT_REVISION));
+  rows.emplace_back("Kokkos", kokkos_description());
+
+  char mpi_library[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int length = 0;
+  MPI_Get_library_version(mpi_library, &length);
+  std::string mpi(mpi_library, static_cast<std::size_t>(length));
+  if (auto cut = mpi.find_first_of(",\n"); cut != std::string::npos) mpi.resize(cut);
+  int major = 0, minor = 0;
+  MPI_Get_version(&major, &minor);
+  rows.emplace_back("MPI", fmt::format("{} (MPI {}.{})", mpi, major, minor));
+
+  unsigned h5_major = 0, h5_minor = 0, h5_release = 0;
+  H5get_libversion(&h5_major, &h5_minor, &h5_release);
+#ifdef H5_HAVE_PARALLEL
+  const char* h5_kind = "parallel";
+#else
+  const char* h5_kind = "serial";
+#endif
+  rows.emplace_back("HDF5", fmt::format("{}.{}.{} ({})", h5_major, h5_minor, h5_release, h5_kind));
+  rows.emplace_back("BLAS", blas_description());
+#ifdef FSDPP_HAVE_CUDA
+  rows.emplace_back("CUDA/NCCL", nccl_version_string());
+#else
+  rows.emplace_back("CUDA/NCCL", "not built (configure with -DFSDPP_ENABLE_CUDA=ON)");
+#endif
+  return rows;
+}
+
+std::string format_build_info() {
+  std::string out;
+  for (const auto& [name, version] : build_info()) out += fmt::format("  {:<10} {}\n", name, version);
+  return out;
+}
+
+}  // namespace fsdpp

@@ -1,0 +1,131 @@
+#include "fsdpp/runtime/runtime.hpp"
+
+#include "fsdpp/runtime/error.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace fsdpp {
+namespace {
+
+bool env_flag(const char* name, bool fallback) {
+  const char* value = std::getenv(name);
+  if (!value) return fallback;
+  return !(std::strcmp(value, "0") == 0 || std::strcmp(value, "") == 0 || std::strcmp(value, "false") == 0);
+}
+
+}  // namespace
+
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "single";
+    case MPI_THREAD_FUNNELED: return "funneled";
+    case MPI_THREAD_SERIALIZED: return "serialized";
+    case MPI_THREAD_MULTIPLE: return "multiple";
+  }
+  return "unknown";
+}
+
+RuntimeOptions RuntimeOptions::from_environment(RuntimeOptions o) {
+  o.log.all_ranks = env_flag("FSDPP_LOG_ALL_RANKS", o.log.all_ranks);
+  o.log.rank_prefix = env_flag("FSDPP_LOG_RANK_PREFIX", o.log.rank_prefix);
+  o.allow_gpu_sharing = env_flag("FSDPP_ALLOW_GPU_SHARING", o.allow_gpu_sharing);
+  if (const char* device = std::getenv("FSDPP_DEVICE")) o.device = parse_device_policy(device);
+  return o;
+}
+
+Runtime::Runtime(int& argc, char**& argv, RuntimeOptions options) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    // MULTIPLE because each MPI communicator runs its asynchronous collectives on a thread of its own.
+    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level_) != MPI_SUCCESS) {
+      std::fprintf(stderr, "error: MPI_Init_thread failed; check the MPI installation and the launcher\n");
+      std::exit(1);
+    }
+    owns_mpi_ = true;
+  } else {
+    MPI_Query_thread(&thread_level_);
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  Log::configure(rank_, size_, options.log);
+
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local_rank_);
+  MPI_Comm_size(node, &local_size_);
+  MPI_Comm_free(&node);
+
+  char host[MPI_MAX_PROCESSOR_NAME] = {0};
+  int length = 0;
+  MPI_Get_processor_name(host, &length);
+  hostname_.assign(host, static_cast<std::size_t>(length));
+
+  try {
+    device_ = choose_device(MPI_COMM_WORLD, local_rank_, local_size_, options.device, options.allow_gpu_sharing);
+  } catch (const std::exception& e) {
+    fail(e);
+  }
+
+  if (!Kokkos::is_initialized()) {
+    // Kokkos gets its own argv: the user's --kokkos-* flags plus the device id chosen above.
+    std::vector<std::string> kokkos_args{argc > 0 ? argv[0] : "fsdpp"};
+    for (int i = 1; i < argc; ++i)
+      if (std::strncmp(argv[i], "--kokkos-", 9) == 0) kokkos_args.emplace_back(argv[i]);
+#if defined(KOKKOS_ENABLE_CUDA)
+    if (device_.device >= 0) kokkos_args.push_back("--kokkos-device-id=" + std::to_string(device_.device));
+#endif
+    std::vector<char*> kargv;
+    for (auto& a : kokkos_args) kargv.push_back(a.data());
+    kargv.push_back(nullptr);
+    int kargc = static_cast<int>(kokkos_args.size());
+    Kokkos::initialize(kargc, kargv.data());
+    owns_kokkos_ = true;
+  }
+}
+
+Runtime::~Runtime() { finalize(); }
+
+void Runtime::finalize() {
+  if (finalized_) return;
+  finalized_ = true;
+  if (owns_kokkos_) Kokkos::finalize();
+  if (owns_mpi_) MPI_Finalize();
+}
+
+void Runtime::exit_all(int code, double timeout_s) {
+  MPI_Request request;
+  MPI_Ibarrier(MPI_COMM_WORLD, &request);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  int done = 0;
+  while (!done) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      Log::error_one_rank(fmt::format("not every rank reached the exit within {:.0f} s; aborting the job",
+                                      timeout_s));
+      MPI_Abort(MPI_COMM_WORLD, code == 0 ? 1 : code);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  finalize();
+  std::exit(code);
+}
+
+void Runtime::fail(const std::exception& error) {
+  if (dynamic_cast<const UsageError*>(&error)) {
+    Log::error_all_ranks(error.what());
+    exit_all(2);
+  }
+  Log::error_one_rank(error.what());
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return; this keeps [[noreturn]] honest if it ever did
+}
+
+}  // namespace fsdpp

@@ -1,0 +1,43 @@
+#pragma once
+// Element types that cross the wire and, later, the disk.
+#include "fsdpp/tensor/bf16.hpp"
+
+#include <cstddef>
+#include <string_view>
+
+namespace fsdpp {
+
+enum class DType { f32, f64, bf16, bytes };
+
+constexpr std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::bf16: return 2;
+    case DType::bytes: return 1;
+  }
+  return 0;
+}
+
+constexpr std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::bf16: return "bf16";
+    case DType::bytes: return "bytes";
+  }
+  return "?";
+}
+
+// Raw bytes cannot be summed or compared; every other dtype can.
+constexpr bool dtype_is_arithmetic(DType t) { return t != DType::bytes; }
+
+template <class T> struct dtype_of;
+template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
+template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
+template <> struct dtype_of<bf16> { static constexpr DType value = DType::bf16; };
+template <> struct dtype_of<unsigned char> { static constexpr DType value = DType::bytes; };
+template <> struct dtype_of<std::byte> { static constexpr DType value = DType::bytes; };
+template <class T> inline constexpr DType dtype_of_v = dtype_of<T>::value;
+
+}  // namespace fsdpp

@@ -1,0 +1,52 @@
+# Every dependency is found, none is vendored. Debian 12 packages are named next to each one.
+
+find_package(MPI REQUIRED COMPONENTS C)                       # libopenmpi-dev, openmpi-bin
+find_package(Threads REQUIRED)
+
+find_package(Kokkos REQUIRED)                                 # libtrilinos-kokkos-dev (3.4) or Kokkos 4.x
+include(FsdppKokkosFix)
+
+set(HDF5_PREFER_PARALLEL TRUE)
+find_package(HDF5 REQUIRED COMPONENTS C)                      # libhdf5-openmpi-dev, hdf5-tools
+if(NOT HDF5_IS_PARALLEL)
+  message(FATAL_ERROR "fsdpp needs a parallel (MPI) HDF5, but found a serial one (${HDF5_C_LIBRARIES}). "
+                      "On Debian install libhdf5-openmpi-dev; elsewhere point HDF5_ROOT at an MPI build of HDF5.")
+endif()
+
+find_package(yaml-cpp REQUIRED)                               # libyaml-cpp-dev (target yaml-cpp in 0.7)
+find_package(fmt REQUIRED)                                    # libfmt-dev
+find_package(CLI11 REQUIRED)                                  # libcli11-dev
+find_package(nlohmann_json REQUIRED)                          # nlohmann-json3-dev
+
+set(BLA_VENDOR OpenBLAS)
+find_package(BLAS REQUIRED)                                   # libopenblas-dev
+find_path(FSDPP_CBLAS_INCLUDE_DIR cblas.h
+          PATH_SUFFIXES openblas-pthread openblas x86_64-linux-gnu/openblas-pthread
+          DOC "Folder holding OpenBLAS's cblas.h")
+if(NOT FSDPP_CBLAS_INCLUDE_DIR)
+  message(FATAL_ERROR "cblas.h not found; install libopenblas-dev or set FSDPP_CBLAS_INCLUDE_DIR")
+endif()
+
+# CUDA + NCCL: optional. AUTO turns the backend on when both are found.
+set(FSDPP_HAVE_CUDA OFF)
+if(NOT FSDPP_ENABLE_CUDA STREQUAL "OFF")
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    find_path(FSDPP_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME ENV NCCL_ROOT
+              PATH_SUFFIXES include)
+    find_library(FSDPP_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME ENV NCCL_ROOT
+                 PATH_SUFFIXES lib lib64)
+  endif()
+  if(CUDAToolkit_FOUND AND FSDPP_NCCL_INCLUDE_DIR AND FSDPP_NCCL_LIBRARY)
+    set(FSDPP_HAVE_CUDA ON)
+    if(NOT TARGET fsdpp_nccl)
+      add_library(fsdpp_nccl INTERFACE)
+      target_include_directories(fsdpp_nccl SYSTEM INTERFACE ${FSDPP_NCCL_INCLUDE_DIR})
+      target_link_libraries(fsdpp_nccl INTERFACE ${FSDPP_NCCL_LIBRARY} CUDA::cudart)
+    endif()
+  elseif(FSDPP_ENABLE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "FSDPP_ENABLE_CUDA=ON but CUDA toolkit found: ${CUDAToolkit_FOUND}, "
+                        "nccl.h: ${FSDPP_NCCL_INCLUDE_DIR}, libnccl: ${FSDPP_NCCL_LIBRARY}. "
+                        "Set CUDAToolkit_ROOT / NCCL_HOME, or configure with -DFSDPP_ENABLE_CUDA=OFF.")
+  endif()
+endif()
