@@ -6,6 +6,7 @@
 #include "fsdpp/runtime/runtime.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 #include <string>
@@ -16,9 +17,18 @@ namespace {
 std::map<int, MPI_Comm> g_sub_comms;
 }
 
+// Test registration (and so doctest::skip) happens before main, before MPI_Init: read the launcher's
+// environment then, as doctest's MPI extension does. Run MPI tests under mpiexec, which sets it.
 int world_size() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
   int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (initialized) {
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    return size;
+  }
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const char* value = std::getenv(name)) return std::atoi(value);
   return size;
 }
 
@@ -42,6 +52,8 @@ int main(int argc, char** argv) {
     const int rank = runtime.rank(), size = runtime.size();
 
     doctest::Context context(argc, argv);
+    // Open MPI gives ranks a pty, so doctest would colour even ctest logs; plain text reads better there.
+    context.setOption("no-colors", true);
     std::ostringstream captured;
     if (rank != 0) context.setCout(&captured);  // other ranks speak only if they fail (below)
     failed = context.run() != 0;

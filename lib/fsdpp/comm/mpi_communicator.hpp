@@ -55,14 +55,14 @@ class MpiCommunicator final : public Communicator {
 
   WorkHandle all_gather_async(const void* send, void* recv, std::size_t count, DType dtype) override;
   WorkHandle reduce_scatter_async(const void* send, void* recv, std::size_t count, DType dtype,
-                                  ReduceScatterOptions options) override;
+                                  ReduceScatterOptions options = {}) override;
   WorkHandle all_reduce_async(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
   WorkHandle broadcast_async(void* buf, std::size_t count, DType dtype, int root) override;
   WorkHandle barrier_async() override;
 
   void all_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
   void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
-                      ReduceScatterOptions options) override;
+                      ReduceScatterOptions options = {}) override;
   void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
   void broadcast(void* buf, std::size_t count, DType dtype, int root) override;
   void barrier() override;
