@@ -197,15 +197,19 @@ MPI_TEST_CASE("collectives: two asynchronous collectives outstanding at once com
   if (first.asynchronous()) {
     // On a communication thread, start() returns before the collective completes: check that the caller is
     // free while a barrier waits for a rank that is still busy.
-    auto b = first.barrier_async();
+    // Rank 1 joins the asynchronous barrier only after rank 0 has looked at it, so it cannot have completed.
     if (test_rank == 0) {
+      auto b = first.barrier_async();
       CHECK_FALSE(b->is_completed());
       MPI_Barrier(test_comm);
+      b->wait();
+      CHECK(b->is_completed());
     } else {
       MPI_Barrier(test_comm);
+      auto b = first.barrier_async();
+      b->wait();
+      CHECK(b->is_completed());
     }
-    b->wait();
-    CHECK(b->is_completed());
   }
 }
 
