@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
   try {
     if (show_version) {
       Log::info("fsdpp {}\n{}", FSDPP_VERSION, format_build_info());
+      Log::info("  {:<10} {} rank(s), {} on this node ({}), MPI threads '{}', device {}", "runtime", runtime.size(),
+                runtime.local_size(), runtime.hostname(), thread_level_name(runtime.thread_level()),
+                runtime.device().name);
       return 0;
     }
     for (const auto& command : commands)
