@@ -18,6 +18,11 @@ find_package(fmt REQUIRED)                                    # libfmt-dev
 find_package(CLI11 REQUIRED)                                  # libcli11-dev
 find_package(nlohmann_json REQUIRED)                          # nlohmann-json3-dev
 
+find_path(FSDPP_RANDOM123_INCLUDE_DIR Random123/philox.h DOC "Folder holding Random123/")  # librandom123-dev
+if(NOT FSDPP_RANDOM123_INCLUDE_DIR)
+  message(FATAL_ERROR "Random123/philox.h not found; install librandom123-dev or set FSDPP_RANDOM123_INCLUDE_DIR")
+endif()
+
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)                                   # libopenblas-dev
 find_path(FSDPP_CBLAS_INCLUDE_DIR cblas.h

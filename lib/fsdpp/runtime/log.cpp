@@ -7,6 +7,7 @@ namespace {
 int g_rank = 0;
 int g_size = 1;
 LogOptions g_options;
+std::FILE* g_tee = nullptr;
 
 // Each line is written with one fwrite so that lines of different ranks sharing a terminal do not interleave
 // mid-line.
@@ -26,6 +27,10 @@ void write_lines(std::FILE* stream, std::string_view prefix, std::string_view te
   }
   std::fwrite(out.data(), 1, out.size(), stream);
   std::fflush(stream);
+  if (g_tee) {
+    std::fwrite(out.data(), 1, out.size(), g_tee);
+    std::fflush(g_tee);
+  }
 }
 }  // namespace
 
@@ -36,6 +41,11 @@ void Log::configure(int rank, int size, LogOptions options) {
 }
 
 const LogOptions& Log::options() { return g_options; }
+
+void Log::tee_to(const std::string& path) {
+  if (g_tee) std::fclose(g_tee);
+  g_tee = path.empty() ? nullptr : std::fopen(path.c_str(), "a");
+}
 
 bool Log::speaks() { return g_rank == 0 || g_options.all_ranks; }
 

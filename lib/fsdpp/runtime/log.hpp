@@ -16,6 +16,8 @@ struct LogOptions {
 class Log {
  public:
   static void configure(int rank, int size, LogOptions options);
+  // Also append every line this rank prints to `path` (the run's log copy); empty path stops it.
+  static void tee_to(const std::string& path);
   static const LogOptions& options();
 
   // An info line: printed by rank 0, or by every rank with all_ranks.

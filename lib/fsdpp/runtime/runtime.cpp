@@ -1,9 +1,11 @@
 #include "fsdpp/runtime/runtime.hpp"
 
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/tensor/matmul.hpp"
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -88,6 +90,10 @@ Runtime::Runtime(int& argc, char**& argv, RuntimeOptions options) {
     Kokkos::initialize(kargc, kargv.data());
     owns_kokkos_ = true;
   }
+  // OpenBLAS starts a thread per core in every rank; ranks sharing a node would thrash (stack-notes pitfalls).
+  // Split the node's cores among its ranks unless the user chose.
+  if (!std::getenv("OPENBLAS_NUM_THREADS"))
+    set_blas_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_size_));
 }
 
 Runtime::~Runtime() { finalize(); }

@@ -1,0 +1,99 @@
+// fsdpp train [deck.yaml] [section.key=value ...]: train a GPT-2 model as the deck says. Without a deck, the
+// embedded default (input/tiny.yaml, compiled in) runs. --help-deck lists every key; --dry-run stops after
+// the deck, the model plan and the batch arithmetic have been checked.
+#include "commands.hpp"
+
+#include "embedded_decks.hpp"
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/nn/gpt.hpp"
+#include "fsdpp/runtime/error.hpp"
+#include "fsdpp/train/trainer.hpp"
+
+#include <mpi.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fsdpp::app {
+namespace {
+
+struct TrainArgs {
+  std::vector<std::string> words;  // [deck.yaml] then key=value overrides
+  bool help_deck = false;
+  bool dry_run = false;
+};
+
+// Rank 0 reads the deck; every rank gets its text (or the same error), so N ranks do not hammer the file
+// system and every rank parses identical text.
+std::string read_deck_everywhere(MPI_Comm world, const std::string& path) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  std::string text, error;
+  if (rank == 0) {
+    std::ifstream in(path);
+    if (!in) error = fmt::format("cannot read deck '{}': {}", path, std::strerror(errno));
+    else {
+      std::ostringstream buffer;
+      buffer << in.rdbuf();
+      text = buffer.str();
+    }
+  }
+  for (std::string* s : {&error, &text}) {
+    long long length = static_cast<long long>(s->size());
+    MPI_Bcast(&length, 1, MPI_LONG_LONG, 0, world);
+    s->resize(static_cast<std::size_t>(length));
+    MPI_Bcast(s->data(), static_cast<int>(length), MPI_CHAR, 0, world);
+  }
+  if (!error.empty()) throw UsageError(error);
+  return text;
+}
+
+int run_train(Runtime& rt, const TrainArgs& args) {
+  if (args.help_deck) {
+    Log::info("{}", deck_help());
+    return 0;
+  }
+  std::vector<std::string> overrides(args.words.begin(), args.words.end());
+  std::string file_name = "tiny.yaml (embedded)", text = embedded_tiny_deck();
+  if (!overrides.empty() && overrides.front().find('=') == std::string::npos) {
+    file_name = overrides.front();
+    text = read_deck_everywhere(rt.world(), file_name);
+    overrides.erase(overrides.begin());
+  }
+  const Deck deck = parse_deck(text, file_name, overrides);
+  if (rt.rank() == 0 && !deck.run.output.empty()) {
+    std::filesystem::create_directories(deck.run.output);
+    Log::tee_to(deck.run.output + "/log.txt");
+  }
+  if (args.dry_run) {
+    const int accum = grad_accum_steps(deck.train, rt.size());
+    GptConfig c;
+    c.vocab_size = deck.model.vocab_size, c.context_length = deck.model.context_length, c.n_embd = deck.model.n_embd;
+    c.n_layer = deck.model.n_layer, c.n_head = deck.model.n_head, c.tie_embeddings = deck.model.tie_embeddings;
+    c.validate();
+    Log::info("---- resolved deck ----\n{}-----------------------", resolved_deck_yaml(deck));
+    Log::info("dry run: {} parameters ({:.1f} MiB f32 each for values, gradients, and 2 AdamW states), {} rank(s) x {} "
+              "micro-batch(es) of {} sequences; nothing was trained",
+              c.parameter_count(), c.parameter_count() * 4.0 / 1048576.0, rt.size(), accum, deck.train.micro_batch);
+    return 0;
+  }
+  train(rt, deck);
+  Log::tee_to("");
+  return 0;
+}
+
+}  // namespace
+
+Command add_train_command(CLI::App& app) {
+  auto* cli = app.add_subcommand("train", "Train a GPT-2 model from a YAML input deck (default: the embedded tiny deck)");
+  auto args = std::make_shared<TrainArgs>();
+  cli->add_option("deck_and_overrides", args->words, "deck.yaml, then section.key=value overrides (train.steps=50)");
+  cli->add_flag("--help-deck", args->help_deck, "List every deck key with its type, default and meaning");
+  cli->add_flag("--dry-run", args->dry_run, "Check the deck, model and batch plan on this launch; train nothing");
+  return {cli, [args](Runtime& rt) { return run_train(rt, *args); }};
+}
+
+}  // namespace fsdpp::app

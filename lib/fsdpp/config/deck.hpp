@@ -1,0 +1,156 @@
+#pragma once
+// The YAML input deck: one struct per section, every key with a default except train.steps (how long to
+// train cannot be guessed). `fsdpp train --help-deck` prints each key's type, default and meaning.
+//
+// Parsing is pure (no MPI, no files): rank 0 reads the deck file and broadcasts its text, and every rank calls
+// parse_deck on the same text, file name and overrides, so every rank either gets the same Deck or throws the
+// same UsageError (printed once by rank 0, stack-notes §1.5).
+//
+// The schema lives in one table (deck_schema.cpp); adding a key there adds it to parsing, unknown-key
+// detection, the help text and the resolved-deck echo at once.
+#include "fsdpp/mesh/device_mesh.hpp"
+#include "fsdpp/tensor/dtype.hpp"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fsdpp {
+
+enum class OptimizerKind { adamw, sgd };
+enum class ScheduleKind { constant, cosine };
+enum class DataFormat { automatic, gpt2, uint16, uint32 };
+enum class ShardStrategy { full_shard, hybrid_shard, shard_grad_op, no_shard };
+enum class OffloadPolicy { none, cpu };
+enum class GradAccumulation { unsharded, sharded };
+enum class ResumeMode { off, on, automatic };
+
+// FSDP2's reshard_after_forward: None | bool | int. "automatic" is None: true for every group but the root.
+struct ReshardAfterForward {
+  enum class Kind { automatic, yes, no, group } kind = Kind::automatic;
+  int group_size = 0;  // Kind::group: keep a 1/group_size slice after forward (FSDP2's int k; >= 2)
+};
+
+struct RunConfig {
+  std::string name;    // default: the deck file's name without its extension
+  std::uint64_t seed = 1337;
+  std::string output;  // default: runs/<name>; holds the log copy, the resolved deck and metrics.jsonl
+};
+
+// Defaults are GPT-2 small (124M): the one architecture everyone can check against.
+struct ModelConfig {
+  int vocab_size = 50257;  // V
+  int context_length = 1024;  // T (maximum sequence length, rows of wpe)
+  int n_embd = 768;   // C
+  int n_layer = 12;   // L
+  int n_head = 12;    // NH
+  bool tie_embeddings = true;
+};
+
+struct DataConfig {
+  std::string source = "synthetic";  // "synthetic" or a token file path
+  DataFormat format = DataFormat::automatic;
+  double val_fraction = 0.05;
+};
+
+struct OptimConfig {
+  OptimizerKind name = OptimizerKind::adamw;
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double momentum = 0.9;  // sgd only
+  bool decay_embeddings = false;
+  bool decay_norms = false;
+  bool decay_biases = false;
+};
+
+struct ScheduleConfig {
+  ScheduleKind kind = ScheduleKind::constant;
+  std::int64_t warmup_steps = 0;
+  double min_lr = 0.0;
+};
+
+struct TrainConfig {
+  std::int64_t steps = 0;  // required
+  int global_batch = 8;    // sequences per optimizer step, whatever the number of ranks
+  int micro_batch = 0;     // sequences per rank per forward/backward; default: global_batch
+  double grad_clip = 1.0;  // 0: no clipping
+  std::int64_t eval_interval = 100;  // 0: never
+  int eval_batches = 4;
+};
+
+struct LogConfig {
+  std::int64_t interval = 10;
+  int header_every = 25;  // reprint the step-table header every this many rows; 0: only once
+};
+
+struct FsdpConfig {
+  ShardStrategy strategy = ShardStrategy::full_shard;
+  ReshardAfterForward reshard_after_forward;
+  DType param_dtype = DType::f32;   // f32 or bf16
+  DType reduce_dtype = DType::f32;  // f32 or bf16
+  DType output_dtype = DType::f32;  // f32 or bf16
+  OffloadPolicy offload = OffloadPolicy::none;
+  GradAccumulation accumulate = GradAccumulation::sharded;
+};
+
+// Known dimensions only, so that a typo is caught; 0 means the dimension is absent from the mesh.
+struct MeshConfig {
+  int dp_replicate = 0;
+  int dp_shard = -1;
+  // Present dimensions, outermost first (dp_replicate, dp_shard), as DeviceMesh takes them.
+  std::vector<MeshDim> dims() const;
+};
+
+struct CheckpointConfig {
+  std::string dir;  // default: <run.output>/checkpoints
+  std::int64_t interval = 0;  // 0: no periodic checkpoints
+  ResumeMode resume = ResumeMode::off;
+  int keep_last = 0;  // 0: keep all
+  bool async = false;
+};
+
+struct Deck {
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  OptimConfig optim;
+  ScheduleConfig schedule;
+  TrainConfig train;
+  LogConfig log;
+  FsdpConfig fsdp;
+  MeshConfig mesh;
+  CheckpointConfig checkpoint;
+};
+
+// Parses deck text plus "section.key=value" overrides (applied after the file, in order, last one wins) and
+// fills every default. `file_name` appears in error messages and names the run by default. Throws UsageError.
+Deck parse_deck(const std::string& yaml_text, const std::string& file_name,
+                const std::vector<std::string>& overrides = {});
+
+// The deck with every default filled, in the table's key order; parse_deck of it gives the same Deck.
+std::string resolved_deck_yaml(const Deck& deck);
+
+// Every key with its type, default and meaning (`fsdpp train --help-deck`).
+std::string deck_help();
+
+// Every key's path ("train.steps"), in table order.
+std::vector<std::string> deck_keys();
+
+// Micro-batches each rank runs per optimizer step: global_batch / (micro_batch x dp_size). Known only at
+// launch, so checked here rather than in parse_deck; UsageError when it does not divide.
+int grad_accum_steps(const TrainConfig& train, int dp_size);
+
+std::string_view to_string(OptimizerKind v);
+std::string_view to_string(ScheduleKind v);
+std::string_view to_string(DataFormat v);
+std::string_view to_string(ShardStrategy v);
+std::string_view to_string(OffloadPolicy v);
+std::string_view to_string(GradAccumulation v);
+std::string_view to_string(ResumeMode v);
+std::string to_string(const ReshardAfterForward& v);
+
+}  // namespace fsdpp

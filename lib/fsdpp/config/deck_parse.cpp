@@ -1,0 +1,266 @@
+// Reading a deck: walk every map ourselves, because yaml-cpp 0.7 silently accepts unknown and duplicate keys
+// (stack-notes §6.1); then overrides, derived defaults and the checks that involve more than one key.
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/config/deck_schema.hpp"
+#include "fsdpp/runtime/error.hpp"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <map>
+#include <utility>
+
+namespace fsdpp {
+namespace {
+
+using deck_detail::deck_aliases;
+using deck_detail::deck_fields;
+using deck_detail::deck_sections;
+using deck_detail::Field;
+
+// Where a key's value came from. A cross-key error is reported at the origin with the highest rank (the last
+// override, else the latest line) since that is most likely the edit that broke the deck.
+struct Origin {
+  std::int64_t rank = 0;
+  std::string where;  // "deck.yaml:4:11" or "override 'model.n_head=7'"
+};
+constexpr std::int64_t kOverrideRank = std::int64_t{1} << 40;
+
+struct ParseState {
+  std::string file;
+  Deck deck;
+  std::map<std::string, Origin> origins;           // by key path; absent: the default
+  std::map<std::string, std::string> section_at;   // section name -> "deck.yaml:L:C" of its key
+};
+
+template <class... Args> [[noreturn]] void reject(fmt::format_string<Args...> f, Args&&... args) {
+  throw UsageError(fmt::format(f, std::forward<Args>(args)...));
+}
+
+std::string at(const std::string& file, const YAML::Mark& mark) {
+  if (mark.is_null()) return file;
+  return fmt::format("{}:{}:{}", file, mark.line + 1, mark.column + 1);  // yaml-cpp counts from 0
+}
+
+bool is_section(const std::string& name) {
+  for (const auto& s : deck_sections())
+    if (s.name == name) return true;
+  return false;
+}
+
+const Field* find_field(const std::string& section, const std::string& key) {
+  for (const auto& f : deck_fields())
+    if (f.section == section && f.key == key) return &f;
+  return nullptr;
+}
+
+// " (did you mean 'x'?)" for the known name (of a section when `section` is empty) nearest to `word`.
+std::string suggestion(const std::string& section, const std::string& word) {
+  std::vector<std::string> names, targets;
+  if (section.empty()) {
+    for (const auto& s : deck_sections()) names.push_back(s.name), targets.push_back(s.name);
+  } else {
+    for (const auto& f : deck_fields())
+      if (f.section == section) names.push_back(f.key), targets.push_back(f.key);
+  }
+  for (const auto& a : deck_aliases())
+    if (a.section == section) names.emplace_back(a.alias), targets.emplace_back(a.target);
+  const std::string best = deck_detail::closest(word, names);
+  if (best.empty()) return "";
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (names[i] == best) return fmt::format(" (did you mean '{}'?)", targets[i]);
+  return "";
+}
+
+std::string unknown_key(const std::string& section, const std::string& key) {
+  return fmt::format("unknown key '{}' in '{}'{}", key, section, suggestion(section, key));
+}
+
+std::string scalar_key(const YAML::Node& key, const std::string& file) {
+  if (!key.IsScalar())
+    reject("{}: expected a key name, got {}", at(file, key.Mark()), deck_detail::describe_node(key));
+  return key.Scalar();
+}
+
+void read_section(ParseState& st, const std::string& section, const YAML::Node& body) {
+  if (body.IsNull()) return;  // "train:" with nothing under it: all defaults
+  if (!body.IsMap())
+    reject("{}: section '{}': expected a map of keys, got {}", at(st.file, body.Mark()), section,
+           deck_detail::describe_node(body));
+  std::map<std::string, int> first_line;
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string key = scalar_key(it->first, st.file);
+    const std::string key_at = at(st.file, it->first.Mark());
+    const Field* field = find_field(section, key);
+    if (!field) reject("{}: {}", key_at, unknown_key(section, key));
+    const auto [seen, fresh] = first_line.emplace(key, it->first.Mark().line + 1);
+    if (!fresh)
+      reject("{}: duplicate key '{}' in '{}' (first at line {})", key_at, key, section, seen->second);
+    // An empty value has no position of its own (yaml-cpp gives the next token's); point at its key instead.
+    const YAML::Mark& mark = it->second.IsNull() ? it->first.Mark() : it->second.Mark();
+    const std::string value_at = at(st.file, mark);
+    field->set(st.deck, it->second, value_at + ": " + field->path());
+    st.origins[field->path()] = {(mark.line + 1) * std::int64_t{100000} + mark.column, value_at};
+  }
+}
+
+void read_document(ParseState& st, const std::string& text) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::Exception& e) {
+    reject("{}: YAML syntax error: {}", at(st.file, e.mark), e.msg);
+  }
+  if (docs.size() > 1)
+    reject("{}: a deck is one YAML document, but a second one starts here", at(st.file, docs[1].Mark()));
+  if (docs.empty() || docs[0].IsNull()) return;
+  const YAML::Node& root = docs[0];
+  if (!root.IsMap())
+    reject("{}: expected a map of sections (run, model, data, ...), got {}", at(st.file, root.Mark()),
+           deck_detail::describe_node(root));
+  std::map<std::string, int> first_line;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string name = scalar_key(it->first, st.file);
+    const std::string name_at = at(st.file, it->first.Mark());
+    if (!is_section(name)) reject("{}: unknown section '{}'{}", name_at, name, suggestion("", name));
+    const auto [seen, fresh] = first_line.emplace(name, it->first.Mark().line + 1);
+    if (!fresh) reject("{}: duplicate section '{}' (first at line {})", name_at, name, seen->second);
+    st.section_at[name] = name_at;
+    read_section(st, name, it->second);
+  }
+}
+
+// "section.key=value". The value is taken as literal scalar text, not parsed as YAML: the shell has already
+// removed the user's quotes, so "run.name=null" or "data.source=a: b" mean exactly what they say.
+void apply_override(ParseState& st, const std::string& text, std::size_t index) {
+  const std::string where = fmt::format("override '{}'", text);
+  const auto eq = text.find('=');
+  if (eq == std::string::npos) reject("{}: expected key=value", where);
+  const std::string path = text.substr(0, eq), value = text.substr(eq + 1);
+  const auto dot = path.find('.');
+  if (dot == std::string::npos) {
+    // "steps=5": point at the section the key (or the nearest one) lives in.
+    std::vector<std::string> keys;
+    for (const auto& f : deck_fields()) keys.push_back(f.key);
+    const std::string key = deck_detail::closest(path, keys);
+    std::string hint;
+    for (const auto& f : deck_fields())
+      if (hint.empty() && !key.empty() && f.key == key) hint = f.path();
+    reject("{}: expected section.key=value{}", where,
+           hint.empty() ? ", e.g. train.steps=50" : fmt::format(" (did you mean '{}'?)", hint));
+  }
+  const std::string section = path.substr(0, dot), key = path.substr(dot + 1);
+  if (!is_section(section))
+    reject("{}: unknown section '{}'{}", where, section, suggestion("", section));
+  const Field* field = find_field(section, key);
+  if (!field) reject("{}: {}", where, unknown_key(section, key));
+  field->set(st.deck, YAML::Node(value), where);
+  st.origins[field->path()] = {kOverrideRank + static_cast<std::int64_t>(index), where};
+}
+
+void check_required(const ParseState& st) {
+  for (const auto& f : deck_fields()) {
+    if (!f.required || st.origins.count(f.path())) continue;
+    const auto section = st.section_at.find(f.section);
+    if (section != st.section_at.end())
+      reject("{}: missing required key '{}' in '{}'", section->second, f.key, f.section);
+    reject("{}: missing required key '{}' in '{}' (the deck has no '{}' section)", st.file, f.key, f.section,
+           f.section);
+  }
+}
+
+// "runs/deck.yaml" -> "deck"
+std::string file_stem(const std::string& file) {
+  std::string name = file.substr(file.find_last_of('/') + 1);
+  const auto dot = name.find_last_of('.');
+  if (dot != std::string::npos) name.erase(dot);
+  return name.empty() ? "run" : name;
+}
+
+// Defaults that depend on other keys, filled after the overrides so that an override of run.name moves the
+// output folder with it.
+void fill_derived(ParseState& st) {
+  Deck& d = st.deck;
+  if (!st.origins.count("run.name")) d.run.name = file_stem(st.file);
+  if (!st.origins.count("run.output")) d.run.output = "runs/" + d.run.name;
+  if (!st.origins.count("checkpoint.dir")) d.checkpoint.dir = d.run.output + "/checkpoints";
+  if (!st.origins.count("train.micro_batch")) d.train.micro_batch = d.train.global_batch;
+}
+
+[[noreturn]] void inconsistent(const ParseState& st, std::initializer_list<const char*> paths,
+                               const std::string& message) {
+  const Origin* last = nullptr;
+  for (const char* p : paths) {
+    const auto found = st.origins.find(p);
+    if (found != st.origins.end() && (!last || found->second.rank > last->rank)) last = &found->second;
+  }
+  reject("{}: {}", last ? last->where : st.file, message);
+}
+
+void check_consistency(const ParseState& st) {
+  const Deck& d = st.deck;
+  if (d.model.n_embd % d.model.n_head != 0)
+    inconsistent(st, {"model.n_embd", "model.n_head"},
+                 fmt::format("model.n_embd ({}) must be a multiple of model.n_head ({})", d.model.n_embd,
+                             d.model.n_head));
+  if (d.train.micro_batch > d.train.global_batch)
+    inconsistent(st, {"train.micro_batch", "train.global_batch"},
+                 fmt::format("train.micro_batch ({}) must be <= train.global_batch ({})", d.train.micro_batch,
+                             d.train.global_batch));
+  if (d.train.global_batch % d.train.micro_batch != 0)
+    inconsistent(st, {"train.micro_batch", "train.global_batch"},
+                 fmt::format("train.global_batch ({}) must be a multiple of train.micro_batch ({})",
+                             d.train.global_batch, d.train.micro_batch));
+  if (d.schedule.min_lr > d.optim.lr)
+    inconsistent(st, {"schedule.min_lr", "optim.lr"},
+                 fmt::format("schedule.min_lr ({}) must be <= optim.lr ({})", d.schedule.min_lr, d.optim.lr));
+  if (d.schedule.warmup_steps > d.train.steps)
+    inconsistent(st, {"schedule.warmup_steps", "train.steps"},
+                 fmt::format("schedule.warmup_steps ({}) must be <= train.steps ({})", d.schedule.warmup_steps,
+                             d.train.steps));
+  if (d.train.eval_interval > 0 && d.data.val_fraction == 0.0)
+    inconsistent(st, {"train.eval_interval", "data.val_fraction"},
+                 fmt::format("train.eval_interval ({}) needs held-out data: set data.val_fraction > 0, or "
+                             "train.eval_interval: 0",
+                             d.train.eval_interval));
+  if (d.mesh.dp_replicate == -1 && d.mesh.dp_shard == -1)
+    inconsistent(st, {"mesh.dp_replicate", "mesh.dp_shard"},
+                 "mesh.dp_replicate and mesh.dp_shard are both -1, but only one size can be inferred from the job "
+                 "size (mesh.dp_shard is -1 unless set)");
+  if (d.fsdp.strategy == ShardStrategy::hybrid_shard && d.mesh.dp_replicate == 0)
+    inconsistent(st, {"fsdp.strategy", "mesh.dp_shard"},
+                 "fsdp.strategy hybrid_shard needs a mesh.dp_replicate dimension, e.g. mesh: {dp_replicate: 2, "
+                 "dp_shard: -1}");
+  const auto reshard = d.fsdp.reshard_after_forward.kind;
+  const bool reshards = reshard == ReshardAfterForward::Kind::yes || reshard == ReshardAfterForward::Kind::group;
+  if (reshards && (d.fsdp.strategy == ShardStrategy::shard_grad_op || d.fsdp.strategy == ShardStrategy::no_shard))
+    inconsistent(st, {"fsdp.strategy", "fsdp.reshard_after_forward"},
+                 fmt::format("fsdp.reshard_after_forward ({}) contradicts fsdp.strategy {}, which keeps parameters "
+                             "unsharded after forward; leave it auto or set false",
+                             to_string(d.fsdp.reshard_after_forward), to_string(d.fsdp.strategy)));
+}
+
+}  // namespace
+
+Deck parse_deck(const std::string& yaml_text, const std::string& file_name, const std::vector<std::string>& overrides) {
+  ParseState st;
+  st.file = file_name;
+  read_document(st, yaml_text);
+  for (std::size_t i = 0; i < overrides.size(); ++i) apply_override(st, overrides[i], i);
+  check_required(st);
+  fill_derived(st);
+  check_consistency(st);
+  return st.deck;
+}
+
+int grad_accum_steps(const TrainConfig& train, int dp_size) {
+  FSDPP_REQUIRE(dp_size >= 1, "grad_accum_steps: data-parallel size must be >= 1, got {}", dp_size);
+  const std::int64_t per_pass = std::int64_t{train.micro_batch} * dp_size;
+  FSDPP_REQUIRE(train.global_batch % per_pass == 0,
+                "train.global_batch ({}) must be a multiple of train.micro_batch ({}) x {} data-parallel ranks = {}; "
+                "change train.global_batch or train.micro_batch, or the number of ranks",
+                train.global_batch, train.micro_batch, dp_size, per_pass);
+  return static_cast<int>(train.global_batch / per_pass);
+}
+
+}  // namespace fsdpp

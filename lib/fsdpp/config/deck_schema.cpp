@@ -1,0 +1,371 @@
+// The deck's key table. Each entry binds a key path to a Deck member with its type, allowed range and meaning;
+// defaults are the members' in-class initializers, so they are written once. Later issues add keys here.
+#include "fsdpp/config/deck_schema.hpp"
+
+#include "fsdpp/runtime/error.hpp"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace fsdpp::deck_detail {
+namespace {
+
+constexpr std::int64_t kNoMax = std::numeric_limits<std::int64_t>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+[[noreturn]] void fail(const std::string& where, const std::string& what) { throw UsageError(where + ": " + what); }
+
+// The scalar text of `value`, or an error naming what was expected instead.
+std::string scalar_or_fail(const YAML::Node& value, const std::string& where, const std::string& expected) {
+  if (is_null_value(value) || !value.IsScalar())
+    fail(where, fmt::format("expected {}, got {}", expected, describe_node(value)));
+  return value.Scalar();
+}
+
+Field base(std::string_view path, std::string doc) {
+  Field f;
+  const auto dot = path.find('.');
+  f.section = std::string(path.substr(0, dot));
+  f.key = std::string(path.substr(dot + 1));
+  f.doc = std::move(doc);
+  return f;
+}
+
+std::string int_range_text(std::int64_t lo, std::int64_t hi) {
+  return hi == kNoMax ? fmt::format(">= {}", lo) : fmt::format("in [{}, {}]", lo, hi);
+}
+
+// `range` names the allowed values as the help does (">= 1"); a value beyond the member's own limit gets the
+// full interval instead, since ">= 1, got 3000000000" would read as nonsense.
+std::int64_t read_int(const YAML::Node& value, const std::string& where, std::int64_t lo, std::int64_t hi,
+                      const std::string& range) {
+  const std::string text = scalar_or_fail(value, where, "an integer");
+  const IntText n = parse_integer(text);
+  if (!n.is_integer) fail(where, fmt::format("expected an integer, got '{}'", text));
+  if (n.overflow || n.value > hi)
+    fail(where, fmt::format("expected an integer {}, got {}", int_range_text(lo, hi), text));
+  if (n.value < lo) fail(where, fmt::format("expected an integer {}, got {}", range, text));
+  return n.value;
+}
+
+template <class Sec, class T>
+Field integer(std::string_view path, Sec Deck::*sec, T Sec::*member, std::int64_t lo, std::string doc,
+              std::int64_t hi = kNoMax) {
+  // The member's own limit bounds the value but is not worth naming ("integer >= 1", not "in [1, 2147483647]").
+  const auto type_max = static_cast<std::int64_t>(
+      std::min<std::uint64_t>(std::numeric_limits<T>::max(), std::numeric_limits<std::int64_t>::max()));
+  const std::string range = int_range_text(lo, hi < type_max ? hi : kNoMax);
+  hi = std::min(hi, type_max);
+  Field f = base(path, std::move(doc));
+  f.type = "integer " + range;
+  f.set = [=](Deck& d, const YAML::Node& v, const std::string& where) {
+    (d.*sec).*member = static_cast<T>(read_int(v, where, lo, hi, range));
+  };
+  f.get = [=](const Deck& d) { return fmt::format("{}", (d.*sec).*member); };
+  return f;
+}
+
+struct RealRange {
+  double lo = -kInf, hi = kInf;
+  bool lo_open = false, hi_open = false;
+  std::string text() const {
+    if (hi == kInf) return fmt::format("{} {}", lo_open ? ">" : ">=", lo);
+    return fmt::format("in {}{}, {}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
+  }
+  bool contains(double v) const {
+    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  }
+};
+const RealRange kPositive{0.0, kInf, true, false};
+const RealRange kNonNegative{0.0, kInf, false, false};
+const RealRange kUnitHalfOpen{0.0, 1.0, false, true};
+
+template <class Sec>
+Field real(std::string_view path, Sec Deck::*sec, double Sec::*member, RealRange range, std::string doc) {
+  Field f = base(path, std::move(doc));
+  f.type = "number " + range.text();
+  f.set = [=](Deck& d, const YAML::Node& v, const std::string& where) {
+    const std::string text = scalar_or_fail(v, where, "a number");
+    double x = 0;
+    if (!parse_real(text, x)) fail(where, fmt::format("expected a number, got '{}'", text));
+    if (!range.contains(x)) fail(where, fmt::format("expected a number {}, got {}", range.text(), text));
+    (d.*sec).*member = x;
+  };
+  f.get = [=](const Deck& d) { return format_real((d.*sec).*member); };
+  return f;
+}
+
+template <class Sec> Field boolean(std::string_view path, Sec Deck::*sec, bool Sec::*member, std::string doc) {
+  Field f = base(path, std::move(doc));
+  f.type = "true|false";
+  f.set = [=](Deck& d, const YAML::Node& v, const std::string& where) {
+    const std::string text = scalar_or_fail(v, where, "true or false");
+    bool b = false;
+    if (!parse_bool(text, b)) fail(where, fmt::format("expected true or false, got '{}'", text));
+    (d.*sec).*member = b;
+  };
+  f.get = [=](const Deck& d) { return std::string((d.*sec).*member ? "true" : "false"); };
+  return f;
+}
+
+// A path or name: any non-empty text; `no_slash` for names that become one folder level.
+template <class Sec>
+Field text(std::string_view path, Sec Deck::*sec, std::string Sec::*member, std::string doc, bool no_slash = false) {
+  Field f = base(path, std::move(doc));
+  f.type = "string";
+  f.set = [=](Deck& d, const YAML::Node& v, const std::string& where) {
+    const std::string s = scalar_or_fail(v, where, "a string");
+    if (s.empty()) fail(where, "expected a non-empty string, got ''");
+    if (no_slash && s.find('/') != std::string::npos)
+      fail(where, fmt::format("expected a name without '/', got '{}'", s));
+    (d.*sec).*member = s;
+  };
+  f.get = [=](const Deck& d) { return yaml_scalar((d.*sec).*member); };
+  return f;
+}
+
+template <class E> std::string enum_choices(const EnumNames<E>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : "|") + std::string(n.name);
+  return out;
+}
+
+template <class E> E read_enum(const YAML::Node& v, const std::string& where, const EnumNames<E>& names) {
+  const std::string choices = enum_choices(names);
+  const std::string s = scalar_or_fail(v, where, choices);
+  std::vector<std::string> candidates;
+  for (const auto& n : names) {
+    if (n.name == s) return n.value;
+    candidates.emplace_back(n.name);
+  }
+  const std::string hint = closest(s, candidates);
+  fail(where, fmt::format("expected {}, got '{}'{}", choices, s,
+                          hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
+}
+
+template <class Sec, class E>
+Field choice(std::string_view path, Sec Deck::*sec, E Sec::*member, const EnumNames<E>& names, std::string doc) {
+  Field f = base(path, std::move(doc));
+  f.type = enum_choices(names);
+  f.set = [=, &names](Deck& d, const YAML::Node& v, const std::string& where) {
+    (d.*sec).*member = read_enum(v, where, names);
+  };
+  f.get = [=, &names](const Deck& d) { return std::string(name_of(names, (d.*sec).*member)); };
+  return f;
+}
+
+Field reshard_after_forward() {
+  Field f = base("fsdp.reshard_after_forward",
+                 "Free unsharded parameters after forward and all-gather them again in backward. auto (or null, "
+                 "FSDP2's None): true for every group but the root; an integer k keeps a 1/k slice after forward and "
+                 "all-gathers over groups of k ranks in backward (k must divide the shard size).");
+  f.type = "auto|true|false|integer >= 2";
+  f.set = [](Deck& d, const YAML::Node& v, const std::string& where) {
+    ReshardAfterForward r;
+    if (!is_null_value(v)) {
+      const std::string s = scalar_or_fail(v, where, "auto, true, false or an integer >= 2");
+      const IntText n = parse_integer(s);
+      bool b = false;
+      if (s == "auto") {
+        r.kind = ReshardAfterForward::Kind::automatic;
+      } else if (parse_bool(s, b)) {
+        r.kind = b ? ReshardAfterForward::Kind::yes : ReshardAfterForward::Kind::no;
+      } else if (n.is_integer && !n.overflow && n.value >= 2 && n.value <= std::numeric_limits<int>::max()) {
+        r.kind = ReshardAfterForward::Kind::group;
+        r.group_size = static_cast<int>(n.value);
+      } else {
+        fail(where, fmt::format("expected auto, true, false or an integer >= 2, got '{}'", s));
+      }
+    }
+    d.fsdp.reshard_after_forward = r;
+  };
+  f.get = [](const Deck& d) { return to_string(d.fsdp.reshard_after_forward); };
+  return f;
+}
+
+// A boolean that also takes "auto", so it reads yes/no/on/off like every other boolean.
+Field resume() {
+  Field f = base("checkpoint.resume",
+                 "true: resume from the latest checkpoint in checkpoint.dir (an error if there is none); auto: "
+                 "resume if there is one; false: start fresh.");
+  f.type = "true|false|auto";
+  f.set = [](Deck& d, const YAML::Node& v, const std::string& where) {
+    const std::string s = scalar_or_fail(v, where, "true, false or auto");
+    bool b = false;
+    if (s == "auto") d.checkpoint.resume = ResumeMode::automatic;
+    else if (parse_bool(s, b)) d.checkpoint.resume = b ? ResumeMode::on : ResumeMode::off;
+    else fail(where, fmt::format("expected true, false or auto, got '{}'", s));
+  };
+  f.get = [](const Deck& d) { return std::string(to_string(d.checkpoint.resume)); };
+  return f;
+}
+
+// A mesh dimension's size: -1 to infer it from the job size, or a fixed size.
+Field mesh_dim(std::string_view path, int MeshConfig::*member, std::string doc) {
+  Field f = base(path, std::move(doc));
+  f.type = "-1 or integer >= 1";
+  f.set = [=](Deck& d, const YAML::Node& v, const std::string& where) {
+    const std::string s = scalar_or_fail(v, where, "an integer");
+    const IntText n = parse_integer(s);
+    if (!n.is_integer) fail(where, fmt::format("expected an integer, got '{}'", s));
+    if (n.overflow || n.value == 0 || n.value < -1 || n.value > std::numeric_limits<int>::max())
+      fail(where, fmt::format("expected -1 (infer from the job size) or an integer >= 1, got {}", s));
+    d.mesh.*member = static_cast<int>(n.value);
+  };
+  f.get = [=](const Deck& d) { return d.mesh.*member == 0 ? std::string() : std::to_string(d.mesh.*member); };
+  return f;
+}
+
+std::vector<Field> make_fields() {
+  std::vector<Field> f;
+  f.push_back(text("run.name", &Deck::run, &RunConfig::name, "Name of the run; names the output folder.", true));
+  f.back().default_doc = "<deck file name without extension>";
+  f.push_back(integer("run.seed", &Deck::run, &RunConfig::seed, 0,
+                      "Seed for initialization, data sampling and the synthetic corpus."));
+  f.push_back(text("run.output", &Deck::run, &RunConfig::output,
+                   "Folder for the log copy, the resolved deck and metrics.jsonl."));
+  f.back().default_doc = "runs/<run.name>";
+
+  f.push_back(integer("model.vocab_size", &Deck::model, &ModelConfig::vocab_size, 1, "Vocabulary size V."));
+  f.push_back(integer("model.context_length", &Deck::model, &ModelConfig::context_length, 1,
+                      "Sequence length T (rows of wpe)."));
+  f.push_back(integer("model.n_embd", &Deck::model, &ModelConfig::n_embd, 1,
+                      "Embedding width C; a multiple of model.n_head."));
+  f.push_back(integer("model.n_layer", &Deck::model, &ModelConfig::n_layer, 1, "Transformer blocks L."));
+  f.push_back(integer("model.n_head", &Deck::model, &ModelConfig::n_head, 1, "Attention heads NH."));
+  f.push_back(boolean("model.tie_embeddings", &Deck::model, &ModelConfig::tie_embeddings,
+                      "LM head shares wte; false adds a separate lm_head [V, C]."));
+
+  f.push_back(text("data.source", &Deck::data, &DataConfig::source,
+                   "'synthetic' (the built-in corpus) or the path of a token file."));
+  f.push_back(choice("data.format", &Deck::data, &DataConfig::format, kFormats,
+                     "Token file format: gpt2 (.bin with a 256 x int32 header), raw uint16 or uint32; auto "
+                     "recognises the gpt2 header and otherwise reads uint16."));
+  f.push_back(real("data.val_fraction", &Deck::data, &DataConfig::val_fraction, kUnitHalfOpen,
+                   "Fraction of the tokens held out for validation."));
+
+  f.push_back(choice("optim.name", &Deck::optim, &OptimConfig::name, kOptimizers, "Optimizer."));
+  f.push_back(real("optim.lr", &Deck::optim, &OptimConfig::lr, kPositive, "Peak learning rate."));
+  f.push_back(real("optim.beta1", &Deck::optim, &OptimConfig::beta1, kUnitHalfOpen, "AdamW first-moment decay."));
+  f.push_back(real("optim.beta2", &Deck::optim, &OptimConfig::beta2, kUnitHalfOpen, "AdamW second-moment decay."));
+  f.push_back(real("optim.eps", &Deck::optim, &OptimConfig::eps, kPositive, "AdamW denominator epsilon."));
+  f.push_back(real("optim.weight_decay", &Deck::optim, &OptimConfig::weight_decay, kNonNegative,
+                   "Decoupled weight decay (AdamW) or L2 penalty (SGD)."));
+  f.push_back(real("optim.momentum", &Deck::optim, &OptimConfig::momentum, kUnitHalfOpen, "SGD momentum."));
+  f.push_back(boolean("optim.decay_embeddings", &Deck::optim, &OptimConfig::decay_embeddings,
+                      "Apply weight decay to wte, wpe (and lm_head)."));
+  f.push_back(boolean("optim.decay_norms", &Deck::optim, &OptimConfig::decay_norms,
+                      "Apply weight decay to LayerNorm weights."));
+  f.push_back(boolean("optim.decay_biases", &Deck::optim, &OptimConfig::decay_biases,
+                      "Apply weight decay to biases."));
+
+  f.push_back(choice("schedule.kind", &Deck::schedule, &ScheduleConfig::kind, kSchedules,
+                     "Learning rate after warmup: constant, or cosine decay to schedule.min_lr at train.steps."));
+  f.push_back(integer("schedule.warmup_steps", &Deck::schedule, &ScheduleConfig::warmup_steps, 0,
+                      "Steps of linear warmup from 0 to optim.lr."));
+  f.push_back(real("schedule.min_lr", &Deck::schedule, &ScheduleConfig::min_lr, kNonNegative,
+                   "Final learning rate of the cosine decay."));
+
+  f.push_back(integer("train.steps", &Deck::train, &TrainConfig::steps, 1, "Optimizer steps to run."));
+  f.back().required = true;
+  f.back().default_doc = "(required)";
+  f.push_back(integer("train.global_batch", &Deck::train, &TrainConfig::global_batch, 1,
+                      "Sequences per optimizer step, the same on any number of ranks."));
+  f.push_back(integer("train.micro_batch", &Deck::train, &TrainConfig::micro_batch, 1,
+                      "Sequences per rank per forward/backward; global_batch must be a multiple of micro_batch "
+                      "x data-parallel ranks (the quotient is the number of accumulation steps)."));
+  f.back().default_doc = "train.global_batch";
+  f.push_back(real("train.grad_clip", &Deck::train, &TrainConfig::grad_clip, kNonNegative,
+                   "Clip the global gradient norm to this; 0 turns clipping off."));
+  f.push_back(integer("train.eval_interval", &Deck::train, &TrainConfig::eval_interval, 0,
+                      "Validation loss every this many steps; 0 never."));
+  f.push_back(integer("train.eval_batches", &Deck::train, &TrainConfig::eval_batches, 1,
+                      "Micro-batches averaged for each validation loss."));
+
+  f.push_back(integer("log.interval", &Deck::log, &LogConfig::interval, 1,
+                      "Print a step-table row every this many steps."));
+  f.push_back(integer("log.header_every", &Deck::log, &LogConfig::header_every, 0,
+                      "Reprint the table header every this many rows; 0 prints it once."));
+
+  f.push_back(choice("fsdp.strategy", &Deck::fsdp, &FsdpConfig::strategy, kStrategies,
+                     "full_shard (ZeRO-3), hybrid_shard (shard within dp_shard, replicate across dp_replicate), "
+                     "shard_grad_op (ZeRO-2: keep parameters unsharded from forward to backward), no_shard (DDP)."));
+  f.push_back(reshard_after_forward());
+  f.push_back(choice("fsdp.param_dtype", &Deck::fsdp, &FsdpConfig::param_dtype, kFloatTypes,
+                     "Type parameters are all-gathered and computed in; the sharded master copy stays f32."));
+  f.push_back(choice("fsdp.reduce_dtype", &Deck::fsdp, &FsdpConfig::reduce_dtype, kFloatTypes,
+                     "Type gradients are reduce-scattered and accumulated in."));
+  f.push_back(choice("fsdp.output_dtype", &Deck::fsdp, &FsdpConfig::output_dtype, kFloatTypes,
+                     "Type of each sharded module's forward output."));
+  f.push_back(choice("fsdp.offload", &Deck::fsdp, &FsdpConfig::offload, kOffloads,
+                     "cpu keeps sharded parameters, gradients and optimizer state in host memory."));
+  f.push_back(choice("fsdp.accumulate", &Deck::fsdp, &FsdpConfig::accumulate, kAccumulations,
+                     "Gradient accumulation: sharded reduce-scatters every micro-batch (sharded memory); "
+                     "unsharded keeps full gradients and reduce-scatters once per step (less communication)."));
+
+  f.push_back(mesh_dim("mesh.dp_replicate", &MeshConfig::dp_replicate,
+                       "Replicas (outer mesh dimension; for hybrid_shard). Absent: no replicate dimension."));
+  f.back().default_doc = "absent";
+  f.push_back(mesh_dim("mesh.dp_shard", &MeshConfig::dp_shard,
+                       "Ranks a parameter is sharded over (inner dimension); -1: the ranks left over."));
+
+  f.push_back(text("checkpoint.dir", &Deck::checkpoint, &CheckpointConfig::dir, "Folder for checkpoints."));
+  f.back().default_doc = "<run.output>/checkpoints";
+  f.push_back(integer("checkpoint.interval", &Deck::checkpoint, &CheckpointConfig::interval, 0,
+                      "Save every this many steps; 0 saves none."));
+  f.push_back(resume());
+  f.push_back(integer("checkpoint.keep_last", &Deck::checkpoint, &CheckpointConfig::keep_last, 0,
+                      "Keep only this many most recent checkpoints; 0 keeps all."));
+  f.push_back(boolean("checkpoint.async", &Deck::checkpoint, &CheckpointConfig::async,
+                      "Write checkpoints in the background while training continues."));
+  return f;
+}
+
+}  // namespace
+
+const std::vector<Section>& deck_sections() {
+  static const std::vector<Section> sections = {
+      {"run", "Name, seed and output folder of the run."},
+      {"model", "GPT-2 architecture; the defaults are GPT-2 small (124M)."},
+      {"data", "Training tokens."},
+      {"optim", "Optimizer."},
+      {"schedule", "Learning-rate schedule."},
+      {"train", "Length and batch sizes."},
+      {"log", "Step table."},
+      {"fsdp", "Fully sharded data parallelism (FSDP2's fully_shard)."},
+      {"mesh", "Device mesh: dimension name -> size, outermost first."},
+      {"checkpoint", "Distributed checkpoints."}};
+  return sections;
+}
+
+const std::vector<Field>& deck_fields() {
+  static const std::vector<Field> fields = make_fields();
+  return fields;
+}
+
+const std::vector<Alias>& deck_aliases() {
+  static const std::vector<Alias> aliases = {
+      {"", "optimizer", "optim"},        {"", "training", "train"},
+      {"", "logging", "log"},            {"", "scheduler", "schedule"},
+      {"", "lr_schedule", "schedule"},   {"", "ckpt", "checkpoint"},
+      {"run", "output_dir", "output"},   {"run", "out_dir", "output"},
+      {"model", "block_size", "context_length"}, {"model", "n_ctx", "context_length"},
+      {"model", "seq_len", "context_length"},    {"model", "n_positions", "context_length"},
+      {"model", "d_model", "n_embd"},    {"model", "hidden_size", "n_embd"},
+      {"model", "num_layers", "n_layer"}, {"model", "num_heads", "n_head"},
+      {"data", "path", "source"},        {"data", "file", "source"},
+      {"optim", "learning_rate", "lr"},  {"optim", "optimizer", "name"},
+      {"optim", "epsilon", "eps"},       {"schedule", "warmup", "warmup_steps"},
+      {"schedule", "lr_min", "min_lr"},  {"schedule", "type", "kind"},
+      {"train", "batch_size", "global_batch"}, {"train", "max_steps", "steps"},
+      {"train", "micro_batch_size", "micro_batch"}, {"train", "clip_grad_norm", "grad_clip"},
+      {"train", "max_norm", "grad_clip"}, {"log", "log_interval", "interval"},
+      {"fsdp", "sharding_strategy", "strategy"}, {"fsdp", "cpu_offload", "offload"},
+      {"checkpoint", "path", "dir"},     {"checkpoint", "keep", "keep_last"}};
+  return aliases;
+}
+
+}  // namespace fsdpp::deck_detail

@@ -1,0 +1,234 @@
+#include "fsdpp/nn/gpt.hpp"
+
+#include "fsdpp/nn/kernels/attention.hpp"
+#include "fsdpp/nn/kernels/crossentropy.hpp"
+#include "fsdpp/nn/kernels/encoder.hpp"
+#include "fsdpp/nn/kernels/gelu.hpp"
+#include "fsdpp/nn/kernels/layernorm.hpp"
+#include "fsdpp/nn/kernels/linear.hpp"
+#include "fsdpp/nn/kernels/residual.hpp"
+#include "fsdpp/runtime/error.hpp"
+
+#include <cmath>
+
+namespace fsdpp {
+
+using namespace kernels;
+
+struct BlockScratch {
+  int B = 0, T = 0;
+  View1<float> dres2;     // (B,T,C) gradient of the residual after attention
+  View1<float> dln;       // (B,T,C) gradient of a LayerNorm output
+  View1<float> dqkv;      // (B,T,3C)
+  View1<float> datty;     // (B,T,C)
+  View1<float> datt;      // (B,NH,T,T)
+  View1<float> dfch;      // (B,T,4C)
+  View1<float> dfch_gelu; // (B,T,4C)
+
+  void ensure(const GptConfig& c, int B_, int T_) {
+    if (B == B_ && T == T_) return;
+    B = B_, T = T_;
+    const std::size_t N = static_cast<std::size_t>(B) * T, C = c.n_embd;
+    dres2 = uninitialized<float>("block.dres2", N * C);
+    dln = uninitialized<float>("block.dln", N * C);
+    dqkv = uninitialized<float>("block.dqkv", N * 3 * C);
+    datty = uninitialized<float>("block.datty", N * C);
+    datt = uninitialized<float>("block.datt", static_cast<std::size_t>(B) * c.n_head * T * T);
+    dfch = uninitialized<float>("block.dfch", N * 4 * C);
+    dfch_gelu = uninitialized<float>("block.dfch_gelu", N * 4 * C);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Config
+
+std::int64_t GptConfig::parameter_count() const {
+  const std::int64_t V = vocab_size, C = n_embd, L = n_layer, Tm = context_length;
+  const std::int64_t per_block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
+  return V * C + Tm * C + L * per_block + 2 * C + (tie_embeddings ? 0 : V * C);
+}
+
+double GptConfig::flops_per_token(int T) const {
+  // wpe is a lookup and costs no multiply-adds; so is wte when the head has its own weight.
+  const double matmul_params = static_cast<double>(parameter_count()) - static_cast<double>(context_length) * n_embd -
+                               (tie_embeddings ? 0.0 : static_cast<double>(vocab_size) * n_embd);
+  return 6.0 * matmul_params + 12.0 * n_layer * static_cast<double>(T) * n_embd;
+}
+
+void GptConfig::validate() const {
+  FSDPP_REQUIRE(vocab_size >= 2, "model.vocab_size is {}; it must be at least 2", vocab_size);
+  FSDPP_REQUIRE(context_length >= 1, "model.context_length is {}; it must be at least 1", context_length);
+  FSDPP_REQUIRE(n_layer >= 1, "model.n_layer is {}; it must be at least 1", n_layer);
+  FSDPP_REQUIRE(n_head >= 1 && n_embd >= 1 && n_embd % n_head == 0,
+                "model.n_embd ({}) must be a positive multiple of model.n_head ({})", n_embd, n_head);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Block: x -> x + attn(ln_1(x)) -> (that) + mlp(ln_2(that))
+
+namespace {
+const float kStd = 0.02f;
+}
+
+Block::Block(const GptConfig& c, std::shared_ptr<BlockScratch> scratch)
+    : Module("Block"),
+      ln_1_weight(add_parameter("ln_1.weight", {c.n_embd}, InitRule::ones(), ParamRole::norm)),
+      ln_1_bias(add_parameter("ln_1.bias", {c.n_embd}, InitRule::zeros(), ParamRole::bias)),
+      c_attn_weight(add_parameter("attn.c_attn.weight", {3 * c.n_embd, c.n_embd}, InitRule::normal(kStd), ParamRole::weight)),
+      c_attn_bias(add_parameter("attn.c_attn.bias", {3 * c.n_embd}, InitRule::zeros(), ParamRole::bias)),
+      // Residual projections are scaled by 1/sqrt(2L): each block adds two of them to the residual stream.
+      attn_proj_weight(add_parameter("attn.c_proj.weight", {c.n_embd, c.n_embd},
+                                     InitRule::normal(kStd / std::sqrt(2.0f * c.n_layer)), ParamRole::weight)),
+      attn_proj_bias(add_parameter("attn.c_proj.bias", {c.n_embd}, InitRule::zeros(), ParamRole::bias)),
+      ln_2_weight(add_parameter("ln_2.weight", {c.n_embd}, InitRule::ones(), ParamRole::norm)),
+      ln_2_bias(add_parameter("ln_2.bias", {c.n_embd}, InitRule::zeros(), ParamRole::bias)),
+      c_fc_weight(add_parameter("mlp.c_fc.weight", {4 * c.n_embd, c.n_embd}, InitRule::normal(kStd), ParamRole::weight)),
+      c_fc_bias(add_parameter("mlp.c_fc.bias", {4 * c.n_embd}, InitRule::zeros(), ParamRole::bias)),
+      mlp_proj_weight(add_parameter("mlp.c_proj.weight", {c.n_embd, 4 * c.n_embd},
+                                    InitRule::normal(kStd / std::sqrt(2.0f * c.n_layer)), ParamRole::weight)),
+      mlp_proj_bias(add_parameter("mlp.c_proj.bias", {c.n_embd}, InitRule::zeros(), ParamRole::bias)),
+      config_(c),
+      scratch_(std::move(scratch)) {}
+
+void Block::ensure_activations(int B, int T) {
+  if (B == B_ && T == T_) return;
+  B_ = B, T_ = T;
+  const std::size_t N = static_cast<std::size_t>(B) * T, C = config_.n_embd;
+  ln1_ = uninitialized<float>(path() + ".ln1", N * C);
+  ln1_mean_ = uninitialized<float>(path() + ".ln1_mean", N);
+  ln1_rstd_ = uninitialized<float>(path() + ".ln1_rstd", N);
+  qkv_ = uninitialized<float>(path() + ".qkv", N * 3 * C);
+  att_ = uninitialized<float>(path() + ".att", static_cast<std::size_t>(B) * config_.n_head * T * T);
+  atty_ = uninitialized<float>(path() + ".atty", N * C);
+  res2_ = uninitialized<float>(path() + ".res2", N * C);
+  ln2_ = uninitialized<float>(path() + ".ln2", N * C);
+  ln2_mean_ = uninitialized<float>(path() + ".ln2_mean", N);
+  ln2_rstd_ = uninitialized<float>(path() + ".ln2_rstd", N);
+  fch_ = uninitialized<float>(path() + ".fch", N * 4 * C);
+  fch_gelu_ = uninitialized<float>(path() + ".fch_gelu", N * 4 * C);
+  out_ = uninitialized<float>(path() + ".out", N * C);
+}
+
+void Block::forward(Flow& flow) {
+  const int B = flow.B, T = flow.T, C = config_.n_embd, NH = config_.n_head, N = B * T;
+  ensure_activations(B, T);
+  in_ = flow.x;
+  layernorm_forward<float>(ln1_, ln1_mean_, ln1_rstd_, in_, ln_1_weight.value, ln_1_bias.value, N, C);
+  linear_forward<float>(qkv_, ln1_, c_attn_weight.value, c_attn_bias.value, N, C, 3 * C);
+  attention_forward<float>(atty_, att_, qkv_, B, T, C, NH);
+  linear_forward<float>(out_, atty_, attn_proj_weight.value, attn_proj_bias.value, N, C, C);
+  residual_forward<float>(res2_, in_, out_, N * C);
+  layernorm_forward<float>(ln2_, ln2_mean_, ln2_rstd_, res2_, ln_2_weight.value, ln_2_bias.value, N, C);
+  linear_forward<float>(fch_, ln2_, c_fc_weight.value, c_fc_bias.value, N, C, 4 * C);
+  gelu_forward<float>(fch_gelu_, fch_, N * 4 * C);
+  linear_forward<float>(out_, fch_gelu_, mlp_proj_weight.value, mlp_proj_bias.value, N, 4 * C, C);
+  residual_forward<float>(out_, res2_, out_, N * C);
+  flow.x = out_;
+}
+
+// flow.dx holds d(out) on entry and d(in) on exit, in the same buffer (see Gpt::backward).
+void Block::backward(Flow& flow) {
+  const int B = flow.B, T = flow.T, C = config_.n_embd, NH = config_.n_head, N = B * T;
+  BlockScratch& s = *scratch_;
+  s.ensure(config_, B, T);
+  const View1<float>& dout = flow.dx;
+
+  // MLP: out = res2 + c_proj(gelu(c_fc(ln_2(res2))))
+  Kokkos::deep_copy(s.dfch_gelu, 0.0f);
+  linear_backward<float>(s.dfch_gelu, mlp_proj_weight.grad, mlp_proj_bias.grad, dout, fch_gelu_, mlp_proj_weight.value, N, 4 * C, C);
+  Kokkos::deep_copy(s.dfch, 0.0f);
+  gelu_backward<float>(s.dfch, fch_, s.dfch_gelu, N * 4 * C);
+  Kokkos::deep_copy(s.dln, 0.0f);
+  linear_backward<float>(s.dln, c_fc_weight.grad, c_fc_bias.grad, s.dfch, ln2_, c_fc_weight.value, N, C, 4 * C);
+  Kokkos::deep_copy(s.dres2, dout);  // the residual path
+  layernorm_backward<float>(s.dres2, ln_2_weight.grad, ln_2_bias.grad, s.dln, res2_, ln_2_weight.value, ln2_mean_, ln2_rstd_, N, C);
+
+  // Attention: res2 = in + c_proj(attn(c_attn(ln_1(in))))
+  Kokkos::deep_copy(s.datty, 0.0f);
+  linear_backward<float>(s.datty, attn_proj_weight.grad, attn_proj_bias.grad, s.dres2, atty_, attn_proj_weight.value, N, C, C);
+  Kokkos::deep_copy(s.dqkv, 0.0f);
+  attention_backward<float>(s.dqkv, s.datt, s.datty, qkv_, att_, B, T, C, NH);
+  Kokkos::deep_copy(s.dln, 0.0f);
+  linear_backward<float>(s.dln, c_attn_weight.grad, c_attn_bias.grad, s.dqkv, ln1_, c_attn_weight.value, N, C, 3 * C);
+  Kokkos::deep_copy(dout, s.dres2);  // the residual path, into the caller's buffer: d(out) is no longer needed
+  layernorm_backward<float>(dout, ln_1_weight.grad, ln_1_bias.grad, s.dln, in_, ln_1_weight.value, ln1_mean_, ln1_rstd_, N, C);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Gpt: tokens -> wte + wpe -> blocks -> ln_f -> logits = x wte^T (or lm_head) -> cross-entropy
+
+Gpt::Gpt(const GptConfig& c)
+    : Module("GPT"),
+      wte(add_parameter("wte.weight", {c.vocab_size, c.n_embd}, InitRule::normal(kStd), ParamRole::embedding)),
+      wpe(add_parameter("wpe.weight", {c.context_length, c.n_embd}, InitRule::normal(kStd), ParamRole::embedding)),
+      ln_f_weight(add_parameter("ln_f.weight", {c.n_embd}, InitRule::ones(), ParamRole::norm)),
+      ln_f_bias(add_parameter("ln_f.bias", {c.n_embd}, InitRule::zeros(), ParamRole::bias)),
+      lm_head(c.tie_embeddings ? nullptr
+                               : &add_parameter("lm_head.weight", {c.vocab_size, c.n_embd}, InitRule::normal(kStd),
+                                                ParamRole::weight)),
+      config_(c),
+      scratch_(std::make_shared<BlockScratch>()) {
+  c.validate();
+  for (int l = 0; l < c.n_layer; ++l) {
+    blocks_.push_back(std::make_unique<Block>(c, scratch_));
+    add_child(*blocks_.back(), "h." + std::to_string(l));
+  }
+}
+
+std::vector<Block*> Gpt::blocks() const {
+  std::vector<Block*> out;
+  for (const auto& b : blocks_) out.push_back(b.get());
+  return out;
+}
+
+void Gpt::ensure_activations(int B, int T) {
+  if (B == B_ && T == T_) return;
+  B_ = B, T_ = T;
+  const std::size_t N = static_cast<std::size_t>(B) * T, C = config_.n_embd;
+  x0_ = uninitialized<float>("gpt.x0", N * C);
+  lnf_ = uninitialized<float>("gpt.lnf", N * C);
+  lnf_mean_ = uninitialized<float>("gpt.lnf_mean", N);
+  lnf_rstd_ = uninitialized<float>("gpt.lnf_rstd", N);
+  logits_ = uninitialized<float>("gpt.logits", N * static_cast<std::size_t>(config_.vocab_size));
+  losses_ = uninitialized<float>("gpt.losses", N);
+  dlnf_ = uninitialized<float>("gpt.dlnf", N * C);
+  dx_ = uninitialized<float>("gpt.dx", N * C);
+}
+
+void Gpt::forward(Flow& flow) {
+  const int B = flow.B, T = flow.T, C = config_.n_embd, V = config_.vocab_size, N = B * T;
+  FSDPP_REQUIRE(T >= 1 && T <= config_.context_length, "sequence length {} exceeds model.context_length {}", T,
+                config_.context_length);
+  ensure_activations(B, T);
+  encoder_forward<float>(x0_, flow.tokens, wte.value, wpe.value, B, T, C);
+  flow.x = x0_;
+  for (auto& block : blocks_) (*block)(flow);
+  final_x_ = flow.x;
+  layernorm_forward<float>(lnf_, lnf_mean_, lnf_rstd_, final_x_, ln_f_weight.value, ln_f_bias.value, N, C);
+  linear_forward<float>(logits_, lnf_, head().value, View1<float>(), N, C, V);
+  // Training: the fused kernel leaves d(loss)/d(logits) in logits_, saving a (B*T,V) buffer.
+  if (flow.training)
+    crossentropy_forward_backward<float>(logits_, losses_, flow.targets, N, V, flow.loss_scale / static_cast<float>(N));
+  else
+    crossentropy_forward<float>(losses_, logits_, flow.targets, N, V);
+  double total = 0.0;
+  const auto losses = losses_;
+  Kokkos::parallel_reduce(
+      "fsdpp::gpt_mean_loss", Kokkos::RangePolicy<ExecSpace>(0, N),
+      KOKKOS_LAMBDA(const int i, double& sum) { sum += losses(i); }, total);
+  flow.loss = total / N;
+}
+
+void Gpt::backward(Flow& flow) {
+  const int B = flow.B, T = flow.T, C = config_.n_embd, V = config_.vocab_size, N = B * T;
+  FSDPP_CHECK(flow.training, "backward after a forward with training = false: the loss gradient was not prepared");
+  Kokkos::deep_copy(dlnf_, 0.0f);
+  linear_backward<float>(dlnf_, head().grad, View1<float>(), logits_, lnf_, head().value, N, C, V);
+  Kokkos::deep_copy(dx_, 0.0f);
+  layernorm_backward<float>(dx_, ln_f_weight.grad, ln_f_bias.grad, dlnf_, final_x_, ln_f_weight.value, lnf_mean_, lnf_rstd_, N, C);
+  flow.dx = dx_;
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (**it)(flow, Pass::backward);
+  encoder_backward<float>(wte.grad, wpe.grad, flow.dx, flow.tokens, B, T, C);
+}
+
+}  // namespace fsdpp

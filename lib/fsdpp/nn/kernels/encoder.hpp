@@ -1,0 +1,87 @@
+#pragma once
+// GPT-2 input embedding: token embedding plus learned position embedding (llm.c's encoder_forward/backward).
+//
+// Backward ACCUMULATES (+=) into dwte and dwpe; the caller zeroes them.
+//
+// Determinism without atomics: a token may repeat anywhere in the batch, so rows of dwte receive sums of many
+// rows of dout. dwte is reduced column tile by column tile (detail.hpp), each work item walking all N rows in
+// order, so every element of dwte is summed in row order whatever the backend or tile width. dwpe is reduced per
+// (position, column tile), looping over the batch in order. Both are O(N*C), like the forward.
+//
+// Token ids outside [0, V), V = wte.extent(0) / C, are skipped: the forward adds no token embedding for them
+// and backward gives them no gradient. The data loader rejects such tokens with a clear error; this guard only
+// keeps a kernel from reading or writing out of bounds.
+//
+// The template parameter is named Real, not T, because T is the sequence length here.
+#include "fsdpp/nn/kernels/detail.hpp"
+#include "fsdpp/tensor/types.hpp"
+
+#include <cstdint>
+
+namespace fsdpp::kernels {
+
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+template <class Real>
+void encoder_forward(const View1<Real>& out,                        // out (B,T,C)
+                     const View1<const std::int32_t>& tokens,    // tokens (B,T)
+                     const View1<const Real>& wte,                  // wte (V,C)
+                     const View1<const Real>& wpe,                  // wpe (maxT,C), maxT >= T
+                     int B, int T, int C) {
+  const int N = B * T;
+  const std::int64_t V = C > 0 ? static_cast<std::int64_t>(wte.extent(0)) / C : 0;
+  Kokkos::parallel_for(
+      "fsdpp::encoder_forward", Kokkos::RangePolicy<ExecSpace>(0, N), KOKKOS_LAMBDA(const int n) {
+        const std::int64_t tok = tokens(n);
+        const bool valid = tok >= 0 && tok < V;
+        Real* o = out.data() + static_cast<std::int64_t>(n) * C;
+        const Real* p = wpe.data() + static_cast<std::int64_t>(n % T) * C;
+        if (valid) {
+          const Real* w = wte.data() + tok * C;
+          for (int c = 0; c < C; ++c) o[c] = w[c] + p[c];
+        } else {
+          for (int c = 0; c < C; ++c) o[c] = p[c];
+        }
+      });
+}
+
+// dwte[v,:] += sum over (b,t) with tokens[b,t] == v of dout[b,t,:];  dwpe[t,:] += sum over b of dout[b,t,:]
+template <class Real>
+void encoder_backward(const View1<Real>& dwte,                      // dwte (V,C), +=
+                      const View1<Real>& dwpe,                      // dwpe (maxT,C), +=
+                      const View1<const Real>& dout,                // dout (B,T,C)
+                      const View1<const std::int32_t>& tokens,   // tokens (B,T)
+                      int B, int T, int C) {
+  using detail::kColumnTile;
+  const int N = B * T;
+  const int tiles = detail::column_tiles(C);
+  const std::int64_t V = C > 0 ? static_cast<std::int64_t>(dwte.extent(0)) / C : 0;
+
+  // Each tile's loop over rows is a scatter into dwte: rows of the same token hit the same tile in row order.
+  Kokkos::parallel_for(
+      "fsdpp::encoder_backward", Kokkos::RangePolicy<ExecSpace>(0, tiles), KOKKOS_LAMBDA(const int tile) {
+        const int c0 = detail::tile_begin(tile), w = detail::tile_end(tile, C) - c0;
+        for (int n = 0; n < N; ++n) {
+          const std::int64_t tok = tokens(n);
+          if (tok < 0 || tok >= V) continue;
+          Real* d = dwte.data() + tok * C + c0;
+          const Real* g = dout.data() + static_cast<std::int64_t>(n) * C + c0;
+          for (int c = 0; c < w; ++c) d[c] += g[c];
+        }
+      });
+
+  Kokkos::parallel_for(
+      "fsdpp::encoder_backward", Kokkos::RangePolicy<ExecSpace>(0, T * tiles), KOKKOS_LAMBDA(const int i) {
+        const int t = i / tiles, tile = i % tiles;
+        const int c0 = detail::tile_begin(tile), w = detail::tile_end(tile, C) - c0;
+        Real acc[kColumnTile];
+        for (int c = 0; c < w; ++c) acc[c] = Real(0);
+        for (int b = 0; b < B; ++b) {
+          const Real* g = dout.data() + (static_cast<std::int64_t>(b) * T + t) * C + c0;
+          for (int c = 0; c < w; ++c) acc[c] += g[c];
+        }
+        Real* d = dwpe.data() + static_cast<std::int64_t>(t) * C + c0;
+        for (int c = 0; c < w; ++c) d[c] += acc[c];
+      });
+}
+
+}  // namespace fsdpp::kernels

@@ -1,0 +1,68 @@
+#pragma once
+// Fully connected layer, weights stored (OC,C) as PyTorch's nn.Linear and llm.c: out = inp @ weight^T + bias.
+// The products go through fsdpp::gemm (OpenBLAS or cuBLAS, tensor/matmul.hpp).
+//
+// Backward ACCUMULATES (+=) into dinp, dweight and dbias: the GEMMs run with beta = 1, so gradient accumulation
+// over micro-batches and the sum of several consumers of one activation come for free. The caller zeroes.
+//
+// An empty bias view (extent 0) means the layer has no bias (GPT-2's tied lm head); pass an empty dbias then.
+//
+// Ordering: host backends finish a parallel_for before returning, and on CUDA the GEMMs run on Kokkos's own
+// stream, so kernels and products need no fences between them.
+#include "fsdpp/nn/kernels/detail.hpp"
+#include "fsdpp/tensor/matmul.hpp"
+#include "fsdpp/tensor/types.hpp"
+
+#include <cstdint>
+
+namespace fsdpp::kernels {
+
+// out = inp @ weight^T (+ bias)
+template <class T>
+void linear_forward(const View1<T>& out,             // out (N,OC)
+                    const View1<const T>& inp,       // inp (N,C)
+                    const View1<const T>& weight,    // weight (OC,C)
+                    const View1<const T>& bias,      // bias (OC), or empty for none
+                    int N, int C, int OC) {
+  // The bias is added by a pass after the product. Pre-loading it into out for a beta = 1 GEMM measured the
+  // same (N=2048, C=256, OC=1024, one OpenBLAS thread: 9.45 against 9.49 ms median, run-to-run noise ~1%, the
+  // GEMM alone 9.2 ms): either way out is written once more than by the GEMM alone. This order keeps the GEMM
+  // from reading out's stale contents.
+  gemm<T>(Trans::N, Trans::T, N, OC, C, T(1), inp.data(), C, weight.data(), C, T(0), out.data(), OC);
+  if (bias.extent(0) == 0) return;
+  Kokkos::parallel_for(
+      "fsdpp::linear_forward", Kokkos::RangePolicy<ExecSpace>(0, N), KOKKOS_LAMBDA(const int n) {
+        T* o = out.data() + static_cast<std::int64_t>(n) * OC;
+        const T* b = bias.data();
+        for (int j = 0; j < OC; ++j) o[j] += b[j];
+      });
+}
+
+// dinp += dout @ weight;  dweight += dout^T @ inp;  dbias += sum_n dout
+template <class T>
+void linear_backward(const View1<T>& dinp,           // dinp (N,C), +=
+                     const View1<T>& dweight,        // dweight (OC,C), +=
+                     const View1<T>& dbias,          // dbias (OC), +=, or empty for none
+                     const View1<const T>& dout,     // dout (N,OC)
+                     const View1<const T>& inp,      // inp (N,C)
+                     const View1<const T>& weight,   // weight (OC,C)
+                     int N, int C, int OC) {
+  using detail::kColumnTile;
+  gemm<T>(Trans::N, Trans::N, N, C, OC, T(1), dout.data(), OC, weight.data(), C, T(1), dinp.data(), C);
+  gemm<T>(Trans::T, Trans::N, OC, C, N, T(1), dout.data(), OC, inp.data(), C, T(1), dweight.data(), C);
+  if (dbias.extent(0) == 0) return;
+  Kokkos::parallel_for(
+      "fsdpp::linear_backward", Kokkos::RangePolicy<ExecSpace>(0, detail::column_tiles(OC)),
+      KOKKOS_LAMBDA(const int tile) {
+        const int j0 = detail::tile_begin(tile), w = detail::tile_end(tile, OC) - j0;
+        T acc[kColumnTile];
+        for (int j = 0; j < w; ++j) acc[j] = T(0);
+        for (int n = 0; n < N; ++n) {
+          const T* g = dout.data() + static_cast<std::int64_t>(n) * OC + j0;
+          for (int j = 0; j < w; ++j) acc[j] += g[j];
+        }
+        for (int j = 0; j < w; ++j) dbias(j0 + j) += acc[j];
+      });
+}
+
+}  // namespace fsdpp::kernels

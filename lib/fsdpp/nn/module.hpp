@@ -1,0 +1,88 @@
+#pragma once
+// Module: a node of the model tree that owns named parameters and named children, and is run through ONE
+// door, its call operator, for both passes:
+//     block(flow);                  // forward
+//     block(flow, Pass::backward);  // backward
+// There is no autograd: each module implements forward and backward side by side and keeps the activations
+// its backward needs. Hooks registered on a module run before and after each pass; fully_shard uses them to
+// all-gather parameters before a pass and reshard / reduce-scatter gradients after it.
+#include "fsdpp/nn/parameter.hpp"
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fsdpp {
+
+// What flows between modules of a language model: tokens in, the residual stream through, a loss out, and
+// the gradient of the residual stream back.
+struct Flow {
+  int B = 0, T = 0;
+  View1<const std::int32_t> tokens;   // (B*T)
+  View1<const std::int32_t> targets;  // (B*T)
+  View1<float> x;                     // residual stream (B,T,C); each module reads its input here, leaves its output
+  View1<float> dx;                    // gradient of the residual stream (B,T,C), the same way backwards
+  bool training = true;               // forward also prepares the loss gradient (fused cross-entropy)
+  double loss = 0.0;                  // mean cross-entropy over B*T positions
+  float loss_scale = 1.0f;            // d(total objective)/d(loss): 1/accumulation_steps under accumulation
+};
+
+enum class Pass { forward, backward };
+
+class Module;
+
+// Called around each pass of the module it is registered on.
+class ModuleHooks {
+ public:
+  virtual ~ModuleHooks() = default;
+  virtual void before(Module&, Pass) {}
+  virtual void after(Module&, Pass) {}
+};
+
+class Module {
+ public:
+  explicit Module(std::string type_name) : type_name_(std::move(type_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  void operator()(Flow& flow, Pass pass = Pass::forward);
+
+  const std::string& path() const { return path_; }  // "" for the root, "h.0" for the first block
+  const std::string& type_name() const { return type_name_; }
+  std::string display_name() const { return path_.empty() ? type_name_ + " (root)" : path_; }
+  Module* parent() const { return parent_; }
+
+  std::vector<Parameter*> parameters(bool recurse = true);
+  std::vector<Module*> children() const { return children_; }
+  std::vector<Module*> modules();  // this module and every descendant, parents first
+
+  void add_hooks(std::shared_ptr<ModuleHooks> hooks) { hooks_.push_back(std::move(hooks)); }
+  void clear_hooks() { hooks_.clear(); }
+
+  // Storage and values for every parameter that has none yet (see parameter.hpp). Gradients start at zero.
+  void to_empty();
+  void reset_parameters(std::uint64_t seed);
+  void zero_grad();
+
+ protected:
+  Parameter& add_parameter(const std::string& local_name, std::vector<std::int64_t> shape, InitRule init,
+                           ParamRole role);
+  void add_child(Module& child, const std::string& name);
+  virtual void forward(Flow& flow) = 0;
+  virtual void backward(Flow& flow) = 0;
+
+ private:
+  void set_path(const std::string& path);
+
+  std::string type_name_;
+  std::string path_;
+  Module* parent_ = nullptr;
+  std::deque<Parameter> parameters_;  // deque: parameter addresses stay valid as more are added
+  std::vector<Module*> children_;
+  std::vector<std::shared_ptr<ModuleHooks>> hooks_;
+};
+
+}  // namespace fsdpp

@@ -1,0 +1,61 @@
+#pragma once
+// Parameter: a named tensor with a global shape and an init rule that does not depend on where or how it is
+// stored. A model can therefore be built with no memory at all ("meta"), sharded, and only then given storage
+// (to_empty) and values (reset_parameters): element i of a tensor gets the same value however it is split.
+#include "fsdpp/tensor/types.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fsdpp {
+
+struct InitRule {
+  enum class Kind { normal, zeros, ones };
+  Kind kind = Kind::zeros;
+  float std = 0.0f;  // for normal: N(0, std^2)
+  static InitRule normal(float std) { return {Kind::normal, std}; }
+  static InitRule zeros() { return {Kind::zeros, 0.0f}; }
+  static InitRule ones() { return {Kind::ones, 0.0f}; }
+};
+
+// How an optimizer treats a parameter by default (AdamW decays only matrices that are not embeddings).
+enum class ParamRole { weight, bias, norm, embedding };
+
+class Parameter {
+ public:
+  Parameter(std::string local_name, std::vector<std::int64_t> shape, InitRule init, ParamRole role);
+
+  const std::string& name() const { return name_; }  // hierarchical: "h.0.attn.c_attn.weight"
+  const std::string& local_name() const { return local_name_; }
+  const std::vector<std::int64_t>& shape() const { return shape_; }
+  std::int64_t numel() const;
+  std::int64_t rows() const { return shape_.empty() ? 1 : shape_[0]; }  // dim 0, the dimension FSDP splits
+  std::int64_t row_size() const { return rows() == 0 ? 0 : numel() / rows(); }
+  const InitRule& init() const { return init_; }
+  ParamRole role() const { return role_; }
+  std::string shape_string() const;  // "[4096, 256]"
+
+  // Storage; empty while the parameter is on "meta". Values (and gradients) are f32 master copies.
+  View1<float> value;
+  View1<float> grad;
+  bool is_meta() const { return value.extent(0) == 0 && numel() > 0; }
+
+ private:
+  friend class Module;
+  std::string local_name_;
+  std::string name_;
+  std::vector<std::int64_t> shape_;
+  InitRule init_;
+  ParamRole role_;
+};
+
+// Fill `out` with elements [first, first + out.extent(0)) of the parameter's flattened initial tensor. The
+// value of element i depends only on (seed, parameter name, i): a Philox counter-based generator, keyed by
+// the seed and a hash of the name, counted by i (Random123; Salmon et al., SC'11).
+void fill_initial_values(const View1<float>& out, const InitRule& rule, std::uint64_t seed, const std::string& name,
+                         std::int64_t first);
+
+std::uint64_t name_hash(const std::string& name);  // FNV-1a, stable across runs and machines
+
+}  // namespace fsdpp

@@ -1,0 +1,292 @@
+#include "fsdpp/train/trainer.hpp"
+
+#include "fsdpp/comm/mpi_communicator.hpp"
+#include "fsdpp/data/sampler.hpp"
+#include "fsdpp/data/synthetic_corpus.hpp"
+#include "fsdpp/data/token_file.hpp"
+#include "fsdpp/nn/gpt.hpp"
+#include "fsdpp/optim/adamw.hpp"
+#include "fsdpp/optim/grad_norm.hpp"
+#include "fsdpp/optim/lr_schedule.hpp"
+#include "fsdpp/optim/sgd.hpp"
+#include "fsdpp/runtime/build_info.hpp"
+#include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/timers.hpp"
+#include "fsdpp/tensor/matmul.hpp"
+#include "fsdpp/train/step_log.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+namespace fsdpp {
+namespace {
+
+enum Section { kData, kForward, kBackward, kGradSync, kOptimizer, kEval, kOther, kSections };
+
+GptConfig model_config(const ModelConfig& m) {
+  GptConfig c;
+  c.vocab_size = m.vocab_size;
+  c.context_length = m.context_length;
+  c.n_embd = m.n_embd;
+  c.n_layer = m.n_layer;
+  c.n_head = m.n_head;
+  c.tie_embeddings = m.tie_embeddings;
+  return c;
+}
+
+struct Dataset {
+  std::vector<std::uint32_t> tokens;
+  std::optional<double> entropy_floor;
+  std::string description;
+};
+
+Dataset load_dataset(const Deck& deck) {
+  Dataset d;
+  const int V = deck.model.vocab_size;
+  if (deck.data.source == "synthetic") {
+    SyntheticCorpus corpus(deck.run.seed, V);
+    // Windows are drawn with replacement from a stationary source, so a few million tokens give variety
+    // enough; more only costs memory on every rank.
+    const std::int64_t n = std::max<std::int64_t>(std::int64_t{1} << 21, 64LL * deck.model.context_length);
+    d.tokens = corpus.generate(n);
+    d.entropy_floor = corpus.entropy_rate_nats();
+    d.description = fmt::format("synthetic Markov corpus (V {}, {} successors, seed {}), {} tokens, entropy rate "
+                                "{:.4f} nats/token", V, corpus.successors(), deck.run.seed, n, *d.entropy_floor);
+    return d;
+  }
+  const std::string& path = deck.data.source;
+  switch (deck.data.format) {
+    case DataFormat::automatic: d.tokens = load_tokens(path, V); break;
+    case DataFormat::gpt2: d.tokens = load_tokens(path, TokenFormat::gpt2_bin, V); break;
+    case DataFormat::uint16: d.tokens = load_tokens(path, TokenFormat::raw_u16, V); break;
+    case DataFormat::uint32: d.tokens = load_tokens(path, TokenFormat::raw_u32, V); break;
+  }
+  d.description = fmt::format("{} ({} tokens)", path, d.tokens.size());
+  return d;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& o, std::vector<Parameter*> params) {
+  if (o.name == OptimizerKind::sgd) {
+    SgdConfig c;
+    c.lr = static_cast<float>(o.lr);
+    c.momentum = static_cast<float>(o.momentum);
+    c.weight_decay = static_cast<float>(o.weight_decay);
+    c.decay_embeddings = o.decay_embeddings, c.decay_norms = o.decay_norms, c.decay_biases = o.decay_biases;
+    return std::make_unique<Sgd>(std::move(params), c);
+  }
+  AdamWConfig c;
+  c.lr = static_cast<float>(o.lr);
+  c.beta1 = static_cast<float>(o.beta1), c.beta2 = static_cast<float>(o.beta2), c.eps = static_cast<float>(o.eps);
+  c.weight_decay = static_cast<float>(o.weight_decay);
+  c.decay_embeddings = o.decay_embeddings, c.decay_norms = o.decay_norms, c.decay_biases = o.decay_biases;
+  return std::make_unique<AdamW>(std::move(params), c);
+}
+
+// A micro-batch on the device: tokens and next-token targets, (m, T) each.
+struct Batch {
+  std::vector<std::int32_t> host_inputs, host_targets;
+  View1<std::int32_t> inputs, targets;
+  Batch(int m, int T)
+      : host_inputs(static_cast<std::size_t>(m) * T), host_targets(host_inputs.size()),
+        inputs("batch.inputs", host_inputs.size()), targets("batch.targets", host_inputs.size()) {}
+  void upload() {
+    Kokkos::deep_copy(inputs, HostView1<std::int32_t>(host_inputs.data(), host_inputs.size()));
+    Kokkos::deep_copy(targets, HostView1<std::int32_t>(host_targets.data(), host_targets.size()));
+  }
+};
+
+double mean_over(MpiCommunicator& comm, double value) {
+  comm.all_reduce(&value, 1, ReduceOp::avg);
+  return value;
+}
+
+}  // namespace
+
+TrainSummary train(Runtime& rt, const Deck& deck, TrainOptions options) {
+  const bool speaks = rt.rank() == 0 && !options.quiet;
+  const int R = rt.size(), r = rt.rank();
+  const int T = deck.model.context_length, m = deck.train.micro_batch, G = deck.train.global_batch;
+  const int accum = grad_accum_steps(deck.train, R);
+  MpiCommunicator world(rt.world());
+
+  // Output folder, resolved deck, metrics.
+  std::string metrics_path;
+  if (rt.rank() == 0 && !deck.run.output.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(deck.run.output, ec);
+    FSDPP_CHECK(!ec, "cannot create run.output '{}': {}", deck.run.output, ec.message());
+    std::ofstream(deck.run.output + "/deck.resolved.yaml") << resolved_deck_yaml(deck);
+    metrics_path = deck.run.output + "/metrics.jsonl";
+  }
+
+  const Dataset data = load_dataset(deck);
+  WindowSampler sampler(data.tokens, T, deck.data.val_fraction, deck.run.seed);
+  FSDPP_REQUIRE(!(deck.train.eval_interval > 0 && !sampler.has_val()),
+                "train.eval_interval is {} but the data has no validation split; set data.val_fraction > 0 or "
+                "train.eval_interval: 0", deck.train.eval_interval);
+
+  // Built on meta (shapes and init rules), then storage, then values: the path fully_shard will split.
+  const GptConfig config = model_config(deck.model);
+  Gpt model(config);
+  model.to_empty();
+  model.reset_parameters(deck.run.seed);
+  auto optimizer = make_optimizer(deck.optim, model.parameters());
+  LrSchedule schedule;
+  schedule.kind = deck.schedule.kind == ScheduleKind::cosine ? LrSchedule::cosine : LrSchedule::constant;
+  schedule.lr = static_cast<float>(deck.optim.lr);
+  schedule.min_lr = static_cast<float>(deck.schedule.min_lr);
+  schedule.warmup_steps = deck.schedule.warmup_steps;
+  schedule.total_steps = deck.train.steps;
+  schedule.validate();
+
+  TrainSummary summary;
+  summary.loss_floor = data.entropy_floor;
+  summary.flops_per_token = config.flops_per_token(T);
+  if (options.measure_peak) {
+    summary.sgemm_gflops = measure_sgemm_gflops(1024, 3);
+    summary.sgemm_gflops = mean_over(world, summary.sgemm_gflops);
+  }
+  const double tokens_per_step = static_cast<double>(G) * T;
+
+  if (speaks) {
+    Log::info("{}", format_build_info());
+    Log::info("matmul: {}, BLAS threads per rank: {}", matmul_backend(), blas_threads());
+    Log::info("---- resolved deck ----\n{}-----------------------", resolved_deck_yaml(deck));
+    Log::info("model: GPT-2, V {} T {} C {} L {} NH {} ({} embeddings), {} parameters", config.vocab_size, T,
+              config.n_embd, config.n_layer, config.n_head, config.tie_embeddings ? "tied" : "untied",
+              config.parameter_count());
+    Log::info("data: {}", data.description);
+    Log::info("batch: {} sequences x {} tokens = {:.0f} tokens per step; {} rank(s) x {} micro-batch(es) of {}",
+              G, T, tokens_per_step, R, accum, m);
+    Log::info("flops per token: {:.4g} (6 x matmul parameters + 12 x L x T x C); sgemm peak {:.1f} GFLOP/s per rank",
+              summary.flops_per_token, summary.sgemm_gflops);
+    if (data.entropy_floor) Log::info("loss floor (entropy rate of the corpus): {:.4f}", *data.entropy_floor);
+  }
+
+  StepLog step_log(rt.rank() == 0 && !options.quiet, metrics_path, deck.log.header_every);
+  SectionTimers timers({"Data", "Forward", "Backward", "GradSync", "Optimizer", "Eval", "Other"});
+  Batch batch(m, T);
+  const auto params = model.parameters();
+  Flow flow;
+  flow.B = m;
+  flow.T = T;
+
+  auto evaluate = [&]() {
+    double total = 0;
+    const int per_rank = std::max(1, deck.train.eval_batches);
+    for (int e = 0; e < per_rank; ++e) {
+      // Validation batch e: the same fixed windows every evaluation, split over ranks like training.
+      sampler.fill_batch(Split::val, e, static_cast<std::int64_t>(m) * R, static_cast<std::int64_t>(r) * m, m,
+                         batch.host_inputs.data(), batch.host_targets.data());
+      batch.upload();
+      flow.tokens = batch.inputs;
+      flow.targets = batch.targets;
+      flow.training = false;
+      model(flow);
+      total += flow.loss;
+    }
+    return mean_over(world, total / per_rank);
+  };
+
+  const auto loop_start = std::chrono::steady_clock::now();
+  double eval_seconds = 0;
+  auto last_log = loop_start;
+  std::int64_t last_log_step = 0;
+  timers.restart();
+  for (std::int64_t step = 0; step < deck.train.steps; ++step) {
+    const float lr = schedule.at(step);
+    model.zero_grad();
+    double loss = 0;
+    for (int a = 0; a < accum; ++a) {
+      const std::int64_t first = micro_batch_first_sequence(G, m, R, r, a);
+      sampler.fill_train_batch(G, first, m, batch.host_inputs.data(), batch.host_targets.data());
+      batch.upload();
+      flow.tokens = batch.inputs;
+      flow.targets = batch.targets;
+      flow.training = true;
+      flow.loss_scale = 1.0f / static_cast<float>(accum * R);  // the objective is the mean over the global batch
+      timers.mark(kData);
+      model(flow);
+      Kokkos::fence();
+      timers.mark(kForward);
+      model(flow, Pass::backward);
+      Kokkos::fence();
+      timers.mark(kBackward);
+      loss += flow.loss;
+    }
+    // Each rank's gradients already carry 1/(accum x R); summing over ranks gives the global mean.
+    if (R > 1)
+      for (Parameter* p : params) world.all_reduce(p->grad.data(), p->grad.extent(0), DType::f32, ReduceOp::sum);
+    loss = mean_over(world, loss / accum);
+    timers.mark(kGradSync);
+    const double norm = deck.train.grad_clip > 0 ? clip_grad_norm(params, deck.train.grad_clip) : global_grad_norm(params);
+    optimizer->step(lr);
+    sampler.advance();
+    Kokkos::fence();
+    timers.mark(kOptimizer);
+    if (step == 0) summary.first_loss = loss;
+    summary.final_loss = loss;
+
+    const std::int64_t done = step + 1;
+    const bool last = done == deck.train.steps;
+    std::optional<double> val;
+    if (deck.train.eval_interval > 0 && (done % deck.train.eval_interval == 0 || last)) {
+      const auto t0 = std::chrono::steady_clock::now();
+      val = evaluate();
+      eval_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      summary.final_val_loss = val;
+      timers.mark(kEval);
+    }
+    if (done % std::max<std::int64_t>(1, deck.log.interval) == 0 || last || done == 1) {
+      const auto now = std::chrono::steady_clock::now();
+      const double seconds = std::chrono::duration<double>(now - last_log).count();
+      const double steps = static_cast<double>(done - last_log_step);
+      StepRecord rec;
+      rec.step = done;
+      rec.loss = loss;
+      rec.val_loss = val;
+      rec.lr = lr;
+      rec.grad_norm = norm;
+      rec.ms_per_step = 1000.0 * seconds / steps;
+      rec.tokens_per_s = tokens_per_step * steps / seconds;
+      rec.mfu = summary.sgemm_gflops > 0 ? rec.tokens_per_s * summary.flops_per_token / (summary.sgemm_gflops * 1e9 * R) : 0;
+      rec.peak_mem_bytes = peak_host_memory_bytes();
+      step_log.write(rec);
+      last_log = now;
+      last_log_step = done;
+      timers.mark(kOther);
+    }
+  }
+  summary.steps = deck.train.steps;
+  summary.loop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
+  const double train_seconds = summary.loop_seconds - eval_seconds;
+  summary.tokens_per_s = train_seconds > 0 ? tokens_per_step * summary.steps / train_seconds : 0;
+  summary.mfu = summary.sgemm_gflops > 0
+                    ? summary.tokens_per_s * summary.flops_per_token / (summary.sgemm_gflops * 1e9 * R) : 0;
+
+  const std::string breakdown = timers.report(rt.world(), summary.loop_seconds);
+  std::int64_t peak = peak_host_memory_bytes();
+  std::int64_t peaks[3] = {peak, peak, peak};
+  MPI_Allreduce(MPI_IN_PLACE, &peaks[0], 1, MPI_INT64_T, MPI_MIN, rt.world());
+  MPI_Allreduce(MPI_IN_PLACE, &peaks[1], 1, MPI_INT64_T, MPI_SUM, rt.world());
+  MPI_Allreduce(MPI_IN_PLACE, &peaks[2], 1, MPI_INT64_T, MPI_MAX, rt.world());
+  if (speaks) {
+    Log::info("Loop time of {:.3f} on {} procs for {} steps with {:.0f} tokens", summary.loop_seconds, R,
+              summary.steps, tokens_per_step * summary.steps);
+    Log::info("Performance: {:.0f} tokens/s, {:.2f} GFLOP/s, MFU {:.3f} (of {:.1f} GFLOP/s sgemm peak per rank)",
+              summary.tokens_per_s, summary.tokens_per_s * summary.flops_per_token / 1e9, summary.mfu,
+              summary.sgemm_gflops);
+    Log::info("\nMPI task timing breakdown:\n{}", breakdown);
+    Log::info("Per MPI rank peak host memory (min/avg/max) = {:.1f} / {:.1f} / {:.1f} MiB", peaks[0] / 1048576.0,
+              peaks[1] / 1048576.0 / R, peaks[2] / 1048576.0);
+    if (summary.final_val_loss)
+      Log::info("final loss {:.4f}, validation loss {:.4f}{}", summary.final_loss, *summary.final_val_loss,
+                data.entropy_floor ? fmt::format(" (floor {:.4f})", *data.entropy_floor) : std::string());
+  }
+  return summary;
+}
+
+}  // namespace fsdpp

@@ -1,0 +1,37 @@
+#pragma once
+// The training loop of `fsdpp train`: data -> model -> optimizer, with evaluation, the step table, metrics
+// and the end-of-run timing breakdown. The batch is fixed by the deck, not the launch: global batch s holds
+// the same sequences on 1 rank or 64, and each rank runs its share as micro-batches (gradient accumulation).
+// Until fully_shard exists, several ranks train data-parallel with every parameter replicated and gradients
+// averaged by all_reduce (DDP semantics).
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/runtime/runtime.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace fsdpp {
+
+struct TrainSummary {
+  std::int64_t steps = 0;
+  double first_loss = 0;               // training loss of the first step
+  double final_loss = 0;               // training loss of the last step
+  std::optional<double> final_val_loss;
+  std::optional<double> loss_floor;    // entropy rate of the synthetic corpus, nats per token
+  double tokens_per_s = 0;             // over the whole loop, evaluation excluded
+  double flops_per_token = 0;
+  double sgemm_gflops = 0;             // measured single-rank peak MFU is quoted against (0 if not measured)
+  double mfu = 0;
+  double loop_seconds = 0;
+};
+
+struct TrainOptions {
+  bool measure_peak = true;  // time an sgemm at start-up for the MFU column
+  bool quiet = false;        // no banner, table or breakdown (tests)
+};
+
+// Collective over the runtime's world. Throws UsageError for a deck that cannot run on this launch.
+TrainSummary train(Runtime& runtime, const Deck& deck, TrainOptions options = {});
+
+}  // namespace fsdpp

@@ -1,0 +1,301 @@
+// The YAML input deck: defaults, overrides, the resolved-deck round trip, --help-deck, and malformed decks,
+// each checked for its exact message (what a user sees is the contract: file:line:col, key path, expected, got).
+#include "mpi_test.hpp"
+
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/runtime/error.hpp"
+
+#include <string>
+#include <vector>
+
+using fsdpp::Deck;
+using fsdpp::parse_deck;
+
+namespace {
+
+const char* const kMinimal = "train:\n  steps: 10\n";
+
+// The UsageError text parse_deck throws, or "(no error)".
+std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_deck(text, "deck.yaml", overrides);
+  } catch (const fsdpp::UsageError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("deck: a minimal deck gets every default") {
+  const Deck d = parse_deck(kMinimal, "input/tiny.yaml", {});
+  CHECK(d.run.name == "tiny");  // named after the deck file
+  CHECK(d.run.seed == 1337);
+  CHECK(d.run.output == "runs/tiny");
+  CHECK(d.model.vocab_size == 50257);
+  CHECK(d.model.context_length == 1024);
+  CHECK(d.model.n_embd == 768);
+  CHECK(d.model.n_layer == 12);
+  CHECK(d.model.n_head == 12);
+  CHECK(d.model.tie_embeddings);
+  CHECK(d.data.source == "synthetic");
+  CHECK(d.data.format == fsdpp::DataFormat::automatic);
+  CHECK(d.optim.name == fsdpp::OptimizerKind::adamw);
+  CHECK(d.optim.lr == 3e-4);
+  CHECK(!d.optim.decay_embeddings);
+  CHECK(d.schedule.kind == fsdpp::ScheduleKind::constant);
+  CHECK(d.train.steps == 10);
+  CHECK(d.train.global_batch == 8);
+  CHECK(d.train.micro_batch == 8);  // defaults to global_batch: no accumulation on one rank
+  CHECK(d.train.grad_clip == 1.0);
+  CHECK(d.log.interval == 10);
+  CHECK(d.fsdp.strategy == fsdpp::ShardStrategy::full_shard);
+  CHECK(d.fsdp.reshard_after_forward.kind == fsdpp::ReshardAfterForward::Kind::automatic);
+  CHECK(d.fsdp.param_dtype == fsdpp::DType::f32);
+  CHECK(d.fsdp.accumulate == fsdpp::GradAccumulation::sharded);
+  REQUIRE(d.mesh.dims().size() == 1);
+  CHECK(d.mesh.dims()[0].name == "dp_shard");
+  CHECK(d.mesh.dims()[0].size == -1);
+  CHECK(d.checkpoint.dir == "runs/tiny/checkpoints");
+  CHECK(d.checkpoint.interval == 0);
+  CHECK(d.checkpoint.resume == fsdpp::ResumeMode::off);
+  CHECK(!d.checkpoint.async);
+}
+
+TEST_CASE("deck: values, comments, empty sections and YAML's boolean spellings") {
+  const Deck d = parse_deck(
+      "# a tiny model\n"
+      "run: {name: t1, seed: 7}\n"
+      "model:\n  vocab_size: 256\n  context_length: 64\n  n_embd: 64\n  n_layer: 2\n  n_head: 4\n"
+      "  tie_embeddings: no\n"
+      "log:\n"
+      "optim:\n  name: sgd\n  lr: +1e-2\n  decay_norms: Yes\n"
+      "train: {steps: 100, global_batch: 16, micro_batch: 4}\n"
+      "fsdp: {strategy: hybrid_shard, reshard_after_forward: 2, param_dtype: bf16}\n"
+      "mesh: {dp_replicate: 2}\n"
+      "checkpoint: {interval: 50, resume: auto, async: on}\n",
+      "deck.yaml", {});
+  CHECK(d.run.name == "t1");
+  CHECK(d.run.seed == 7);
+  CHECK(d.run.output == "runs/t1");
+  CHECK(d.model.vocab_size == 256);
+  CHECK(!d.model.tie_embeddings);
+  CHECK(d.optim.name == fsdpp::OptimizerKind::sgd);
+  CHECK(d.optim.lr == 1e-2);
+  CHECK(d.optim.decay_norms);
+  CHECK(d.train.micro_batch == 4);
+  CHECK(d.fsdp.reshard_after_forward.kind == fsdpp::ReshardAfterForward::Kind::group);
+  CHECK(d.fsdp.reshard_after_forward.group_size == 2);
+  CHECK(d.fsdp.param_dtype == fsdpp::DType::bf16);
+  // Mesh keys merge into the default {dp_shard: -1}, outermost dimension first.
+  REQUIRE(d.mesh.dims().size() == 2);
+  CHECK(d.mesh.dims()[0].name == "dp_replicate");
+  CHECK(d.mesh.dims()[0].size == 2);
+  CHECK(d.mesh.dims()[1].name == "dp_shard");
+  CHECK(d.mesh.dims()[1].size == -1);
+  CHECK(d.checkpoint.resume == fsdpp::ResumeMode::automatic);
+  CHECK(d.checkpoint.async);
+}
+
+TEST_CASE("deck: overrides apply after the file, in order, and derived defaults follow them") {
+  const Deck d = parse_deck("train:\n  steps: 10\noptim:\n  lr: 1e-3\n", "deck.yaml",
+                            {"train.steps=50", "optim.lr=3e-4", "run.name=exp1", "mesh.dp_replicate=2",
+                             "fsdp.reshard_after_forward=false", "checkpoint.resume=true", "train.steps=60",
+                             "train.global_batch=32", "data.source=data/my corpus.bin"});
+  CHECK(d.train.steps == 60);  // the last override of a key wins
+  CHECK(d.optim.lr == 3e-4);
+  CHECK(d.run.name == "exp1");
+  CHECK(d.run.output == "runs/exp1");
+  CHECK(d.checkpoint.dir == "runs/exp1/checkpoints");
+  CHECK(d.train.micro_batch == 32);
+  CHECK(d.mesh.dp_replicate == 2);
+  CHECK(d.fsdp.reshard_after_forward.kind == fsdpp::ReshardAfterForward::Kind::no);
+  CHECK(d.checkpoint.resume == fsdpp::ResumeMode::on);
+  CHECK(d.data.source == "data/my corpus.bin");
+  // An override may supply the one required key.
+  CHECK(parse_deck("", "deck.yaml", {"train.steps=5"}).train.steps == 5);
+}
+
+TEST_CASE("deck: the resolved deck parses back to the same deck") {
+  const Deck d = parse_deck(
+      "run: {name: 'odd: name #1', output: \"out dir/x\"}\n"
+      "model: {vocab_size: 4096, n_embd: 256, n_layer: 4, n_head: 4, context_length: 256}\n"
+      "data: {source: 'null', val_fraction: 0.125}\n"
+      "optim: {lr: 0.1, beta2: 0.999, eps: 1e-10, weight_decay: 0}\n"
+      "schedule: {kind: cosine, warmup_steps: 7, min_lr: 1e-5}\n"
+      "train: {steps: 300, global_batch: 64, micro_batch: 8, grad_clip: 0.5}\n"
+      "fsdp: {reshard_after_forward: 8, reduce_dtype: bf16, offload: cpu, accumulate: unsharded}\n"
+      "mesh: {dp_replicate: -1, dp_shard: 4}\n"
+      "checkpoint: {dir: /scratch/ckpt, interval: 100, resume: auto, keep_last: 3}\n",
+      "deck.yaml", {});
+  const std::string yaml = fsdpp::resolved_deck_yaml(d);
+  const Deck again = parse_deck(yaml, "resolved.yaml", {});
+  CHECK(fsdpp::resolved_deck_yaml(again) == yaml);
+  CHECK(again.run.name == "odd: name #1");
+  CHECK(again.run.output == "out dir/x");
+  CHECK(again.data.source == "null");
+  CHECK(yaml.find("  source: \"null\"\n") != std::string::npos);  // quoted: a string, not YAML's null
+  CHECK(again.optim.eps == 1e-10);
+  CHECK(again.schedule.min_lr == 1e-5);
+  CHECK(again.fsdp.reshard_after_forward.group_size == 8);
+  CHECK(again.mesh.dp_replicate == -1);
+  CHECK(again.mesh.dp_shard == 4);
+  CHECK(again.checkpoint.dir == "/scratch/ckpt");
+  // Every key is written out, in table order.
+  for (const auto& key : fsdpp::deck_keys()) {
+    CAPTURE(key);
+    CHECK(yaml.find("  " + key.substr(key.find('.') + 1) + ": ") != std::string::npos);
+  }
+  CHECK(yaml.find("run:\n  name: \"odd: name #1\"\n  seed: 1337\n") != std::string::npos);
+  // Numbers keep a '.' so that YAML 1.1 readers (PyYAML) read floats as floats.
+  CHECK(yaml.find("  eps: 1.0e-10\n") != std::string::npos);
+  CHECK(yaml.find("  weight_decay: 0.0\n") != std::string::npos);
+
+  const Deck defaults = parse_deck(kMinimal, "deck.yaml", {});
+  CHECK(fsdpp::resolved_deck_yaml(parse_deck(fsdpp::resolved_deck_yaml(defaults), "x.yaml", {})) ==
+        fsdpp::resolved_deck_yaml(defaults));
+}
+
+TEST_CASE("deck: --help-deck lists every key with its type and default") {
+  const std::string help = fsdpp::deck_help();
+  // The fixed names that documentation, job templates and scripts rely on.
+  for (const char* key : {"run.name", "run.seed", "run.output", "train.steps", "train.global_batch",
+                          "train.micro_batch", "train.grad_clip", "optim.lr", "log.interval", "data.source",
+                          "checkpoint.dir", "checkpoint.interval", "checkpoint.resume", "checkpoint.keep_last",
+                          "checkpoint.async"}) {
+    CAPTURE(key);
+    CHECK(help.find(std::string("  ") + key + " ") != std::string::npos);
+  }
+  for (const auto& key : fsdpp::deck_keys()) {
+    CAPTURE(key);
+    CHECK(help.find("  " + key + " ") != std::string::npos);
+  }
+  CHECK(help.find("train.steps                 integer >= 1                   default: (required)") != std::string::npos);
+  CHECK(help.find("optim.name                  adamw|sgd                      default: adamw") != std::string::npos);
+  CHECK(help.find("run.output                  string                         default: runs/<run.name>") !=
+        std::string::npos);
+}
+
+TEST_CASE("deck: accumulation steps come from the global batch, the micro-batch and the data-parallel size") {
+  fsdpp::TrainConfig t;
+  t.global_batch = 32;
+  t.micro_batch = 4;
+  CHECK(fsdpp::grad_accum_steps(t, 1) == 8);
+  CHECK(fsdpp::grad_accum_steps(t, 4) == 2);
+  CHECK(fsdpp::grad_accum_steps(t, 8) == 1);
+  std::string message;
+  try {
+    fsdpp::grad_accum_steps(t, 3);
+  } catch (const fsdpp::UsageError& e) {
+    message = e.what();
+  }
+  CHECK(message ==
+        "train.global_batch (32) must be a multiple of train.micro_batch (4) x 3 data-parallel ranks = 12; change "
+        "train.global_batch or train.micro_batch, or the number of ranks");
+}
+
+TEST_CASE("deck: unknown and duplicate keys and sections are rejected with a suggestion") {
+  CHECK(error_of("train:\n  steps: 10\n  global_bach: 8\n") ==
+        "deck.yaml:3:3: unknown key 'global_bach' in 'train' (did you mean 'global_batch'?)");
+  // Names from other frameworks point at ours.
+  CHECK(error_of("train:\n  steps: 10\n  batch_sizee: 8\n") ==
+        "deck.yaml:3:3: unknown key 'batch_sizee' in 'train' (did you mean 'global_batch'?)");
+  CHECK(error_of("model:\n  block_size: 256\n") ==
+        "deck.yaml:2:3: unknown key 'block_size' in 'model' (did you mean 'context_length'?)");
+  CHECK(error_of("train:\n  steps: 10\n  frobnicate: 1\n") == "deck.yaml:3:3: unknown key 'frobnicate' in 'train'");
+  CHECK(error_of("optim:\n  lr: 1e-3\n  beta1: 0.9\n  lr: 2e-3\n") ==
+        "deck.yaml:4:3: duplicate key 'lr' in 'optim' (first at line 2)");
+  CHECK(error_of("trian:\n  steps: 5\n") == "deck.yaml:1:1: unknown section 'trian' (did you mean 'train'?)");
+  CHECK(error_of("train: {steps: 5}\nlog: {interval: 1}\ntrain: {steps: 6}\n") ==
+        "deck.yaml:3:1: duplicate section 'train' (first at line 1)");
+  CHECK(error_of("train: {steps: 5}\nmesh:\n  dp_shrd: 4\n") ==
+        "deck.yaml:3:3: unknown key 'dp_shrd' in 'mesh' (did you mean 'dp_shard'?)");
+}
+
+TEST_CASE("deck: wrong types say where, which key, what was expected and what was found") {
+  CHECK(error_of("model:\n  n_head: twelve\n") == "deck.yaml:2:11: model.n_head: expected an integer, got 'twelve'");
+  CHECK(error_of("train:\n  steps: 1.5\n") == "deck.yaml:2:10: train.steps: expected an integer, got '1.5'");
+  CHECK(error_of("train:\n  steps:\n") == "deck.yaml:2:3: train.steps: expected an integer, got nothing");
+  CHECK(error_of("model:\n  n_layer: [1, 2]\n") == "deck.yaml:2:12: model.n_layer: expected an integer, got a sequence");
+  CHECK(error_of("train: {steps: 5}\noptim: {lr: fast}\n") == "deck.yaml:2:13: optim.lr: expected a number, got 'fast'");
+  CHECK(error_of("train: {steps: 5}\nmodel: {tie_embeddings: maybe}\n") ==
+        "deck.yaml:2:25: model.tie_embeddings: expected true or false, got 'maybe'");
+  CHECK(error_of("train: {steps: 5}\nrun: {name: a/b}\n") == "deck.yaml:2:13: run.name: expected a name without '/', got 'a/b'");
+  CHECK(error_of("train: 5\n") == "deck.yaml:1:8: section 'train': expected a map of keys, got '5'");
+  CHECK(error_of("- train\n- model\n") == "deck.yaml:1:1: expected a map of sections (run, model, data, ...), got a sequence");
+}
+
+TEST_CASE("deck: out-of-range and unknown enumerated values name what is allowed") {
+  CHECK(error_of("train:\n  steps: 0\n") == "deck.yaml:2:10: train.steps: expected an integer >= 1, got 0");
+  CHECK(error_of("train: {steps: 5}\noptim:\n  beta1: 1.5\n") ==
+        "deck.yaml:3:10: optim.beta1: expected a number in [0, 1), got 1.5");
+  CHECK(error_of("train: {steps: 5}\noptim:\n  lr: 0\n") == "deck.yaml:3:7: optim.lr: expected a number > 0, got 0");
+  CHECK(error_of("train: {steps: 5}\nmodel:\n  n_embd: 99999999999999999999\n") ==
+        "deck.yaml:3:11: model.n_embd: expected an integer in [1, 2147483647], got 99999999999999999999");
+  CHECK(error_of("train: {steps: 5}\nrun:\n  seed: -1\n") == "deck.yaml:3:9: run.seed: expected an integer >= 0, got -1");
+  CHECK(error_of("train: {steps: 5}\noptim:\n  name: adam\n") ==
+        "deck.yaml:3:9: optim.name: expected adamw|sgd, got 'adam' (did you mean 'adamw'?)");
+  CHECK(error_of("train: {steps: 5}\nfsdp:\n  strategy: zero3\n") ==
+        "deck.yaml:3:13: fsdp.strategy: expected full_shard|hybrid_shard|shard_grad_op|no_shard, got 'zero3'");
+  CHECK(error_of("train: {steps: 5}\nfsdp:\n  param_dtype: fp16\n") ==
+        "deck.yaml:3:16: fsdp.param_dtype: expected f32|bf16, got 'fp16' (did you mean 'bf16'?)");
+  CHECK(error_of("train: {steps: 5}\nfsdp:\n  reshard_after_forward: maybe\n") ==
+        "deck.yaml:3:26: fsdp.reshard_after_forward: expected auto, true, false or an integer >= 2, got 'maybe'");
+  CHECK(error_of("train: {steps: 5}\nfsdp:\n  reshard_after_forward: 1\n") ==
+        "deck.yaml:3:26: fsdp.reshard_after_forward: expected auto, true, false or an integer >= 2, got '1'");
+  CHECK(error_of("train: {steps: 5}\nmesh:\n  dp_shard: 0\n") ==
+        "deck.yaml:3:13: mesh.dp_shard: expected -1 (infer from the job size) or an integer >= 1, got 0");
+  CHECK(error_of("train: {steps: 5}\ncheckpoint:\n  resume: later\n") ==
+        "deck.yaml:3:11: checkpoint.resume: expected true, false or auto, got 'later'");
+}
+
+TEST_CASE("deck: YAML syntax errors and missing required keys") {
+  CHECK(error_of("train:\n  steps: [1,\n") == "deck.yaml:3:1: YAML syntax error: end of sequence flow not found");
+  CHECK(error_of("train:\n  steps: 5\n global_batch: 8\n") == "deck.yaml:3:2: YAML syntax error: end of map not found");
+  CHECK(error_of("train: {steps: 5}\n---\nmodel: {n_head: 4}\n") ==
+        "deck.yaml:3:1: a deck is one YAML document, but a second one starts here");
+  CHECK(error_of("train:\n  global_batch: 8\n") == "deck.yaml:1:1: missing required key 'steps' in 'train'");
+  CHECK(error_of("model: {n_head: 4}\n") ==
+        "deck.yaml: missing required key 'steps' in 'train' (the deck has no 'train' section)");
+}
+
+TEST_CASE("deck: bad overrides") {
+  CHECK(error_of(kMinimal, {"train.steps"}) == "override 'train.steps': expected key=value");
+  CHECK(error_of(kMinimal, {"train.stepz=5"}) == "override 'train.stepz=5': unknown key 'stepz' in 'train' (did you mean 'steps'?)");
+  CHECK(error_of(kMinimal, {"trian.steps=5"}) == "override 'trian.steps=5': unknown section 'trian' (did you mean 'train'?)");
+  CHECK(error_of(kMinimal, {"steps=5"}) == "override 'steps=5': expected section.key=value (did you mean 'train.steps'?)");
+  CHECK(error_of(kMinimal, {"optim.lr=fast"}) == "override 'optim.lr=fast': expected a number, got 'fast'");
+  CHECK(error_of(kMinimal, {"train.steps="}) == "override 'train.steps=': expected an integer, got ''");
+  CHECK(error_of(kMinimal, {"train.steps=-3"}) == "override 'train.steps=-3': expected an integer >= 1, got -3");
+  CHECK(error_of(kMinimal, {"fsdp.reshard_after_forward=sometimes"}) ==
+        "override 'fsdp.reshard_after_forward=sometimes': expected auto, true, false or an integer >= 2, got 'sometimes'");
+}
+
+TEST_CASE("deck: checks across keys point at the key most recently set") {
+  CHECK(error_of("train: {steps: 5}\nmodel:\n  n_embd: 100\n  n_head: 12\n") ==
+        "deck.yaml:4:11: model.n_embd (100) must be a multiple of model.n_head (12)");
+  CHECK(error_of("train: {steps: 5, global_batch: 4, micro_batch: 8}\n") ==
+        "deck.yaml:1:49: train.micro_batch (8) must be <= train.global_batch (4)");
+  CHECK(error_of("train: {steps: 5, global_batch: 12, micro_batch: 8}\n") ==
+        "deck.yaml:1:50: train.global_batch (12) must be a multiple of train.micro_batch (8)");
+  CHECK(error_of("train: {steps: 5}\noptim: {lr: 1e-3}\n", {"schedule.min_lr=0.01"}) ==
+        "override 'schedule.min_lr=0.01': schedule.min_lr (0.01) must be <= optim.lr (0.001)");
+  CHECK(error_of("schedule: {warmup_steps: 200}\ntrain: {steps: 100}\n") ==
+        "deck.yaml:2:16: schedule.warmup_steps (200) must be <= train.steps (100)");
+  CHECK(error_of("train: {steps: 5}\ndata: {val_fraction: 0}\n") ==
+        "deck.yaml:2:22: train.eval_interval (100) needs held-out data: set data.val_fraction > 0, or "
+        "train.eval_interval: 0");
+  CHECK(error_of("train: {steps: 5}\nmesh: {dp_replicate: -1}\n") ==
+        "deck.yaml:2:22: mesh.dp_replicate and mesh.dp_shard are both -1, but only one size can be inferred from "
+        "the job size (mesh.dp_shard is -1 unless set)");
+  CHECK(error_of("train: {steps: 5}\nfsdp: {strategy: hybrid_shard}\n") ==
+        "deck.yaml:2:18: fsdp.strategy hybrid_shard needs a mesh.dp_replicate dimension, e.g. mesh: {dp_replicate: "
+        "2, dp_shard: -1}");
+  CHECK(error_of("train: {steps: 5}\nfsdp: {strategy: shard_grad_op, reshard_after_forward: true}\n") ==
+        "deck.yaml:2:56: fsdp.reshard_after_forward (true) contradicts fsdp.strategy shard_grad_op, which keeps "
+        "parameters unsharded after forward; leave it auto or set false");
+  // An override is the newest edit, so it is named even when the other key came from the file.
+  CHECK(error_of("", {"train.steps=5", "data.val_fraction=0"}) ==
+        "override 'data.val_fraction=0': train.eval_interval (100) needs held-out data: set data.val_fraction > 0, "
+        "or train.eval_interval: 0");
+}
