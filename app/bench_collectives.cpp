@@ -174,8 +174,10 @@ Command add_bench_command(CLI::App& app) {
   collectives->add_option("--max-bytes", options->max_bytes, "Largest full-buffer size in bytes")->capture_default_str();
   collectives->add_option("--repeats", options->repeats, "Timed repeats per size; the median is reported")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  return {cli, [collectives, options](Runtime& rt) {
-            FSDPP_REQUIRE(*collectives, "fsdpp bench: name a benchmark, e.g. 'fsdpp bench collectives'");
+  const Command train = add_bench_train_command(*cli);
+  return {cli, [collectives, options, train](Runtime& rt) {
+            if (*train.cli) return train.run(rt);
+            FSDPP_REQUIRE(*collectives, "fsdpp bench: name a benchmark: collectives or train");
             FSDPP_REQUIRE(options->min_bytes >= 4096 && options->min_bytes <= options->max_bytes,
                           "--min-bytes must be >= 4096 and <= --max-bytes");
             return run_collectives_bench(rt, *options);

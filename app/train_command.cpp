@@ -80,7 +80,7 @@ int run_train(Runtime& rt, const TrainArgs& args) {
               c.parameter_count(), c.parameter_count() * 4.0 / 1048576.0, rt.size(), accum, deck.train.micro_batch);
     return 0;
   }
-  train(rt, deck);
+  train(rt.world(), deck);
   Log::tee_to("");
   return 0;
 }

@@ -169,7 +169,7 @@ template <class T> GeluResult run_gelu(const GeluCase& k) {
 }
 
 double gelu_reference(double x) {
-  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / std::acos(-1.0)) * (x + 0.044715 * x * x * x)));
 }
 
 // ------------------------------------------------------------------------------------------- crossentropy

@@ -22,8 +22,9 @@ struct GptConfig {
   bool tie_embeddings = true; // LM head shares wte.weight
 
   std::int64_t parameter_count() const;
-  // Training FLOPs per token: 6 x parameters (forward 2, backward 4, per multiply-add) plus attention's
-  // 6 x L x T x C for the score and value products (forward 2 L T C, backward twice that; PaLM appendix B).
+  // Training FLOPs per token (PaLM, appendix B): 6 x the parameters that multiply (forward 2, backward 4 per
+  // weight; wpe is a lookup, and so is wte when the head is untied) plus 12 x L x T x C for the attention
+  // score and value products (forward 4 L T C, backward twice that), counted without the causal saving.
   double flops_per_token(int T) const;
   void validate() const;  // UsageError naming the field when the shape is impossible
 };

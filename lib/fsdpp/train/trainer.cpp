@@ -11,6 +11,7 @@
 #include "fsdpp/optim/sgd.hpp"
 #include "fsdpp/runtime/build_info.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/log.hpp"
 #include "fsdpp/runtime/timers.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/train/step_log.hpp"
@@ -105,16 +106,18 @@ double mean_over(MpiCommunicator& comm, double value) {
 
 }  // namespace
 
-TrainSummary train(Runtime& rt, const Deck& deck, TrainOptions options) {
-  const bool speaks = rt.rank() == 0 && !options.quiet;
-  const int R = rt.size(), r = rt.rank();
+TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
+  int R = 1, r = 0;
+  MPI_Comm_size(comm, &R);
+  MPI_Comm_rank(comm, &r);
+  const bool speaks = r == 0 && !options.quiet;
   const int T = deck.model.context_length, m = deck.train.micro_batch, G = deck.train.global_batch;
   const int accum = grad_accum_steps(deck.train, R);
-  MpiCommunicator world(rt.world());
+  MpiCommunicator world(comm);
 
   // Output folder, resolved deck, metrics.
   std::string metrics_path;
-  if (rt.rank() == 0 && !deck.run.output.empty()) {
+  if (r == 0 && !deck.run.output.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(deck.run.output, ec);
     FSDPP_CHECK(!ec, "cannot create run.output '{}': {}", deck.run.output, ec.message());
@@ -166,7 +169,7 @@ TrainSummary train(Runtime& rt, const Deck& deck, TrainOptions options) {
     if (data.entropy_floor) Log::info("loss floor (entropy rate of the corpus): {:.4f}", *data.entropy_floor);
   }
 
-  StepLog step_log(rt.rank() == 0 && !options.quiet, metrics_path, deck.log.header_every);
+  StepLog step_log(speaks, metrics_path, deck.log.header_every);
   SectionTimers timers({"Data", "Forward", "Backward", "GradSync", "Optimizer", "Eval", "Other"});
   Batch batch(m, T);
   const auto params = model.parameters();
@@ -267,12 +270,12 @@ TrainSummary train(Runtime& rt, const Deck& deck, TrainOptions options) {
   summary.mfu = summary.sgemm_gflops > 0
                     ? summary.tokens_per_s * summary.flops_per_token / (summary.sgemm_gflops * 1e9 * R) : 0;
 
-  const std::string breakdown = timers.report(rt.world(), summary.loop_seconds);
+  const std::string breakdown = timers.report(comm, summary.loop_seconds);
   std::int64_t peak = peak_host_memory_bytes();
   std::int64_t peaks[3] = {peak, peak, peak};
-  MPI_Allreduce(MPI_IN_PLACE, &peaks[0], 1, MPI_INT64_T, MPI_MIN, rt.world());
-  MPI_Allreduce(MPI_IN_PLACE, &peaks[1], 1, MPI_INT64_T, MPI_SUM, rt.world());
-  MPI_Allreduce(MPI_IN_PLACE, &peaks[2], 1, MPI_INT64_T, MPI_MAX, rt.world());
+  MPI_Allreduce(MPI_IN_PLACE, &peaks[0], 1, MPI_INT64_T, MPI_MIN, comm);
+  MPI_Allreduce(MPI_IN_PLACE, &peaks[1], 1, MPI_INT64_T, MPI_SUM, comm);
+  MPI_Allreduce(MPI_IN_PLACE, &peaks[2], 1, MPI_INT64_T, MPI_MAX, comm);
   if (speaks) {
     Log::info("Loop time of {:.3f} on {} procs for {} steps with {:.0f} tokens", summary.loop_seconds, R,
               summary.steps, tokens_per_step * summary.steps);

@@ -5,7 +5,7 @@
 // Until fully_shard exists, several ranks train data-parallel with every parameter replicated and gradients
 // averaged by all_reduce (DDP semantics).
 #include "fsdpp/config/deck.hpp"
-#include "fsdpp/runtime/runtime.hpp"
+#include <mpi.h>
 
 #include <cstdint>
 #include <optional>
@@ -31,7 +31,8 @@ struct TrainOptions {
   bool quiet = false;        // no banner, table or breakdown (tests)
 };
 
-// Collective over the runtime's world. Throws UsageError for a deck that cannot run on this launch.
-TrainSummary train(Runtime& runtime, const Deck& deck, TrainOptions options = {});
+// Collective over `comm` (the job's world, or a sub-communicator in tests). Throws UsageError for a deck
+// that cannot run on this launch.
+TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options = {});
 
 }  // namespace fsdpp

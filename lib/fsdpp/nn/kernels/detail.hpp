@@ -10,7 +10,7 @@
 //    contiguous memory on a CPU, while on a GPU a tile of one column lets adjacent threads coalesce;
 //  - elementwise kernels give each work item a block of contiguous elements and loop over it through raw
 //    pointers: GCC does not vectorize Kokkos::Serial's loop over one-element lambdas (the View accesses in
-//    the functor are not recognised as strided loads), so that loop alone ran ~10x slower for GELU.
+//    the functor are not recognised as strided loads): GELU ran 4x slower that way (54 against 14 ms).
 // Every sum is still done in one fixed order, so results are bitwise reproducible run to run.
 #include "fsdpp/tensor/types.hpp"
 
