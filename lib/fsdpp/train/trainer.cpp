@@ -279,9 +279,11 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   if (speaks) {
     Log::info("Loop time of {:.3f} on {} procs for {} steps with {:.0f} tokens", summary.loop_seconds, R,
               summary.steps, tokens_per_step * summary.steps);
-    Log::info("Performance: {:.0f} tokens/s, {:.2f} GFLOP/s, MFU {:.3f} (of {:.1f} GFLOP/s sgemm peak per rank)",
-              summary.tokens_per_s, summary.tokens_per_s * summary.flops_per_token / 1e9, summary.mfu,
-              summary.sgemm_gflops);
+    Log::info("Performance: {:.0f} tokens/s, {:.2f} GFLOP/s{}", summary.tokens_per_s,
+              summary.tokens_per_s * summary.flops_per_token / 1e9,
+              summary.sgemm_gflops > 0 ? fmt::format(", MFU {:.3f} (of {:.1f} GFLOP/s sgemm peak per rank)", summary.mfu,
+                                                     summary.sgemm_gflops)
+                                       : std::string());
     Log::info("\nMPI task timing breakdown:\n{}", breakdown);
     Log::info("Per MPI rank peak host memory (min/avg/max) = {:.1f} / {:.1f} / {:.1f} MiB", peaks[0] / 1048576.0,
               peaks[1] / 1048576.0 / R, peaks[2] / 1048576.0);
