@@ -7,6 +7,11 @@
 
 #include <cstdint>
 
+// Set when kernels may run on a GPU; host-only code paths (tuned CPU loops) check it.
+#if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP) || defined(KOKKOS_ENABLE_SYCL)
+#define FSDPP_DEVICE_BUILD 1
+#endif
+
 namespace fsdpp {
 
 using ExecSpace = Kokkos::DefaultExecutionSpace;

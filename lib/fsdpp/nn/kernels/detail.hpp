@@ -15,13 +15,13 @@
 #include "fsdpp/tensor/types.hpp"
 
 #include <cstdint>
-#if !defined(KOKKOS_ENABLE_CUDA)
+#if !defined(FSDPP_DEVICE_BUILD)
 #include <cstring>
 #endif
 
 namespace fsdpp::kernels::detail {
 
-#if defined(KOKKOS_ENABLE_CUDA)
+#if defined(FSDPP_DEVICE_BUILD)
 inline constexpr int kLanes = 1;
 inline constexpr int kColumnTile = 1;
 inline constexpr int kElementBlock = 1;
@@ -72,7 +72,8 @@ inline int element_blocks(std::int64_t N) { return static_cast<int>((N + kElemen
 // exp(x). Double, and every type on a GPU, use the library exp (the tests' finite differences run in double).
 template <class T> KOKKOS_INLINE_FUNCTION T exp_fast(T x) { return kmath::exp(x); }
 
-#if !defined(KOKKOS_ENABLE_CUDA)
+// Only when no device backend is compiled in: the specialization is a host function.
+#if !defined(FSDPP_DEVICE_BUILD)
 // Float on a host: Cephes' expf (relative error ~2e-7 over the range), written so that GCC vectorizes it.
 // Inputs are clamped to |x| <= 88 on their bit patterns, with integer selects: a float compare against a
 // constant makes GCC specialise the clamped branch to a constant, and the float arithmetic then left in a
