@@ -60,6 +60,12 @@ class Module {
   std::vector<Module*> modules();  // this module and every descendant, parents first
 
   void add_hooks(std::shared_ptr<ModuleHooks> hooks) { hooks_.push_back(std::move(hooks)); }
+  template <class H> H* find_hooks() const {
+    for (const auto& h : hooks_)
+      if (auto* found = dynamic_cast<H*>(h.get())) return found;
+    return nullptr;
+  }
+  std::vector<Parameter*> local_parameters() { return parameters(false); }
   void clear_hooks() { hooks_.clear(); }
 
   // Storage and values for every parameter that has none yet (see parameter.hpp). Gradients start at zero.

@@ -5,6 +5,7 @@
 #include "fsdpp/tensor/types.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,17 @@ struct InitRule {
 // How an optimizer treats a parameter by default (AdamW decays only matrices that are not embeddings).
 enum class ParamRole { weight, bias, norm, embedding };
 
+// Where a parameter sharded by fully_shard lives: rows split along dim 0 like torch.chunk. Every rank keeps a
+// padded buffer of chunk_rows rows; the first local_rows of them are real, starting at global row offset_rows.
+struct ShardPlacement {
+  int ranks = 1;
+  int rank = 0;
+  std::int64_t chunk_rows = 0;   // ceil(rows / ranks): the padded rows every rank stores
+  std::int64_t offset_rows = 0;  // min(rank * chunk_rows, rows)
+  std::int64_t local_rows = 0;   // real rows here: chunk_rows, fewer on the last ranks, or 0
+  std::string mesh;              // the shard mesh, for messages ("dp_shard=4")
+};
+
 class Parameter {
  public:
   Parameter(std::string local_name, std::vector<std::int64_t> shape, InitRule init, ParamRole role);
@@ -37,9 +49,17 @@ class Parameter {
   std::string shape_string() const;  // "[4096, 256]"
 
   // Storage; empty while the parameter is on "meta". Values (and gradients) are f32 master copies.
+  // Once sharded (placement set), value and grad hold the padded local shard, (chunk_rows, row_size), except
+  // while fully_shard has the parameter unsharded for a pass, when they hold the whole tensor.
   View1<float> value;
   View1<float> grad;
-  bool is_meta() const { return value.extent(0) == 0 && numel() > 0; }
+  bool is_meta() const { return value.extent(0) == 0 && storage_numel() > 0; }
+
+  std::optional<ShardPlacement> placement;  // set by fully_shard
+  bool unsharded = false;                   // value/grad currently hold the whole tensor
+  bool is_sharded() const { return placement.has_value() && !unsharded; }
+  std::int64_t storage_numel() const { return placement ? placement->chunk_rows * row_size() : numel(); }
+  std::int64_t local_numel() const { return placement ? placement->local_rows * row_size() : numel(); }
 
  private:
   friend class Module;

@@ -4,6 +4,7 @@
 #include "fsdpp/data/sampler.hpp"
 #include "fsdpp/data/synthetic_corpus.hpp"
 #include "fsdpp/data/token_file.hpp"
+#include "fsdpp/fsdp/fully_shard.hpp"
 #include "fsdpp/nn/gpt.hpp"
 #include "fsdpp/optim/adamw.hpp"
 #include "fsdpp/optim/grad_norm.hpp"
@@ -99,6 +100,27 @@ struct Batch {
   }
 };
 
+// The banner's sharding plan: each unit with its parameters, and bytes per rank by category.
+void log_sharding_plan(Gpt& model, const DeviceMesh& mesh, bool speaks) {
+  std::int64_t local = 0, largest_unsharded = 0;
+  std::string units;
+  for (Module* m : model.modules()) {
+    FsdpGroup* g = fsdp_group(*m);
+    if (!g) continue;
+    std::int64_t numel = 0;
+    for (Parameter* p : g->parameters()) numel += p->numel();
+    local += g->sharded_numel();
+    largest_unsharded = std::max(largest_unsharded, g->unsharded_numel());
+    units += fmt::format("{}{} ({} params)", units.empty() ? "" : ", ", m->display_name(), numel);
+  }
+  if (!speaks) return;
+  const double mib = 1.0 / 1048576.0;
+  Log::info("fully_shard over {}: {} units: {}", mesh.describe(), model.modules().size(), units);
+  Log::info("bytes per rank: parameters {:.2f} MiB, gradients {:.2f} MiB, AdamW state {:.2f} MiB (f32 shards, padded); "
+            "largest unsharded group {:.2f} MiB", local * 4 * mib, local * 4 * mib, local * 8 * mib,
+            largest_unsharded * 4 * mib);
+}
+
 double mean_over(MpiCommunicator& comm, double value) {
   comm.all_reduce(&value, 1, ReduceOp::avg);
   return value;
@@ -131,9 +153,35 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
                 "train.eval_interval is {} but the data has no validation split; set data.val_fraction > 0 or "
                 "train.eval_interval: 0", deck.train.eval_interval);
 
-  // Built on meta (shapes and init rules), then storage, then values: the path fully_shard will split.
+  // Built on meta (shapes and init rules), sharded, then given storage and values: no rank ever holds the
+  // whole model, and element i of every tensor gets the same value on any number of ranks.
   const GptConfig config = model_config(deck.model);
   Gpt model(config);
+  const bool sharded = deck.fsdp.strategy != ShardStrategy::no_shard;
+  std::unique_ptr<DeviceMesh> mesh;
+  FsdpGroup* root_group = nullptr;
+  if (sharded) {
+    FSDPP_REQUIRE(deck.fsdp.strategy != ShardStrategy::hybrid_shard && deck.mesh.dp_replicate == 0,
+                  "fsdp.strategy hybrid_shard (mesh.dp_replicate) is not implemented yet; use full_shard, "
+                  "shard_grad_op or no_shard");
+    FSDPP_REQUIRE(deck.fsdp.param_dtype == DType::f32 && deck.fsdp.reduce_dtype == DType::f32 &&
+                      deck.fsdp.output_dtype == DType::f32,
+                  "fsdp mixed precision (param_dtype/reduce_dtype/output_dtype bf16) is not implemented yet; use f32");
+    FSDPP_REQUIRE(deck.fsdp.offload == OffloadPolicy::none, "fsdp.offload cpu is not implemented yet; use none");
+    mesh = std::make_unique<DeviceMesh>(comm, deck.mesh.dims());
+    FullyShardOptions block_options;
+    const auto& raf = deck.fsdp.reshard_after_forward;
+    FSDPP_REQUIRE(raf.kind != ReshardAfterForward::Kind::group,
+                  "fsdp.reshard_after_forward as an integer is not implemented yet; use true, false or auto");
+    if (deck.fsdp.strategy == ShardStrategy::shard_grad_op || raf.kind == ReshardAfterForward::Kind::no)
+      block_options.reshard_after_forward = false;
+    else if (raf.kind == ReshardAfterForward::Kind::yes)
+      block_options.reshard_after_forward = true;
+    for (Block* block : model.blocks()) fully_shard(*block, *mesh, block_options);
+    FullyShardOptions root_options;
+    if (block_options.reshard_after_forward == false) root_options.reshard_after_forward = false;
+    root_group = &fully_shard(model, *mesh, root_options);
+  }
   model.to_empty();
   model.reset_parameters(deck.run.seed);
   auto optimizer = make_optimizer(deck.optim, model.parameters());
@@ -168,6 +216,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
               summary.flops_per_token, summary.sgemm_gflops);
     if (data.entropy_floor) Log::info("loss floor (entropy rate of the corpus): {:.4f}", *data.entropy_floor);
   }
+  if (sharded) log_sharding_plan(model, *mesh, speaks);
 
   StepLog step_log(speaks, metrics_path, deck.log.header_every);
   SectionTimers timers({"Data", "Forward", "Backward", "GradSync", "Optimizer", "Eval", "Other"});
@@ -191,6 +240,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
       model(flow);
       total += flow.loss;
     }
+    if (root_group) root_group->reshard();  // the root keeps its parameters after forward, for a backward
     return mean_over(world, total / per_rank);
   };
 
@@ -210,7 +260,12 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
       flow.tokens = batch.inputs;
       flow.targets = batch.targets;
       flow.training = true;
-      flow.loss_scale = 1.0f / static_cast<float>(accum * R);  // the objective is the mean over the global batch
+      // The objective is the mean over the global batch: fully_shard averages gradients over the ranks, the
+      // replicated path sums them.
+      flow.loss_scale = 1.0f / static_cast<float>(sharded ? accum : accum * R);
+      if (sharded && deck.fsdp.accumulate == GradAccumulation::unsharded)
+        for (Module* mod : model.modules())
+          if (FsdpGroup* g = fsdp_group(*mod)) g->set_requires_gradient_sync(a == accum - 1);
       timers.mark(kData);
       model(flow);
       Kokkos::fence();
@@ -220,12 +275,15 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
       timers.mark(kBackward);
       loss += flow.loss;
     }
-    // Each rank's gradients already carry 1/(accum x R); summing over ranks gives the global mean.
-    if (R > 1)
+    // Replicated: each rank's gradients carry 1/(accum x R); summing over ranks gives the global mean.
+    if (!sharded && R > 1)
       for (Parameter* p : params) world.all_reduce(p->grad.data(), p->grad.extent(0), DType::f32, ReduceOp::sum);
     loss = mean_over(world, loss / accum);
     timers.mark(kGradSync);
-    const double norm = deck.train.grad_clip > 0 ? clip_grad_norm(params, deck.train.grad_clip) : global_grad_norm(params);
+    // Sharded gradients: the squared norm is summed over the shard group (padding rows are zero).
+    Communicator* norm_group = sharded ? &mesh->comm(0) : nullptr;
+    const double norm = deck.train.grad_clip > 0 ? clip_grad_norm(params, deck.train.grad_clip, norm_group)
+                                                 : global_grad_norm(params, norm_group);
     optimizer->step(lr);
     sampler.advance();
     Kokkos::fence();

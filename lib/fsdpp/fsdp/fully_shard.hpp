@@ -1,0 +1,111 @@
+#pragma once
+// fully_shard: FSDP2's per-module sharding (../shared/design/fsdp2-semantics.md §1-5) on fsdpp Modules.
+//
+//   for (Block* b : model.blocks()) fully_shard(*b, mesh);   // one communication group per block...
+//   fully_shard(model, mesh);                                // ...then the root: what is left (wte, wpe, ln_f)
+//   model.to_empty(); model.reset_parameters(seed);          // only local shards are ever allocated
+//   AdamW opt(model.parameters(), ...);                      // the optimizer sees the shards
+//
+// Each call makes one group: the module's parameters not already claimed by a sharded descendant, split along
+// dim 0 like torch.chunk (chunk = ceil(rows / N), padded; trailing ranks may hold fewer rows or none). The
+// group is all-gathered (one collective) before its module's forward and backward, the next group's
+// all-gather is issued ahead (prefetch), unsharded storage is freed after forward per reshard_after_forward
+// and after backward, and gradients are reduce-scattered (one collective), averaged over the ranks.
+#include "fsdpp/comm/communicator.hpp"
+#include "fsdpp/mesh/device_mesh.hpp"
+#include "fsdpp/nn/module.hpp"
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace fsdpp {
+
+struct FullyShardOptions {
+  // Unset: false for the root, true for every other group (decided when the root first runs forward).
+  std::optional<bool> reshard_after_forward;
+};
+
+// Collective counters of the groups under one root (tests compare them with FSDP2's formulas).
+struct FsdpCounters {
+  int forward_all_gathers = 0, backward_all_gathers = 0, reduce_scatters = 0;
+};
+
+struct FsdpContext;  // shared by the groups under one root: forward order, prefetch, counters
+
+// The FSDP state of one sharded module; fully_shard registers it on the module as its hooks.
+class FsdpGroup final : public ModuleHooks {
+ public:
+  FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions options);
+  ~FsdpGroup() override;
+
+  void before(Module& module, Pass pass) override;
+  void after(Module& module, Pass pass) override;
+
+  // Gather the whole parameters (async: start the all-gather; the next pass or wait_for_unshard finishes it).
+  void unshard(bool async = false);
+  void wait_for_unshard();
+  void reshard();  // free the whole parameters; value/grad point at the shards again
+  bool is_unsharded() const { return unsharded_; }
+
+  void set_reshard_after_forward(bool value) { options_.reshard_after_forward = value; }
+  // Off: backward leaves gradients whole and unreduced, accumulating over micro-batches; the next backward
+  // with sync on reduce-scatters the sum (FSDP2's no_sync).
+  void set_requires_gradient_sync(bool value) { requires_gradient_sync_ = value; }
+  void set_reshard_after_backward(bool value) { reshard_after_backward_ = value; }
+  void set_gradient_divide_factor(double factor) { divide_factor_ = factor; }
+  void set_modules_to_forward_prefetch(std::vector<Module*> modules) { forward_prefetch_ = std::move(modules); }
+  void set_modules_to_backward_prefetch(std::vector<Module*> modules) { backward_prefetch_ = std::move(modules); }
+
+  Module& module() const { return module_; }
+  const std::vector<Parameter*>& parameters() const { return params_; }
+  bool is_root() const { return is_root_; }
+  std::int64_t sharded_numel() const { return flat_numel_; }   // per rank, padded
+  std::int64_t unsharded_numel() const { return flat_numel_ * ranks_; }
+
+ private:
+  friend struct FsdpContext;
+  friend FsdpCounters fsdp_counters(Module& root);
+  friend void reset_fsdp_counters(Module& root);
+  void lazy_init();
+  void shard_materialized_parameters();
+  void start_all_gather();
+  void reduce_scatter_gradients();
+  FsdpGroup* group_of(Module* m) const;
+
+  Module& module_;
+  DeviceMesh mesh_;
+  Communicator& comm_;
+  int ranks_ = 1, rank_ = 0;
+  FullyShardOptions options_;
+  std::vector<Parameter*> params_;
+  std::vector<std::int64_t> shard_offset_;  // of each parameter in the flat padded shard
+  std::int64_t flat_numel_ = 0;
+  std::vector<View1<float>> shard_value_, shard_grad_;    // the padded local shards (what the optimizer owns)
+  std::vector<View1<float>> full_value_, full_grad_;      // whole tensors, padded to ranks * chunk rows
+  View1<float> gather_buffer_;                            // (ranks, flat) all-gather input and output
+  WorkHandle pending_gather_;
+  bool unsharded_ = false;
+  bool grads_unsharded_ = false;  // full_grad_ holds unreduced gradients (gradient sync off)
+  bool requires_gradient_sync_ = true;
+  bool reshard_after_backward_ = true;
+  double divide_factor_ = 0;  // 0: average over the ranks
+  std::vector<Module*> forward_prefetch_, backward_prefetch_;
+  bool is_root_ = false;
+  bool initialized_ = false;
+  std::shared_ptr<FsdpContext> context_;
+};
+
+// Shards `module` over the 1-D mesh `mesh` (its communicator of dimension 0) and returns its state.
+// UsageError when a descendant is sharded after its ancestor, or the module has nothing left to shard.
+FsdpGroup& fully_shard(Module& module, const DeviceMesh& mesh, FullyShardOptions options = {});
+FsdpGroup* fsdp_group(Module& module);  // nullptr when the module is not sharded
+
+// The whole tensor of a (possibly sharded) parameter, on every rank of its group: for tests and export.
+std::vector<float> gather_full_parameter(const Parameter& p, const DeviceMesh& mesh);
+
+FsdpCounters fsdp_counters(Module& root);
+void reset_fsdp_counters(Module& root);
+
+
+}  // namespace fsdpp

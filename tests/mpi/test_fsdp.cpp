@@ -1,0 +1,256 @@
+// fully_shard: N ranks, each with its share of the global batch, must train exactly the model one rank
+// trains on the whole batch; plus init invariance, collective counts, memory and misuse errors.
+#include "mpi_test.hpp"
+
+#include "fsdpp/fsdp/fully_shard.hpp"
+#include "fsdpp/nn/gpt.hpp"
+#include "fsdpp/optim/adamw.hpp"
+#include "fsdpp/optim/grad_norm.hpp"
+#include "fsdpp/runtime/error.hpp"
+
+#include <cmath>
+
+using namespace fsdpp;
+
+namespace {
+
+// Dimensions chosen so that no rank count divides them evenly: V 13 rows, wpe 5 rows (2,2,1,0 on 4 ranks).
+GptConfig parity_config(bool tied) {
+  GptConfig c;
+  c.vocab_size = 13, c.context_length = 5, c.n_embd = 10, c.n_layer = 2, c.n_head = 2, c.tie_embeddings = tied;
+  return c;
+}
+
+constexpr int kGlobalBatch = 24, kT = 5;  // 24: whole micro-batches on 1, 2, 3 and 4 ranks, also in halves
+
+// Sequence s of the global batch, deterministic: tokens and next-token targets.
+std::int32_t token(int s, int t, int step) { return static_cast<std::int32_t>((s * 7 + t * 3 + step * 5 + s * t) % 13); }
+
+struct Options {
+  bool tied = true;
+  std::optional<bool> reshard_after_forward;
+  int micro_batches = 1;          // per rank per step
+  bool unsharded_accumulation = false;
+};
+
+struct Run {
+  std::vector<double> losses;               // global mean loss per step
+  std::vector<std::vector<float>> params;   // gathered whole parameters after the last step
+  FsdpCounters first_step_counts;
+};
+
+// `steps` AdamW steps of the parity model sharded over `comm`; every rank takes its share of each batch.
+Run train_sharded(MPI_Comm comm, const Options& o, int steps) {
+  int N = 1, r = 0;
+  MPI_Comm_size(comm, &N);
+  MPI_Comm_rank(comm, &r);
+  DeviceMesh mesh(comm, {{"dp_shard", -1}});
+  Gpt model(parity_config(o.tied));
+  FullyShardOptions fo;
+  fo.reshard_after_forward = o.reshard_after_forward;
+  for (Block* b : model.blocks()) fully_shard(*b, mesh, fo);
+  fully_shard(model, mesh, o.reshard_after_forward ? fo : FullyShardOptions{});
+  model.to_empty();
+  model.reset_parameters(2024);
+  AdamWConfig ac;
+  ac.lr = 1e-2f;
+  AdamW opt(model.parameters(), ac);
+
+  const int per_rank = kGlobalBatch / N, m = per_rank / o.micro_batches;
+  Run run;
+  for (int step = 0; step < steps; ++step) {
+    model.zero_grad();
+    double loss = 0;
+    for (int a = 0; a < o.micro_batches; ++a) {
+      std::vector<std::int32_t> in(static_cast<std::size_t>(m) * kT), tg(in.size());
+      for (int i = 0; i < m; ++i)
+        for (int t = 0; t < kT; ++t) {
+          const int s = r * per_rank + a * m + i;
+          in[i * kT + t] = token(s, t, step);
+          tg[i * kT + t] = token(s, t + 1, step);
+        }
+      View1<std::int32_t> tokens("tokens", in.size()), targets("targets", tg.size());
+      Kokkos::deep_copy(tokens, HostView1<std::int32_t>(in.data(), in.size()));
+      Kokkos::deep_copy(targets, HostView1<std::int32_t>(tg.data(), tg.size()));
+      if (o.unsharded_accumulation)
+        for (Module* mod : model.modules())
+          if (FsdpGroup* g = fsdp_group(*mod)) g->set_requires_gradient_sync(a == o.micro_batches - 1);
+      Flow flow;
+      flow.B = m, flow.T = kT, flow.tokens = tokens, flow.targets = targets;
+      flow.loss_scale = 1.0f / static_cast<float>(o.micro_batches);
+      model(flow);
+      model(flow, Pass::backward);
+      loss += flow.loss / o.micro_batches;
+    }
+    if (step == 0) run.first_step_counts = fsdp_counters(model);
+    clip_grad_norm(model.parameters(), 1.0, &mesh.comm(0));
+    opt.step(ac.lr);
+    MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, comm);
+    run.losses.push_back(loss / N);
+  }
+  for (Parameter* p : model.parameters()) run.params.push_back(gather_full_parameter(*p, mesh));
+  return run;
+}
+
+// The reference: the same steps on a single rank (rank 0 of test_comm) with the whole batch, broadcast.
+Run reference(MPI_Comm test_comm, int test_rank, const Options& o, int steps) {
+  MPI_Comm solo;
+  MPI_Comm_split(test_comm, test_rank == 0 ? 0 : MPI_UNDEFINED, 0, &solo);
+  Options single = o;
+  single.micro_batches = 1;
+  single.unsharded_accumulation = false;
+  Run run;
+  if (solo != MPI_COMM_NULL) {
+    run = train_sharded(solo, single, steps);
+    MPI_Comm_free(&solo);
+  }
+  run.losses.resize(static_cast<std::size_t>(steps));
+  MPI_Bcast(run.losses.data(), steps, MPI_DOUBLE, 0, test_comm);
+  int count = static_cast<int>(run.params.size());
+  MPI_Bcast(&count, 1, MPI_INT, 0, test_comm);
+  run.params.resize(static_cast<std::size_t>(count));
+  for (auto& p : run.params) {
+    long long n = static_cast<long long>(p.size());
+    MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, test_comm);
+    p.resize(static_cast<std::size_t>(n));
+    MPI_Bcast(p.data(), static_cast<int>(n), MPI_FLOAT, 0, test_comm);
+  }
+  return run;
+}
+
+void check_parity(MPI_Comm test_comm, int test_rank, const Options& o) {
+  const int steps = 10;
+  const Run want = reference(test_comm, test_rank, o, steps);
+  const Run got = train_sharded(test_comm, o, steps);
+  for (int s = 0; s < steps; ++s) CHECK(got.losses[s] == doctest::Approx(want.losses[s]).epsilon(1e-5));
+  REQUIRE(got.params.size() == want.params.size());
+  // allclose(rtol 1e-5, atol 1e-5). The atol is for the attention key bias: its gradient is zero in exact
+  // arithmetic (a per-key constant cancels in the softmax), so AdamW turns rounding noise of either summation
+  // order into updates of order 1e-6 that no two reduction orders agree on.
+  int mismatches = 0;
+  for (std::size_t i = 0; i < got.params.size(); ++i)
+    for (std::size_t k = 0; k < got.params[i].size(); ++k)
+      if (std::fabs(got.params[i][k] - want.params[i][k]) > 1e-5 * std::fabs(want.params[i][k]) + 1e-5) {
+        ++mismatches;
+        MESSAGE("parameter " << i << " element " << k << ": " << got.params[i][k] << " vs " << want.params[i][k]);
+      }
+  CHECK(mismatches == 0);
+}
+
+}  // namespace
+
+#define FSDPP_PARITY_AT(NP)                                                                                  \
+  MPI_TEST_CASE("fsdp parity on " #NP " ranks: losses and final parameters match one rank", NP) {            \
+    Options o;                                                                                               \
+    SUBCASE("default resharding, tied") {}                                                                   \
+    SUBCASE("reshard_after_forward true") { o.reshard_after_forward = true; }                                \
+    SUBCASE("reshard_after_forward false (shard_grad_op)") { o.reshard_after_forward = false; }              \
+    SUBCASE("untied embeddings") { o.tied = false; }                                                         \
+    SUBCASE("2 micro-batches, sharded accumulation") { o.micro_batches = 2; }                                \
+    SUBCASE("2 micro-batches, unsharded accumulation (no sync)") {                                           \
+      o.micro_batches = 2;                                                                                   \
+      o.unsharded_accumulation = true;                                                                       \
+    }                                                                                                        \
+    check_parity(test_comm, test_rank, o);                                                                   \
+  }
+FSDPP_PARITY_AT(2)
+FSDPP_PARITY_AT(3)
+FSDPP_PARITY_AT(4)
+
+MPI_TEST_CASE("fsdp: initial whole parameters are bitwise those of one rank, for any rank count", 4) {
+  for (int n : {1, 2, 3, 4}) {
+    CAPTURE(n);
+    MPI_Comm group;
+    MPI_Comm_split(test_comm, test_rank < n ? 0 : MPI_UNDEFINED, test_rank, &group);
+    std::vector<float> all;
+    if (group != MPI_COMM_NULL) {
+      DeviceMesh mesh(group, {{"dp_shard", -1}});
+      Gpt model(parity_config(true));
+      for (Block* b : model.blocks()) fully_shard(*b, mesh);
+      fully_shard(model, mesh);
+      model.to_empty();
+      model.reset_parameters(99);
+      for (Parameter* p : model.parameters())
+        for (float x : gather_full_parameter(*p, mesh)) all.push_back(x);
+      MPI_Comm_free(&group);
+    }
+    // Compare with rank 0's unsharded model, built without fully_shard.
+    if (test_rank == 0) {
+      Gpt plain(parity_config(true));
+      plain.to_empty();
+      plain.reset_parameters(99);
+      std::vector<float> expected;
+      for (Parameter* p : plain.parameters()) {
+        std::vector<float> v(static_cast<std::size_t>(p->numel()));
+        Kokkos::deep_copy(HostView1<float>(v.data(), v.size()), p->value);
+        expected.insert(expected.end(), v.begin(), v.end());
+      }
+      CHECK(all == expected);
+    }
+  }
+}
+
+MPI_TEST_CASE("fsdp: collectives per step follow FSDP2's counts, and shards hold ceil(rows/N) rows", 3) {
+  Options o;
+  const Run run = train_sharded(test_comm, o, 1);
+  const int groups = 3, blocks = 2;
+  CHECK(run.first_step_counts.forward_all_gathers == groups);
+  CHECK(run.first_step_counts.backward_all_gathers == blocks);  // the root keeps its parameters for backward
+  CHECK(run.first_step_counts.reduce_scatters == groups);
+
+  DeviceMesh mesh(test_comm, {{"dp_shard", -1}});
+  Gpt model(parity_config(true));
+  for (Block* b : model.blocks()) fully_shard(*b, mesh);
+  fully_shard(model, mesh);
+  model.to_empty();
+  std::int64_t expected = 0, local = 0;
+  for (Parameter* p : model.parameters()) {
+    expected += (p->rows() + 2) / 3 * p->row_size();
+    local += static_cast<std::int64_t>(p->value.extent(0));
+    CHECK(p->placement->chunk_rows == (p->rows() + 2) / 3);
+  }
+  CHECK(local == expected);
+  // wpe has 5 rows: 2, 2, 1 on three ranks.
+  const std::int64_t wpe_rows[3] = {2, 2, 1};
+  CHECK(model.wpe.placement->local_rows == wpe_rows[test_rank]);
+}
+
+MPI_TEST_CASE("fsdp: misuse gets a clear error naming the module or parameter", 2) {
+  DeviceMesh mesh(test_comm, {{"dp_shard", -1}});
+  {
+    Gpt model(parity_config(true));
+    fully_shard(model, mesh);
+    CHECK_THROWS_WITH_AS(fully_shard(*model.blocks()[0], mesh),
+                         doctest::Contains("fully_shard(h.0) after fully_shard(GPT (root))"), UsageError);
+    model.to_empty();
+    model.reset_parameters(1);
+    // Root-only sharding leaves the blocks' parameters in the root's group: running a block on its own
+    // would compute on shards.
+    View1<std::int32_t> tokens("tokens", kT);
+    Flow flow;
+    flow.B = 1, flow.T = kT, flow.tokens = tokens, flow.targets = tokens;
+    View1<float> x("x", kT * 10);
+    flow.x = x;
+    CHECK_THROWS_WITH_AS((*model.blocks()[0])(flow), doctest::Contains("parameter 'h.0.ln_1.weight' still sharded"),
+                         UsageError);
+  }
+  {
+    Gpt model(parity_config(true));
+    model.to_empty();
+    model.reset_parameters(1);
+    AdamW early(model.parameters(), AdamWConfig{});
+    for (Block* b : model.blocks()) fully_shard(*b, mesh);
+    fully_shard(model, mesh);
+    CHECK_THROWS_WITH_AS(early.step(1e-3f), doctest::Contains("optimizer holds stale parameter 'wte.weight'"),
+                         UsageError);
+  }
+  {
+    Gpt model(parity_config(true));
+    for (Block* b : model.blocks()) fully_shard(*b, mesh);
+    fully_shard(model, mesh);
+    View1<std::int32_t> tokens("tokens", kT);
+    Flow flow;
+    flow.B = 1, flow.T = kT, flow.tokens = tokens, flow.targets = tokens;
+    CHECK_THROWS_WITH_AS(model(flow), doctest::Contains("has no storage: call to_empty()"), UsageError);
+  }
+}
