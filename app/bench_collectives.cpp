@@ -175,9 +175,11 @@ Command add_bench_command(CLI::App& app) {
   collectives->add_option("--repeats", options->repeats, "Timed repeats per size; the median is reported")
       ->check(CLI::PositiveNumber)->capture_default_str();
   const Command train = add_bench_train_command(*cli);
-  return {cli, [collectives, options, train](Runtime& rt) {
+  const Command fsdp = add_bench_fsdp_command(*cli);
+  return {cli, [collectives, options, train, fsdp](Runtime& rt) {
             if (*train.cli) return train.run(rt);
-            FSDPP_REQUIRE(*collectives, "fsdpp bench: name a benchmark: collectives or train");
+            if (*fsdp.cli) return fsdp.run(rt);
+            FSDPP_REQUIRE(*collectives, "fsdpp bench: name a benchmark: collectives, train or fsdp_scaling");
             FSDPP_REQUIRE(options->min_bytes >= 4096 && options->min_bytes <= options->max_bytes,
                           "--min-bytes must be >= 4096 and <= --max-bytes");
             return run_collectives_bench(rt, *options);

@@ -36,7 +36,7 @@ struct Options {
 struct Run {
   std::vector<double> losses;               // global mean loss per step
   std::vector<std::vector<float>> params;   // gathered whole parameters after the last step
-  FsdpCounters first_step_counts;
+  FsdpStats first_step_counts;
 };
 
 // `steps` AdamW steps of the parity model sharded over `comm`; every rank takes its share of each batch.
@@ -82,7 +82,7 @@ Run train_sharded(MPI_Comm comm, const Options& o, int steps) {
       model(flow, Pass::backward);
       loss += flow.loss / o.micro_batches;
     }
-    if (step == 0) run.first_step_counts = fsdp_counters(model);
+    if (step == 0) run.first_step_counts = fsdp_stats(model);
     clip_grad_norm(model.parameters(), 1.0, &mesh.comm(0));
     opt.step(ac.lr);
     MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, comm);

@@ -4,6 +4,7 @@
 #include "fsdpp/runtime/log.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 namespace fsdpp {
 
@@ -11,12 +12,16 @@ struct FsdpContext {
   std::vector<FsdpGroup*> groups;         // every group under the root, in module-tree order (root first)
   std::vector<FsdpGroup*> forward_order;  // groups in the order their forward finished this iteration
   bool in_backward = false;
-  FsdpCounters counters;
+  FsdpStats stats;
 };
 
 namespace {
 
 using Range = std::pair<std::size_t, std::size_t>;
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 Range range(std::int64_t begin, std::int64_t count) {
   return {static_cast<std::size_t>(begin), static_cast<std::size_t>(begin + count)};
 }
@@ -128,7 +133,11 @@ void FsdpGroup::start_all_gather() {
   for (std::size_t i = 0; i < params_.size(); ++i)
     Kokkos::deep_copy(Kokkos::subview(gather_buffer_, range(mine + shard_offset_[i], params_[i]->storage_numel())),
                       shard_value_[i]);
-  if (context_) (context_->in_backward ? context_->counters.backward_all_gathers : context_->counters.forward_all_gathers)++;
+  track_params(flat_numel_ * ranks_ * 4);
+  if (context_) {
+    (context_->in_backward ? context_->stats.backward_all_gathers : context_->stats.forward_all_gathers)++;
+    context_->stats.all_gather_bytes += flat_numel_ * ranks_ * 4;
+  }
   if (ranks_ > 1) {
     Kokkos::fence();  // the communication thread reads what the kernels above wrote
     pending_gather_ = comm_.all_gather_async(gather_buffer_.data() + mine, gather_buffer_.data(),
@@ -149,8 +158,10 @@ void FsdpGroup::wait_for_unshard() {
   if (unsharded_) return;
   if (!gather_buffer_.extent(0)) start_all_gather();
   if (pending_gather_) {
+    const auto t0 = std::chrono::steady_clock::now();
     pending_gather_->wait();
     pending_gather_.reset();
+    if (context_) context_->stats.all_gather_wait_s += seconds_since(t0);
   }
   // Copy-out: rank q's slot holds chunk q of every parameter, so parameter i's whole (padded) tensor is the
   // concatenation of its pieces from each slot.
@@ -163,8 +174,10 @@ void FsdpGroup::wait_for_unshard() {
                         Kokkos::subview(gather_buffer_, range(q * flat_numel_ + shard_offset_[i], piece)));
     p->value = Kokkos::subview(full_value_[i], range(0, p->numel()));
     p->unsharded = true;
+    track_params(piece * ranks_ * 4);
   }
   gather_buffer_ = View1<float>();
+  track_params(-flat_numel_ * ranks_ * 4);
   unsharded_ = true;
 }
 
@@ -176,6 +189,7 @@ void FsdpGroup::reshard() {
     params_[i]->grad = shard_grad_[i];
     params_[i]->unsharded = false;
     full_value_[i] = View1<float>();
+    track_params(-params_[i]->storage_numel() * ranks_ * 4);
   }
   unsharded_ = false;
 }
@@ -191,6 +205,8 @@ void FsdpGroup::reduce_scatter_gradients() {
                         Kokkos::subview(full_grad_[i], range(q * piece, piece)));
   }
   View1<float> output = uninitialized<float>(module_.display_name() + ".reduced", static_cast<std::size_t>(flat_numel_));
+  track_grads((ranks_ + 1) * flat_numel_ * 4);
+  const auto t0 = std::chrono::steady_clock::now();
   if (ranks_ > 1) {
     Kokkos::fence();
     ReduceScatterOptions o;
@@ -205,12 +221,18 @@ void FsdpGroup::reduce_scatter_gradients() {
                            KOKKOS_LAMBDA(const std::size_t k) { output(k) *= scale; });
     }
   }
-  if (context_) context_->counters.reduce_scatters++;
+  if (context_) {
+    context_->stats.reduce_scatters++;
+    context_->stats.reduce_scatter_bytes += flat_numel_ * ranks_ * 4;
+    context_->stats.reduce_scatter_s += seconds_since(t0);
+  }
   // Sharded gradients accumulate (local += new), as FSDP2's do across micro-batches.
   for (std::size_t i = 0; i < params_.size(); ++i) {
     accumulate(shard_grad_[i], Kokkos::subview(output, range(shard_offset_[i], params_[i]->storage_numel())));
     full_grad_[i] = View1<float>();
+    track_grads(-params_[i]->storage_numel() * ranks_ * 4);
   }
+  track_grads(-(ranks_ + 1) * flat_numel_ * 4);
   grads_unsharded_ = false;
 }
 
@@ -236,8 +258,10 @@ void FsdpGroup::before(Module&, Pass pass) {
   wait_for_unshard();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Parameter* p = params_[i];
-    if (!grads_unsharded_)
+    if (!grads_unsharded_) {
       full_grad_[i] = View1<float>(p->name() + ".grad.unsharded", static_cast<std::size_t>(p->storage_numel() * ranks_));
+      track_grads(p->storage_numel() * ranks_ * 4);
+    }
     p->grad = Kokkos::subview(full_grad_[i], range(0, p->numel()));
   }
   grads_unsharded_ = true;
@@ -286,14 +310,36 @@ std::vector<float> gather_full_parameter(const Parameter& p, const DeviceMesh& m
   return out;
 }
 
-FsdpCounters fsdp_counters(Module& root) {
+FsdpStats fsdp_stats(Module& root) {
   FsdpGroup* g = fsdp_group(root);
-  return g && g->context_ ? g->context_->counters : FsdpCounters{};
+  return g && g->context_ ? g->context_->stats : FsdpStats{};
 }
 
-void reset_fsdp_counters(Module& root) {
+void reset_fsdp_stats(Module& root) {
   FsdpGroup* g = fsdp_group(root);
-  if (g && g->context_) g->context_->counters = FsdpCounters{};
+  if (!g || !g->context_) return;
+  const FsdpStats& old = g->context_->stats;
+  FsdpStats fresh;
+  fresh.unsharded_param_bytes = fresh.peak_unsharded_param_bytes = old.unsharded_param_bytes;
+  fresh.unsharded_grad_bytes = fresh.peak_unsharded_grad_bytes = old.unsharded_grad_bytes;
+  fresh.peak_unsharded_bytes = old.unsharded_param_bytes + old.unsharded_grad_bytes;
+  g->context_->stats = fresh;
+}
+
+void FsdpGroup::track_params(std::int64_t bytes) {
+  if (!context_) return;
+  FsdpStats& s = context_->stats;
+  s.unsharded_param_bytes += bytes;
+  s.peak_unsharded_param_bytes = std::max(s.peak_unsharded_param_bytes, s.unsharded_param_bytes);
+  s.peak_unsharded_bytes = std::max(s.peak_unsharded_bytes, s.unsharded_param_bytes + s.unsharded_grad_bytes);
+}
+
+void FsdpGroup::track_grads(std::int64_t bytes) {
+  if (!context_) return;
+  FsdpStats& s = context_->stats;
+  s.unsharded_grad_bytes += bytes;
+  s.peak_unsharded_grad_bytes = std::max(s.peak_unsharded_grad_bytes, s.unsharded_grad_bytes);
+  s.peak_unsharded_bytes = std::max(s.peak_unsharded_bytes, s.unsharded_param_bytes + s.unsharded_grad_bytes);
 }
 
 }  // namespace fsdpp

@@ -26,9 +26,21 @@ struct FullyShardOptions {
   std::optional<bool> reshard_after_forward;
 };
 
-// Collective counters of the groups under one root (tests compare them with FSDP2's formulas).
-struct FsdpCounters {
-  int forward_all_gathers = 0, backward_all_gathers = 0, reduce_scatters = 0;
+// What the groups under one root did since the last reset: collective counts (tests compare them with FSDP2's
+// formulas), bytes, the time the compute thread spent blocked on communication, and unsharded memory.
+struct FsdpStats {
+  int forward_all_gathers = 0, backward_all_gathers = 0, reduce_scatters = 0, all_reduces = 0;
+  std::int64_t all_gather_bytes = 0;      // gathered output bytes
+  std::int64_t reduce_scatter_bytes = 0;  // reduce-scatter input bytes
+  double all_gather_wait_s = 0;           // exposed: waiting for all-gathers not hidden behind compute
+  double reduce_scatter_s = 0;            // blocking reduce-scatters
+  double all_reduce_s = 0;
+  // Unsharded memory, now and at its peak: whole parameters with their all-gather buffers, and whole
+  // gradients with their reduce-scatter buffers.
+  std::int64_t unsharded_param_bytes = 0, peak_unsharded_param_bytes = 0;
+  std::int64_t unsharded_grad_bytes = 0, peak_unsharded_grad_bytes = 0;
+  std::int64_t peak_unsharded_bytes = 0;  // of the sum
+  double exposed_comm_s() const { return all_gather_wait_s + reduce_scatter_s + all_reduce_s; }
 };
 
 struct FsdpContext;  // shared by the groups under one root: forward order, prefetch, counters
@@ -65,8 +77,10 @@ class FsdpGroup final : public ModuleHooks {
 
  private:
   friend struct FsdpContext;
-  friend FsdpCounters fsdp_counters(Module& root);
-  friend void reset_fsdp_counters(Module& root);
+  friend FsdpStats fsdp_stats(Module& root);
+  friend void reset_fsdp_stats(Module& root);
+  void track_params(std::int64_t bytes);  // unsharded memory allocated (+) or freed (-)
+  void track_grads(std::int64_t bytes);
   void lazy_init();
   void shard_materialized_parameters();
   void start_all_gather();
@@ -104,8 +118,8 @@ FsdpGroup* fsdp_group(Module& module);  // nullptr when the module is not sharde
 // The whole tensor of a (possibly sharded) parameter, on every rank of its group: for tests and export.
 std::vector<float> gather_full_parameter(const Parameter& p, const DeviceMesh& mesh);
 
-FsdpCounters fsdp_counters(Module& root);
-void reset_fsdp_counters(Module& root);
+FsdpStats fsdp_stats(Module& root);
+void reset_fsdp_stats(Module& root);  // keeps the current unsharded bytes; restarts the peaks from them
 
 
 }  // namespace fsdpp

@@ -15,6 +15,14 @@ namespace fsdpp {
 
 using namespace kernels;
 
+namespace {
+std::int64_t bytes_of(std::initializer_list<const View1<float>*> views) {
+  std::int64_t total = 0;
+  for (const auto* v : views) total += static_cast<std::int64_t>(v->extent(0)) * 4;
+  return total;
+}
+}  // namespace
+
 struct BlockScratch {
   int B = 0, T = 0;
   View1<float> dres2;     // (B,T,C) gradient of the residual after attention
@@ -89,6 +97,11 @@ Block::Block(const GptConfig& c, std::shared_ptr<BlockScratch> scratch)
       mlp_proj_bias(add_parameter("mlp.c_proj.bias", {c.n_embd}, InitRule::zeros(), ParamRole::bias)),
       config_(c),
       scratch_(std::move(scratch)) {}
+
+std::int64_t Block::activation_bytes() const {
+  return bytes_of({&ln1_, &ln1_mean_, &ln1_rstd_, &qkv_, &att_, &atty_, &res2_, &ln2_, &ln2_mean_, &ln2_rstd_, &fch_,
+                   &fch_gelu_, &out_});
+}
 
 void Block::ensure_activations(int B, int T) {
   if (B == B_ && T == T_) return;
@@ -179,6 +192,13 @@ std::vector<Block*> Gpt::blocks() const {
   std::vector<Block*> out;
   for (const auto& b : blocks_) out.push_back(b.get());
   return out;
+}
+
+std::int64_t Gpt::activation_bytes() const {
+  std::int64_t total = bytes_of({&x0_, &lnf_, &lnf_mean_, &lnf_rstd_, &logits_, &losses_, &dlnf_, &dx_});
+  for (const auto& b : blocks_) total += b->activation_bytes();
+  const BlockScratch& s = *scratch_;
+  return total + bytes_of({&s.dres2, &s.dln, &s.dqkv, &s.datty, &s.datt, &s.dfch, &s.dfch_gelu});
 }
 
 void Gpt::ensure_activations(int B, int T) {

@@ -35,6 +35,7 @@ struct BlockScratch;
 class Block final : public Module {
  public:
   Block(const GptConfig& config, std::shared_ptr<BlockScratch> scratch);
+  std::int64_t activation_bytes() const;  // saved activations of the last forward
 
   // Parameters, shapes (out, in) as GPT-2 stores Linear weights.
   Parameter& ln_1_weight;     // (C)
@@ -86,6 +87,8 @@ class Gpt final : public Module {
 
   // Per-position losses of the last forward, (B*T), for evaluation code that wants more than the mean.
   View1<float> losses() const { return losses_; }
+  // Activations and backward scratch held for the last batch shape, over the whole model.
+  std::int64_t activation_bytes() const;
 
  protected:
   void forward(Flow& flow) override;

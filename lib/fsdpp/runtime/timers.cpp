@@ -20,6 +20,11 @@ void SectionTimers::mark(int section) {
 void SectionTimers::restart() { last_ = std::chrono::steady_clock::now(); }
 
 std::string SectionTimers::report(MPI_Comm comm, double loop_seconds) const {
+  return min_avg_max_table(comm, names_, seconds_, loop_seconds);
+}
+
+std::string min_avg_max_table(MPI_Comm comm, const std::vector<std::string>& names_, std::vector<double> seconds_,
+                              double loop_seconds) {
   int size = 1;
   MPI_Comm_size(comm, &size);
   const int n = static_cast<int>(seconds_.size());

@@ -29,6 +29,10 @@ class SectionTimers {
   std::chrono::steady_clock::time_point last_;
 };
 
+// The same table for any per-rank seconds (collective over `comm`).
+std::string min_avg_max_table(MPI_Comm comm, const std::vector<std::string>& names, std::vector<double> seconds,
+                              double loop_seconds);
+
 // Peak resident memory of this process in bytes (getrusage), the host high-water mark.
 std::int64_t peak_host_memory_bytes();
 

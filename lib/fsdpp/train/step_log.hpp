@@ -17,7 +17,9 @@ struct StepRecord {
   double tokens_per_s = 0;
   double mfu = 0;                 // achieved FLOP/s over the measured sgemm peak; 0 when unknown
   double ms_per_step = 0;
-  std::int64_t peak_mem_bytes = 0;
+  std::int64_t peak_mem_bytes = 0;      // this rank (rank 0 writes the record)
+  std::int64_t max_peak_mem_bytes = 0;  // the largest over all ranks
+  double exposed_comm_ms = 0;           // per step: time compute waited on collectives
 };
 
 class StepLog {

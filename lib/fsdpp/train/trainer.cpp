@@ -244,6 +244,11 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     return mean_over(world, total / per_rank);
   };
 
+  // Communication the compute thread waited on, per rank: all-gathers not hidden by prefetch, reduce-scatters,
+  // and the replicated path's all-reduces.
+  double comm_seconds[3] = {0, 0, 0};
+  double comm_since_log = 0;
+  std::int64_t peak_unsharded = 0;
   const auto loop_start = std::chrono::steady_clock::now();
   double eval_seconds = 0;
   auto last_log = loop_start;
@@ -252,6 +257,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   for (std::int64_t step = 0; step < deck.train.steps; ++step) {
     const float lr = schedule.at(step);
     model.zero_grad();
+    if (sharded) reset_fsdp_stats(model);
     double loss = 0;
     for (int a = 0; a < accum; ++a) {
       const std::int64_t first = micro_batch_first_sequence(G, m, R, r, a);
@@ -276,8 +282,21 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
       loss += flow.loss;
     }
     // Replicated: each rank's gradients carry 1/(accum x R); summing over ranks gives the global mean.
-    if (!sharded && R > 1)
+    if (!sharded && R > 1) {
+      const auto t0 = std::chrono::steady_clock::now();
       for (Parameter* p : params) world.all_reduce(p->grad.data(), p->grad.extent(0), DType::f32, ReduceOp::sum);
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      comm_seconds[2] += waited;
+      comm_since_log += waited;
+    }
+    if (sharded) {
+      const FsdpStats st = fsdp_stats(model);
+      peak_unsharded = std::max(peak_unsharded, st.peak_unsharded_bytes);
+      comm_seconds[0] += st.all_gather_wait_s;
+      comm_seconds[1] += st.reduce_scatter_s;
+      comm_seconds[2] += st.all_reduce_s;
+      comm_since_log += st.exposed_comm_s();
+    }
     loss = mean_over(world, loss / accum);
     timers.mark(kGradSync);
     // Sharded gradients: the squared norm is summed over the shard group (padding rows are zero).
@@ -315,6 +334,10 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
       rec.tokens_per_s = tokens_per_step * steps / seconds;
       rec.mfu = summary.sgemm_gflops > 0 ? rec.tokens_per_s * summary.flops_per_token / (summary.sgemm_gflops * 1e9 * R) : 0;
       rec.peak_mem_bytes = peak_host_memory_bytes();
+      rec.max_peak_mem_bytes = rec.peak_mem_bytes;
+      MPI_Allreduce(MPI_IN_PLACE, &rec.max_peak_mem_bytes, 1, MPI_INT64_T, MPI_MAX, comm);
+      rec.exposed_comm_ms = 1000.0 * mean_over(world, comm_since_log) / steps;
+      comm_since_log = 0;
       step_log.write(rec);
       last_log = now;
       last_log_step = done;
@@ -328,7 +351,22 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   summary.mfu = summary.sgemm_gflops > 0
                     ? summary.tokens_per_s * summary.flops_per_token / (summary.sgemm_gflops * 1e9 * R) : 0;
 
+  summary.exposed_comm_ms = 1000.0 * mean_over(world, comm_seconds[0] + comm_seconds[1] + comm_seconds[2]) /
+                            std::max<std::int64_t>(1, summary.steps);
+  {
+    std::int64_t bytes[5] = {0, 0, 0, 0, model.activation_bytes()};
+    for (Parameter* p : params) bytes[0] += static_cast<std::int64_t>(p->value.extent(0)) * 4;
+    bytes[1] = bytes[0];
+    bytes[2] = deck.optim.name == OptimizerKind::adamw ? 2 * bytes[0] : (deck.optim.momentum > 0 ? bytes[0] : 0);
+    bytes[3] = peak_unsharded;
+    MPI_Allreduce(MPI_IN_PLACE, bytes, 5, MPI_INT64_T, MPI_MAX, comm);
+    summary.param_bytes = bytes[0], summary.grad_bytes = bytes[1], summary.optimizer_bytes = bytes[2];
+    summary.peak_unsharded_bytes = bytes[3], summary.activation_bytes = bytes[4];
+  }
   const std::string breakdown = timers.report(comm, summary.loop_seconds);
+  const std::string comm_breakdown = min_avg_max_table(
+      comm, {"AllGather", "ReduceScat", "AllReduce"}, {comm_seconds[0], comm_seconds[1], comm_seconds[2]},
+      summary.loop_seconds);
   std::int64_t peak = peak_host_memory_bytes();
   std::int64_t peaks[3] = {peak, peak, peak};
   MPI_Allreduce(MPI_IN_PLACE, &peaks[0], 1, MPI_INT64_T, MPI_MIN, comm);
@@ -343,6 +381,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
                                                      summary.sgemm_gflops)
                                        : std::string());
     Log::info("\nMPI task timing breakdown:\n{}", breakdown);
+    Log::info("Communication the compute waited on (part of Forward, Backward and GradSync above):\n{}", comm_breakdown);
     Log::info("Per MPI rank peak host memory (min/avg/max) = {:.1f} / {:.1f} / {:.1f} MiB", peaks[0] / 1048576.0,
               peaks[1] / 1048576.0 / R, peaks[2] / 1048576.0);
     if (summary.final_val_loss)

@@ -24,6 +24,10 @@ struct TrainSummary {
   double sgemm_gflops = 0;             // measured single-rank peak MFU is quoted against (0 if not measured)
   double mfu = 0;
   double loop_seconds = 0;
+  double exposed_comm_ms = 0;          // per step, averaged over steps and ranks
+  // Bytes per rank (the largest over ranks): sharded f32 parameters, gradients, optimizer state; the peak of
+  // unsharded parameters + gradients + collective buffers over the run; activations and backward scratch.
+  std::int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, peak_unsharded_bytes = 0, activation_bytes = 0;
 };
 
 struct TrainOptions {
