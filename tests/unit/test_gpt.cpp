@@ -113,8 +113,8 @@ TEST_CASE("gpt: hooks run around every pass, through each module's one door, nes
   model.reset_parameters(1);
   struct Recorder : ModuleHooks {
     std::vector<std::string>* log;
-    void before(Module& m, Pass p) override { log->push_back((p == Pass::forward ? "F>" : "B>") + m.display_name()); }
-    void after(Module& m, Pass p) override { log->push_back((p == Pass::forward ? "F<" : "B<") + m.display_name()); }
+    void before(Module& m, Pass p, Flow&) override { log->push_back((p == Pass::forward ? "F>" : "B>") + m.display_name()); }
+    void after(Module& m, Pass p, Flow&) override { log->push_back((p == Pass::forward ? "F<" : "B<") + m.display_name()); }
   };
   std::vector<std::string> log;
   for (Module* m : model.modules()) {

@@ -8,6 +8,8 @@
 
 namespace fsdpp {
 
+using namespace fsdp_detail;
+
 struct FsdpContext {
   std::vector<FsdpGroup*> groups;         // every group under the root, in module-tree order (root first)
   std::vector<FsdpGroup*> forward_order;  // groups in the order their forward finished this iteration
@@ -17,20 +19,8 @@ struct FsdpContext {
 
 namespace {
 
-using Range = std::pair<std::size_t, std::size_t>;
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-Range range(std::int64_t begin, std::int64_t count) {
-  return {static_cast<std::size_t>(begin), static_cast<std::size_t>(begin + count)};
-}
-
-// dst += src, elementwise.
-void accumulate(const View1<float>& dst, const View1<const float>& src) {
-  Kokkos::parallel_for(
-      "fsdpp::fsdp_accumulate_grad", Kokkos::RangePolicy<ExecSpace>(0, dst.extent(0)),
-      KOKKOS_LAMBDA(const std::size_t i) { dst(i) += src(i); });
 }
 
 ShardPlacement place(const Parameter& p, int ranks, int rank, const std::string& mesh) {
@@ -44,33 +34,68 @@ ShardPlacement place(const Parameter& p, int ranks, int rank, const std::string&
   return s;
 }
 
+// Rounds a tensor to `dtype` in place (the casts of MixedPrecisionPolicy, computed in f32).
+void round_to(const View1<float>& x, DType dtype) {
+  if (dtype != DType::bf16 || x.extent(0) == 0) return;
+  const auto v = x;
+  Kokkos::parallel_for("fsdpp::fsdp_round_bf16", Kokkos::RangePolicy<ExecSpace>(0, x.extent(0)),
+                       KOKKOS_LAMBDA(const std::size_t i) { v(i) = bf16::from_float(v(i)).to_float(); });
+}
+
+template <class T> constexpr DType dtype_v = std::is_same_v<T, bf16> ? DType::bf16 : DType::f32;
+
 }  // namespace
 
+// ---------------------------------------------------------------------------------------------------------
+// Construction: claim the parameters, place them, shard what is already materialized.
+
 FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions options)
-    : module_(module), mesh_(mesh), comm_(mesh.comm(0)), options_(options) {
-  FSDPP_REQUIRE(mesh.ndim() == 1, "fully_shard({}): mesh {} has {} dimensions; pass the 1-D shard mesh, e.g. "
-                "mesh[\"dp_shard\"]", module.display_name(), mesh.describe(), mesh.ndim());
+    : module_(module), mesh_(mesh), comm_(mesh.comm(mesh.ndim() - 1)), options_(options) {
+  FSDPP_REQUIRE(mesh.ndim() == 1 || mesh.ndim() == 2,
+                "fully_shard({}): mesh {} has {} dimensions; pass a 1-D shard mesh, or a 2-D (replicate, shard) mesh "
+                "for HSDP", module.display_name(), mesh.describe(), mesh.ndim());
+  for (DType t : {options.mp_policy.param_dtype, options.mp_policy.reduce_dtype, options.mp_policy.output_dtype})
+    FSDPP_REQUIRE(t == DType::f32 || t == DType::bf16, "fully_shard({}): mixed-precision dtypes must be f32 or bf16, "
+                  "got {}", module.display_name(), dtype_name(t));
+  if (mesh.ndim() == 2) replicate_comm_ = &mesh.comm(0);
   ranks_ = comm_.size();
   rank_ = comm_.rank();
+
+  if (const int k = options_.reshard_after_forward_ranks; k > 0) {
+    FSDPP_REQUIRE(ranks_ % k == 0, "fully_shard({}): reshard_after_forward = {} must divide the {} ranks of the shard "
+                  "group", module.display_name(), k, ranks_);
+    if (k == 1) options_.reshard_after_forward = false;
+    else if (k == ranks_) options_.reshard_after_forward = true;
+    else {
+      options_.reshard_after_forward = true;
+      // Row-major [-1, k]: k consecutive ranks, node-local when ranks fill nodes in order.
+      post_forward_mesh_ = std::make_unique<DeviceMesh>(mesh.mpi_comm(mesh.ndim() - 1),
+                                                        std::vector<MeshDim>{{"post_forward_replicate", -1}, {"post_forward_shard", k}},
+                                                        mesh.backend());
+    }
+  }
+
   for (Parameter* p : module.parameters(true))
     if (!p->placement) params_.push_back(p);  // parameters of sharded descendants belong to their groups
   FSDPP_REQUIRE(!params_.empty(), "fully_shard({}): every parameter of this module already belongs to a sharded "
                 "submodule; nothing is left to shard", module.display_name());
   const std::string mesh_name = mesh.describe();
   for (Parameter* p : params_) {
-    shard_offset_.push_back(flat_numel_);
     const bool materialized = !p->is_meta() && p->value.extent(0) > 0;
     p->placement = place(*p, ranks_, rank_, mesh_name);
-    flat_numel_ += p->storage_numel();
+    layout_.offset.push_back(layout_.slot);
+    layout_.piece.push_back(p->storage_numel());
+    layout_.slot += p->storage_numel();
     if (materialized) {
       // Already allocated (built without meta): keep only this rank's rows, padded.
       View1<float> shard(p->name(), static_cast<std::size_t>(p->storage_numel()));
-      const auto from = range(p->placement->offset_rows * p->row_size(), p->local_numel());
-      Kokkos::deep_copy(Kokkos::subview(shard, range(0, p->local_numel())), Kokkos::subview(p->value, from));
+      Kokkos::deep_copy(slice(shard, 0, p->local_numel()),
+                        slice(p->value, p->placement->offset_rows * p->row_size(), p->local_numel()));
       p->value = shard;
       p->grad = View1<float>(p->name() + ".grad", shard.extent(0));
     }
   }
+  flat_numel_ = layout_.slot;
   shard_value_.resize(params_.size());
   shard_grad_.resize(params_.size());
   full_value_.resize(params_.size());
@@ -122,125 +147,188 @@ void FsdpGroup::lazy_init() {
               "fully_shard to each block first, then to the root", module_.display_name(), params_.size());
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Unshard: one all-gather per group, in param_dtype, then copy-out into whole tensors.
+
+template <class T> void FsdpGroup::all_gather_flat(View1<T>& flat, bool in_backward) {
+  flat = View1<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, module_.display_name() + ".all_gather"),
+                  static_cast<std::size_t>(layout_.slot * ranks_));
+  track_params(static_cast<std::int64_t>(flat.extent(0) * sizeof(T)));
+  if (context_) context_->stats.all_gather_bytes += static_cast<std::int64_t>(flat.extent(0) * sizeof(T));
+  View1<T>& kept = [&]() -> View1<T>& {
+    if constexpr (std::is_same_v<T, bf16>) return post_forward_bf16_;
+    else return post_forward_f32_;
+  }();
+  if (in_backward && kept.extent(0)) {
+    // reshard_after_forward = k: the k-rank group holds every slot between them; gather over it only.
+    Communicator& group = post_forward_mesh_->comm(1);
+    const std::int64_t count = static_cast<std::int64_t>(kept.extent(0));
+    Kokkos::deep_copy(slice(flat, group.rank() * count, count), kept);
+    Kokkos::fence();
+    pending_gather_ = group.all_gather_async(flat.data() + group.rank() * count, flat.data(),
+                                             static_cast<std::size_t>(count), dtype_v<T>);
+    return;
+  }
+  pack_slot(flat, rank_, layout_, shard_value_);  // in place: this rank's shards go straight into its slot
+  if (ranks_ > 1) {
+    Kokkos::fence();  // the communication thread reads what the kernels above wrote
+    pending_gather_ = comm_.all_gather_async(flat.data() + rank_ * layout_.slot, flat.data(),
+                                             static_cast<std::size_t>(layout_.slot), dtype_v<T>);
+  }
+}
+
 void FsdpGroup::start_all_gather() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     shard_value_[i] = params_[i]->value;
     shard_grad_[i] = params_[i]->grad;
   }
-  // In place: this rank's shards go straight into its slot of the output.
-  gather_buffer_ = uninitialized<float>(module_.display_name() + ".all_gather", static_cast<std::size_t>(flat_numel_ * ranks_));
-  const std::int64_t mine = rank_ * flat_numel_;
-  for (std::size_t i = 0; i < params_.size(); ++i)
-    Kokkos::deep_copy(Kokkos::subview(gather_buffer_, range(mine + shard_offset_[i], params_[i]->storage_numel())),
-                      shard_value_[i]);
-  track_params(flat_numel_ * ranks_ * 4);
-  if (context_) {
-    (context_->in_backward ? context_->stats.backward_all_gathers : context_->stats.forward_all_gathers)++;
-    context_->stats.all_gather_bytes += flat_numel_ * ranks_ * 4;
-  }
-  if (ranks_ > 1) {
-    Kokkos::fence();  // the communication thread reads what the kernels above wrote
-    pending_gather_ = comm_.all_gather_async(gather_buffer_.data() + mine, gather_buffer_.data(),
-                                             static_cast<std::size_t>(flat_numel_), DType::f32);
-  }
+  const bool in_backward = context_ && context_->in_backward;
+  if (context_) (in_backward ? context_->stats.backward_all_gathers : context_->stats.forward_all_gathers)++;
+  if (options_.mp_policy.param_dtype == DType::bf16) all_gather_flat(gather_bf16_, in_backward);
+  else all_gather_flat(gather_f32_, in_backward);
+  gather_started_ = true;
 }
 
 void FsdpGroup::unshard(bool async) {
-  if (unsharded_ || pending_gather_ || gather_buffer_.extent(0)) {
-    if (!async) wait_for_unshard();
-    return;
-  }
-  start_all_gather();
+  if (!unsharded_ && !gather_started_) start_all_gather();
   if (!async) wait_for_unshard();
 }
 
 void FsdpGroup::wait_for_unshard() {
   if (unsharded_) return;
-  if (!gather_buffer_.extent(0)) start_all_gather();
+  if (!gather_started_) start_all_gather();
   if (pending_gather_) {
     const auto t0 = std::chrono::steady_clock::now();
     pending_gather_->wait();
     pending_gather_.reset();
     if (context_) context_->stats.all_gather_wait_s += seconds_since(t0);
   }
-  // Copy-out: rank q's slot holds chunk q of every parameter, so parameter i's whole (padded) tensor is the
-  // concatenation of its pieces from each slot.
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    Parameter* p = params_[i];
-    const std::int64_t piece = p->storage_numel();
-    full_value_[i] = uninitialized<float>(p->name() + ".unsharded", static_cast<std::size_t>(piece * ranks_));
-    for (int q = 0; q < ranks_; ++q)
-      Kokkos::deep_copy(Kokkos::subview(full_value_[i], range(q * piece, piece)),
-                        Kokkos::subview(gather_buffer_, range(q * flat_numel_ + shard_offset_[i], piece)));
-    p->value = Kokkos::subview(full_value_[i], range(0, p->numel()));
-    p->unsharded = true;
-    track_params(piece * ranks_ * 4);
+    full_value_[i] = uninitialized<float>(params_[i]->name() + ".unsharded", static_cast<std::size_t>(layout_.piece[i] * ranks_));
+    track_params(layout_.piece[i] * ranks_ * 4);
   }
-  gather_buffer_ = View1<float>();
-  track_params(-flat_numel_ * ranks_ * 4);
+  // Copy-out: parameter i's whole (padded) tensor is its piece from every slot, in slot order.
+  if (gather_bf16_.extent(0)) unpack_all_slots(full_value_, ranks_, layout_, gather_bf16_);
+  else unpack_all_slots(full_value_, ranks_, layout_, gather_f32_);
+  track_params(-static_cast<std::int64_t>(gather_bf16_.extent(0) * sizeof(bf16) + gather_f32_.extent(0) * sizeof(float) +
+                                          post_forward_bf16_.extent(0) * sizeof(bf16) + post_forward_f32_.extent(0) * sizeof(float)));
+  gather_bf16_ = View1<bf16>();
+  gather_f32_ = View1<float>();
+  post_forward_bf16_ = View1<bf16>();
+  post_forward_f32_ = View1<float>();
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    params_[i]->value = slice(full_value_[i], 0, params_[i]->numel());
+    params_[i]->unsharded = true;
+  }
+  gather_started_ = false;
   unsharded_ = true;
 }
 
+void FsdpGroup::keep_post_forward_slice() {
+  // This rank keeps slots [j * ranks/k, (j+1) * ranks/k) in param_dtype, j its place in its k-rank group.
+  const int k = options_.reshard_after_forward_ranks, per = ranks_ / k, j = post_forward_mesh_->coordinate(1);
+  auto keep = [&](auto& kept) {
+    using T = typename std::decay_t<decltype(kept)>::value_type;
+    kept = View1<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, module_.display_name() + ".post_forward"),
+                    static_cast<std::size_t>(per * layout_.slot));
+    track_params(static_cast<std::int64_t>(kept.extent(0) * sizeof(T)));
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      for (int q = 0; q < per; ++q)
+        copy_convert(slice(kept, q * layout_.slot + layout_.offset[i], layout_.piece[i]),
+                     slice(full_value_[i], (j * per + q) * layout_.piece[i], layout_.piece[i]));
+  };
+  if (options_.mp_policy.param_dtype == DType::bf16) keep(post_forward_bf16_);
+  else keep(post_forward_f32_);
+}
+
 void FsdpGroup::reshard() {
-  if (pending_gather_ || gather_buffer_.extent(0)) wait_for_unshard();  // finish a prefetch before dropping it
+  if (gather_started_) wait_for_unshard();  // finish a prefetch before dropping it
   if (!unsharded_) return;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     params_[i]->value = shard_value_[i];
     params_[i]->grad = shard_grad_[i];
     params_[i]->unsharded = false;
     full_value_[i] = View1<float>();
-    track_params(-params_[i]->storage_numel() * ranks_ * 4);
+    track_params(-layout_.piece[i] * ranks_ * 4);
   }
   unsharded_ = false;
 }
 
-void FsdpGroup::reduce_scatter_gradients() {
-  // Copy-in: slot q of the input holds chunk q of every parameter's gradient (zero-padded), so after the
-  // reduce-scatter this rank holds the reduced padded shards of all parameters, in group order.
-  View1<float> input = uninitialized<float>(module_.display_name() + ".reduce_scatter", static_cast<std::size_t>(flat_numel_ * ranks_));
+// ---------------------------------------------------------------------------------------------------------
+// Gradients: one reduce-scatter per group in reduce_dtype, then (HSDP) one all-reduce over the replicas.
+
+template <class T> void FsdpGroup::reduce_scatter_flat() {
+  View1<T> input(Kokkos::view_alloc(Kokkos::WithoutInitializing, module_.display_name() + ".reduce_scatter"),
+                 static_cast<std::size_t>(layout_.slot * ranks_));
+  View1<T> output(Kokkos::view_alloc(Kokkos::WithoutInitializing, module_.display_name() + ".reduced"),
+                  static_cast<std::size_t>(layout_.slot));
+  const auto buffer_bytes = static_cast<std::int64_t>((input.extent(0) + output.extent(0)) * sizeof(T));
+  track_grads(buffer_bytes);
+  // Copy-in: slot q holds chunk q of every gradient (zero-padded); the output is this rank's padded shards.
+  pack_all_slots(input, ranks_, layout_, full_grad_);
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    const std::int64_t piece = params_[i]->storage_numel();
-    for (int q = 0; q < ranks_; ++q)
-      Kokkos::deep_copy(Kokkos::subview(input, range(q * flat_numel_ + shard_offset_[i], piece)),
-                        Kokkos::subview(full_grad_[i], range(q * piece, piece)));
+    full_grad_[i] = View1<float>();
+    track_grads(-layout_.piece[i] * ranks_ * 4);
   }
-  View1<float> output = uninitialized<float>(module_.display_name() + ".reduced", static_cast<std::size_t>(flat_numel_));
-  track_grads((ranks_ + 1) * flat_numel_ * 4);
   const auto t0 = std::chrono::steady_clock::now();
-  if (ranks_ > 1) {
-    Kokkos::fence();
-    ReduceScatterOptions o;
-    o.op = divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg;
-    o.post_scale = divide_factor_ > 0 ? 1.0 / divide_factor_ : 1.0;
-    comm_.reduce_scatter(input.data(), output.data(), static_cast<std::size_t>(flat_numel_), DType::f32, o);
-  } else {
-    Kokkos::deep_copy(output, input);
-    if (divide_factor_ > 0) {
-      const float scale = static_cast<float>(1.0 / divide_factor_);
-      Kokkos::parallel_for("fsdpp::fsdp_divide_grad", Kokkos::RangePolicy<ExecSpace>(0, output.extent(0)),
-                           KOKKOS_LAMBDA(const std::size_t k) { output(k) *= scale; });
-    }
-  }
+  Kokkos::fence();
+  ReduceScatterOptions o;
+  o.op = divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg;
+  o.post_scale = divide_factor_ > 0 ? 1.0 / divide_factor_ : 1.0;
+  comm_.reduce_scatter(input.data(), output.data(), static_cast<std::size_t>(layout_.slot), dtype_v<T>, o);
   if (context_) {
     context_->stats.reduce_scatters++;
-    context_->stats.reduce_scatter_bytes += flat_numel_ * ranks_ * 4;
+    context_->stats.reduce_scatter_bytes += static_cast<std::int64_t>(input.extent(0) * sizeof(T));
     context_->stats.reduce_scatter_s += seconds_since(t0);
   }
-  // Sharded gradients accumulate (local += new), as FSDP2's do across micro-batches.
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    accumulate(shard_grad_[i], Kokkos::subview(output, range(shard_offset_[i], params_[i]->storage_numel())));
-    full_grad_[i] = View1<float>();
-    track_grads(-params_[i]->storage_numel() * ranks_ * 4);
+  View1<float> reduced = uninitialized<float>(module_.display_name() + ".reduced_f32", static_cast<std::size_t>(layout_.slot));
+  copy_convert(reduced, output);
+  track_grads(-buffer_bytes);
+  after_reduction(reduced);
+}
+
+void FsdpGroup::after_reduction(const View1<float>& reduced) {
+  if (replicate_comm_) {
+    if (!requires_all_reduce_) {
+      // Sum over micro-batches now, all-reduce once later.
+      if (!partial_reduction_.extent(0)) partial_reduction_ = View1<float>("partial_reduction", reduced.extent(0));
+      copy_convert(partial_reduction_, reduced, true);
+      return;
+    }
+    if (partial_reduction_.extent(0)) {
+      copy_convert(reduced, partial_reduction_, true);
+      partial_reduction_ = View1<float>();
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    Kokkos::fence();
+    // Default: the mean over shards (reduce-scatter) then over replicas. A custom factor was applied whole in
+    // the reduce-scatter, so the replicas are summed.
+    replicate_comm_->all_reduce(reduced.data(), reduced.extent(0), DType::f32, divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg);
+    if (context_) {
+      context_->stats.all_reduces++;
+      context_->stats.all_reduce_s += seconds_since(t0);
+    }
   }
-  track_grads(-(ranks_ + 1) * flat_numel_ * 4);
+  // Sharded gradients accumulate (local += new), as FSDP2's do across micro-batches.
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    copy_convert(shard_grad_[i], slice(reduced, layout_.offset[i], layout_.piece[i]), true);
+}
+
+void FsdpGroup::reduce_scatter_gradients() {
+  if (options_.mp_policy.reduce_dtype == DType::bf16) reduce_scatter_flat<bf16>();
+  else reduce_scatter_flat<float>();
   grads_unsharded_ = false;
 }
 
-void FsdpGroup::before(Module&, Pass pass) {
+// ---------------------------------------------------------------------------------------------------------
+// The hooks around each pass.
+
+void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
   if (!initialized_) lazy_init();
   if (pass == Pass::forward) {
     if (is_root_) context_->forward_order.clear();
     wait_for_unshard();
+    if (!is_root_ && options_.mp_policy.cast_forward_inputs) round_to(flow.x, options_.mp_policy.param_dtype);
     // Prefetch: the next group's all-gather runs on the communication thread while this module computes.
     std::vector<FsdpGroup*> next;
     if (!forward_prefetch_.empty()) {
@@ -259,10 +347,10 @@ void FsdpGroup::before(Module&, Pass pass) {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Parameter* p = params_[i];
     if (!grads_unsharded_) {
-      full_grad_[i] = View1<float>(p->name() + ".grad.unsharded", static_cast<std::size_t>(p->storage_numel() * ranks_));
-      track_grads(p->storage_numel() * ranks_ * 4);
+      full_grad_[i] = View1<float>(p->name() + ".grad.unsharded", static_cast<std::size_t>(layout_.piece[i] * ranks_));
+      track_grads(layout_.piece[i] * ranks_ * 4);
     }
-    p->grad = Kokkos::subview(full_grad_[i], range(0, p->numel()));
+    p->grad = slice(full_grad_[i], 0, p->numel());
   }
   grads_unsharded_ = true;
   // Backward prefetch: the group that ran just before this one in forward runs just after it in backward.
@@ -278,9 +366,11 @@ void FsdpGroup::before(Module&, Pass pass) {
     if (g && !g->unsharded_) g->unshard(true);
 }
 
-void FsdpGroup::after(Module&, Pass pass) {
+void FsdpGroup::after(Module&, Pass pass, Flow& flow) {
   if (pass == Pass::forward) {
     context_->forward_order.push_back(this);
+    if (!is_root_) round_to(flow.x, options_.mp_policy.output_dtype);
+    if (post_forward_mesh_) keep_post_forward_slice();
     if (*options_.reshard_after_forward) reshard();
     return;
   }
@@ -291,21 +381,24 @@ void FsdpGroup::after(Module&, Pass pass) {
   if (is_root_) {
     // A prefetch that no backward consumed would hold whole parameters past the step: release it.
     for (FsdpGroup* g : context_->groups)
-      if (g != this && (g->pending_gather_ || g->gather_buffer_.extent(0) || g->unsharded_)) g->reshard();
+      if (g != this && (g->gather_started_ || g->unsharded_)) g->reshard();
     context_->in_backward = false;
   }
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Tools: whole parameters for tests and export; statistics.
+
 std::vector<float> gather_full_parameter(const Parameter& p, const DeviceMesh& mesh) {
   std::vector<float> out(static_cast<std::size_t>(p.numel()));
   if (!p.is_sharded()) {
-    Kokkos::deep_copy(HostView1<float>(out.data(), out.size()), Kokkos::subview(p.value, range(0, p.numel())));
+    Kokkos::deep_copy(HostView1<float>(out.data(), out.size()), slice(p.value, 0, p.numel()));
     return out;
   }
   const std::int64_t piece = p.storage_numel();
   std::vector<float> shard(static_cast<std::size_t>(piece)), all(static_cast<std::size_t>(piece * p.placement->ranks));
   Kokkos::deep_copy(HostView1<float>(shard.data(), shard.size()), p.value);
-  mesh.comm(0).all_gather(shard.data(), all.data(), shard.size());
+  mesh.comm(mesh.ndim() - 1).all_gather(shard.data(), all.data(), shard.size());
   std::copy(all.begin(), all.begin() + p.numel(), out.begin());
   return out;
 }

@@ -12,6 +12,7 @@
 // all-gather is issued ahead (prefetch), unsharded storage is freed after forward per reshard_after_forward
 // and after backward, and gradients are reduce-scattered (one collective), averaged over the ranks.
 #include "fsdpp/comm/communicator.hpp"
+#include "fsdpp/fsdp/flat_buffers.hpp"
 #include "fsdpp/mesh/device_mesh.hpp"
 #include "fsdpp/nn/module.hpp"
 
@@ -21,9 +22,21 @@
 
 namespace fsdpp {
 
+// FSDP2's MixedPrecisionPolicy. On CPU builds compute stays f32, on the bf16-rounded parameters.
+struct MixedPrecisionPolicy {
+  DType param_dtype = DType::f32;   // all-gathered and computed-on parameters (bf16 halves the all-gather)
+  DType reduce_dtype = DType::f32;  // reduce-scatter (and HSDP all-reduce) element type
+  DType output_dtype = DType::f32;  // the residual stream a module hands on is rounded to this
+  bool cast_forward_inputs = true;  // round the residual stream entering the module to param_dtype
+};
+
 struct FullyShardOptions {
   // Unset: false for the root, true for every other group (decided when the root first runs forward).
   std::optional<bool> reshard_after_forward;
+  // FSDP2's int k (1 < k < shard size, dividing it): after forward keep a 1/k slice of the whole parameters and
+  // all-gather in backward over k consecutive ranks only (node-local under a block launch). 0: unused.
+  int reshard_after_forward_ranks = 0;
+  MixedPrecisionPolicy mp_policy;
 };
 
 // What the groups under one root did since the last reset: collective counts (tests compare them with FSDP2's
@@ -51,8 +64,8 @@ class FsdpGroup final : public ModuleHooks {
   FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions options);
   ~FsdpGroup() override;
 
-  void before(Module& module, Pass pass) override;
-  void after(Module& module, Pass pass) override;
+  void before(Module& module, Pass pass, Flow& flow) override;
+  void after(Module& module, Pass pass, Flow& flow) override;
 
   // Gather the whole parameters (async: start the all-gather; the next pass or wait_for_unshard finishes it).
   void unshard(bool async = false);
@@ -65,6 +78,9 @@ class FsdpGroup final : public ModuleHooks {
   // with sync on reduce-scatters the sum (FSDP2's no_sync).
   void set_requires_gradient_sync(bool value) { requires_gradient_sync_ = value; }
   void set_reshard_after_backward(bool value) { reshard_after_backward_ = value; }
+  // HSDP: off, reduce-scatter without the replicate all-reduce, summing into a partial gradient; the next
+  // backward with it on all-reduces the sum once.
+  void set_requires_all_reduce(bool value) { requires_all_reduce_ = value; }
   void set_gradient_divide_factor(double factor) { divide_factor_ = factor; }
   void set_modules_to_forward_prefetch(std::vector<Module*> modules) { forward_prefetch_ = std::move(modules); }
   void set_modules_to_backward_prefetch(std::vector<Module*> modules) { backward_prefetch_ = std::move(modules); }
@@ -72,6 +88,8 @@ class FsdpGroup final : public ModuleHooks {
   Module& module() const { return module_; }
   const std::vector<Parameter*>& parameters() const { return params_; }
   bool is_root() const { return is_root_; }
+  bool is_hsdp() const { return replicate_comm_ != nullptr; }
+  Communicator& shard_comm() const { return comm_; }
   std::int64_t sharded_numel() const { return flat_numel_; }   // per rank, padded
   std::int64_t unsharded_numel() const { return flat_numel_ * ranks_; }
 
@@ -79,38 +97,49 @@ class FsdpGroup final : public ModuleHooks {
   friend struct FsdpContext;
   friend FsdpStats fsdp_stats(Module& root);
   friend void reset_fsdp_stats(Module& root);
+  void lazy_init();
+  void start_all_gather();
+  template <class T> void all_gather_flat(View1<T>& flat, bool in_backward);
+  void keep_post_forward_slice();
+  void reduce_scatter_gradients();
+  template <class T> void reduce_scatter_flat();
+  void after_reduction(const View1<float>& reduced);
+  FsdpGroup* group_of(Module* m) const;
   void track_params(std::int64_t bytes);  // unsharded memory allocated (+) or freed (-)
   void track_grads(std::int64_t bytes);
-  void lazy_init();
-  void shard_materialized_parameters();
-  void start_all_gather();
-  void reduce_scatter_gradients();
-  FsdpGroup* group_of(Module* m) const;
 
   Module& module_;
   DeviceMesh mesh_;
-  Communicator& comm_;
+  Communicator& comm_;                         // the shard group: the mesh's last dimension
+  Communicator* replicate_comm_ = nullptr;     // HSDP: the mesh's first dimension
+  std::unique_ptr<DeviceMesh> post_forward_mesh_;  // reshard_after_forward = k: groups of k consecutive ranks
   int ranks_ = 1, rank_ = 0;
   FullyShardOptions options_;
   std::vector<Parameter*> params_;
-  std::vector<std::int64_t> shard_offset_;  // of each parameter in the flat padded shard
+  fsdp_detail::FlatLayout layout_;
   std::int64_t flat_numel_ = 0;
   std::vector<View1<float>> shard_value_, shard_grad_;    // the padded local shards (what the optimizer owns)
   std::vector<View1<float>> full_value_, full_grad_;      // whole tensors, padded to ranks * chunk rows
-  View1<float> gather_buffer_;                            // (ranks, flat) all-gather input and output
+  View1<float> gather_f32_;                               // (ranks, slot) all-gather buffer in f32 ...
+  View1<bf16> gather_bf16_;                               // ... or in bf16 (param_dtype bf16)
+  View1<float> post_forward_f32_;                         // reshard_after_forward = k: this rank's ranks/k slots
+  View1<bf16> post_forward_bf16_;
+  View1<float> partial_reduction_;                        // HSDP with the all-reduce skipped: summed shards
   WorkHandle pending_gather_;
+  bool gather_started_ = false;
   bool unsharded_ = false;
   bool grads_unsharded_ = false;  // full_grad_ holds unreduced gradients (gradient sync off)
   bool requires_gradient_sync_ = true;
+  bool requires_all_reduce_ = true;
   bool reshard_after_backward_ = true;
-  double divide_factor_ = 0;  // 0: average over the ranks
+  double divide_factor_ = 0;  // 0: average over the data-parallel ranks
   std::vector<Module*> forward_prefetch_, backward_prefetch_;
   bool is_root_ = false;
   bool initialized_ = false;
   std::shared_ptr<FsdpContext> context_;
 };
 
-// Shards `module` over the 1-D mesh `mesh` (its communicator of dimension 0) and returns its state.
+// Shards `module` over `mesh`: 1-D (shard), or 2-D (replicate x shard) for HSDP, and returns its state.
 // UsageError when a descendant is sharded after its ancestor, or the module has nothing left to shard.
 FsdpGroup& fully_shard(Module& module, const DeviceMesh& mesh, FullyShardOptions options = {});
 FsdpGroup* fsdp_group(Module& module);  // nullptr when the module is not sharded

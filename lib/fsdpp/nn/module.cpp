@@ -5,7 +5,7 @@
 namespace fsdpp {
 
 void Module::operator()(Flow& flow, Pass pass) {
-  for (auto& h : hooks_) h->before(*this, pass);
+  for (auto& h : hooks_) h->before(*this, pass, flow);
   // Kernels given a shard instead of the whole tensor would read past it or compute garbage: refuse.
   for (auto& p : parameters_)
     if (p.is_sharded())
@@ -17,7 +17,7 @@ void Module::operator()(Flow& flow, Pass pass) {
   if (pass == Pass::forward) forward(flow);
   else backward(flow);
   // After-hooks run in reverse registration order, so hooks nest like scopes.
-  for (auto it = hooks_.rbegin(); it != hooks_.rend(); ++it) (*it)->after(*this, pass);
+  for (auto it = hooks_.rbegin(); it != hooks_.rend(); ++it) (*it)->after(*this, pass, flow);
 }
 
 Parameter& Module::add_parameter(const std::string& local_name, std::vector<std::int64_t> shape, InitRule init,

@@ -37,8 +37,8 @@ class Module;
 class ModuleHooks {
  public:
   virtual ~ModuleHooks() = default;
-  virtual void before(Module&, Pass) {}
-  virtual void after(Module&, Pass) {}
+  virtual void before(Module&, Pass, Flow&) {}
+  virtual void after(Module&, Pass, Flow&) {}
 };
 
 class Module {
