@@ -30,17 +30,25 @@ TrainOptions quiet() {
   return o;
 }
 
-// The same deck on a group of `n` ranks of test_comm (the rest wait), returning the final training loss.
-double final_loss_on(MPI_Comm test_comm, int test_rank, int n, const Deck& deck) {
+// The same deck on a group of `n` ranks of test_comm (the rest wait), returning the loss of every step.
+std::vector<double> losses_on(MPI_Comm test_comm, int test_rank, int n, const Deck& deck) {
   MPI_Comm group;
   MPI_Comm_split(test_comm, test_rank < n ? 0 : MPI_UNDEFINED, test_rank, &group);
-  double loss = 0;
+  std::vector<double> losses(static_cast<std::size_t>(deck.train.steps));
   if (group != MPI_COMM_NULL) {
-    loss = train(group, deck, quiet()).final_loss;
+    losses = train(group, deck, quiet()).losses;
     MPI_Comm_free(&group);
   }
-  MPI_Bcast(&loss, 1, MPI_DOUBLE, 0, test_comm);
-  return loss;
+  MPI_Bcast(losses.data(), static_cast<int>(losses.size()), MPI_DOUBLE, 0, test_comm);
+  return losses;
+}
+
+void check_same_losses(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t s = 0; s < got.size(); ++s) {
+    CAPTURE(s);
+    CHECK(got[s] == doctest::Approx(want[s]).epsilon(1e-5));  // fp32 reduction-order tolerance
+  }
 }
 
 }  // namespace
@@ -55,18 +63,34 @@ MPI_TEST_CASE("train: tiny.yaml learns the synthetic corpus to within 10% of its
   CHECK(*s.final_val_loss >= 0.95 * *s.loss_floor);  // a loss below the floor would mean leaked targets
 }
 
-MPI_TEST_CASE("train: 2 ranks train the same model as 1 rank (the deck fixes the batch)", 2) {
-  const Deck deck = tiny_deck({"train.steps=15", "train.eval_interval=0", "schedule.warmup_steps=5"});
-  const double one = final_loss_on(test_comm, test_rank, 1, deck);
-  const double two = final_loss_on(test_comm, test_rank, 2, deck);
-  CHECK(two == doctest::Approx(one).epsilon(1e-4));
+MPI_TEST_CASE("train: the same deck gives the same loss at every step on 1, 2 and 3 ranks", 3) {
+  // global_batch 12, micro_batch 12/N: every rank count processes the same 12 sequences per step.
+  const std::vector<std::string> common = {"train.steps=12", "train.eval_interval=0", "schedule.warmup_steps=3",
+                                           "train.global_batch=12"};
+  auto deck_for = [&](int n) {
+    auto o = common;
+    o.push_back("train.micro_batch=" + std::to_string(12 / n));
+    return tiny_deck(o);
+  };
+  const auto one = losses_on(test_comm, test_rank, 1, deck_for(1));
+  check_same_losses(losses_on(test_comm, test_rank, 2, deck_for(2)), one);
+  check_same_losses(losses_on(test_comm, test_rank, 3, deck_for(3)), one);
 }
 
-MPI_TEST_CASE("train: 4 ranks train the same model as 1 rank", 4) {
-  const Deck deck = tiny_deck({"train.steps=15", "train.eval_interval=0", "schedule.warmup_steps=5", "train.micro_batch=4"});
-  const double one = final_loss_on(test_comm, test_rank, 1, deck);
-  const double four = final_loss_on(test_comm, test_rank, 4, deck);
-  CHECK(four == doctest::Approx(one).epsilon(1e-4));
+MPI_TEST_CASE("train: 4 ranks, every strategy, train the same model as 1 rank", 4) {
+  const std::vector<std::string> common = {"train.steps=8", "train.eval_interval=0", "schedule.warmup_steps=2",
+                                           "train.micro_batch=4"};
+  const auto one = losses_on(test_comm, test_rank, 1, tiny_deck(common));
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"fsdp.strategy=full_shard"}, {"fsdp.strategy=shard_grad_op"},
+        {"fsdp.strategy=no_shard"}, {"fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2", "mesh.dp_shard=2"},
+        {"fsdp.reshard_after_forward=2"}, {"fsdp.accumulate=unsharded", "train.micro_batch=2"},
+        {"train.micro_batch=2"}}) {
+    auto o = common;
+    o.insert(o.end(), extra.begin(), extra.end());
+    CAPTURE(o.back());
+    check_same_losses(losses_on(test_comm, test_rank, 4, tiny_deck(o)), one);
+  }
 }
 
 MPI_TEST_CASE("train: a global batch the ranks cannot split is refused on every rank", 4) {

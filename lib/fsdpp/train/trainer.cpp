@@ -161,24 +161,28 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   std::unique_ptr<DeviceMesh> mesh;
   FsdpGroup* root_group = nullptr;
   if (sharded) {
-    FSDPP_REQUIRE(deck.fsdp.strategy != ShardStrategy::hybrid_shard && deck.mesh.dp_replicate == 0,
-                  "fsdp.strategy hybrid_shard (mesh.dp_replicate) is not implemented yet; use full_shard, "
-                  "shard_grad_op or no_shard");
-    FSDPP_REQUIRE(deck.fsdp.param_dtype == DType::f32 && deck.fsdp.reduce_dtype == DType::f32 &&
-                      deck.fsdp.output_dtype == DType::f32,
-                  "fsdp mixed precision (param_dtype/reduce_dtype/output_dtype bf16) is not implemented yet; use f32");
     FSDPP_REQUIRE(deck.fsdp.offload == OffloadPolicy::none, "fsdp.offload cpu is not implemented yet; use none");
-    mesh = std::make_unique<DeviceMesh>(comm, deck.mesh.dims());
+    const std::vector<MeshDim> dims = deck.mesh.dims();
+    FSDPP_REQUIRE(deck.fsdp.strategy != ShardStrategy::hybrid_shard || dims.size() == 2,
+                  "fsdp.strategy hybrid_shard needs a 2-D mesh: set mesh.dp_replicate (and mesh.dp_shard)");
+    FSDPP_REQUIRE(deck.fsdp.strategy == ShardStrategy::hybrid_shard || dims.size() == 1,
+                  "mesh.dp_replicate is set, which makes a 2-D mesh: use fsdp.strategy hybrid_shard, or remove "
+                  "mesh.dp_replicate");
+    mesh = std::make_unique<DeviceMesh>(comm, dims);
     FullyShardOptions block_options;
+    block_options.mp_policy.param_dtype = deck.fsdp.param_dtype;
+    block_options.mp_policy.reduce_dtype = deck.fsdp.reduce_dtype;
+    block_options.mp_policy.output_dtype = deck.fsdp.output_dtype;
     const auto& raf = deck.fsdp.reshard_after_forward;
-    FSDPP_REQUIRE(raf.kind != ReshardAfterForward::Kind::group,
-                  "fsdp.reshard_after_forward as an integer is not implemented yet; use true, false or auto");
     if (deck.fsdp.strategy == ShardStrategy::shard_grad_op || raf.kind == ReshardAfterForward::Kind::no)
       block_options.reshard_after_forward = false;
     else if (raf.kind == ReshardAfterForward::Kind::yes)
       block_options.reshard_after_forward = true;
+    else if (raf.kind == ReshardAfterForward::Kind::group)
+      block_options.reshard_after_forward_ranks = raf.group_size;
     for (Block* block : model.blocks()) fully_shard(*block, *mesh, block_options);
     FullyShardOptions root_options;
+    root_options.mp_policy = block_options.mp_policy;
     if (block_options.reshard_after_forward == false) root_options.reshard_after_forward = false;
     root_group = &fully_shard(model, *mesh, root_options);
   }
@@ -300,7 +304,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     loss = mean_over(world, loss / accum);
     timers.mark(kGradSync);
     // Sharded gradients: the squared norm is summed over the shard group (padding rows are zero).
-    Communicator* norm_group = sharded ? &mesh->comm(0) : nullptr;
+    Communicator* norm_group = sharded ? &mesh->comm(mesh->ndim() - 1) : nullptr;  // shards; replicas are copies
     const double norm = deck.train.grad_clip > 0 ? clip_grad_norm(params, deck.train.grad_clip, norm_group)
                                                  : global_grad_norm(params, norm_group);
     optimizer->step(lr);
@@ -308,6 +312,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     Kokkos::fence();
     timers.mark(kOptimizer);
     if (step == 0) summary.first_loss = loss;
+    summary.losses.push_back(loss);
     summary.final_loss = loss;
 
     const std::int64_t done = step + 1;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace fsdpp {
 
@@ -17,6 +18,7 @@ struct TrainSummary {
   std::int64_t steps = 0;
   double first_loss = 0;               // training loss of the first step
   double final_loss = 0;               // training loss of the last step
+  std::vector<double> losses;          // training loss of every step
   std::optional<double> final_val_loss;
   std::optional<double> loss_floor;    // entropy rate of the synthetic corpus, nats per token
   double tokens_per_s = 0;             // over the whole loop, evaluation excluded
