@@ -33,6 +33,7 @@ struct Options {
   int reshard_ranks = 0;
   MixedPrecisionPolicy mp;
   double tolerance = 1e-5;  // relative, on losses; rtol and atol on the final parameters
+  bool clip_inf = false;    // clip by the inf-norm (0.05) instead of the 2-norm (1.0)
   int micro_batches = 1;          // per rank per step
   bool unsharded_accumulation = false;
 };
@@ -41,6 +42,7 @@ struct Run {
   std::vector<double> losses;               // global mean loss per step
   std::vector<std::vector<float>> params;   // gathered whole parameters after the last step
   FsdpStats first_step_counts;
+  double norm_l2 = 0, norm_inf = 0;         // of the first step's gradients, before clipping
 };
 
 // `steps` AdamW steps of the parity model sharded over `comm`; every rank takes its share of each batch.
@@ -91,8 +93,13 @@ Run train_sharded(MPI_Comm comm, const Options& o, int steps) {
       model(flow, Pass::backward);
       loss += flow.loss / o.micro_batches;
     }
-    if (step == 0) run.first_step_counts = fsdp_stats(model);
-    clip_grad_norm(model.parameters(), 1.0, &mesh.comm(mesh.ndim() - 1));  // shards only: replicas are copies
+    Communicator& shards = mesh.comm(mesh.ndim() - 1);  // norms over shards only: HSDP replicas are copies
+    if (step == 0) {
+      run.first_step_counts = fsdp_stats(model);
+      run.norm_l2 = global_grad_norm(model.parameters(), &shards, NormType::l2);
+      run.norm_inf = global_grad_norm(model.parameters(), &shards, NormType::inf);
+    }
+    clip_grad_norm(model.parameters(), o.clip_inf ? 0.05 : 1.0, &shards, o.clip_inf ? NormType::inf : NormType::l2);
     opt.step(ac.lr);
     MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, comm);
     run.losses.push_back(loss / N);
@@ -118,6 +125,8 @@ Run reference(MPI_Comm test_comm, int test_rank, const Options& o, int steps) {
   }
   run.losses.resize(static_cast<std::size_t>(steps));
   MPI_Bcast(run.losses.data(), steps, MPI_DOUBLE, 0, test_comm);
+  MPI_Bcast(&run.norm_l2, 1, MPI_DOUBLE, 0, test_comm);
+  MPI_Bcast(&run.norm_inf, 1, MPI_DOUBLE, 0, test_comm);
   int count = static_cast<int>(run.params.size());
   MPI_Bcast(&count, 1, MPI_INT, 0, test_comm);
   run.params.resize(static_cast<std::size_t>(count));
@@ -135,6 +144,9 @@ void check_parity(MPI_Comm test_comm, int test_rank, const Options& o) {
   const Run want = reference(test_comm, test_rank, o, steps);
   const Run got = train_sharded(test_comm, o, steps);
   for (int s = 0; s < steps; ++s) CHECK(got.losses[s] == doctest::Approx(want.losses[s]).epsilon(o.tolerance));
+  // The norm over shards is the unsharded model's: nothing counted twice, nothing missed.
+  CHECK(got.norm_l2 == doctest::Approx(want.norm_l2).epsilon(o.tolerance));
+  CHECK(got.norm_inf == doctest::Approx(want.norm_inf).epsilon(o.tolerance));
   REQUIRE(got.params.size() == want.params.size());
   if (o.mp.param_dtype == DType::bf16 || o.mp.reduce_dtype == DType::bf16) {
     // bf16 rounding changes AdamW's step direction on small gradients, element by element; what stays within
@@ -170,6 +182,7 @@ void check_parity(MPI_Comm test_comm, int test_rank, const Options& o) {
     SUBCASE("reshard_after_forward true") { o.reshard_after_forward = true; }                                \
     SUBCASE("reshard_after_forward false (shard_grad_op)") { o.reshard_after_forward = false; }              \
     SUBCASE("untied embeddings") { o.tied = false; }                                                         \
+    SUBCASE("clipping by the inf-norm") { o.clip_inf = true; }                                                \
     SUBCASE("2 micro-batches, sharded accumulation") { o.micro_batches = 2; }                                \
     SUBCASE("2 micro-batches, unsharded accumulation (no sync)") {                                           \
       o.micro_batches = 2;                                                                                   \

@@ -25,20 +25,48 @@ double grad_norm_squared_local(const std::vector<Parameter*>& params) {
   return total;
 }
 
-double global_grad_norm(const std::vector<Parameter*>& params, Communicator* sum_over) {
-  double squared = grad_norm_squared_local(params);
-  if (sum_over != nullptr) {
-    if (sum_over->backend() == CommBackend::mpi) {
-      sum_over->all_reduce(&squared, 1, ReduceOp::sum);
-    } else {
-      // NCCL reduces device memory only.
-      Kokkos::View<double, MemSpace> buf("fsdpp::grad_norm_squared_buffer");
-      Kokkos::deep_copy(buf, squared);
-      Kokkos::fence();
-      sum_over->all_reduce(buf.data(), 1, ReduceOp::sum);
-      Kokkos::deep_copy(squared, buf);
-    }
+namespace {
+
+double local_max_abs(const std::vector<Parameter*>& params) {
+  double result = 0.0;
+  for (const Parameter* p : params) {
+    const View1<float> grad = p->grad;
+    double m = 0.0;
+    Kokkos::parallel_reduce(
+        "fsdpp::grad_max_abs", Kokkos::RangePolicy<ExecSpace>(0, static_cast<std::int64_t>(grad.extent(0))),
+        KOKKOS_LAMBDA(const std::int64_t j, double& acc) {
+          const double a = grad(j) < 0 ? -static_cast<double>(grad(j)) : static_cast<double>(grad(j));
+          if (a > acc || a != a) acc = a;  // NaN wins, so a broken gradient shows in the norm
+        },
+        Kokkos::Max<double>(m));
+    if (m > result || m != m) result = m;
   }
+  return result;
+}
+
+// One double reduced over `group` (host buffer on MPI; NCCL reduces device memory only).
+double reduce_scalar(double value, Communicator& group, ReduceOp op) {
+  if (group.backend() == CommBackend::mpi) {
+    group.all_reduce(&value, 1, op);
+    return value;
+  }
+  Kokkos::View<double, MemSpace> buf("fsdpp::grad_norm_buffer");
+  Kokkos::deep_copy(buf, value);
+  Kokkos::fence();
+  group.all_reduce(buf.data(), 1, op);
+  Kokkos::deep_copy(value, buf);
+  return value;
+}
+
+}  // namespace
+
+double global_grad_norm(const std::vector<Parameter*>& params, Communicator* sum_over, NormType type) {
+  if (type == NormType::inf) {
+    const double m = local_max_abs(params);
+    return sum_over ? reduce_scalar(m, *sum_over, ReduceOp::max) : m;
+  }
+  double squared = grad_norm_squared_local(params);
+  if (sum_over != nullptr) squared = reduce_scalar(squared, *sum_over, ReduceOp::sum);
   return std::sqrt(squared);
 }
 
@@ -52,10 +80,10 @@ void scale_grads(const std::vector<Parameter*>& params, float factor) {
   }
 }
 
-double clip_grad_norm(const std::vector<Parameter*>& params, double max_norm, Communicator* sum_over) {
+double clip_grad_norm(const std::vector<Parameter*>& params, double max_norm, Communicator* sum_over, NormType type) {
   FSDPP_REQUIRE(max_norm > 0.0, "clip_grad_norm: max_norm must be > 0, got {} (to disable clipping, do not clip)",
                 max_norm);
-  const double norm = global_grad_norm(params, sum_over);
+  const double norm = global_grad_norm(params, sum_over, type);
   const double coef = max_norm / (norm + 1e-6);
   // Every rank computes the same norm, so every rank takes the same branch.
   if (std::isfinite(norm) && coef < 1.0) scale_grads(params, static_cast<float>(coef));

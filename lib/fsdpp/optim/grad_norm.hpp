@@ -1,6 +1,6 @@
 #pragma once
-// The global gradient norm and clipping, with torch.nn.utils.clip_grad_norm_'s semantics. Only the 2-norm
-// (norm_type 2) is implemented.
+// The global gradient norm and clipping, with torch.nn.utils.clip_grad_norm_'s semantics, for norm_type 2 and
+// inf.
 //
 // Squares are summed in double, one deterministic Kokkos reduction per parameter, and the per-parameter sums
 // are added on the host in parameter order: the result is identical run to run on a given execution space and
@@ -17,18 +17,23 @@ namespace fsdpp {
 
 class Communicator;
 
+enum class NormType { l2, inf };  // torch's norm_type 2 and inf
+
 // Sum over the parameters' local gradient storage of grad^2.
 double grad_norm_squared_local(const std::vector<Parameter*>& params);
 
 // sqrt of the squared norm summed over `sum_over` (every rank of it must call, with its own shards); local
 // when `sum_over` is null. The all-reduce uses an f64 host buffer on MPI and an f64 device buffer on NCCL.
-double global_grad_norm(const std::vector<Parameter*>& params, Communicator* sum_over = nullptr);
+// For inf: the largest |grad| element, the maximum taken over `sum_over`.
+double global_grad_norm(const std::vector<Parameter*>& params, Communicator* sum_over = nullptr,
+                        NormType type = NormType::l2);
 
 // Scales every gradient by max_norm / (norm + 1e-6) when that factor is below 1, and returns the norm before
 // clipping (what the training log reports). A non-finite norm leaves the gradients unchanged: the caller sees
 // it in the return value and may skip the step. Throws UsageError unless max_norm > 0 (a deck's
 // train.grad_clip = 0 means: do not call this; use global_grad_norm for the log).
-double clip_grad_norm(const std::vector<Parameter*>& params, double max_norm, Communicator* sum_over = nullptr);
+double clip_grad_norm(const std::vector<Parameter*>& params, double max_norm, Communicator* sum_over = nullptr,
+                      NormType type = NormType::l2);
 
 // grad *= factor for every parameter (one kernel per parameter); clip_grad_norm's scaling.
 void scale_grads(const std::vector<Parameter*>& params, float factor);
