@@ -7,6 +7,7 @@
 #include "fsdpp/optim/adamw.hpp"
 #include "fsdpp/optim/grad_norm.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/log.hpp"
 
 #include <cmath>
 
@@ -34,6 +35,8 @@ struct Options {
   MixedPrecisionPolicy mp;
   double tolerance = 1e-5;  // relative, on losses; rtol and atol on the final parameters
   bool clip_inf = false;    // clip by the inf-norm (0.05) instead of the 2-norm (1.0)
+  bool offload = false;     // CPU offload
+  bool divide_by_ranks = false;  // set_gradient_divide_factor(N): the same mean, as a sum times 1/N
   int micro_batches = 1;          // per rank per step
   bool unsharded_accumulation = false;
 };
@@ -56,11 +59,15 @@ Run train_sharded(MPI_Comm comm, const Options& o, int steps) {
   fo.reshard_after_forward = o.reshard_after_forward;
   fo.reshard_after_forward_ranks = o.reshard_ranks;
   fo.mp_policy = o.mp;
+  fo.offload_policy.cpu = o.offload;
   for (Block* b : model.blocks()) fully_shard(*b, mesh, fo);
   FullyShardOptions root = fo;
   root.reshard_after_forward_ranks = 0;
   if (!o.reshard_after_forward) root.reshard_after_forward.reset();
   fully_shard(model, mesh, root);
+  if (o.divide_by_ranks)
+    for (Module* m : model.modules())
+      if (FsdpGroup* g = fsdp_group(*m)) g->set_gradient_divide_factor(N);
   model.to_empty();
   model.reset_parameters(2024);
   AdamWConfig ac;
@@ -117,7 +124,9 @@ Run reference(MPI_Comm test_comm, int test_rank, const Options& o, int steps) {
   single.unsharded_accumulation = false;
   single.mesh = {{"dp_shard", -1}};
   single.reshard_ranks = 0;
-  single.mp = MixedPrecisionPolicy{};  // the reference is always the f32 run
+  single.mp = MixedPrecisionPolicy{};  // the reference is always the f32 run, not offloaded
+  single.offload = false;
+  single.divide_by_ranks = false;
   Run run;
   if (solo != MPI_COMM_NULL) {
     run = train_sharded(solo, single, steps);
@@ -183,6 +192,8 @@ void check_parity(MPI_Comm test_comm, int test_rank, const Options& o) {
     SUBCASE("reshard_after_forward false (shard_grad_op)") { o.reshard_after_forward = false; }              \
     SUBCASE("untied embeddings") { o.tied = false; }                                                         \
     SUBCASE("clipping by the inf-norm") { o.clip_inf = true; }                                                \
+    SUBCASE("CPU offload") { o.offload = true; }                                                             \
+    SUBCASE("gradient divide factor = ranks (sum, then 1/N)") { o.divide_by_ranks = true; }                   \
     SUBCASE("2 micro-batches, sharded accumulation") { o.micro_batches = 2; }                                \
     SUBCASE("2 micro-batches, unsharded accumulation (no sync)") {                                           \
       o.micro_batches = 2;                                                                                   \
@@ -296,6 +307,40 @@ MPI_TEST_CASE("fsdp: collectives per step follow FSDP2's counts, and shards hold
   CHECK(model.wpe.placement->local_rows == wpe_rows[test_rank]);
 }
 
+MPI_TEST_CASE("fsdp: CPU offload keeps shards in host memory and stages each collective through the device", 2) {
+  DeviceMesh mesh(test_comm, {{"dp_shard", -1}});
+  Gpt model(parity_config(true));
+  FullyShardOptions fo;
+  fo.offload_policy.cpu = true;
+  for (Block* b : model.blocks()) fully_shard(*b, mesh, fo);
+  fully_shard(model, mesh, fo);
+  model.to_empty();
+  model.reset_parameters(3);
+  for (Parameter* p : model.parameters()) {
+    CHECK(p->placement->offloaded);
+    CHECK(p->placement->memory == "host (pinned)");
+  }
+  std::vector<std::int32_t> t = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  View1<std::int32_t> tokens("tokens", t.size());
+  Kokkos::deep_copy(tokens, HostView1<std::int32_t>(t.data(), t.size()));
+  Flow flow;
+  flow.B = 2, flow.T = kT, flow.tokens = tokens, flow.targets = tokens;
+  model(flow);
+  model(flow, Pass::backward);
+  // Every all-gather stages one slot (this rank's shards) to the device: forward gathers every group, backward
+  // the blocks again (the root keeps its parameters). Every reduce-scatter copies one slot back.
+  std::int64_t h2d = 0, d2h = 0;
+  for (Module* m : model.modules())
+    if (FsdpGroup* g = fsdp_group(*m)) {
+      h2d += g->sharded_numel() * 4 * (g->is_root() ? 1 : 2);
+      d2h += g->sharded_numel() * 4;
+    }
+  const FsdpStats st = fsdp_stats(model);
+  CHECK(st.host_to_device_bytes == h2d);
+  CHECK(st.device_to_host_bytes == d2h);
+  for (Parameter* p : model.parameters()) CHECK(!p->unsharded);  // back on the host shards after backward
+}
+
 MPI_TEST_CASE("fsdp: misuse gets a clear error naming the module or parameter", 2) {
   DeviceMesh mesh(test_comm, {{"dp_shard", -1}});
   {
@@ -314,6 +359,11 @@ MPI_TEST_CASE("fsdp: misuse gets a clear error naming the module or parameter", 
     flow.x = x;
     CHECK_THROWS_WITH_AS((*model.blocks()[0])(flow), doctest::Contains("parameter 'h.0.ln_1.weight' still sharded"),
                          UsageError);
+    // Through the root it runs, with a warning that one group means no overlap and whole-model memory.
+    flow.x = View1<float>();
+    model(flow);
+    CHECK(Log::last_warning().find("fully_shard was applied only to the root GPT (root)") != std::string::npos);
+    CHECK(Log::last_warning().find("Apply fully_shard to each block first") != std::string::npos);
   }
   {
     Gpt model(parity_config(true));

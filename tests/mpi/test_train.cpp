@@ -84,7 +84,7 @@ MPI_TEST_CASE("train: 4 ranks, every strategy, train the same model as 1 rank", 
   for (const std::vector<std::string>& extra :
        {std::vector<std::string>{"fsdp.strategy=full_shard"}, {"fsdp.strategy=shard_grad_op"},
         {"fsdp.strategy=no_shard"}, {"fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2", "mesh.dp_shard=2"},
-        {"fsdp.reshard_after_forward=2"}, {"fsdp.accumulate=unsharded", "train.micro_batch=2"},
+        {"fsdp.reshard_after_forward=2"}, {"fsdp.offload=cpu"}, {"fsdp.accumulate=unsharded", "train.micro_batch=2"},
         {"train.micro_batch=2"}}) {
     auto o = common;
     o.insert(o.end(), extra.begin(), extra.end());

@@ -58,6 +58,10 @@ FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions o
     FSDPP_REQUIRE(t == DType::f32 || t == DType::bf16, "fully_shard({}): mixed-precision dtypes must be f32 or bf16, "
                   "got {}", module.display_name(), dtype_name(t));
   if (mesh.ndim() == 2) replicate_comm_ = &mesh.comm(0);
+#if defined(FSDPP_DEVICE_BUILD)
+  FSDPP_REQUIRE(!options.offload_policy.cpu, "fully_shard({}): CPU offload is implemented for host builds only so far; "
+                "this build computes on a GPU", module.display_name());
+#endif
   ranks_ = comm_.size();
   rank_ = comm_.rank();
 
@@ -83,6 +87,10 @@ FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions o
   for (Parameter* p : params_) {
     const bool materialized = !p->is_meta() && p->value.extent(0) > 0;
     p->placement = place(*p, ranks_, rank_, mesh_name);
+    p->placement->offloaded = options_.offload_policy.cpu;
+    p->placement->memory = options_.offload_policy.cpu
+                               ? (options_.offload_policy.pin_memory ? "host (pinned)" : "host")
+                               : std::string(MemSpace::name());
     layout_.offset.push_back(layout_.slot);
     layout_.piece.push_back(p->storage_numel());
     layout_.slot += p->storage_numel();
@@ -169,7 +177,18 @@ template <class T> void FsdpGroup::all_gather_flat(View1<T>& flat, bool in_backw
                                              static_cast<std::size_t>(count), dtype_v<T>);
     return;
   }
-  pack_slot(flat, rank_, layout_, shard_value_);  // in place: this rank's shards go straight into its slot
+  if (options_.offload_policy.cpu) {
+    // The shards live in host memory: stage them on the device, then copy in.
+    std::vector<View1<float>> staged(params_.size());
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      staged[i] = uninitialized<float>(params_[i]->name() + ".staged", static_cast<std::size_t>(layout_.piece[i]));
+      Kokkos::deep_copy(staged[i], shard_value_[i]);
+    }
+    if (context_) context_->stats.host_to_device_bytes += layout_.slot * 4;
+    pack_slot(flat, rank_, layout_, staged);
+  } else {
+    pack_slot(flat, rank_, layout_, shard_value_);  // in place: this rank's shards go straight into its slot
+  }
   if (ranks_ > 1) {
     Kokkos::fence();  // the communication thread reads what the kernels above wrote
     pending_gather_ = comm_.all_gather_async(flat.data() + rank_ * layout_.slot, flat.data(),
@@ -309,9 +328,16 @@ void FsdpGroup::after_reduction(const View1<float>& reduced) {
       context_->stats.all_reduce_s += seconds_since(t0);
     }
   }
-  // Sharded gradients accumulate (local += new), as FSDP2's do across micro-batches.
+  // Sharded gradients accumulate (local += new), as FSDP2's do across micro-batches; offloaded ones in host
+  // memory, after a copy back.
+  View1<float> source = reduced;
+  if (options_.offload_policy.cpu) {
+    auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), reduced);
+    source = View1<float>(host.data(), host.extent(0));  // host builds: the host mirror is device memory too
+    if (context_) context_->stats.device_to_host_bytes += layout_.slot * 4;
+  }
   for (std::size_t i = 0; i < params_.size(); ++i)
-    copy_convert(shard_grad_[i], slice(reduced, layout_.offset[i], layout_.piece[i]), true);
+    copy_convert(shard_grad_[i], slice(source, layout_.offset[i], layout_.piece[i]), true);
 }
 
 void FsdpGroup::reduce_scatter_gradients() {

@@ -30,6 +30,14 @@ struct MixedPrecisionPolicy {
   bool cast_forward_inputs = true;  // round the residual stream entering the module to param_dtype
 };
 
+// FSDP2's CPUOffloadPolicy: sharded parameters, gradients and optimizer state in host memory (pinned on CUDA
+// builds), the optimizer step on the host; each all-gather stages the shards to the device first, and each
+// reduce-scatter's output is copied back. Host builds run the same path with host-to-host copies.
+struct CpuOffloadPolicy {
+  bool cpu = false;
+  bool pin_memory = true;
+};
+
 struct FullyShardOptions {
   // Unset: false for the root, true for every other group (decided when the root first runs forward).
   std::optional<bool> reshard_after_forward;
@@ -37,6 +45,7 @@ struct FullyShardOptions {
   // all-gather in backward over k consecutive ranks only (node-local under a block launch). 0: unused.
   int reshard_after_forward_ranks = 0;
   MixedPrecisionPolicy mp_policy;
+  CpuOffloadPolicy offload_policy;
 };
 
 // What the groups under one root did since the last reset: collective counts (tests compare them with FSDP2's
@@ -45,6 +54,8 @@ struct FsdpStats {
   int forward_all_gathers = 0, backward_all_gathers = 0, reduce_scatters = 0, all_reduces = 0;
   std::int64_t all_gather_bytes = 0;      // gathered output bytes
   std::int64_t reduce_scatter_bytes = 0;  // reduce-scatter input bytes
+  std::int64_t host_to_device_bytes = 0;  // CPU offload: shards staged for all-gathers
+  std::int64_t device_to_host_bytes = 0;  // CPU offload: reduced gradient shards copied back
   double all_gather_wait_s = 0;           // exposed: waiting for all-gathers not hidden behind compute
   double reduce_scatter_s = 0;            // blocking reduce-scatters
   double all_reduce_s = 0;

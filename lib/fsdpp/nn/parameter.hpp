@@ -32,6 +32,8 @@ struct ShardPlacement {
   std::int64_t offset_rows = 0;  // min(rank * chunk_rows, rows)
   std::int64_t local_rows = 0;   // real rows here: chunk_rows, fewer on the last ranks, or 0
   std::string mesh;              // the shard mesh, for messages ("dp_shard=4")
+  bool offloaded = false;        // CPU offload: the shard, its gradient and optimizer state live in host memory
+  std::string memory;            // where the shard lives: "Host", "Cuda", "host (pinned)", ...
 };
 
 class Parameter {

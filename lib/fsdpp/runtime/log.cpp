@@ -8,6 +8,7 @@ int g_rank = 0;
 int g_size = 1;
 LogOptions g_options;
 std::FILE* g_tee = nullptr;
+std::string g_last_warning;
 
 // Each line is written with one fwrite so that lines of different ranks sharing a terminal do not interleave
 // mid-line.
@@ -46,6 +47,9 @@ void Log::tee_to(const std::string& path) {
   if (g_tee) std::fclose(g_tee);
   g_tee = path.empty() ? nullptr : std::fopen(path.c_str(), "a");
 }
+
+void Log::remember_warning(std::string text) { g_last_warning = std::move(text); }
+const std::string& Log::last_warning() { return g_last_warning; }
 
 bool Log::speaks() { return g_rank == 0 || g_options.all_ranks; }
 

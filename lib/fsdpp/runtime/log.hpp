@@ -24,10 +24,12 @@ class Log {
   template <class... Args> static void info(fmt::format_string<Args...> f, Args&&... args) {
     if (speaks()) emit(stdout, fmt::format(f, std::forward<Args>(args)...));
   }
-  // A warning: printed like info, to stderr, prefixed "warning: ".
+  // A warning: printed like info, to stderr, prefixed "warning: ". Every rank remembers the last one.
   template <class... Args> static void warn(fmt::format_string<Args...> f, Args&&... args) {
-    if (speaks()) emit(stderr, "warning: " + fmt::format(f, std::forward<Args>(args)...));
+    remember_warning(fmt::format(f, std::forward<Args>(args)...));
+    if (speaks()) emit(stderr, "warning: " + last_warning());
   }
+  static const std::string& last_warning();  // for tests and summaries
   // A line every rank prints, always with its rank (device maps, one-rank errors).
   template <class... Args> static void every_rank(fmt::format_string<Args...> f, Args&&... args) {
     emit_with_rank(stdout, fmt::format(f, std::forward<Args>(args)...));
@@ -37,6 +39,7 @@ class Log {
 
  private:
   static bool speaks();
+  static void remember_warning(std::string text);
   static void emit(std::FILE* stream, const std::string& text);
   static void emit_with_rank(std::FILE* stream, const std::string& text);
 };

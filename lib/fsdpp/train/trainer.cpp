@@ -116,6 +116,7 @@ void log_sharding_plan(Gpt& model, const DeviceMesh& mesh, bool speaks) {
   if (!speaks) return;
   const double mib = 1.0 / 1048576.0;
   Log::info("fully_shard over {}: {} units: {}", mesh.describe(), model.modules().size(), units);
+  Log::info("shards live in {} memory", model.wte.placement ? model.wte.placement->memory : "?");
   Log::info("bytes per rank: parameters {:.2f} MiB, gradients {:.2f} MiB, AdamW state {:.2f} MiB (f32 shards, padded); "
             "largest unsharded group {:.2f} MiB", local * 4 * mib, local * 4 * mib, local * 8 * mib,
             largest_unsharded * 4 * mib);
@@ -161,7 +162,6 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   std::unique_ptr<DeviceMesh> mesh;
   FsdpGroup* root_group = nullptr;
   if (sharded) {
-    FSDPP_REQUIRE(deck.fsdp.offload == OffloadPolicy::none, "fsdp.offload cpu is not implemented yet; use none");
     const std::vector<MeshDim> dims = deck.mesh.dims();
     FSDPP_REQUIRE(deck.fsdp.strategy != ShardStrategy::hybrid_shard || dims.size() == 2,
                   "fsdp.strategy hybrid_shard needs a 2-D mesh: set mesh.dp_replicate (and mesh.dp_shard)");
@@ -173,6 +173,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     block_options.mp_policy.param_dtype = deck.fsdp.param_dtype;
     block_options.mp_policy.reduce_dtype = deck.fsdp.reduce_dtype;
     block_options.mp_policy.output_dtype = deck.fsdp.output_dtype;
+    block_options.offload_policy.cpu = deck.fsdp.offload == OffloadPolicy::cpu;
     const auto& raf = deck.fsdp.reshard_after_forward;
     if (deck.fsdp.strategy == ShardStrategy::shard_grad_op || raf.kind == ReshardAfterForward::Kind::no)
       block_options.reshard_after_forward = false;
@@ -183,6 +184,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     for (Block* block : model.blocks()) fully_shard(*block, *mesh, block_options);
     FullyShardOptions root_options;
     root_options.mp_policy = block_options.mp_policy;
+    root_options.offload_policy = block_options.offload_policy;
     if (block_options.reshard_after_forward == false) root_options.reshard_after_forward = false;
     root_group = &fully_shard(model, *mesh, root_options);
   }
