@@ -37,6 +37,7 @@ struct Options {
   bool clip_inf = false;    // clip by the inf-norm (0.05) instead of the 2-norm (1.0)
   bool offload = false;     // CPU offload
   bool divide_by_ranks = false;  // set_gradient_divide_factor(N): the same mean, as a sum times 1/N
+  bool explicit_prefetch = false;  // root prefetches both blocks in forward; h.1 prefetches h.0 in backward
   int micro_batches = 1;          // per rank per step
   bool unsharded_accumulation = false;
 };
@@ -65,6 +66,10 @@ Run train_sharded(MPI_Comm comm, const Options& o, int steps) {
   root.reshard_after_forward_ranks = 0;
   if (!o.reshard_after_forward) root.reshard_after_forward.reset();
   fully_shard(model, mesh, root);
+  if (o.explicit_prefetch) {
+    fsdp_group(model)->set_modules_to_forward_prefetch({model.blocks()[0], model.blocks()[1]});
+    fsdp_group(*model.blocks()[1])->set_modules_to_backward_prefetch({model.blocks()[0]});
+  }
   if (o.divide_by_ranks)
     for (Module* m : model.modules())
       if (FsdpGroup* g = fsdp_group(*m)) g->set_gradient_divide_factor(N);
@@ -127,6 +132,7 @@ Run reference(MPI_Comm test_comm, int test_rank, const Options& o, int steps) {
   single.mp = MixedPrecisionPolicy{};  // the reference is always the f32 run, not offloaded
   single.offload = false;
   single.divide_by_ranks = false;
+  single.explicit_prefetch = false;
   Run run;
   if (solo != MPI_COMM_NULL) {
     run = train_sharded(solo, single, steps);
@@ -194,6 +200,7 @@ void check_parity(MPI_Comm test_comm, int test_rank, const Options& o) {
     SUBCASE("clipping by the inf-norm") { o.clip_inf = true; }                                                \
     SUBCASE("CPU offload") { o.offload = true; }                                                             \
     SUBCASE("gradient divide factor = ranks (sum, then 1/N)") { o.divide_by_ranks = true; }                   \
+    SUBCASE("explicit forward and backward prefetch") { o.explicit_prefetch = true; }                        \
     SUBCASE("2 micro-batches, sharded accumulation") { o.micro_batches = 2; }                                \
     SUBCASE("2 micro-batches, unsharded accumulation (no sync)") {                                           \
       o.micro_batches = 2;                                                                                   \
@@ -236,14 +243,19 @@ MPI_TEST_CASE("fsdp: bf16 all-gathers move half the bytes; HSDP all-reduces once
   CHECK(a.first_step_counts.all_reduces == 0);
 }
 
-MPI_TEST_CASE("fsdp: initial whole parameters are bitwise those of one rank, for any rank count", 4) {
-  for (int n : {1, 2, 3, 4}) {
-    CAPTURE(n);
+MPI_TEST_CASE("fsdp: initial whole parameters are bitwise those of one rank, on 1-4 ranks, 1x4 and 2x2", 4) {
+  const std::vector<std::vector<MeshDim>> meshes = {{{"dp_shard", 1}}, {{"dp_shard", 2}}, {{"dp_shard", 3}},
+                                                     {{"dp_replicate", 1}, {"dp_shard", 4}},
+                                                     {{"dp_replicate", 2}, {"dp_shard", 2}}};
+  for (const auto& shape : meshes) {
+    int n = 1;
+    for (const auto& d : shape) n *= d.size;
+    CAPTURE(format_mesh_shape(shape));
     MPI_Comm group;
     MPI_Comm_split(test_comm, test_rank < n ? 0 : MPI_UNDEFINED, test_rank, &group);
     std::vector<float> all;
     if (group != MPI_COMM_NULL) {
-      DeviceMesh mesh(group, {{"dp_shard", -1}});
+      DeviceMesh mesh(group, shape);
       Gpt model(parity_config(true));
       for (Block* b : model.blocks()) fully_shard(*b, mesh);
       fully_shard(model, mesh);
