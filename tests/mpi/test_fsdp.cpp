@@ -10,6 +10,7 @@
 #include "fsdpp/runtime/log.hpp"
 
 #include <cmath>
+#include <string>
 
 using namespace fsdpp;
 
@@ -22,7 +23,7 @@ GptConfig parity_config(bool tied) {
   return c;
 }
 
-constexpr int kGlobalBatch = 24, kT = 5;  // 24: whole micro-batches on 1, 2, 3 and 4 ranks, also in halves
+constexpr int kGlobalBatch = 48, kT = 5;  // 48: whole micro-batches on 1, 2, 3 and 4 ranks, also in quarters
 
 // Sequence s of the global batch, deterministic: tokens and next-token targets.
 std::int32_t token(int s, int t, int step) { return static_cast<std::int32_t>((s * 7 + t * 3 + step * 5 + s * t) % 13); }
@@ -45,6 +46,7 @@ struct Options {
 struct Run {
   std::vector<double> losses;               // global mean loss per step
   std::vector<std::vector<float>> params;   // gathered whole parameters after the last step
+  std::vector<std::string> names;
   FsdpStats first_step_counts;
   double norm_l2 = 0, norm_inf = 0;         // of the first step's gradients, before clipping
 };
@@ -95,9 +97,7 @@ Run train_sharded(MPI_Comm comm, const Options& o, int steps) {
       View1<std::int32_t> tokens("tokens", in.size()), targets("targets", tg.size());
       Kokkos::deep_copy(tokens, HostView1<std::int32_t>(in.data(), in.size()));
       Kokkos::deep_copy(targets, HostView1<std::int32_t>(tg.data(), tg.size()));
-      if (o.unsharded_accumulation)
-        for (Module* mod : model.modules())
-          if (FsdpGroup* g = fsdp_group(*mod)) g->set_requires_gradient_sync(a == o.micro_batches - 1);
+      if (o.unsharded_accumulation) fsdp_group(model)->set_requires_gradient_sync(a == o.micro_batches - 1);
       Flow flow;
       flow.B = m, flow.T = kT, flow.tokens = tokens, flow.targets = targets;
       flow.loss_scale = 1.0f / static_cast<float>(o.micro_batches);
@@ -116,7 +116,10 @@ Run train_sharded(MPI_Comm comm, const Options& o, int steps) {
     MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, comm);
     run.losses.push_back(loss / N);
   }
-  for (Parameter* p : model.parameters()) run.params.push_back(gather_full_parameter(*p, mesh));
+  for (Parameter* p : model.parameters()) {
+    run.params.push_back(gather_full_parameter(*p, mesh));
+    run.names.push_back(p->name());
+  }
   return run;
 }
 
@@ -175,16 +178,20 @@ void check_parity(MPI_Comm test_comm, int test_rank, const Options& o) {
     CHECK(std::sqrt(diff / norm) <= o.tolerance);
     return;
   }
-  // allclose(rtol = atol = tolerance). The atol is for the attention key bias: its gradient is zero in exact
-  // arithmetic (a per-key constant cancels in the softmax), so AdamW turns rounding noise of either summation
-  // order into updates of order 1e-6 that no two reduction orders agree on.
+  // allclose(rtol = atol = tolerance), except the attention key bias: its gradient is zero in exact arithmetic
+  // (a per-key constant cancels in the softmax), so AdamW turns rounding noise into updates that no two
+  // summation orders agree on; its values are compared against that noise's scale only.
+  const std::size_t C = static_cast<std::size_t>(parity_config(o.tied).n_embd);
   int mismatches = 0;
   for (std::size_t i = 0; i < got.params.size(); ++i)
-    for (std::size_t k = 0; k < got.params[i].size(); ++k)
-      if (std::fabs(got.params[i][k] - want.params[i][k]) > o.tolerance * (std::fabs(want.params[i][k]) + 1.0)) {
+    for (std::size_t k = 0; k < got.params[i].size(); ++k) {
+      const bool key_bias = got.names[i].find("attn.c_attn.bias") != std::string::npos && k >= C && k < 2 * C;
+      const double allowed = key_bias ? 1e-3 : o.tolerance * (std::fabs(want.params[i][k]) + 1.0);
+      if (std::fabs(got.params[i][k] - want.params[i][k]) > allowed) {
         ++mismatches;
-        MESSAGE("parameter " << i << " element " << k << ": " << got.params[i][k] << " vs " << want.params[i][k]);
+        MESSAGE(got.names[i] << "[" << k << "]: " << got.params[i][k] << " vs " << want.params[i][k]);
       }
+    }
   CHECK(mismatches == 0);
 }
 
@@ -201,9 +208,9 @@ void check_parity(MPI_Comm test_comm, int test_rank, const Options& o) {
     SUBCASE("CPU offload") { o.offload = true; }                                                             \
     SUBCASE("gradient divide factor = ranks (sum, then 1/N)") { o.divide_by_ranks = true; }                   \
     SUBCASE("explicit forward and backward prefetch") { o.explicit_prefetch = true; }                        \
-    SUBCASE("2 micro-batches, sharded accumulation") { o.micro_batches = 2; }                                \
-    SUBCASE("2 micro-batches, unsharded accumulation (no sync)") {                                           \
-      o.micro_batches = 2;                                                                                   \
+    SUBCASE("4 micro-batches, sharded accumulation") { o.micro_batches = 4; }                                \
+    SUBCASE("4 micro-batches, unsharded accumulation (no sync)") {                                           \
+      o.micro_batches = 4;                                                                                   \
       o.unsharded_accumulation = true;                                                                       \
     }                                                                                                        \
     SUBCASE("bf16 parameters and reductions, within bf16 tolerance of f32") {                                \

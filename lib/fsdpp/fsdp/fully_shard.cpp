@@ -130,6 +130,15 @@ FsdpGroup& fully_shard(Module& module, const DeviceMesh& mesh, FullyShardOptions
 
 FsdpGroup* FsdpGroup::group_of(Module* m) const { return m ? fsdp_group(*m) : nullptr; }
 
+void FsdpGroup::set_requires_gradient_sync(bool value, bool recurse) {
+  if (!recurse) {
+    requires_gradient_sync_ = value;
+    return;
+  }
+  for (Module* m : module_.modules())
+    if (FsdpGroup* g = fsdp_group(*m)) g->requires_gradient_sync_ = value;
+}
+
 void FsdpGroup::lazy_init() {
   // The first group to run forward is the root; it adopts every group below it (FSDP2's lazy init).
   auto context = std::make_shared<FsdpContext>();

@@ -87,7 +87,8 @@ class FsdpGroup final : public ModuleHooks {
   void set_reshard_after_forward(bool value) { options_.reshard_after_forward = value; }
   // Off: backward leaves gradients whole and unreduced, accumulating over micro-batches; the next backward
   // with sync on reduce-scatters the sum (FSDP2's no_sync).
-  void set_requires_gradient_sync(bool value) { requires_gradient_sync_ = value; }
+  // `recurse`: also every sharded module below this one (FSDP2's default).
+  void set_requires_gradient_sync(bool value, bool recurse = true);
   void set_reshard_after_backward(bool value) { reshard_after_backward_ = value; }
   // HSDP: off, reduce-scatter without the replicate all-reduce, summing into a partial gradient; the next
   // backward with it on all-reduces the sum once.

@@ -276,8 +276,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
       // replicated path sums them.
       flow.loss_scale = 1.0f / static_cast<float>(sharded ? accum : accum * R);
       if (sharded && deck.fsdp.accumulate == GradAccumulation::unsharded)
-        for (Module* mod : model.modules())
-          if (FsdpGroup* g = fsdp_group(*mod)) g->set_requires_gradient_sync(a == accum - 1);
+        root_group->set_requires_gradient_sync(a == accum - 1);  // recursive: every block too
       timers.mark(kData);
       model(flow);
       Kokkos::fence();
