@@ -14,8 +14,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 namespace fsdpp::app {
@@ -67,12 +65,9 @@ Command add_bench_fsdp_command(CLI::App& bench) {
   return {cli, [deck_path, steps](Runtime& rt) {
             FSDPP_REQUIRE(rt.size() >= 4, "fsdpp bench fsdp_scaling needs 4 ranks (it measures on 1, 2 and 4); "
                           "launch it with tests/bench/run fsdp_scaling");
-            std::ifstream in(*deck_path);
-            FSDPP_REQUIRE(in.good(), "cannot read deck '{}'", *deck_path);
-            std::ostringstream text;
-            text << in.rdbuf();
+            const std::string text = read_deck_everywhere(rt.world(), *deck_path);
             auto deck_for = [&](int n, int steps_) {
-              Deck d = parse_deck(text.str(), *deck_path,
+              Deck d = parse_deck(text, *deck_path,
                                   {"train.steps=" + std::to_string(steps_), "train.eval_interval=0",
                                    "schedule.warmup_steps=0", "fsdp.strategy=full_shard"});
               d.train.global_batch = d.train.micro_batch * n;  // weak scaling: the per-rank work stays fixed

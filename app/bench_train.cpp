@@ -13,8 +13,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 namespace fsdpp::app {
 
@@ -25,12 +23,9 @@ Command add_bench_train_command(CLI::App& bench) {
   cli->add_option("deck", *deck_path, "Input deck")->required();
   cli->add_option("--steps", *steps, "Timed optimizer steps (after 2 warm-up steps)")->check(CLI::PositiveNumber);
   return {cli, [deck_path, steps](Runtime& rt) {
-            std::ifstream in(*deck_path);
-            FSDPP_REQUIRE(in.good(), "cannot read deck '{}'", *deck_path);
-            std::ostringstream text;
-            text << in.rdbuf();
+            const std::string text = read_deck_everywhere(rt.world(), *deck_path);
             // No evaluation, no files: only the training step is timed.
-            Deck deck = parse_deck(text.str(), *deck_path,
+            Deck deck = parse_deck(text, *deck_path,
                                    {"train.steps=" + std::to_string(*steps + 2), "train.eval_interval=0",
                                     "schedule.warmup_steps=0", "log.interval=10"});
             deck.run.output.clear();

@@ -5,9 +5,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include <mpi.h>
+
 #include <functional>
+#include <string>
 
 namespace fsdpp::app {
+
+// Rank 0 reads a deck file and every rank receives its text, or the same UsageError (collective).
+std::string read_deck_everywhere(MPI_Comm world, const std::string& path);
 
 struct Command {
   CLI::App* cli;

@@ -26,6 +26,8 @@ struct TrainArgs {
   bool dry_run = false;
 };
 
+}  // namespace
+
 // Rank 0 reads the deck; every rank gets its text (or the same error), so N ranks do not hammer the file
 // system and every rank parses identical text.
 std::string read_deck_everywhere(MPI_Comm world, const std::string& path) {
@@ -50,6 +52,8 @@ std::string read_deck_everywhere(MPI_Comm world, const std::string& path) {
   if (!error.empty()) throw UsageError(error);
   return text;
 }
+
+namespace {
 
 int run_train(Runtime& rt, const TrainArgs& args) {
   if (args.help_deck) {

@@ -365,16 +365,7 @@ void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
     wait_for_unshard();
     if (!is_root_ && options_.mp_policy.cast_forward_inputs) round_to(flow.x, options_.mp_policy.param_dtype);
     // Prefetch: the next group's all-gather runs on the communication thread while this module computes.
-    std::vector<FsdpGroup*> next;
-    if (!forward_prefetch_.empty()) {
-      for (Module* m : forward_prefetch_) next.push_back(group_of(m));
-    } else {
-      const auto& all = context_->groups;
-      auto it = std::find(all.begin(), all.end(), this);
-      if (it != all.end() && it + 1 != all.end()) next.push_back(*(it + 1));
-    }
-    for (FsdpGroup* g : next)
-      if (g && !g->unsharded_) g->unshard(true);
+    prefetch(forward_prefetch_, context_->groups, +1);
     return;
   }
   if (is_root_) context_->in_backward = true;
@@ -389,15 +380,19 @@ void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
   }
   grads_unsharded_ = true;
   // Backward prefetch: the group that ran just before this one in forward runs just after it in backward.
-  std::vector<FsdpGroup*> previous;
-  if (!backward_prefetch_.empty()) {
-    for (Module* m : backward_prefetch_) previous.push_back(group_of(m));
-  } else {
-    const auto& order = context_->forward_order;
-    auto it = std::find(order.begin(), order.end(), this);
-    if (it != order.end() && it != order.begin()) previous.push_back(*(it - 1));
+  prefetch(backward_prefetch_, context_->forward_order, -1);
+}
+
+// Starts the all-gathers of the explicitly chosen modules, or else of this group's neighbour in `order`.
+void FsdpGroup::prefetch(const std::vector<Module*>& chosen, const std::vector<FsdpGroup*>& order, int step) {
+  std::vector<FsdpGroup*> targets;
+  for (Module* m : chosen) targets.push_back(group_of(m));
+  if (chosen.empty()) {
+    const auto it = std::find(order.begin(), order.end(), this);
+    const auto at = it - order.begin() + step;
+    if (it != order.end() && at >= 0 && at < static_cast<std::ptrdiff_t>(order.size())) targets.push_back(order[at]);
   }
-  for (FsdpGroup* g : previous)
+  for (FsdpGroup* g : targets)
     if (g && !g->unsharded_) g->unshard(true);
 }
 

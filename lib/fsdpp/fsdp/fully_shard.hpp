@@ -117,6 +117,7 @@ class FsdpGroup final : public ModuleHooks {
   template <class T> void reduce_scatter_flat();
   void after_reduction(const View1<float>& reduced);
   FsdpGroup* group_of(Module* m) const;
+  void prefetch(const std::vector<Module*>& chosen, const std::vector<FsdpGroup*>& order, int step);
   void track_params(std::int64_t bytes);  // unsharded memory allocated (+) or freed (-)
   void track_grads(std::int64_t bytes);
 
