@@ -23,6 +23,13 @@ if(NOT FSDPP_RANDOM123_INCLUDE_DIR)
   message(FATAL_ERROR "Random123/philox.h not found; install librandom123-dev or set FSDPP_RANDOM123_INCLUDE_DIR")
 endif()
 
+find_path(FSDPP_XXHASH_INCLUDE_DIR xxhash.h DOC "Folder holding xxhash.h")  # libxxhash-dev
+find_library(FSDPP_XXHASH_LIBRARY xxhash DOC "The xxHash library (checkpoint checksums)")
+if(NOT FSDPP_XXHASH_INCLUDE_DIR OR NOT FSDPP_XXHASH_LIBRARY)
+  message(FATAL_ERROR "xxHash not found (xxhash.h: ${FSDPP_XXHASH_INCLUDE_DIR}, library: ${FSDPP_XXHASH_LIBRARY}); "
+                      "install libxxhash-dev")
+endif()
+
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)                                   # libopenblas-dev
 find_path(FSDPP_CBLAS_INCLUDE_DIR cblas.h

@@ -29,6 +29,9 @@ class AdamW final : public Optimizer {
   // State of one parameter, same extent as its value; read and write them for checkpoints (with set_steps).
   View1<float> exp_avg(const Parameter& p) const { return m_[index_of(p)]; }
   View1<float> exp_avg_sq(const Parameter& p) const { return v_[index_of(p)]; }
+  std::vector<std::pair<std::string, View1<float>>> state_tensors(const Parameter& p) const override {
+    return {{"exp_avg", exp_avg(p)}, {"exp_avg_sq", exp_avg_sq(p)}};
+  }
 
  private:
   AdamWConfig config_;

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fsdpp {
@@ -39,6 +40,10 @@ class Optimizer {
   // One update of every parameter from its current gradient, at learning rate `lr`. Throws UsageError for
   // stale storage or a missing gradient before touching anything.
   virtual void step(float lr) = 0;
+
+  // The per-parameter state tensors by name (AdamW: exp_avg, exp_avg_sq; SGD: momentum_buffer), each with the
+  // parameter's storage extent: what checkpoints save and load.
+  virtual std::vector<std::pair<std::string, View1<float>>> state_tensors(const Parameter& p) const = 0;
 
   std::int64_t steps() const { return steps_; }
   void set_steps(std::int64_t steps);  // checkpoint load, together with the state views of the subclass

@@ -26,6 +26,10 @@ class Sgd final : public Optimizer {
   // Momentum buffer of one parameter (empty when momentum is 0); for checkpoints, with set_steps: the first
   // step (steps() == 0) overwrites the buffer rather than decaying it.
   View1<float> momentum_buffer(const Parameter& p) const { return buf_[index_of(p)]; }
+  std::vector<std::pair<std::string, View1<float>>> state_tensors(const Parameter& p) const override {
+    if (momentum_buffer(p).extent(0) == 0) return {};
+    return {{"momentum_buffer", momentum_buffer(p)}};
+  }
 
  private:
   SgdConfig config_;

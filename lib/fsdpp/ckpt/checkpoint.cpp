@@ -1,0 +1,394 @@
+#include "fsdpp/ckpt/checkpoint.hpp"
+
+#include "fsdpp/ckpt/h5.hpp"
+#include "fsdpp/runtime/error.hpp"
+#include "fsdpp/version.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+namespace fsdpp {
+namespace fs = std::filesystem;
+
+namespace {
+
+// One tensor of a checkpoint: a parameter's value or one of its optimizer states.
+struct TensorEntry {
+  std::string group;  // "/model/h.0.ln_1.weight" or "/optim/h.0.ln_1.weight/exp_avg"
+  const Parameter* param;
+  View1<float> view;
+};
+
+// How a parameter's rows are split: `shards` pieces of `chunk` rows (the last may be shorter or empty).
+struct RowSplit {
+  int shards = 1, mine = 0;
+  std::int64_t chunk = 0, rows = 0;
+  std::int64_t rows_of(int k) const { return std::clamp<std::int64_t>(rows - k * chunk, 0, chunk); }
+  std::int64_t offset_of(int k) const { return std::min<std::int64_t>(k * chunk, rows); }
+};
+
+RowSplit split_of(const Parameter& p) {
+  if (p.placement) return {p.placement->ranks, p.placement->rank, p.placement->chunk_rows, p.rows()};
+  return {1, 0, p.rows(), p.rows()};
+}
+
+std::vector<std::uint64_t> dims_with_rows(const Parameter& p, std::int64_t rows) {
+  std::vector<std::uint64_t> dims(p.shape().begin(), p.shape().end());
+  if (dims.empty()) dims.push_back(1);
+  dims[0] = static_cast<std::uint64_t>(rows);
+  return dims;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += fmt::format("{}{}", i ? "," : "", shape[i]);
+  return out + "]";
+}
+
+std::vector<float> to_host(const View1<float>& v, std::int64_t count) {
+  std::vector<float> out(static_cast<std::size_t>(count));
+  if (count > 0)
+    Kokkos::deep_copy(HostView1<float>(out.data(), out.size()),
+                      Kokkos::subview(v, std::make_pair<std::size_t, std::size_t>(0, static_cast<std::size_t>(count))));
+  return out;
+}
+
+std::uint64_t checksum(const float* data, std::size_t count) { return XXH64(data, count * sizeof(float), 0); }
+
+std::vector<TensorEntry> tensors_of(const CheckpointContents& c) {
+  std::vector<TensorEntry> out;
+  for (const Parameter* p : c.params) out.push_back({"/model/" + p->name(), p, p->value});
+  if (c.optimizer)
+    for (const Parameter* p : c.params)
+      for (auto& [state, view] : c.optimizer->state_tensors(*p)) out.push_back({"/optim/" + p->name() + "/" + state, p, view});
+  return out;
+}
+
+// Every rank throws the same UsageError if any rank has an error (the lowest failing rank's message).
+void agree(MPI_Comm comm, const std::string& local_error) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  int first = local_error.empty() ? INT_MAX : rank;
+  MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm);
+  if (first == INT_MAX) return;
+  std::string message = rank == first ? local_error : std::string();
+  long long length = static_cast<long long>(message.size());
+  MPI_Bcast(&length, 1, MPI_LONG_LONG, first, comm);
+  message.resize(static_cast<std::size_t>(length));
+  MPI_Bcast(message.data(), static_cast<int>(length), MPI_CHAR, first, comm);
+  throw UsageError(message);
+}
+
+// Creates /a/b/c group by group (metadata: collective in a parallel file).
+h5::Handle create_groups(hid_t file, const std::string& path, const std::string& file_name) {
+  std::size_t at = 1;
+  h5::Handle last;
+  while (at <= path.size()) {
+    const std::size_t next = std::min(path.find('/', at), path.size());
+    const std::string prefix = path.substr(0, next);
+    last = h5::exists(file, prefix) ? h5::open_group(file, prefix, file_name) : h5::create_group(file, prefix, file_name);
+    at = next + 1;
+  }
+  return last;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return text;
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// Rank 0, after the parallel file is closed: virtual datasets, fsync, rename, `latest`, retention.
+void commit(const std::string& dir, const std::string& partial, const std::string& final_path,
+            const std::vector<const Parameter*>& params, int keep_last) {
+  {
+    h5::Handle file = h5::open_file(partial, MPI_COMM_NULL, true);
+    h5::Handle full = h5::create_group(file, "/full", partial);
+    for (const Parameter* p : params) {
+      const RowSplit s = split_of(*p);
+      std::vector<std::string> sources;
+      std::vector<std::uint64_t> offsets, rows;
+      for (int k = 0; k < s.shards; ++k) {
+        sources.push_back(fmt::format("/model/{}/shard_{}", p->name(), k));
+        offsets.push_back(static_cast<std::uint64_t>(s.offset_of(k)));
+        rows.push_back(static_cast<std::uint64_t>(s.rows_of(k)));
+      }
+      h5::create_virtual_rows(full, p->name(), dims_with_rows(*p, p->rows()), sources, offsets, rows, partial);
+    }
+  }
+  fsync_path(partial);
+  std::error_code ec;
+  fs::rename(partial, final_path, ec);
+  FSDPP_CHECK(!ec, "cannot rename {} to {}: {}", partial, final_path, ec.message());
+  const std::string latest = (fs::path(dir) / "latest").string(), temporary = latest + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << fs::path(final_path).filename().string() << "\n";
+    FSDPP_CHECK(out.good(), "cannot write {}", temporary);
+  }
+  fsync_path(temporary);
+  fs::rename(temporary, latest, ec);
+  FSDPP_CHECK(!ec, "cannot update {}: {}", latest, ec.message());
+  fsync_path(dir);
+  if (keep_last <= 0) return;
+  std::vector<std::string> saved;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && entry.path().extension() == ".h5") saved.push_back(name);
+  }
+  std::sort(saved.begin(), saved.end());  // zero-padded steps sort in time order
+  const std::string current = fs::path(final_path).filename().string();
+  for (std::size_t i = 0; i + static_cast<std::size_t>(keep_last) < saved.size(); ++i)
+    if (saved[i] != current) fs::remove(fs::path(dir) / saved[i], ec);
+}
+
+int g_saves = 0;  // for the crash test hook
+
+}  // namespace
+
+std::string checkpoint_file_name(std::int64_t step) { return fmt::format("step_{:08d}.h5", step); }
+
+std::optional<std::string> latest_checkpoint(const std::string& dir) {
+  std::ifstream in((fs::path(dir) / "latest").string());
+  std::string name;
+  if (!(in >> name)) return std::nullopt;
+  const fs::path path = fs::path(dir) / name;
+  if (!fs::exists(path)) return std::nullopt;
+  return path.string();
+}
+
+SaveResult save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointContents& contents,
+                           const TrainProgress& progress, const CheckpointMeta& meta, int keep_last) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  ++g_saves;
+  const std::string final_path = (fs::path(dir) / checkpoint_file_name(progress.step)).string();
+  const std::string partial = final_path + ".partial";
+  std::string error;
+  if (rank == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) error = fmt::format("cannot create checkpoint.dir '{}': {}", dir, ec.message());
+  }
+  agree(comm, error);
+
+  // Every checksum is an attribute, and attributes are written collectively: gather them first.
+  const std::vector<TensorEntry> tensors = tensors_of(contents);
+  std::vector<std::size_t> first_slot(tensors.size() + 1, 0);
+  for (std::size_t t = 0; t < tensors.size(); ++t) first_slot[t + 1] = first_slot[t] + split_of(*tensors[t].param).shards;
+  std::vector<std::uint64_t> sums(first_slot.back(), 0);
+  std::vector<std::vector<float>> mine(tensors.size());
+  SaveResult result;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const Parameter& p = *tensors[t].param;
+    const RowSplit s = split_of(p);
+    result.bytes += p.numel() * 4;
+    const bool writer = contents.writes_shards && (p.placement || rank == 0);
+    if (!writer) continue;
+    mine[t] = to_host(tensors[t].view, s.rows_of(s.mine) * p.row_size());
+    sums[first_slot[t] + static_cast<std::size_t>(s.mine)] = checksum(mine[t].data(), mine[t].size());
+  }
+  MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
+
+  std::string wall_time = rank == 0 ? utc_now() : std::string(32, '\0');
+  wall_time.resize(32);
+  MPI_Bcast(wall_time.data(), 32, MPI_CHAR, 0, comm);
+  wall_time.resize(wall_time.find('\0') == std::string::npos ? 32 : wall_time.find('\0'));
+
+  const char* crash_hook = std::getenv("FSDPP_TEST_CRASH_IN_SAVE");  // tests only: "<save number>"
+  const bool crash_here = crash_hook && std::atoi(crash_hook) == g_saves && rank == size - 1;
+  {
+    h5::Handle file = h5::create_file(partial, comm);
+    h5::Handle m = h5::create_group(file, "/meta", partial);
+    h5::set_attr(m, "format", std::string("fsdpp-checkpoint"));
+    h5::set_attr(m, "format_version", kCheckpointFormatVersion);
+    h5::set_attr(m, "fsdpp_version", std::string(FSDPP_VERSION));
+    h5::set_attr(m, "world_size", static_cast<std::int64_t>(size));
+    h5::set_attr(m, "mesh", meta.mesh);
+    h5::set_attr(m, "strategy", meta.strategy);
+    h5::set_attr(m, "param_dtype", meta.param_dtype);
+    h5::set_attr(m, "reduce_dtype", meta.reduce_dtype);
+    h5::set_attr(m, "wall_time", wall_time);
+    h5::set_attr(m, "deck", meta.deck);
+    int written = 0;
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      const Parameter& p = *tensors[t].param;
+      const RowSplit s = split_of(p);
+      h5::Handle g = create_groups(file, tensors[t].group, partial);
+      h5::set_attr(g, "global_shape", p.shape());
+      h5::set_attr(g, "dtype", std::string("f32"));
+      h5::set_attr(g, "shard_dim", std::int64_t{0});
+      h5::set_attr(g, "shards", static_cast<std::int64_t>(s.shards));
+      for (int k = 0; k < s.shards; ++k) {
+        h5::Handle ds = h5::create_dataset_f32(g, fmt::format("shard_{}", k), dims_with_rows(p, s.rows_of(k)), partial);
+        h5::set_attr(ds, "offset", s.offset_of(k));
+        h5::set_attr(ds, "rows", s.rows_of(k));
+        h5::set_attr(ds, "checksum", sums[first_slot[t] + static_cast<std::size_t>(k)]);
+        if (k == s.mine && !mine[t].empty()) {
+          h5::write_rows(ds, 0, static_cast<std::uint64_t>(s.rows_of(k)), static_cast<std::uint64_t>(p.row_size()),
+                         mine[t].data(), tensors[t].group);
+          if (crash_here && ++written == 1) MPI_Abort(MPI_COMM_WORLD, 9);  // a rank dies mid-write
+        }
+      }
+    }
+    h5::Handle tr = h5::create_group(file, "/train", partial);
+    h5::set_attr(tr, "step", progress.step);
+    h5::set_attr(tr, "tokens_seen", progress.tokens_seen);
+    h5::set_attr(tr, "lr", progress.lr);
+    h5::set_attr(tr, "sampler_seed", progress.sampler.seed);
+    h5::set_attr(tr, "sampler_next_step", progress.sampler.next_step);
+    h5::set_attr(tr, "sampler_num_tokens", progress.sampler.num_tokens);
+    h5::set_attr(tr, "sampler_seq_len", progress.sampler.seq_len);
+    if (contents.optimizer) {
+      h5::Handle o = h5::exists(file, "/optim") ? h5::open_group(file, "/optim", partial) : h5::create_group(file, "/optim", partial);
+      h5::set_attr(o, "kind", contents.optimizer->kind());
+      h5::set_attr(o, "steps", contents.optimizer->steps());
+    }
+  }
+  MPI_Barrier(comm);
+  error.clear();
+  if (rank == 0) {
+    try {
+      std::vector<const Parameter*> params(contents.params.begin(), contents.params.end());
+      commit(dir, partial, final_path, params, keep_last);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree(comm, error);
+  result.path = final_path;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+LoadReport load_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointContents& contents,
+                           LoadOptions options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  LoadReport report;
+  std::string error;
+  // Every rank opens and validates alike, so every rank reaches the same verdict.
+  h5::Handle file = h5::open_file(path, comm);
+  h5::Handle meta = h5::open_group(file, "/meta", path);
+  const std::string format = h5::get_string(meta, "format", path + " /meta");
+  FSDPP_REQUIRE(format == "fsdpp-checkpoint", "{}: not an fsdpp checkpoint (format '{}')", path, format);
+  const std::int64_t version = h5::get_int(meta, "format_version", path + " /meta");
+  FSDPP_REQUIRE(version <= kCheckpointFormatVersion,
+                "{}: checkpoint format_version {} is newer than this fsdpp reads ({}); load it with a newer fsdpp",
+                path, version, kCheckpointFormatVersion);
+  report.saved_world_size = h5::get_int(meta, "world_size", path + " /meta");
+  report.saved_mesh = h5::get_string(meta, "mesh", path + " /meta");
+
+  std::vector<std::string> problems;
+  std::set<std::string> model_names;
+  std::vector<Parameter*> present;
+  h5::Handle model = h5::open_group(file, "/model", path);
+  for (Parameter* p : contents.params) {
+    model_names.insert(p->name());
+    if (!h5::exists(model, p->name())) {
+      report.missing.push_back(p->name());
+      continue;
+    }
+    h5::Handle g = h5::open_group(model, p->name(), path);
+    const auto shape = h5::get_ints(g, "global_shape", path + " /model/" + p->name());
+    if (shape != p->shape())
+      problems.push_back(fmt::format("{}: checkpoint shape {}, model {}", p->name(), shape_text(shape), shape_text(p->shape())));
+    const std::string dtype = h5::get_string(g, "dtype", path + " /model/" + p->name());
+    if (dtype != "f32") problems.push_back(fmt::format("{}: checkpoint dtype {}, model f32", p->name(), dtype));
+    present.push_back(p);
+  }
+  for (const std::string& name : h5::children(model))
+    if (!model_names.count(name)) report.unexpected.push_back(name);
+  if (contents.optimizer) {
+    const bool has = h5::exists(file, "/optim");
+    const std::string kind = has ? h5::get_string(h5::open_group(file, "/optim", path), "kind", path + " /optim") : "";
+    if (kind != contents.optimizer->kind())
+      problems.push_back(has ? fmt::format("optimizer: checkpoint holds {} state, the run uses {}", kind, contents.optimizer->kind())
+                             : "optimizer: the checkpoint holds no optimizer state");
+  }
+  std::string listing;
+  for (const auto& s : problems) listing += "\n  " + s;
+  if (options.strict) {
+    for (const auto& s : report.missing) listing += "\n  missing from the checkpoint: " + s;
+    for (const auto& s : report.unexpected) listing += "\n  in the checkpoint but not in the model: " + s;
+  }
+  FSDPP_REQUIRE(listing.empty(), "{} does not match the model:{}{}", path, listing,
+                options.strict && (!report.missing.empty() || !report.unexpected.empty())
+                    ? "\n(load with strict: false to skip missing and unexpected parameters)" : "");
+
+  CheckpointContents found = contents;
+  found.params = present;
+  const std::vector<TensorEntry> tensors = tensors_of(found);
+  for (std::size_t t = 0; t < tensors.size() && error.empty(); ++t) {
+    const Parameter& p = *tensors[t].param;
+    const RowSplit mine = split_of(p);
+    const std::int64_t first = mine.offset_of(mine.mine), count = mine.rows_of(mine.mine), row = p.row_size();
+    std::vector<float> host(static_cast<std::size_t>(count * row));
+    h5::Handle g = h5::open_group(file, tensors[t].group, path);
+    const std::int64_t shards = h5::get_int(g, "shards", path + " " + tensors[t].group);
+    for (std::int64_t k = 0; k < shards; ++k) {
+      const std::string object = fmt::format("{}/shard_{}", tensors[t].group, k);
+      h5::Handle ds = h5::open_dataset(g, fmt::format("shard_{}", k), path);
+      const std::int64_t offset = h5::get_int(ds, "offset", path + " " + object);
+      const std::int64_t rows = h5::get_int(ds, "rows", path + " " + object);
+      // Only the rows this rank owns: the intersection of its range with the shard's.
+      const std::int64_t lo = std::max(first, offset), hi = std::min(first + count, offset + rows);
+      if (lo < hi) {
+        h5::read_rows(ds, static_cast<std::uint64_t>(lo - offset), static_cast<std::uint64_t>(hi - lo),
+                      static_cast<std::uint64_t>(row), host.data() + (lo - first) * row, path + " " + object);
+        report.bytes += (hi - lo) * row * 4;
+      }
+      // One rank per shard reads it whole to check its checksum: one shard's buffer at a time.
+      if (static_cast<int>((t * 131 + static_cast<std::size_t>(k)) % static_cast<std::size_t>(size)) == rank) {
+        std::vector<float> whole(static_cast<std::size_t>(rows * row));
+        h5::read_rows(ds, 0, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(row), whole.data(), path + " " + object);
+        if (checksum(whole.data(), whole.size()) != h5::get_uint(ds, "checksum", path + " " + object)) {
+          error = fmt::format("{}: checksum mismatch in {}: the file is corrupted; load an earlier checkpoint", path, object);
+          break;
+        }
+      }
+    }
+    if (count > 0)
+      Kokkos::deep_copy(Kokkos::subview(tensors[t].view, std::make_pair<std::size_t, std::size_t>(0, host.size())),
+                        HostView1<float>(host.data(), host.size()));
+  }
+  agree(comm, error);
+
+  h5::Handle tr = h5::open_group(file, "/train", path);
+  const std::string where = path + " /train";
+  report.progress.step = h5::get_int(tr, "step", where);
+  report.progress.tokens_seen = h5::get_int(tr, "tokens_seen", where);
+  report.progress.lr = h5::get_double(tr, "lr", where);
+  report.progress.sampler.seed = h5::get_uint(tr, "sampler_seed", where);
+  report.progress.sampler.next_step = h5::get_int(tr, "sampler_next_step", where);
+  report.progress.sampler.num_tokens = h5::get_int(tr, "sampler_num_tokens", where);
+  report.progress.sampler.seq_len = h5::get_int(tr, "sampler_seq_len", where);
+  if (contents.optimizer) contents.optimizer->set_steps(h5::get_int(h5::open_group(file, "/optim", path), "steps", path + " /optim"));
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report;
+}
+
+}  // namespace fsdpp

@@ -1,0 +1,93 @@
+#pragma once
+// Sharded checkpoints in one parallel HDF5 file per save, written by all ranks through MPI-IO, readable with
+// h5dump / h5ls / h5py without fsdpp (PyTorch DCP's save/load semantics, fsdp2-semantics.md §10):
+//
+//   /meta                          attributes: format, format_version, fsdpp version, world size, mesh,
+//                                  strategy, dtypes, wall time, the resolved deck
+//   /model/<name>/shard_<k>        shard k's rows of parameter <name>; the group carries global_shape, dtype,
+//                                  shard_dim, shards; each shard offset, rows and an xxh64 checksum of its bytes
+//   /optim/<name>/<state>/shard_<k> optimizer state, laid out the same way; /optim carries kind and step count
+//   /train                         step, tokens seen, data sampler state, learning rate
+//   /full/<name>                   virtual datasets stitching the shards into whole tensors (h5dump -d /full/..)
+//
+// Commit protocol (crash-consistent): write <dir>/step_<NNNNNNNN>.h5.partial on all ranks, close, barrier;
+// rank 0 adds /full, fsyncs, renames it to step_<NNNNNNNN>.h5, then replaces <dir>/latest atomically
+// (temporary file + rename). A crash at any point leaves the previous checkpoint and `latest` intact.
+//
+// Load reshards: every rank intersects its own dim-0 rows with the saved shards' rows and reads only those
+// hyperslabs, so any world size or mesh can load any checkpoint.
+#include "fsdpp/data/sampler.hpp"
+#include "fsdpp/nn/parameter.hpp"
+#include "fsdpp/optim/optimizer.hpp"
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fsdpp {
+
+inline constexpr std::int64_t kCheckpointFormatVersion = 1;
+
+struct TrainProgress {
+  std::int64_t step = 0;         // optimizer steps completed
+  std::int64_t tokens_seen = 0;
+  SamplerState sampler;          // the global sample order's position: valid for any data-parallel size
+  double lr = 0;
+};
+
+struct CheckpointMeta {
+  std::string mesh;              // "dp_shard=4 (4 ranks, mpi)"
+  std::string strategy;          // fsdp.strategy
+  std::string param_dtype = "f32", reduce_dtype = "f32";
+  std::string deck;              // the resolved deck text
+};
+
+// What a save writes and a load fills. Parameters may be sharded (fully_shard) or whole (replicated).
+struct CheckpointContents {
+  std::vector<Parameter*> params;
+  Optimizer* optimizer = nullptr;  // optional
+  bool writes_shards = true;       // false on HSDP replicas after the first: they hold copies (deduplicated)
+};
+
+struct SaveResult {
+  std::string path;
+  std::int64_t bytes = 0;          // tensor bytes written by all ranks
+  double seconds = 0;
+};
+
+// Collective over `comm`. keep_last > 0 deletes older checkpoints beyond the newest keep_last (never the one
+// `latest` names).
+SaveResult save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointContents& contents,
+                           const TrainProgress& progress, const CheckpointMeta& meta, int keep_last = 0);
+
+struct LoadOptions {
+  bool strict = true;  // false: parameters missing from the file, or in the file but not the model, are reported
+};
+
+struct LoadReport {
+  TrainProgress progress;
+  std::vector<std::string> missing, unexpected;  // non-strict loads only
+  std::int64_t saved_world_size = 0;
+  std::string saved_mesh;
+  std::int64_t bytes = 0;  // tensor bytes read by this rank
+  double seconds = 0;
+};
+
+// Collective over `comm`: validates names, shapes and dtypes (every mismatch in one UsageError), reads each
+// rank's rows of every parameter (and optimizer state), verifies every shard's checksum.
+LoadReport load_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointContents& contents,
+                           LoadOptions options = {});
+
+std::string checkpoint_file_name(std::int64_t step);  // step_00000042.h5
+// The checkpoint <dir>/latest names, if it names one that exists.
+std::optional<std::string> latest_checkpoint(const std::string& dir);
+
+// `fsdpp ckpt inspect`: meta, parameters with shapes and shards, bytes, step and deck. Serial, any rank.
+std::string inspect_checkpoint(const std::string& path);
+// `fsdpp ckpt verify`: every checksum and every shard's shape; returns the problems found (empty: sound).
+std::vector<std::string> verify_checkpoint(const std::string& path);
+
+}  // namespace fsdpp
