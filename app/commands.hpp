@@ -26,5 +26,6 @@ Command add_bench_fsdp_command(CLI::App& bench);   // fsdpp bench fsdp_scaling <
 Command add_mesh_command(CLI::App& app);   // fsdpp mesh dp_replicate=2 dp_shard=-1
 Command add_train_command(CLI::App& app);  // fsdpp train [deck.yaml] [key=value ...]
 Command add_tokenize_command(CLI::App& app);  // fsdpp tokenize <text> <out.bin>
+Command add_ckpt_command(CLI::App& app);   // fsdpp ckpt inspect|verify <ckpt>
 
 }  // namespace fsdpp::app

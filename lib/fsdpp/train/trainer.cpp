@@ -1,5 +1,6 @@
 #include "fsdpp/train/trainer.hpp"
 
+#include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/comm/mpi_communicator.hpp"
 #include "fsdpp/data/sampler.hpp"
 #include "fsdpp/data/synthetic_corpus.hpp"
@@ -26,7 +27,7 @@
 namespace fsdpp {
 namespace {
 
-enum Section { kData, kForward, kBackward, kGradSync, kOptimizer, kEval, kOther, kSections };
+enum Section { kData, kForward, kBackward, kGradSync, kOptimizer, kEval, kCheckpoint, kOther, kSections };
 
 GptConfig model_config(const ModelConfig& m) {
   GptConfig c;
@@ -225,7 +226,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   if (sharded) log_sharding_plan(model, *mesh, speaks);
 
   StepLog step_log(speaks, metrics_path, deck.log.header_every);
-  SectionTimers timers({"Data", "Forward", "Backward", "GradSync", "Optimizer", "Eval", "Other"});
+  SectionTimers timers({"Data", "Forward", "Backward", "GradSync", "Optimizer", "Eval", "Checkpoint", "Other"});
   Batch batch(m, T);
   const auto params = model.parameters();
   Flow flow;
@@ -255,12 +256,58 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   double comm_seconds[3] = {0, 0, 0};
   double comm_since_log = 0;
   std::int64_t peak_unsharded = 0;
+  // Checkpoints: what to save, and where to resume from.
+  FSDPP_REQUIRE(!deck.checkpoint.async, "checkpoint.async is not implemented yet; set checkpoint.async: false");
+  CheckpointContents contents;
+  contents.params = params;
+  contents.optimizer = optimizer.get();
+  contents.writes_shards = !mesh || mesh->ndim() == 1 || mesh->coordinate(0) == 0;  // HSDP: one replica writes
+  CheckpointMeta ckpt_meta;
+  ckpt_meta.mesh = mesh ? mesh->describe() : fmt::format("replicated on {} ranks", R);
+  ckpt_meta.strategy = std::string(to_string(deck.fsdp.strategy));
+  ckpt_meta.param_dtype = std::string(dtype_name(deck.fsdp.param_dtype));
+  ckpt_meta.reduce_dtype = std::string(dtype_name(deck.fsdp.reduce_dtype));
+  ckpt_meta.deck = resolved_deck_yaml(deck);
+  std::int64_t first_step = 0;
+  if (deck.checkpoint.resume != ResumeMode::off) {
+    const auto latest = latest_checkpoint(deck.checkpoint.dir);
+    FSDPP_REQUIRE(latest || deck.checkpoint.resume == ResumeMode::automatic,
+                  "checkpoint.resume is true but '{}' holds no checkpoint (no 'latest' file); use resume: auto to "
+                  "start fresh when there is none", deck.checkpoint.dir);
+    if (latest) {
+      const LoadReport loaded = load_checkpoint(comm, *latest, contents);
+      sampler.set_state(loaded.progress.sampler);
+      first_step = loaded.progress.step;
+      if (speaks) {
+        Log::info("resumed from {} at step {} (saved on {} ranks, {}; {:.1f} MiB read by rank 0 in {:.2f} s)", *latest,
+                  first_step, loaded.saved_world_size, loaded.saved_mesh, loaded.bytes / 1048576.0, loaded.seconds);
+        if (loaded.saved_world_size != R)
+          Log::info("data: the sample order is global, so resuming on {} ranks instead of {} continues it at global "
+                    "batch {}: each rank now takes its {} of the {} sequences of every batch, none repeated or skipped",
+                    R, loaded.saved_world_size, first_step, G / R, G);
+      }
+    } else if (speaks) {
+      Log::info("checkpoint.resume auto: no checkpoint in '{}'; starting fresh", deck.checkpoint.dir);
+    }
+  }
+  auto save = [&](std::int64_t done, float lr) {
+    TrainProgress progress;
+    progress.step = done;
+    progress.tokens_seen = static_cast<std::int64_t>(tokens_per_step) * done;
+    progress.sampler = sampler.state();
+    progress.lr = lr;
+    const SaveResult r = save_checkpoint(comm, deck.checkpoint.dir, contents, progress, ckpt_meta, deck.checkpoint.keep_last);
+    if (speaks)
+      Log::info("checkpoint: saved step {} to {} ({:.1f} MiB in {:.2f} s, {:.2f} GB/s)", done, r.path,
+                r.bytes / 1048576.0, r.seconds, r.bytes / std::max(r.seconds, 1e-9) / 1e9);
+  };
+
   const auto loop_start = std::chrono::steady_clock::now();
   double eval_seconds = 0;
   auto last_log = loop_start;
-  std::int64_t last_log_step = 0;
+  std::int64_t last_log_step = first_step;
   timers.restart();
-  for (std::int64_t step = 0; step < deck.train.steps; ++step) {
+  for (std::int64_t step = first_step; step < deck.train.steps; ++step) {
     const float lr = schedule.at(step);
     model.zero_grad();
     if (sharded) reset_fsdp_stats(model);
@@ -312,7 +359,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     sampler.advance();
     Kokkos::fence();
     timers.mark(kOptimizer);
-    if (step == 0) summary.first_loss = loss;
+    if (step == first_step) summary.first_loss = loss;
     summary.losses.push_back(loss);
     summary.final_loss = loss;
 
@@ -326,7 +373,12 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
       summary.final_val_loss = val;
       timers.mark(kEval);
     }
-    if (done % std::max<std::int64_t>(1, deck.log.interval) == 0 || last || done == 1) {
+    if (deck.checkpoint.interval > 0 && (done % deck.checkpoint.interval == 0 || last)) {
+      timers.mark(kOther);
+      save(done, lr);
+      timers.mark(kCheckpoint);
+    }
+    if (done % std::max<std::int64_t>(1, deck.log.interval) == 0 || last || done == first_step + 1) {
       const auto now = std::chrono::steady_clock::now();
       const double seconds = std::chrono::duration<double>(now - last_log).count();
       const double steps = static_cast<double>(done - last_log_step);
@@ -350,7 +402,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
       timers.mark(kOther);
     }
   }
-  summary.steps = deck.train.steps;
+  summary.steps = deck.train.steps - first_step;
   summary.loop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   const double train_seconds = summary.loop_seconds - eval_seconds;
   summary.tokens_per_s = train_seconds > 0 ? tokens_per_step * summary.steps / train_seconds : 0;

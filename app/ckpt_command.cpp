@@ -1,0 +1,49 @@
+// fsdpp ckpt inspect <ckpt> | verify <ckpt>: look at a checkpoint without the model that wrote it.
+#include "commands.hpp"
+
+#include "fsdpp/ckpt/checkpoint.hpp"
+#include "fsdpp/runtime/error.hpp"
+
+#include <mpi.h>
+
+namespace fsdpp::app {
+
+Command add_ckpt_command(CLI::App& app) {
+  auto* cli = app.add_subcommand("ckpt", "Inspect or verify checkpoints");
+  cli->require_subcommand(1);
+  auto path = std::make_shared<std::string>();
+  auto* inspect = cli->add_subcommand("inspect", "Meta, parameters with shapes and shards, bytes, step and deck");
+  auto* verify = cli->add_subcommand("verify", "Check every shard's checksum, shape and coverage");
+  for (auto* sub : {inspect, verify}) sub->add_option("checkpoint", *path, "A step_<N>.h5 file")->required();
+  return {cli, [path, inspect](Runtime& rt) {
+            // Serial reads on rank 0; the verdict is shared so every rank exits alike.
+            std::string output, error;
+            int problems = 0;
+            if (rt.rank() == 0) {
+              try {
+                if (*inspect) {
+                  output = inspect_checkpoint(*path);
+                } else {
+                  const auto found = verify_checkpoint(*path);
+                  problems = static_cast<int>(found.size());
+                  for (const auto& p : found) output += "problem: " + p + "\n";
+                  output += problems ? fmt::format("{}: {} problem(s)", *path, problems)
+                                     : fmt::format("{}: every shard's checksum, shape and rows are sound", *path);
+                }
+              } catch (const std::exception& e) {
+                error = e.what();
+              }
+            }
+            int failed = !error.empty();
+            MPI_Bcast(&failed, 1, MPI_INT, 0, rt.world());
+            MPI_Bcast(&problems, 1, MPI_INT, 0, rt.world());
+            if (failed) {
+              Log::error_all_ranks(error);
+              return 2;
+            }
+            Log::info("{}", output);
+            return problems ? 1 : 0;
+          }};
+}
+
+}  // namespace fsdpp::app
