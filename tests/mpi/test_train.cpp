@@ -7,6 +7,9 @@
 #include "fsdpp/train/trainer.hpp"
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <unistd.h>
 #include <fstream>
 #include <sstream>
 
@@ -31,12 +34,15 @@ TrainOptions quiet() {
 }
 
 // The same deck on a group of `n` ranks of test_comm (the rest wait), returning the loss of every step.
-std::vector<double> losses_on(MPI_Comm test_comm, int test_rank, int n, const Deck& deck) {
+std::vector<double> losses_on(MPI_Comm test_comm, int test_rank, int n, const Deck& deck, std::int64_t stop_after = 0) {
   MPI_Comm group;
   MPI_Comm_split(test_comm, test_rank < n ? 0 : MPI_UNDEFINED, test_rank, &group);
   std::vector<double> losses(static_cast<std::size_t>(deck.train.steps));
   if (group != MPI_COMM_NULL) {
-    losses = train(group, deck, quiet()).losses;
+    TrainOptions o = quiet();
+    o.stop_after_step = stop_after;
+    const auto run = train(group, deck, o).losses;  // fewer than train.steps after a resume or a stop
+    std::copy(run.begin(), run.end(), losses.begin());
     MPI_Comm_free(&group);
   }
   MPI_Bcast(losses.data(), static_cast<int>(losses.size()), MPI_DOUBLE, 0, test_comm);
@@ -96,4 +102,35 @@ MPI_TEST_CASE("train: 4 ranks, every strategy, train the same model as 1 rank", 
 MPI_TEST_CASE("train: a global batch the ranks cannot split is refused on every rank", 4) {
   const Deck deck = tiny_deck({"train.steps=2", "schedule.warmup_steps=0", "train.micro_batch=8"});  // 16 / (8 x 4) does not divide
   CHECK_THROWS_WITH_AS(train(test_comm, deck, quiet()), doctest::Contains("train.global_batch"), UsageError);
+}
+
+MPI_TEST_CASE("train: resuming from a checkpoint continues bitwise, and within fp32 tolerance on fewer ranks", 2) {
+  char name[256] = {0};
+  if (test_rank == 0) {
+    const auto dir = std::filesystem::temp_directory_path() / ("fsdpp-resume-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::snprintf(name, sizeof name, "%s", dir.c_str());
+  }
+  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, test_comm);
+  const std::string dir = name;
+  const std::vector<std::string> common = {"train.eval_interval=0", "schedule.warmup_steps=3", "train.steps=12"};
+  auto deck_with = [&](std::vector<std::string> extra) {
+    auto o = common;
+    o.insert(o.end(), extra.begin(), extra.end());
+    return tiny_deck(o);
+  };
+  const auto straight = losses_on(test_comm, test_rank, 2, deck_with({}));
+  // Stopped after 6 steps (as a preempted job) and saved; the schedule still spans 12 steps.
+  losses_on(test_comm, test_rank, 2, deck_with({"checkpoint.interval=6", "checkpoint.dir=" + dir}), 6);
+  const std::vector<double> tail(straight.begin() + 6, straight.end());
+  // On 1 rank: resharded from 2, the same global batches; sums differ only in order.
+  Deck resumed = deck_with({"checkpoint.resume=true", "checkpoint.dir=" + dir});
+  auto one = losses_on(test_comm, test_rank, 1, resumed);
+  one.resize(6);
+  check_same_losses(one, tail);
+  // On 2 ranks: bitwise.
+  auto two = losses_on(test_comm, test_rank, 2, resumed);
+  two.resize(6);
+  for (int s = 0; s < 6; ++s) CHECK(two[s] == tail[s]);
+  if (test_rank == 0) std::filesystem::remove_all(dir);
 }

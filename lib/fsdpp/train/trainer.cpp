@@ -364,7 +364,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     summary.final_loss = loss;
 
     const std::int64_t done = step + 1;
-    const bool last = done == deck.train.steps;
+    const bool last = done == deck.train.steps || done == options.stop_after_step;
     std::optional<double> val;
     if (deck.train.eval_interval > 0 && (done % deck.train.eval_interval == 0 || last)) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -401,8 +401,9 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
       last_log_step = done;
       timers.mark(kOther);
     }
+    if (done == options.stop_after_step) break;
   }
-  summary.steps = deck.train.steps - first_step;
+  summary.steps = static_cast<std::int64_t>(summary.losses.size());
   summary.loop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   const double train_seconds = summary.loop_seconds - eval_seconds;
   summary.tokens_per_s = train_seconds > 0 ? tokens_per_step * summary.steps / train_seconds : 0;

@@ -35,6 +35,8 @@ struct TrainSummary {
 struct TrainOptions {
   bool measure_peak = true;  // time an sgemm at start-up for the MFU column
   bool quiet = false;        // no banner, table or breakdown (tests)
+  // Stop after this optimizer step, as a preempted job would (the schedule still spans train.steps). 0: run on.
+  std::int64_t stop_after_step = 0;
 };
 
 // Collective over `comm` (the job's world, or a sub-communicator in tests). Throws UsageError for a deck
