@@ -43,8 +43,12 @@ RowSplit split_of(const Parameter& p) {
   return {1, 0, p.rows(), p.rows()};
 }
 
-std::vector<std::uint64_t> dims_with_rows(const Parameter& p, std::int64_t rows) {
-  std::vector<std::uint64_t> dims(p.shape().begin(), p.shape().end());
+RowSplit split_of(const CheckpointSnapshot::Tensor& t) {
+  return {t.shards, t.mine, t.chunk_rows, t.shape.empty() ? 1 : t.shape.front()};
+}
+
+std::vector<std::uint64_t> dims_with_rows(const std::vector<std::int64_t>& shape, std::int64_t rows) {
+  std::vector<std::uint64_t> dims(shape.begin(), shape.end());
   if (dims.empty()) dims.push_back(1);
   dims[0] = static_cast<std::uint64_t>(rows);
   return dims;
@@ -119,20 +123,21 @@ void fsync_path(const std::string& path) {
 
 // Rank 0, after the parallel file is closed: virtual datasets, fsync, rename, `latest`, retention.
 void commit(const std::string& dir, const std::string& partial, const std::string& final_path,
-            const std::vector<const Parameter*>& params, int keep_last) {
+            const CheckpointSnapshot& snapshot, int keep_last) {
   {
     h5::Handle file = h5::open_file(partial, MPI_COMM_NULL, true);
     h5::Handle full = h5::create_group(file, "/full", partial);
-    for (const Parameter* p : params) {
-      const RowSplit s = split_of(*p);
+    for (const auto& t : snapshot.tensors) {
+      if (t.group.rfind("/model/", 0) != 0) continue;
+      const RowSplit s = split_of(t);
       std::vector<std::string> sources;
       std::vector<std::uint64_t> offsets, rows;
       for (int k = 0; k < s.shards; ++k) {
-        sources.push_back(fmt::format("/model/{}/shard_{}", p->name(), k));
+        sources.push_back(fmt::format("{}/shard_{}", t.group, k));
         offsets.push_back(static_cast<std::uint64_t>(s.offset_of(k)));
         rows.push_back(static_cast<std::uint64_t>(s.rows_of(k)));
       }
-      h5::create_virtual_rows(full, p->name(), dims_with_rows(*p, p->rows()), sources, offsets, rows, partial);
+      h5::create_virtual_rows(full, t.group.substr(7), dims_with_rows(t.shape, s.rows), sources, offsets, rows, partial);
     }
   }
   fsync_path(partial);
@@ -176,13 +181,49 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   return path.string();
 }
 
+CheckpointSnapshot stage_checkpoint(const CheckpointContents& contents, const TrainProgress& progress,
+                                    const CheckpointMeta& meta, int rank) {
+  CheckpointSnapshot snapshot;
+  snapshot.progress = progress;
+  snapshot.meta = meta;
+  if (contents.optimizer) {
+    snapshot.optimizer_kind = contents.optimizer->kind();
+    snapshot.optimizer_steps = contents.optimizer->steps();
+  }
+  for (const TensorEntry& e : tensors_of(contents)) {
+    const Parameter& p = *e.param;
+    const RowSplit s = split_of(p);
+    CheckpointSnapshot::Tensor t;
+    t.group = e.group;
+    t.shape = p.shape();
+    t.shards = s.shards;
+    t.mine = s.mine;
+    t.chunk_rows = s.chunk;
+    t.writer = contents.writes_shards && (p.placement || rank == 0);
+    if (t.writer) t.data = to_host(e.view, s.rows_of(s.mine) * p.row_size());
+    snapshot.tensors.push_back(std::move(t));
+  }
+  return snapshot;
+}
+
 SaveResult save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointContents& contents,
                            const TrainProgress& progress, const CheckpointMeta& meta, int keep_last) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  const auto t0 = std::chrono::steady_clock::now();
+  SaveResult r = write_checkpoint(comm, dir, stage_checkpoint(contents, progress, meta, rank), keep_last);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+SaveResult write_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointSnapshot& snapshot, int keep_last) {
   const auto t0 = std::chrono::steady_clock::now();
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   ++g_saves;
+  const TrainProgress& progress = snapshot.progress;
+  const CheckpointMeta& meta = snapshot.meta;
   const std::string final_path = (fs::path(dir) / checkpoint_file_name(progress.step)).string();
   const std::string partial = final_path + ".partial";
   std::string error;
@@ -194,20 +235,17 @@ SaveResult save_checkpoint(MPI_Comm comm, const std::string& dir, const Checkpoi
   agree(comm, error);
 
   // Every checksum is an attribute, and attributes are written collectively: gather them first.
-  const std::vector<TensorEntry> tensors = tensors_of(contents);
+  const auto& tensors = snapshot.tensors;
   std::vector<std::size_t> first_slot(tensors.size() + 1, 0);
-  for (std::size_t t = 0; t < tensors.size(); ++t) first_slot[t + 1] = first_slot[t] + split_of(*tensors[t].param).shards;
+  for (std::size_t t = 0; t < tensors.size(); ++t) first_slot[t + 1] = first_slot[t] + static_cast<std::size_t>(tensors[t].shards);
   std::vector<std::uint64_t> sums(first_slot.back(), 0);
-  std::vector<std::vector<float>> mine(tensors.size());
   SaveResult result;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
-    const Parameter& p = *tensors[t].param;
-    const RowSplit s = split_of(p);
-    result.bytes += p.numel() * 4;
-    const bool writer = contents.writes_shards && (p.placement || rank == 0);
-    if (!writer) continue;
-    mine[t] = to_host(tensors[t].view, s.rows_of(s.mine) * p.row_size());
-    sums[first_slot[t] + static_cast<std::size_t>(s.mine)] = checksum(mine[t].data(), mine[t].size());
+    std::int64_t numel = 1;
+    for (auto d : tensors[t].shape) numel *= d;
+    result.bytes += numel * 4;
+    if (tensors[t].writer)
+      sums[first_slot[t] + static_cast<std::size_t>(tensors[t].mine)] = checksum(tensors[t].data.data(), tensors[t].data.size());
   }
   MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
 
@@ -233,21 +271,23 @@ SaveResult save_checkpoint(MPI_Comm comm, const std::string& dir, const Checkpoi
     h5::set_attr(m, "deck", meta.deck);
     int written = 0;
     for (std::size_t t = 0; t < tensors.size(); ++t) {
-      const Parameter& p = *tensors[t].param;
-      const RowSplit s = split_of(p);
-      h5::Handle g = create_groups(file, tensors[t].group, partial);
-      h5::set_attr(g, "global_shape", p.shape());
+      const auto& tensor = tensors[t];
+      const RowSplit s = split_of(tensor);
+      std::int64_t row = 1;  // elements per row
+      for (std::size_t d = 1; d < tensor.shape.size(); ++d) row *= tensor.shape[d];
+      h5::Handle g = create_groups(file, tensor.group, partial);
+      h5::set_attr(g, "global_shape", tensor.shape);
       h5::set_attr(g, "dtype", std::string("f32"));
       h5::set_attr(g, "shard_dim", std::int64_t{0});
       h5::set_attr(g, "shards", static_cast<std::int64_t>(s.shards));
       for (int k = 0; k < s.shards; ++k) {
-        h5::Handle ds = h5::create_dataset_f32(g, fmt::format("shard_{}", k), dims_with_rows(p, s.rows_of(k)), partial);
+        h5::Handle ds = h5::create_dataset_f32(g, fmt::format("shard_{}", k), dims_with_rows(tensor.shape, s.rows_of(k)), partial);
         h5::set_attr(ds, "offset", s.offset_of(k));
         h5::set_attr(ds, "rows", s.rows_of(k));
         h5::set_attr(ds, "checksum", sums[first_slot[t] + static_cast<std::size_t>(k)]);
-        if (k == s.mine && !mine[t].empty()) {
-          h5::write_rows(ds, 0, static_cast<std::uint64_t>(s.rows_of(k)), static_cast<std::uint64_t>(p.row_size()),
-                         mine[t].data(), tensors[t].group);
+        if (k == s.mine && tensor.writer && !tensor.data.empty()) {
+          h5::write_rows(ds, 0, static_cast<std::uint64_t>(s.rows_of(k)), static_cast<std::uint64_t>(row),
+                         tensor.data.data(), tensor.group);
           if (crash_here && ++written == 1) MPI_Abort(MPI_COMM_WORLD, 9);  // a rank dies mid-write
         }
       }
@@ -260,18 +300,17 @@ SaveResult save_checkpoint(MPI_Comm comm, const std::string& dir, const Checkpoi
     h5::set_attr(tr, "sampler_next_step", progress.sampler.next_step);
     h5::set_attr(tr, "sampler_num_tokens", progress.sampler.num_tokens);
     h5::set_attr(tr, "sampler_seq_len", progress.sampler.seq_len);
-    if (contents.optimizer) {
+    if (!snapshot.optimizer_kind.empty()) {
       h5::Handle o = h5::exists(file, "/optim") ? h5::open_group(file, "/optim", partial) : h5::create_group(file, "/optim", partial);
-      h5::set_attr(o, "kind", contents.optimizer->kind());
-      h5::set_attr(o, "steps", contents.optimizer->steps());
+      h5::set_attr(o, "kind", snapshot.optimizer_kind);
+      h5::set_attr(o, "steps", snapshot.optimizer_steps);
     }
   }
   MPI_Barrier(comm);
   error.clear();
   if (rank == 0) {
     try {
-      std::vector<const Parameter*> params(contents.params.begin(), contents.params.end());
-      commit(dir, partial, final_path, params, keep_last);
+      commit(dir, partial, final_path, snapshot, keep_last);
     } catch (const std::exception& e) {
       error = e.what();
     }

@@ -58,8 +58,33 @@ struct SaveResult {
   double seconds = 0;
 };
 
+// A save's tensors copied to host memory, with everything needed to write them: the only part of a save that
+// must pause training (async saves write it from a background thread).
+struct CheckpointSnapshot {
+  struct Tensor {
+    std::string group;                // "/model/<name>" or "/optim/<name>/<state>"
+    std::vector<std::int64_t> shape;  // global
+    int shards = 1, mine = 0;         // shard count, and the shard this rank holds
+    std::int64_t chunk_rows = 0;      // rows per shard (the last ones may hold fewer or none)
+    bool writer = false;              // this rank writes its shard (HSDP: one replica does)
+    std::vector<float> data;          // this rank's shard rows, when it writes
+  };
+  std::vector<Tensor> tensors;
+  TrainProgress progress;
+  CheckpointMeta meta;
+  std::string optimizer_kind;         // empty: no optimizer state
+  std::int64_t optimizer_steps = 0;
+};
+
+// Local: no communication.
+CheckpointSnapshot stage_checkpoint(const CheckpointContents& contents, const TrainProgress& progress,
+                                    const CheckpointMeta& meta, int rank);
+
 // Collective over `comm`. keep_last > 0 deletes older checkpoints beyond the newest keep_last (never the one
 // `latest` names).
+SaveResult write_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointSnapshot& snapshot, int keep_last = 0);
+
+// stage_checkpoint then write_checkpoint.
 SaveResult save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointContents& contents,
                            const TrainProgress& progress, const CheckpointMeta& meta, int keep_last = 0);
 
