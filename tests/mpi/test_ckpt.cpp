@@ -2,6 +2,7 @@
 // and the h5dump view. Every check reopens the file: parallel HDF5 can "succeed" and still lose datasets.
 #include "mpi_test.hpp"
 
+#include "fsdpp/ckpt/async_save.hpp"
 #include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/ckpt/h5.hpp"
 #include "fsdpp/fsdp/fully_shard.hpp"
@@ -282,6 +283,31 @@ MPI_TEST_CASE("ckpt: keep_last keeps the newest saves and never the one latest n
     std::sort(files.begin(), files.end());
     CHECK(files == std::vector<std::string>{"latest", "step_00000003.h5", "step_00000004.h5"});
     CHECK(latest_checkpoint(dir) == dir + "/step_00000004.h5");
+    fs::remove_all(dir);
+  }
+}
+
+MPI_TEST_CASE("ckpt: an asynchronous save writes what a synchronous one writes, while the caller goes on", 2) {
+  const std::string dir = shared_temp_dir(test_comm, "async");
+  Trained saved = build(test_comm, {{"dp_shard", -1}}, 2);
+  const auto before = saved.gathered();
+  const SaveResult sync = save_checkpoint(test_comm, dir + "/sync", saved.contents(), progress_at(2), {});
+  AsyncCheckpointer background(test_comm);
+  background.start(stage_checkpoint(saved.contents(), progress_at(2), {}, test_rank), dir + "/async", 0);
+  // The snapshot is a copy: changing the model now must not change what is written.
+  for (Parameter* p : saved.model->parameters()) Kokkos::deep_copy(p->value, 0.5f);
+  const auto written = background.wait();
+  REQUIRE(written);
+  CHECK(!background.in_flight());
+  for (const std::string& path : {sync.path, written->path}) {
+    CAPTURE(path);
+    Trained loaded = build(test_comm, {{"dp_shard", -1}}, 0);
+    const LoadReport report = load_checkpoint(test_comm, path, loaded.contents());
+    CHECK(report.progress.step == 2);
+    CHECK(loaded.gathered() == before);
+  }
+  if (test_rank == 0) {
+    CHECK(verify_checkpoint(written->path).empty());
     fs::remove_all(dir);
   }
 }

@@ -1,5 +1,6 @@
 #include "fsdpp/train/trainer.hpp"
 
+#include "fsdpp/ckpt/async_save.hpp"
 #include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/comm/mpi_communicator.hpp"
 #include "fsdpp/data/sampler.hpp"
@@ -257,7 +258,16 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   double comm_since_log = 0;
   std::int64_t peak_unsharded = 0;
   // Checkpoints: what to save, and where to resume from.
-  FSDPP_REQUIRE(!deck.checkpoint.async, "checkpoint.async is not implemented yet; set checkpoint.async: false");
+  std::unique_ptr<AsyncCheckpointer> background;
+  if (deck.checkpoint.async && deck.checkpoint.interval > 0) background = std::make_unique<AsyncCheckpointer>(comm);
+  std::int64_t background_step = 0;
+  bool background_reported = true;
+  auto report_background = [&](const std::optional<SaveResult>& done) {
+    if (!done || background_reported || !speaks) return;
+    Log::info("checkpoint: step {} written in the background to {} ({:.1f} MiB in {:.2f} s)", background_step,
+              done->path, done->bytes / 1048576.0, done->seconds);
+    background_reported = true;
+  };
   CheckpointContents contents;
   contents.params = params;
   contents.optimizer = optimizer.get();
@@ -296,10 +306,21 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     progress.tokens_seen = static_cast<std::int64_t>(tokens_per_step) * done;
     progress.sampler = sampler.state();
     progress.lr = lr;
-    const SaveResult r = save_checkpoint(comm, deck.checkpoint.dir, contents, progress, ckpt_meta, deck.checkpoint.keep_last);
+    if (background) {
+      report_background(background->wait());
+      const auto t0 = std::chrono::steady_clock::now();
+      background->start(stage_checkpoint(contents, progress, ckpt_meta, r), deck.checkpoint.dir, deck.checkpoint.keep_last);
+      background_step = done;
+      background_reported = false;
+      if (speaks)
+        Log::info("checkpoint: step {} staged in {:.3f} s; writing in the background", done,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      return;
+    }
+    const SaveResult result = save_checkpoint(comm, deck.checkpoint.dir, contents, progress, ckpt_meta, deck.checkpoint.keep_last);
     if (speaks)
-      Log::info("checkpoint: saved step {} to {} ({:.1f} MiB in {:.2f} s, {:.2f} GB/s)", done, r.path,
-                r.bytes / 1048576.0, r.seconds, r.bytes / std::max(r.seconds, 1e-9) / 1e9);
+      Log::info("checkpoint: saved step {} to {} ({:.1f} MiB in {:.2f} s, {:.2f} GB/s)", done, result.path,
+                result.bytes / 1048576.0, result.seconds, result.bytes / std::max(result.seconds, 1e-9) / 1e9);
   };
 
   const auto loop_start = std::chrono::steady_clock::now();
@@ -401,8 +422,14 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
       last_log_step = done;
       timers.mark(kOther);
     }
+    // The step table notes a background save as soon as it is written (rank 0 looks; wait() collects it later).
+    if (background && speaks && !background_reported && background->finished()) {
+      Log::info("checkpoint: step {} finished writing in the background", background_step);
+      background_reported = true;
+    }
     if (done == options.stop_after_step) break;
   }
+  if (background) report_background(background->wait());  // the last save completes before the run reports
   summary.steps = static_cast<std::int64_t>(summary.losses.size());
   summary.loop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
   const double train_seconds = summary.loop_seconds - eval_seconds;
