@@ -9,13 +9,16 @@
 namespace fsdpp::app {
 
 Command add_ckpt_command(CLI::App& app) {
-  auto* cli = app.add_subcommand("ckpt", "Inspect or verify checkpoints");
+  auto* cli = app.add_subcommand("ckpt", "Inspect, verify or consolidate checkpoints");
   cli->require_subcommand(1);
   auto path = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
   auto* inspect = cli->add_subcommand("inspect", "Meta, parameters with shapes and shards, bytes, step and deck");
   auto* verify = cli->add_subcommand("verify", "Check every shard's checksum, shape and coverage");
-  for (auto* sub : {inspect, verify}) sub->add_option("checkpoint", *path, "A step_<N>.h5 file")->required();
-  return {cli, [path, inspect](Runtime& rt) {
+  auto* consolidate = cli->add_subcommand("consolidate", "Write one plain HDF5 file with whole tensors at /model/<name>");
+  for (auto* sub : {inspect, verify, consolidate}) sub->add_option("checkpoint", *path, "A step_<N>.h5 file")->required();
+  consolidate->add_option("out", *out, "The HDF5 file to write")->required();
+  return {cli, [path, out, inspect, consolidate](Runtime& rt) {
             // Serial reads on rank 0; the verdict is shared so every rank exits alike.
             std::string output, error;
             int problems = 0;
@@ -23,6 +26,9 @@ Command add_ckpt_command(CLI::App& app) {
               try {
                 if (*inspect) {
                   output = inspect_checkpoint(*path);
+                } else if (*consolidate) {
+                  consolidate_checkpoint(*path, *out);
+                  output = fmt::format("wrote {}: whole tensors at /model/<name> (h5dump -d /model/wte.weight {})", *out, *out);
                 } else {
                   const auto found = verify_checkpoint(*path);
                   problems = static_cast<int>(found.size());

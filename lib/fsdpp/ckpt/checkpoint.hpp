@@ -110,6 +110,13 @@ std::string checkpoint_file_name(std::int64_t step);  // step_00000042.h5
 // The checkpoint <dir>/latest names, if it names one that exists.
 std::optional<std::string> latest_checkpoint(const std::string& dir);
 
+// `fsdpp ckpt consolidate`: one plain HDF5 file with each whole parameter at /model/<name> (what other tools
+// import). Serial; one parameter in memory at a time.
+void consolidate_checkpoint(const std::string& checkpoint, const std::string& out);
+// Loads a consolidated file into (possibly sharded) parameters: rank 0 reads each whole tensor and broadcasts
+// it; every rank keeps its rows (broadcast_from_rank0). Collective; UsageError lists every mismatch.
+void load_consolidated(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params);
+
 // `fsdpp ckpt inspect`: meta, parameters with shapes and shards, bytes, step and deck. Serial, any rank.
 std::string inspect_checkpoint(const std::string& path);
 // `fsdpp ckpt verify`: every checksum and every shard's shape; returns the problems found (empty: sound).

@@ -1,0 +1,102 @@
+// Whole-tensor export and import: `fsdpp ckpt consolidate` and loading its output into shards.
+#include "fsdpp/ckpt/checkpoint.hpp"
+#include "fsdpp/ckpt/h5.hpp"
+#include "fsdpp/runtime/error.hpp"
+#include "fsdpp/version.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <climits>
+
+namespace fsdpp {
+namespace {
+
+std::int64_t row_size(const std::vector<std::int64_t>& shape) {
+  std::int64_t r = 1;
+  for (std::size_t d = 1; d < shape.size(); ++d) r *= shape[d];
+  return r;
+}
+
+std::vector<std::uint64_t> dims_of(const std::vector<std::int64_t>& shape) { return {shape.begin(), shape.end()}; }
+
+}  // namespace
+
+void consolidate_checkpoint(const std::string& checkpoint, const std::string& out) {
+  h5::Handle in = h5::open_file(checkpoint, MPI_COMM_NULL);
+  h5::Handle file = h5::create_file(out, MPI_COMM_NULL);
+  h5::Handle meta = h5::create_group(file, "/meta", out);
+  h5::set_attr(meta, "format", std::string("fsdpp-consolidated"));
+  h5::set_attr(meta, "format_version", std::int64_t{1});
+  h5::set_attr(meta, "fsdpp_version", std::string(FSDPP_VERSION));
+  h5::set_attr(meta, "source", checkpoint);
+  h5::set_attr(meta, "step", h5::get_int(h5::open_group(in, "/train", checkpoint), "step", checkpoint + " /train"));
+  h5::Handle model_out = h5::create_group(file, "/model", out);
+  h5::Handle model_in = h5::open_group(in, "/model", checkpoint);
+  for (const std::string& name : h5::children(model_in)) {
+    h5::Handle g = h5::open_group(model_in, name, checkpoint);
+    const auto shape = h5::get_ints(g, "global_shape", checkpoint + " /model/" + name);
+    const std::int64_t row = row_size(shape);
+    std::vector<float> whole(static_cast<std::size_t>(shape.front() * row));
+    const std::int64_t shards = h5::get_int(g, "shards", checkpoint);
+    for (std::int64_t k = 0; k < shards; ++k) {
+      h5::Handle ds = h5::open_dataset(g, fmt::format("shard_{}", k), checkpoint);
+      const std::int64_t offset = h5::get_int(ds, "offset", checkpoint), rows = h5::get_int(ds, "rows", checkpoint);
+      h5::read_rows(ds, 0, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(row), whole.data() + offset * row,
+                    fmt::format("{} /model/{}/shard_{}", checkpoint, name, k));
+    }
+    h5::Handle ds = h5::create_dataset_f32(model_out, name, dims_of(shape), out);
+    h5::write_rows(ds, 0, static_cast<std::uint64_t>(shape.front()), static_cast<std::uint64_t>(row), whole.data(),
+                   out + " /model/" + name);
+  }
+}
+
+void load_consolidated(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  h5::Handle file;
+  h5::Handle model;
+  std::string problems;
+  if (rank == 0) {
+    try {
+      file = h5::open_file(path, MPI_COMM_NULL);
+      model = h5::open_group(file, "/model", path);
+      for (const Parameter* p : params) {
+        if (!h5::exists(model, p->name())) {
+          problems += "\n  missing from the file: " + p->name();
+          continue;
+        }
+        std::vector<std::int64_t> shape;
+        for (auto d : h5::dataset_dims(h5::open_dataset(model, p->name(), path))) shape.push_back(static_cast<std::int64_t>(d));
+        if (shape != p->shape())
+          problems += fmt::format("\n  {}: file shape [{}], model [{}]", p->name(), fmt::join(shape, ","), fmt::join(p->shape(), ","));
+      }
+    } catch (const std::exception& e) {
+      problems = std::string("\n  ") + e.what();
+    }
+  }
+  long long length = static_cast<long long>(problems.size());
+  MPI_Bcast(&length, 1, MPI_LONG_LONG, 0, comm);
+  problems.resize(static_cast<std::size_t>(length));
+  MPI_Bcast(problems.data(), static_cast<int>(length), MPI_CHAR, 0, comm);
+  FSDPP_REQUIRE(problems.empty(), "{} does not match the model:{}", path, problems);
+
+  for (Parameter* p : params) {
+    std::vector<float> whole(static_cast<std::size_t>(p->numel()));
+    if (rank == 0)
+      h5::read_rows(h5::open_dataset(model, p->name(), path), 0, static_cast<std::uint64_t>(p->rows()),
+                    static_cast<std::uint64_t>(p->row_size()), whole.data(), path + " /model/" + p->name());
+    for (std::size_t at = 0; at < whole.size(); at += INT_MAX) {
+      const int count = static_cast<int>(std::min<std::size_t>(INT_MAX, whole.size() - at));
+      MPI_Bcast(whole.data() + at, count, MPI_FLOAT, 0, comm);
+    }
+    const std::int64_t first = p->placement ? p->placement->offset_rows * p->row_size() : 0;
+    const std::int64_t count = p->local_numel();
+    if (count > 0)
+      Kokkos::deep_copy(Kokkos::subview(p->value, std::make_pair<std::size_t, std::size_t>(0, static_cast<std::size_t>(count))),
+                        HostView1<float>(whole.data() + first, static_cast<std::size_t>(count)));
+  }
+}
+
+}  // namespace fsdpp
