@@ -176,10 +176,12 @@ Command add_bench_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   const Command train = add_bench_train_command(*cli);
   const Command fsdp = add_bench_fsdp_command(*cli);
-  return {cli, [collectives, options, train, fsdp](Runtime& rt) {
+  const Command checkpoint = add_bench_checkpoint_command(*cli);
+  return {cli, [collectives, options, train, fsdp, checkpoint](Runtime& rt) {
             if (*train.cli) return train.run(rt);
             if (*fsdp.cli) return fsdp.run(rt);
-            FSDPP_REQUIRE(*collectives, "fsdpp bench: name a benchmark: collectives, train or fsdp_scaling");
+            if (*checkpoint.cli) return checkpoint.run(rt);
+            FSDPP_REQUIRE(*collectives, "fsdpp bench: name a benchmark: collectives, train, fsdp_scaling or checkpoint");
             FSDPP_REQUIRE(options->min_bytes >= 4096 && options->min_bytes <= options->max_bytes,
                           "--min-bytes must be >= 4096 and <= --max-bytes");
             return run_collectives_bench(rt, *options);

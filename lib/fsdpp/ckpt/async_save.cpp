@@ -2,20 +2,21 @@
 
 #include "fsdpp/runtime/error.hpp"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <chrono>
 
 namespace fsdpp {
+namespace {
+constexpr int kWriterNice = 19;  // Linux: the lowest share of a core against nice-0 training threads
+}  // namespace
 
-AsyncCheckpointer::AsyncCheckpointer(MPI_Comm comm) {
-  int level = MPI_THREAD_SINGLE;
-  MPI_Query_thread(&level);
-  FSDPP_REQUIRE(level >= MPI_THREAD_MULTIPLE, "checkpoint.async needs MPI_THREAD_MULTIPLE, and this MPI provides "
-                "less; set checkpoint.async: false");
-  FSDPP_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
-}
+AsyncCheckpointer::AsyncCheckpointer(MPI_Comm comm) { FSDPP_MPI_CHECK(MPI_Comm_dup(comm, &comm_)); }
 
 AsyncCheckpointer::~AsyncCheckpointer() {
-  if (result_.valid()) result_.wait();  // an unfinished write must not outlive its communicator
+  if (writing_.valid()) writing_.wait();  // the buffers it writes from must outlive it (never committed)
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
@@ -23,19 +24,37 @@ AsyncCheckpointer::~AsyncCheckpointer() {
 
 void AsyncCheckpointer::start(CheckpointSnapshot snapshot, const std::string& dir, int keep_last) {
   wait();
-  const MPI_Comm comm = comm_;
-  result_ = std::async(std::launch::async, [comm, dir, keep_last, snapshot = std::move(snapshot)]() {
-    return write_checkpoint(comm, dir, snapshot, keep_last);
+  snapshot_ = std::move(snapshot);
+  save_ = prepare_checkpoint(comm_, dir, snapshot_, keep_last);
+  writing_ = std::async(std::launch::async, [this]() -> std::string {
+    // Training keeps the cores: the writer runs at a lower priority and uses what training leaves idle.
+    setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), kWriterNice);
+    try {
+      write_shards(save_, snapshot_);
+      return {};
+    } catch (const std::exception& e) {
+      return e.what();
+    }
   });
 }
 
-std::optional<SaveResult> AsyncCheckpointer::wait() {
-  if (!result_.valid()) return std::nullopt;
-  return result_.get();
+SaveResult AsyncCheckpointer::finish() {
+  const std::string error = writing_.get();
+  snapshot_ = CheckpointSnapshot{};  // release the host copies
+  return commit_checkpoint(comm_, save_, error);
 }
 
-bool AsyncCheckpointer::finished() const {
-  return result_.valid() && result_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+std::optional<SaveResult> AsyncCheckpointer::poll() {
+  if (!writing_.valid()) return std::nullopt;
+  int written = writing_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  MPI_Allreduce(MPI_IN_PLACE, &written, 1, MPI_INT, MPI_MIN, comm_);
+  if (!written) return std::nullopt;
+  return finish();
+}
+
+std::optional<SaveResult> AsyncCheckpointer::wait() {
+  if (!writing_.valid()) return std::nullopt;
+  return finish();
 }
 
 }  // namespace fsdpp

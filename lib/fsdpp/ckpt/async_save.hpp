@@ -1,35 +1,39 @@
 #pragma once
-// Asynchronous checkpoint saves (checkpoint.async): training pauses only to copy the shards into host
-// buffers (stage_checkpoint); a background thread writes them through its own duplicated communicator while
-// training goes on. At most one save is in flight: the next one waits for it. A failed write is reported by
-// wait(), which every rank calls at the same points (the next save, the end of training), so every rank
-// learns of it together instead of one rank leaving the others in a collective.
+// Asynchronous checkpoint saves (checkpoint.async). Training pauses to copy the shards into host buffers and
+// to create the file's metadata (collective, no tensor bytes); a background thread then writes this rank's
+// shards into their places in the file with plain POSIX writes, and no MPI, so it never contends with
+// training's communication. Every rank calls poll() at the same points (each step boundary): once every
+// rank's shards are on disk, the save is committed (rank 0: /full, rename, latest). At most one save is in
+// flight; start() completes the previous one first. A failed write is reported collectively at commit.
 #include "fsdpp/ckpt/checkpoint.hpp"
 
 #include <future>
 #include <optional>
-#include <thread>
 
 namespace fsdpp {
 
 class AsyncCheckpointer {
  public:
-  explicit AsyncCheckpointer(MPI_Comm comm);  // collective: duplicates `comm` for the writer
+  explicit AsyncCheckpointer(MPI_Comm comm);  // collective: duplicates `comm`
   ~AsyncCheckpointer();
   AsyncCheckpointer(const AsyncCheckpointer&) = delete;
   AsyncCheckpointer& operator=(const AsyncCheckpointer&) = delete;
 
-  // Waits for the save in flight, if any (rethrowing its error), then starts writing `snapshot`.
+  // Collective. Completes the save in flight, if any, then starts `snapshot`.
   void start(CheckpointSnapshot snapshot, const std::string& dir, int keep_last);
-  // Blocks until the save in flight is written and committed; rethrows its error. nullopt when none was.
+  // Collective and cheap: commits the save in flight if every rank has written its shards.
+  std::optional<SaveResult> poll();
+  // Collective: blocks until the save in flight is written, then commits it. nullopt when none was in flight.
   std::optional<SaveResult> wait();
-  // True once the save in flight has finished (successfully or not); does not block or throw.
-  bool finished() const;
-  bool in_flight() const { return result_.valid(); }
+  bool in_flight() const { return writing_.valid(); }
 
  private:
+  SaveResult finish();
+
   MPI_Comm comm_ = MPI_COMM_NULL;
-  std::future<SaveResult> result_;
+  CheckpointSnapshot snapshot_;
+  PreparedSave save_;
+  std::future<std::string> writing_;  // the background write's error text, empty on success
 };
 
 }  // namespace fsdpp

@@ -4,6 +4,8 @@
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/version.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 namespace fsdpp {
 namespace fs = std::filesystem;
@@ -79,12 +82,25 @@ std::vector<TensorEntry> tensors_of(const CheckpointContents& c) {
   return out;
 }
 
+// Waits for a nonblocking collective by polling with short sleeps. Open MPI's blocking calls spin a core; a
+// background save waiting on rank 0's fsync would then take that core from training.
+void wait_gently(MPI_Request& request) {
+  for (int done = 0;;) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+}
+
+
 // Every rank throws the same UsageError if any rank has an error (the lowest failing rank's message).
 void agree(MPI_Comm comm, const std::string& local_error) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   int first = local_error.empty() ? INT_MAX : rank;
-  MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm);
+  MPI_Request request;
+  MPI_Iallreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm, &request);
+  wait_gently(request);
   if (first == INT_MAX) return;
   std::string message = rank == first ? local_error : std::string();
   long long length = static_cast<long long>(message.size());
@@ -122,13 +138,23 @@ void fsync_path(const std::string& path) {
 }
 
 // Rank 0, after the parallel file is closed: virtual datasets, fsync, rename, `latest`, retention.
-void commit(const std::string& dir, const std::string& partial, const std::string& final_path,
-            const CheckpointSnapshot& snapshot, int keep_last) {
+void commit(const PreparedSave& save) {
+  const std::string& dir = save.dir;
+  const std::string& partial = save.partial;
+  const std::string& final_path = save.final_path;
+  const int keep_last = save.keep_last;
   {
     h5::Handle file = h5::open_file(partial, MPI_COMM_NULL, true);
     h5::Handle full = h5::create_group(file, "/full", partial);
-    for (const auto& t : snapshot.tensors) {
-      if (t.group.rfind("/model/", 0) != 0) continue;
+    // The virtual datasets are built from what the file says about its shards.
+    h5::Handle model = h5::open_group(file, "/model", partial);
+    for (const std::string& name : h5::children(model)) {
+      h5::Handle g = h5::open_group(model, name, partial);
+      CheckpointSnapshot::Tensor t;
+      t.group = "/model/" + name;
+      t.shape = h5::get_ints(g, "global_shape", partial);
+      t.shards = static_cast<int>(h5::get_int(g, "shards", partial));
+      t.chunk_rows = t.shards > 0 ? h5::get_int(h5::open_dataset(g, "shard_0", partial), "rows", partial) : 0;
       const RowSplit s = split_of(t);
       std::vector<std::string> sources;
       std::vector<std::uint64_t> offsets, rows;
@@ -216,16 +242,17 @@ SaveResult save_checkpoint(MPI_Comm comm, const std::string& dir, const Checkpoi
   return r;
 }
 
-SaveResult write_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointSnapshot& snapshot, int keep_last) {
-  const auto t0 = std::chrono::steady_clock::now();
+PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointSnapshot& snapshot, int keep_last) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  ++g_saves;
   const TrainProgress& progress = snapshot.progress;
   const CheckpointMeta& meta = snapshot.meta;
-  const std::string final_path = (fs::path(dir) / checkpoint_file_name(progress.step)).string();
-  const std::string partial = final_path + ".partial";
+  PreparedSave save;
+  save.dir = dir;
+  save.keep_last = keep_last;
+  save.final_path = (fs::path(dir) / checkpoint_file_name(progress.step)).string();
+  save.partial = save.final_path + ".partial";
   std::string error;
   if (rank == 0) {
     std::error_code ec;
@@ -239,84 +266,132 @@ SaveResult write_checkpoint(MPI_Comm comm, const std::string& dir, const Checkpo
   std::vector<std::size_t> first_slot(tensors.size() + 1, 0);
   for (std::size_t t = 0; t < tensors.size(); ++t) first_slot[t + 1] = first_slot[t] + static_cast<std::size_t>(tensors[t].shards);
   std::vector<std::uint64_t> sums(first_slot.back(), 0);
-  SaveResult result;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     std::int64_t numel = 1;
     for (auto d : tensors[t].shape) numel *= d;
-    result.bytes += numel * 4;
+    save.bytes += numel * 4;
     if (tensors[t].writer)
       sums[first_slot[t] + static_cast<std::size_t>(tensors[t].mine)] = checksum(tensors[t].data.data(), tensors[t].data.size());
   }
-  MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
-
+  {
+    MPI_Request request;
+    MPI_Iallreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm, &request);
+    wait_gently(request);
+  }
   std::string wall_time = rank == 0 ? utc_now() : std::string(32, '\0');
   wall_time.resize(32);
   MPI_Bcast(wall_time.data(), 32, MPI_CHAR, 0, comm);
   wall_time.resize(wall_time.find('\0') == std::string::npos ? 32 : wall_time.find('\0'));
 
-  const char* crash_hook = std::getenv("FSDPP_TEST_CRASH_IN_SAVE");  // tests only: "<save number>"
-  const bool crash_here = crash_hook && std::atoi(crash_hook) == g_saves && rank == size - 1;
-  {
-    h5::Handle file = h5::create_file(partial, comm);
-    h5::Handle m = h5::create_group(file, "/meta", partial);
-    h5::set_attr(m, "format", std::string("fsdpp-checkpoint"));
-    h5::set_attr(m, "format_version", kCheckpointFormatVersion);
-    h5::set_attr(m, "fsdpp_version", std::string(FSDPP_VERSION));
-    h5::set_attr(m, "world_size", static_cast<std::int64_t>(size));
-    h5::set_attr(m, "mesh", meta.mesh);
-    h5::set_attr(m, "strategy", meta.strategy);
-    h5::set_attr(m, "param_dtype", meta.param_dtype);
-    h5::set_attr(m, "reduce_dtype", meta.reduce_dtype);
-    h5::set_attr(m, "wall_time", wall_time);
-    h5::set_attr(m, "deck", meta.deck);
-    int written = 0;
-    for (std::size_t t = 0; t < tensors.size(); ++t) {
-      const auto& tensor = tensors[t];
-      const RowSplit s = split_of(tensor);
-      std::int64_t row = 1;  // elements per row
-      for (std::size_t d = 1; d < tensor.shape.size(); ++d) row *= tensor.shape[d];
-      h5::Handle g = create_groups(file, tensor.group, partial);
-      h5::set_attr(g, "global_shape", tensor.shape);
-      h5::set_attr(g, "dtype", std::string("f32"));
-      h5::set_attr(g, "shard_dim", std::int64_t{0});
-      h5::set_attr(g, "shards", static_cast<std::int64_t>(s.shards));
-      for (int k = 0; k < s.shards; ++k) {
-        h5::Handle ds = h5::create_dataset_f32(g, fmt::format("shard_{}", k), dims_with_rows(tensor.shape, s.rows_of(k)), partial);
-        h5::set_attr(ds, "offset", s.offset_of(k));
-        h5::set_attr(ds, "rows", s.rows_of(k));
-        h5::set_attr(ds, "checksum", sums[first_slot[t] + static_cast<std::size_t>(k)]);
-        if (k == s.mine && tensor.writer && !tensor.data.empty()) {
-          h5::write_rows(ds, 0, static_cast<std::uint64_t>(s.rows_of(k)), static_cast<std::uint64_t>(row),
-                         tensor.data.data(), tensor.group);
-          if (crash_here && ++written == 1) MPI_Abort(MPI_COMM_WORLD, 9);  // a rank dies mid-write
-        }
-      }
-    }
-    h5::Handle tr = h5::create_group(file, "/train", partial);
-    h5::set_attr(tr, "step", progress.step);
-    h5::set_attr(tr, "tokens_seen", progress.tokens_seen);
-    h5::set_attr(tr, "lr", progress.lr);
-    h5::set_attr(tr, "sampler_seed", progress.sampler.seed);
-    h5::set_attr(tr, "sampler_next_step", progress.sampler.next_step);
-    h5::set_attr(tr, "sampler_num_tokens", progress.sampler.num_tokens);
-    h5::set_attr(tr, "sampler_seq_len", progress.sampler.seq_len);
-    if (!snapshot.optimizer_kind.empty()) {
-      h5::Handle o = h5::exists(file, "/optim") ? h5::open_group(file, "/optim", partial) : h5::create_group(file, "/optim", partial);
-      h5::set_attr(o, "kind", snapshot.optimizer_kind);
-      h5::set_attr(o, "steps", snapshot.optimizer_steps);
+  h5::Handle file = h5::create_file(save.partial, comm);
+  h5::Handle m = h5::create_group(file, "/meta", save.partial);
+  h5::set_attr(m, "format", std::string("fsdpp-checkpoint"));
+  h5::set_attr(m, "format_version", kCheckpointFormatVersion);
+  h5::set_attr(m, "fsdpp_version", std::string(FSDPP_VERSION));
+  h5::set_attr(m, "world_size", static_cast<std::int64_t>(size));
+  h5::set_attr(m, "mesh", meta.mesh);
+  h5::set_attr(m, "strategy", meta.strategy);
+  h5::set_attr(m, "param_dtype", meta.param_dtype);
+  h5::set_attr(m, "reduce_dtype", meta.reduce_dtype);
+  h5::set_attr(m, "wall_time", wall_time);
+  h5::set_attr(m, "deck", meta.deck);
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const auto& tensor = tensors[t];
+    const RowSplit s = split_of(tensor);
+    h5::Handle g = create_groups(file, tensor.group, save.partial);
+    h5::set_attr(g, "global_shape", tensor.shape);
+    h5::set_attr(g, "dtype", std::string("f32"));
+    h5::set_attr(g, "shard_dim", std::int64_t{0});
+    h5::set_attr(g, "shards", static_cast<std::int64_t>(s.shards));
+    for (int k = 0; k < s.shards; ++k) {
+      h5::Handle ds = h5::create_dataset_f32(g, fmt::format("shard_{}", k), dims_with_rows(tensor.shape, s.rows_of(k)), save.partial);
+      h5::set_attr(ds, "offset", s.offset_of(k));
+      h5::set_attr(ds, "rows", s.rows_of(k));
+      h5::set_attr(ds, "checksum", sums[first_slot[t] + static_cast<std::size_t>(k)]);
+      // Contiguous and allocated at creation: the shard's bytes have a fixed place in the file.
+      if (k == s.mine && tensor.writer && !tensor.data.empty()) save.writes.push_back({h5::file_offset(ds), t});
     }
   }
-  MPI_Barrier(comm);
-  error.clear();
+  h5::Handle tr = h5::create_group(file, "/train", save.partial);
+  h5::set_attr(tr, "step", progress.step);
+  h5::set_attr(tr, "tokens_seen", progress.tokens_seen);
+  h5::set_attr(tr, "lr", progress.lr);
+  h5::set_attr(tr, "sampler_seed", progress.sampler.seed);
+  h5::set_attr(tr, "sampler_next_step", progress.sampler.next_step);
+  h5::set_attr(tr, "sampler_num_tokens", progress.sampler.num_tokens);
+  h5::set_attr(tr, "sampler_seq_len", progress.sampler.seq_len);
+  if (!snapshot.optimizer_kind.empty()) {
+    h5::Handle o = h5::exists(file, "/optim") ? h5::open_group(file, "/optim", save.partial)
+                                              : h5::create_group(file, "/optim", save.partial);
+    h5::set_attr(o, "kind", snapshot.optimizer_kind);
+    h5::set_attr(o, "steps", snapshot.optimizer_steps);
+  }
+  return save;  // the file closes (collectively) as its handle goes
+}
+
+void write_shards(const PreparedSave& save, const CheckpointSnapshot& snapshot) {
+  ++g_saves;
+  const char* crash_hook = std::getenv("FSDPP_TEST_CRASH_IN_SAVE");  // tests only: "<save number>"
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const bool crash_here = crash_hook && std::atoi(crash_hook) == g_saves && rank == size - 1;
+  if (save.writes.empty()) return;
+  const int fd = ::open(save.partial.c_str(), O_WRONLY);
+  FSDPP_CHECK(fd >= 0, "cannot open {} to write shards: {}", save.partial, std::strerror(errno));
+  int written = 0;
+  for (const auto& w : save.writes) {
+    const auto& data = snapshot.tensors[w.tensor].data;
+    const char* bytes = reinterpret_cast<const char*>(data.data());
+    std::size_t left = data.size() * sizeof(float);
+    std::uint64_t at = w.file_offset;
+    while (left > 0) {
+      const ssize_t n = ::pwrite(fd, bytes, left, static_cast<off_t>(at));
+      if (n <= 0) {
+        const std::string why = std::strerror(errno);
+        ::close(fd);
+        throw Error(fmt::format("writing {} into {} failed: {}", snapshot.tensors[w.tensor].group, save.partial, why));
+      }
+      bytes += n, left -= static_cast<std::size_t>(n), at += static_cast<std::uint64_t>(n);
+    }
+    if (crash_here && ++written == 1) MPI_Abort(MPI_COMM_WORLD, 9);  // a rank dies mid-write
+  }
+  const bool synced = ::fdatasync(fd) == 0;
+  ::close(fd);
+  FSDPP_CHECK(synced, "fdatasync of {} failed: {}", save.partial, std::strerror(errno));
+}
+
+SaveResult commit_checkpoint(MPI_Comm comm, const PreparedSave& save, const std::string& write_error) {
+  const auto t0 = std::chrono::steady_clock::now();
+  agree(comm, write_error);  // also the barrier: every rank's shards are on disk
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  std::string error;
   if (rank == 0) {
     try {
-      commit(dir, partial, final_path, snapshot, keep_last);
+      commit(save);
     } catch (const std::exception& e) {
       error = e.what();
     }
   }
   agree(comm, error);
-  result.path = final_path;
+  SaveResult result;
+  result.path = save.final_path;
+  result.bytes = save.bytes;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+SaveResult write_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointSnapshot& snapshot, int keep_last) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const PreparedSave save = prepare_checkpoint(comm, dir, snapshot, keep_last);
+  std::string error;
+  try {
+    write_shards(save, snapshot);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  SaveResult result = commit_checkpoint(comm, save, error);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }

@@ -80,8 +80,28 @@ struct CheckpointSnapshot {
 CheckpointSnapshot stage_checkpoint(const CheckpointContents& contents, const TrainProgress& progress,
                                     const CheckpointMeta& meta, int rank);
 
-// Collective over `comm`. keep_last > 0 deletes older checkpoints beyond the newest keep_last (never the one
-// `latest` names).
+// A save in three parts, so that an async save runs only the middle one in the background:
+//   prepare_checkpoint  collective, metadata only: the file, every group, dataset and attribute (checksums
+//                       included), and where in the file this rank's shards go
+//   write_shards        local, no MPI: this rank's shards written at those offsets, then fdatasync
+//   commit_checkpoint   collective: once every rank has written, rank 0 adds /full, renames, updates latest
+struct PreparedSave {
+  std::string dir, partial, final_path;
+  int keep_last = 0;
+  struct Write {
+    std::uint64_t file_offset;
+    std::size_t tensor;  // index into the snapshot's tensors
+  };
+  std::vector<Write> writes;
+  std::int64_t bytes = 0;  // tensor bytes of the whole checkpoint
+};
+PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointSnapshot& snapshot, int keep_last);
+void write_shards(const PreparedSave& save, const CheckpointSnapshot& snapshot);  // throws fsdpp::Error
+// `write_error`: this rank's write_shards failure, if any; every rank then throws the same UsageError.
+SaveResult commit_checkpoint(MPI_Comm comm, const PreparedSave& save, const std::string& write_error = {});
+
+// Collective over `comm`: the three parts in a row. keep_last > 0 deletes older checkpoints beyond the newest
+// keep_last (never the one `latest` names).
 SaveResult write_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointSnapshot& snapshot, int keep_last = 0);
 
 // stage_checkpoint then write_checkpoint.

@@ -164,6 +164,12 @@ std::vector<std::uint64_t> dataset_dims(hid_t dataset) {
   return {d.begin(), d.end()};
 }
 
+std::uint64_t file_offset(hid_t dataset) {
+  const haddr_t at = H5Dget_offset(dataset);
+  FSDPP_CHECK(at != HADDR_UNDEF, "HDF5: dataset has no contiguous allocated storage");
+  return static_cast<std::uint64_t>(at);
+}
+
 void write_rows(hid_t dataset, std::uint64_t first, std::uint64_t rows, std::uint64_t row_size, const float* data,
                 const std::string& what) {
   Handle memspace;

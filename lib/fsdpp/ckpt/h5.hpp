@@ -49,6 +49,8 @@ Handle create_dataset_f32(hid_t parent, const std::string& name, const std::vect
                           const std::string& file);
 Handle open_dataset(hid_t parent, const std::string& name, const std::string& file);
 std::vector<std::uint64_t> dataset_dims(hid_t dataset);
+// Byte offset of a contiguous, allocated dataset's data in its file (raw writes may go there directly).
+std::uint64_t file_offset(hid_t dataset);
 
 // Reads or writes rows [first, first + rows) of a dataset whose rows hold `row_size` f32 each. Independent.
 void write_rows(hid_t dataset, std::uint64_t first, std::uint64_t rows, std::uint64_t row_size, const float* data,

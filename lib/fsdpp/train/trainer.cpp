@@ -422,11 +422,8 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
       last_log_step = done;
       timers.mark(kOther);
     }
-    // The step table notes a background save as soon as it is written (rank 0 looks; wait() collects it later).
-    if (background && speaks && !background_reported && background->finished()) {
-      Log::info("checkpoint: step {} finished writing in the background", background_step);
-      background_reported = true;
-    }
+    // A background save is committed at the first step boundary after every rank has written its shards.
+    if (background && background->in_flight()) report_background(background->poll());
     if (done == options.stop_after_step) break;
   }
   if (background) report_background(background->wait());  // the last save completes before the run reports
