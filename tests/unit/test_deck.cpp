@@ -246,7 +246,7 @@ TEST_CASE("deck: out-of-range and unknown enumerated values name what is allowed
   CHECK(error_of("train: {steps: 5}\nmesh:\n  dp_shard: 0\n") ==
         "deck.yaml:3:13: mesh.dp_shard: expected -1 (infer from the job size) or an integer >= 1, got 0");
   CHECK(error_of("train: {steps: 5}\ncheckpoint:\n  resume: later\n") ==
-        "deck.yaml:3:11: checkpoint.resume: expected true, false or auto, got 'later'");
+        "deck.yaml:3:11: checkpoint.resume: expected true, false, auto, none or a checkpoint path (.h5), got 'later'");
 }
 
 TEST_CASE("deck: YAML syntax errors and missing required keys") {
@@ -298,4 +298,13 @@ TEST_CASE("deck: checks across keys point at the key most recently set") {
   CHECK(error_of("", {"train.steps=5", "data.val_fraction=0"}) ==
         "override 'data.val_fraction=0': train.eval_interval (100) needs held-out data: set data.val_fraction > 0, "
         "or train.eval_interval: 0");
+}
+
+TEST_CASE("deck: checkpoint.resume takes a checkpoint path, and none") {
+  const Deck d = parse_deck("train: {steps: 5}\ncheckpoint:\n  resume: runs/a/checkpoints/step_00000004.h5\n", "deck.yaml");
+  CHECK(d.checkpoint.resume == fsdpp::ResumeMode::path);
+  CHECK(d.checkpoint.resume_path == "runs/a/checkpoints/step_00000004.h5");
+  const Deck again = parse_deck(resolved_deck_yaml(d), "deck.yaml");
+  CHECK(again.checkpoint.resume_path == d.checkpoint.resume_path);
+  CHECK(parse_deck("train: {steps: 5}\ncheckpoint: {resume: none}\n", "deck.yaml").checkpoint.resume == fsdpp::ResumeMode::off);
 }

@@ -24,7 +24,7 @@ enum class DataFormat { automatic, gpt2, uint16, uint32 };
 enum class ShardStrategy { full_shard, hybrid_shard, shard_grad_op, no_shard };
 enum class OffloadPolicy { none, cpu };
 enum class GradAccumulation { unsharded, sharded };
-enum class ResumeMode { off, on, automatic };
+enum class ResumeMode { off, on, automatic, path };
 
 // FSDP2's reshard_after_forward: None | bool | int. "automatic" is None: true for every group but the root.
 struct ReshardAfterForward {
@@ -109,6 +109,7 @@ struct CheckpointConfig {
   std::string dir;  // default: <run.output>/checkpoints
   std::int64_t interval = 0;  // 0: no periodic checkpoints
   ResumeMode resume = ResumeMode::off;
+  std::string resume_path;  // ResumeMode::path: the checkpoint file to resume from
   int keep_last = 0;  // 0: keep all
   bool async = false;
 };

@@ -186,20 +186,30 @@ Field reshard_after_forward() {
   return f;
 }
 
-// A boolean that also takes "auto", so it reads yes/no/on/off like every other boolean.
+// A boolean that also takes "auto", "none" or a checkpoint file, so it reads yes/no/on/off like every other
+// boolean and a requeued job can name exactly what to continue from.
 Field resume() {
   Field f = base("checkpoint.resume",
                  "true: resume from the latest checkpoint in checkpoint.dir (an error if there is none); auto: "
-                 "resume if there is one; false: start fresh.");
-  f.type = "true|false|auto";
+                 "resume if there is one; false or none: start fresh; a path (.h5): resume from that checkpoint.");
+  f.type = "true|false|auto|none|<path>";
   f.set = [](Deck& d, const YAML::Node& v, const std::string& where) {
-    const std::string s = scalar_or_fail(v, where, "true, false or auto");
+    const std::string s = scalar_or_fail(v, where, "true, false, auto, none or a checkpoint path");
     bool b = false;
+    d.checkpoint.resume_path.clear();
     if (s == "auto") d.checkpoint.resume = ResumeMode::automatic;
+    else if (s == "none") d.checkpoint.resume = ResumeMode::off;
     else if (parse_bool(s, b)) d.checkpoint.resume = b ? ResumeMode::on : ResumeMode::off;
-    else fail(where, fmt::format("expected true, false or auto, got '{}'", s));
+    else if (s.find('/') != std::string::npos || (s.size() > 3 && s.compare(s.size() - 3, 3, ".h5") == 0)) {
+      d.checkpoint.resume = ResumeMode::path;
+      d.checkpoint.resume_path = s;
+    } else {
+      fail(where, fmt::format("expected true, false, auto, none or a checkpoint path (.h5), got '{}'", s));
+    }
   };
-  f.get = [](const Deck& d) { return std::string(to_string(d.checkpoint.resume)); };
+  f.get = [](const Deck& d) {
+    return d.checkpoint.resume == ResumeMode::path ? d.checkpoint.resume_path : std::string(to_string(d.checkpoint.resume));
+  };
   return f;
 }
 

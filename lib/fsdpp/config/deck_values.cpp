@@ -25,7 +25,7 @@ const EnumNames<OffloadPolicy> kOffloads = {{"none", OffloadPolicy::none}, {"cpu
 const EnumNames<GradAccumulation> kAccumulations = {{"unsharded", GradAccumulation::unsharded},
                                                     {"sharded", GradAccumulation::sharded}};
 const EnumNames<ResumeMode> kResumes = {{"false", ResumeMode::off}, {"true", ResumeMode::on},
-                                        {"auto", ResumeMode::automatic}};
+                                        {"auto", ResumeMode::automatic}, {"path", ResumeMode::path}};
 const EnumNames<DType> kFloatTypes = {{"f32", DType::f32}, {"bf16", DType::bf16}};
 
 }  // namespace deck_detail

@@ -280,7 +280,8 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   ckpt_meta.deck = resolved_deck_yaml(deck);
   std::int64_t first_step = 0;
   if (deck.checkpoint.resume != ResumeMode::off) {
-    const auto latest = latest_checkpoint(deck.checkpoint.dir);
+    const auto latest = deck.checkpoint.resume == ResumeMode::path ? std::optional<std::string>(deck.checkpoint.resume_path)
+                                                                    : latest_checkpoint(deck.checkpoint.dir);
     FSDPP_REQUIRE(latest || deck.checkpoint.resume == ResumeMode::automatic,
                   "checkpoint.resume is true but '{}' holds no checkpoint (no 'latest' file); use resume: auto to "
                   "start fresh when there is none", deck.checkpoint.dir);
