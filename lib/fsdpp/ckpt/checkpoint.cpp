@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <fmt/format.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -63,13 +64,6 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return out + "]";
 }
 
-std::vector<float> to_host(const View1<float>& v, std::int64_t count) {
-  std::vector<float> out(static_cast<std::size_t>(count));
-  if (count > 0)
-    Kokkos::deep_copy(HostView1<float>(out.data(), out.size()),
-                      Kokkos::subview(v, std::make_pair<std::size_t, std::size_t>(0, static_cast<std::size_t>(count))));
-  return out;
-}
 
 std::uint64_t checksum(const float* data, std::size_t count) { return XXH64(data, count * sizeof(float), 0); }
 
@@ -196,6 +190,17 @@ int g_saves = 0;  // for the crash test hook
 
 }  // namespace
 
+template <class T> T* MappedAllocator<T>::allocate(std::size_t n) {
+  if (n == 0) return nullptr;
+  void* p = ::mmap(nullptr, n * sizeof(T), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return static_cast<T*>(p);
+}
+template <class T> void MappedAllocator<T>::deallocate(T* p, std::size_t n) {
+  if (p) ::munmap(p, n * sizeof(T));
+}
+template struct MappedAllocator<float>;
+
 std::string checkpoint_file_name(std::int64_t step) { return fmt::format("step_{:08d}.h5", step); }
 
 std::optional<std::string> latest_checkpoint(const std::string& dir) {
@@ -226,7 +231,12 @@ CheckpointSnapshot stage_checkpoint(const CheckpointContents& contents, const Tr
     t.mine = s.mine;
     t.chunk_rows = s.chunk;
     t.writer = contents.writes_shards && (p.placement || rank == 0);
-    if (t.writer) t.data = to_host(e.view, s.rows_of(s.mine) * p.row_size());
+    if (t.writer) {
+      t.data.resize(static_cast<std::size_t>(s.rows_of(s.mine) * p.row_size()));
+      if (!t.data.empty())
+        Kokkos::deep_copy(HostView1<float>(t.data.data(), t.data.size()),
+                          Kokkos::subview(e.view, std::make_pair<std::size_t, std::size_t>(0, t.data.size())));
+    }
     snapshot.tensors.push_back(std::move(t));
   }
   return snapshot;

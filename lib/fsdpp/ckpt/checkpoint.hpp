@@ -58,6 +58,19 @@ struct SaveResult {
   double seconds = 0;
 };
 
+// Host memory for staged shards, straight from mmap: a snapshot held while training runs must not reshape the
+// malloc heap that training's per-step buffers are recycled from (measured: steps ran 25% slower otherwise).
+template <class T> struct MappedAllocator {
+  using value_type = T;
+  MappedAllocator() = default;
+  template <class U> MappedAllocator(const MappedAllocator<U>&) {}
+  T* allocate(std::size_t n);
+  void deallocate(T* p, std::size_t n);
+  template <class U> bool operator==(const MappedAllocator<U>&) const { return true; }
+  template <class U> bool operator!=(const MappedAllocator<U>&) const { return false; }
+};
+using StagedFloats = std::vector<float, MappedAllocator<float>>;
+
 // A save's tensors copied to host memory, with everything needed to write them: the only part of a save that
 // must pause training (async saves write it from a background thread).
 struct CheckpointSnapshot {
@@ -67,7 +80,7 @@ struct CheckpointSnapshot {
     int shards = 1, mine = 0;         // shard count, and the shard this rank holds
     std::int64_t chunk_rows = 0;      // rows per shard (the last ones may hold fewer or none)
     bool writer = false;              // this rank writes its shard (HSDP: one replica does)
-    std::vector<float> data;          // this rank's shard rows, when it writes
+    StagedFloats data;                // this rank's shard rows, when it writes
   };
   std::vector<Tensor> tensors;
   TrainProgress progress;

@@ -5,6 +5,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -90,6 +92,15 @@ Runtime::Runtime(int& argc, char**& argv, RuntimeOptions options) {
     Kokkos::initialize(kargc, kargv.data());
     owns_kokkos_ = true;
   }
+  // fully_shard frees and reallocates its unsharded buffers every step. glibc serves large blocks with fresh
+  // mmaps unless a large block was freed before (its threshold then rises by accident), so a step's speed
+  // depended on allocation history: 120 or 145 ms for the same step (tests/bench/run checkpoint). Serve blocks
+  // up to 32 MiB (glibc's limit) from the heap and keep freed heap memory, so buffers are recycled without
+  // page faults, as a caching allocator would.
+#if defined(M_MMAP_THRESHOLD) && defined(M_TRIM_THRESHOLD)
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#endif
   // OpenBLAS starts a thread per core in every rank; ranks sharing a node would thrash (stack-notes pitfalls).
   // Split the node's cores among its ranks unless the user chose.
   if (!std::getenv("OPENBLAS_NUM_THREADS"))
