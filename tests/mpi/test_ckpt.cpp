@@ -179,6 +179,15 @@ MPI_TEST_CASE("ckpt: h5dump reads whole tensors from /full, equal to the model's
     for (const char* object : {"/meta", "/train", "/model/wte.weight/shard_0", "/model/wpe.weight/shard_1",
                                "/optim/h.0.attn.c_attn.weight/exp_avg/shard_1", "/full/h.1.mlp.c_proj.weight"})
       CHECK_MESSAGE(listing.find(object) != std::string::npos, object);
+    // The optimizer's hyperparameters travel with its state.
+    {
+      h5::Handle file = h5::open_file(r.path, MPI_COMM_NULL);
+      h5::Handle optim = h5::open_group(file, "/optim", r.path);
+      CHECK(h5::get_string(optim, "kind", r.path) == "AdamW");
+      CHECK(h5::get_int(optim, "steps", r.path) == 1);
+      CHECK(h5::get_double(optim, "beta2", r.path) == doctest::Approx(0.95));
+      CHECK(h5::get_double(optim, "weight_decay", r.path) == doctest::Approx(0.1));
+    }
     // wpe has 5 rows on 2 ranks (3 + 2): /full stitches them.
     std::vector<double> printed;
     FILE* pipe = popen(("h5dump -d /full/wpe.weight -y -w 0 -m %.9g " + r.path).c_str(), "r");

@@ -220,6 +220,7 @@ CheckpointSnapshot stage_checkpoint(const CheckpointContents& contents, const Tr
   if (contents.optimizer) {
     snapshot.optimizer_kind = contents.optimizer->kind();
     snapshot.optimizer_steps = contents.optimizer->steps();
+    snapshot.optimizer_hyperparameters = contents.optimizer->hyperparameters();
   }
   for (const TensorEntry& e : tensors_of(contents)) {
     const Parameter& p = *e.param;
@@ -335,6 +336,7 @@ PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const Che
                                               : h5::create_group(file, "/optim", save.partial);
     h5::set_attr(o, "kind", snapshot.optimizer_kind);
     h5::set_attr(o, "steps", snapshot.optimizer_steps);
+    for (const auto& [name, value] : snapshot.optimizer_hyperparameters) h5::set_attr(o, name, value);
   }
   return save;  // the file closes (collectively) as its handle goes
 }

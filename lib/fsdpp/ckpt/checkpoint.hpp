@@ -87,6 +87,7 @@ struct CheckpointSnapshot {
   CheckpointMeta meta;
   std::string optimizer_kind;         // empty: no optimizer state
   std::int64_t optimizer_steps = 0;
+  std::vector<std::pair<std::string, double>> optimizer_hyperparameters;
 };
 
 // Local: no communication.

@@ -32,6 +32,11 @@ class AdamW final : public Optimizer {
   std::vector<std::pair<std::string, View1<float>>> state_tensors(const Parameter& p) const override {
     return {{"exp_avg", exp_avg(p)}, {"exp_avg_sq", exp_avg_sq(p)}};
   }
+  std::vector<std::pair<std::string, double>> hyperparameters() const override {
+    const AdamWConfig& c = config_;
+    return {{"lr", c.lr}, {"beta1", c.beta1}, {"beta2", c.beta2}, {"eps", c.eps}, {"weight_decay", c.weight_decay},
+            {"decay_embeddings", c.decay_embeddings}, {"decay_norms", c.decay_norms}, {"decay_biases", c.decay_biases}};
+  }
 
  private:
   AdamWConfig config_;

@@ -44,6 +44,8 @@ class Optimizer {
   // The per-parameter state tensors by name (AdamW: exp_avg, exp_avg_sq; SGD: momentum_buffer), each with the
   // parameter's storage extent: what checkpoints save and load.
   virtual std::vector<std::pair<std::string, View1<float>>> state_tensors(const Parameter& p) const = 0;
+  // Name and value of every hyperparameter (flags as 0/1), recorded with the state in checkpoints.
+  virtual std::vector<std::pair<std::string, double>> hyperparameters() const = 0;
 
   std::int64_t steps() const { return steps_; }
   void set_steps(std::int64_t steps);  // checkpoint load, together with the state views of the subclass

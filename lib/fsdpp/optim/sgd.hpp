@@ -30,6 +30,11 @@ class Sgd final : public Optimizer {
     if (momentum_buffer(p).extent(0) == 0) return {};
     return {{"momentum_buffer", momentum_buffer(p)}};
   }
+  std::vector<std::pair<std::string, double>> hyperparameters() const override {
+    const SgdConfig& c = config_;
+    return {{"lr", c.lr}, {"momentum", c.momentum}, {"weight_decay", c.weight_decay},
+            {"decay_embeddings", c.decay_embeddings}, {"decay_norms", c.decay_norms}, {"decay_biases", c.decay_biases}};
+  }
 
  private:
   SgdConfig config_;
