@@ -21,7 +21,7 @@ namespace {
 struct Options {
   std::size_t min_bytes = 64u << 10;
   std::size_t max_bytes = 64u << 20;
-  int repeats = 7;
+  int repeats = 11;
   double target_seconds = 0.02;  // per timed repeat; short ops are looped to reach it
 };
 
