@@ -9,7 +9,8 @@
 //                          MPI_Reduce_scatter_block ran at ~1 GB/s at every size on our machines)
 //                  | native: MPI_Reduce_scatter_block
 //   all_reduce     ring: the reduce-scatter ring, then MPI_Allgather, for buffers of at least
-//                  ring_all_reduce_min_bytes (measured: MPI_Allreduce ran 2.4 GB/s at 32-64 MiB, the ring 5-7; below 32 MiB MPI_Allreduce was faster)
+//                  ring_all_reduce_min_bytes (measured: at 64 MiB MPI_Allreduce ran 2.5 GB/s, the ring 7; at 32 MiB and
+//                  below MPI_Allreduce was as fast or faster once the runtime's malloc tuning recycles its buffers)
 //                  | native: MPI_Allreduce (max always uses it)
 // Environment: FSDPP_MPI_ALLGATHER=native|ring, FSDPP_MPI_REDUCE_SCATTER=ring|native,
 //              FSDPP_MPI_ALLREDUCE=ring|native, FSDPP_MPI_ALLREDUCE_RING_MIN_BYTES=<bytes>,
@@ -31,7 +32,7 @@ struct MpiAlgorithms {
   AllGather all_gather = AllGather::native;
   ReduceScatter reduce_scatter = ReduceScatter::ring;
   AllReduce all_reduce = AllReduce::ring;
-  std::size_t ring_all_reduce_min_bytes = std::size_t{32} << 20;
+  std::size_t ring_all_reduce_min_bytes = std::size_t{48} << 20;
   std::size_t segment_bytes = std::size_t{1} << 20;
   // Largest element count handed to one MPI call; lower it only to test the >2^31 path on small buffers.
   std::size_t max_message_elements = INT_MAX;
