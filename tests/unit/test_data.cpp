@@ -299,3 +299,35 @@ TEST_CASE("sampler: saving and restoring the state reproduces the next batch exa
         "the saved data loader state is for 30000 tokens with sequence length 24, but this run has 29999 tokens with "
         "sequence length 24; resume with the same data and model.seq_len, or start a new run");
 }
+
+TEST_CASE("data: sequential order takes consecutive windows at stride T, the same on 1, 2 and 3 ranks, and wraps") {
+  const std::int64_t T = 4, G = 6;
+  std::vector<std::uint32_t> tokens(200);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint32_t>(i);
+  fsdpp::WindowSampler sampler(tokens, T, 0.0, 7, fsdpp::SampleOrder::sequential);
+  // 200 tokens: windows k = 0..48 start at 4k and need 5 tokens (k*4 + 4 <= 199).
+  CHECK(sampler.sequential_windows() == 49);
+  for (int R : {1, 2, 3}) {
+    CAPTURE(R);
+    const std::int64_t m = G / R;
+    for (std::int64_t step = 0; step < 3; ++step)
+      for (int r = 0; r < R; ++r) {
+        const std::int64_t first = fsdpp::micro_batch_first_sequence(G, m, R, r, 0);
+        std::vector<std::int32_t> in(static_cast<std::size_t>(m * T)), tg(in.size());
+        sampler.fill_batch(fsdpp::Split::train, step, G, first, m, in.data(), tg.data());
+        for (std::int64_t b = 0; b < m; ++b)
+          for (std::int64_t t = 0; t < T; ++t) {
+            const std::int64_t window = step * G + first + b;  // the global order: consecutive windows
+            REQUIRE(in[static_cast<std::size_t>(b * T + t)] == window * T + t);
+            REQUIRE(tg[static_cast<std::size_t>(b * T + t)] == window * T + t + 1);
+          }
+      }
+  }
+  // Global batch 8 holds windows 48..53: window 49 wraps to the start.
+  std::vector<std::int32_t> in(static_cast<std::size_t>(G * T)), tg(in.size());
+  sampler.fill_batch(fsdpp::Split::train, 8, G, 0, G, in.data(), tg.data());
+  CHECK(in[0] == 48 * T);
+  CHECK(in[static_cast<std::size_t>(T)] == 0);
+  CHECK(sampler.epoch_of(8, G) == 0);
+  CHECK(sampler.epoch_of(9, G) == 1);
+}

@@ -21,6 +21,7 @@ namespace fsdpp {
 enum class OptimizerKind { adamw, sgd };
 enum class ScheduleKind { constant, cosine };
 enum class DataFormat { automatic, gpt2, uint16, uint32 };
+enum class DataOrder { shuffled, sequential };
 enum class ShardStrategy { full_shard, hybrid_shard, shard_grad_op, no_shard };
 enum class OffloadPolicy { none, cpu };
 enum class GradAccumulation { unsharded, sharded };
@@ -51,6 +52,7 @@ struct ModelConfig {
 struct DataConfig {
   std::string source = "synthetic";  // "synthetic" or a token file path
   DataFormat format = DataFormat::automatic;
+  DataOrder order = DataOrder::shuffled;
   double val_fraction = 0.05;
 };
 
@@ -148,6 +150,7 @@ int grad_accum_steps(const TrainConfig& train, int dp_size);
 std::string_view to_string(OptimizerKind v);
 std::string_view to_string(ScheduleKind v);
 std::string_view to_string(DataFormat v);
+std::string_view to_string(DataOrder v);
 std::string_view to_string(ShardStrategy v);
 std::string_view to_string(OffloadPolicy v);
 std::string_view to_string(GradAccumulation v);

@@ -254,6 +254,9 @@ std::vector<Field> make_fields() {
   f.push_back(choice("data.format", &Deck::data, &DataConfig::format, kFormats,
                      "Token file format: gpt2 (.bin with a 256 x int32 header), raw uint16 or uint32; auto "
                      "recognises the gpt2 header and otherwise reads uint16."));
+  f.push_back(choice("data.order", &Deck::data, &DataConfig::order, kOrders,
+                     "shuffled: seeded random windows; sequential: global batch s takes the next global_batch "
+                     "windows of T+1 tokens at stride T from the start of the data, wrapping (an epoch) at the end."));
   f.push_back(real("data.val_fraction", &Deck::data, &DataConfig::val_fraction, kUnitHalfOpen,
                    "Fraction of the tokens held out for validation."));
 

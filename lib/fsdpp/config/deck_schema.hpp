@@ -58,6 +58,7 @@ template <class E> using EnumNames = std::vector<EnumName<E>>;
 extern const EnumNames<OptimizerKind> kOptimizers;
 extern const EnumNames<ScheduleKind> kSchedules;
 extern const EnumNames<DataFormat> kFormats;
+extern const EnumNames<DataOrder> kOrders;
 extern const EnumNames<ShardStrategy> kStrategies;
 extern const EnumNames<OffloadPolicy> kOffloads;
 extern const EnumNames<GradAccumulation> kAccumulations;

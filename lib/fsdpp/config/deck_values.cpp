@@ -17,6 +17,7 @@ const EnumNames<OptimizerKind> kOptimizers = {{"adamw", OptimizerKind::adamw}, {
 const EnumNames<ScheduleKind> kSchedules = {{"constant", ScheduleKind::constant}, {"cosine", ScheduleKind::cosine}};
 const EnumNames<DataFormat> kFormats = {{"auto", DataFormat::automatic}, {"gpt2", DataFormat::gpt2},
                                         {"uint16", DataFormat::uint16}, {"uint32", DataFormat::uint32}};
+const EnumNames<DataOrder> kOrders = {{"shuffled", DataOrder::shuffled}, {"sequential", DataOrder::sequential}};
 const EnumNames<ShardStrategy> kStrategies = {{"full_shard", ShardStrategy::full_shard},
                                               {"hybrid_shard", ShardStrategy::hybrid_shard},
                                               {"shard_grad_op", ShardStrategy::shard_grad_op},
@@ -35,6 +36,7 @@ using deck_detail::name_of;
 std::string_view to_string(OptimizerKind v) { return name_of(deck_detail::kOptimizers, v); }
 std::string_view to_string(ScheduleKind v) { return name_of(deck_detail::kSchedules, v); }
 std::string_view to_string(DataFormat v) { return name_of(deck_detail::kFormats, v); }
+std::string_view to_string(DataOrder v) { return name_of(deck_detail::kOrders, v); }
 std::string_view to_string(ShardStrategy v) { return name_of(deck_detail::kStrategies, v); }
 std::string_view to_string(OffloadPolicy v) { return name_of(deck_detail::kOffloads, v); }
 std::string_view to_string(GradAccumulation v) { return name_of(deck_detail::kAccumulations, v); }

@@ -1,5 +1,7 @@
 #include "fsdpp/data/sampler.hpp"
 
+#include <algorithm>
+
 #include "fsdpp/data/random.hpp"
 #include "fsdpp/runtime/error.hpp"
 
@@ -12,11 +14,12 @@ constexpr std::uint64_t kSamplerStream = 3;  // distinct from the synthetic corp
 }  // namespace
 
 WindowSampler::WindowSampler(std::vector<std::uint32_t> tokens, std::int64_t seq_len, double val_fraction,
-                             std::uint64_t seed)
+                             std::uint64_t seed, SampleOrder order)
     : tokens_(std::move(tokens)),
       seq_len_(seq_len),
       seed_(seed),
-      key_(data_random::stream_key(seed, kSamplerStream)) {
+      key_(data_random::stream_key(seed, kSamplerStream)),
+      order_(order) {
   FSDPP_REQUIRE(seq_len >= 1, "sequence length must be at least 1, got {}", seq_len);
   FSDPP_REQUIRE(val_fraction >= 0.0 && val_fraction < 1.0, "validation fraction must be in [0, 1), got {}",
                 val_fraction);
@@ -53,7 +56,9 @@ std::vector<std::int64_t> WindowSampler::window_offsets(Split split, std::int64_
                               static_cast<std::uint64_t>(first_sequence);
   for (std::int64_t b = 0; b < count; ++b) {
     const std::uint64_t i = first + static_cast<std::uint64_t>(b);
-    if (split == Split::train) {
+    if (split == Split::train && order_ == SampleOrder::sequential) {
+      offsets[b] = static_cast<std::int64_t>(i % static_cast<std::uint64_t>(sequential_windows())) * seq_len_;
+    } else if (split == Split::train) {
       // Modulo bias is below n / 2^64, far under any statistical effect for offsets counted in tokens.
       const std::uint64_t h = data_random::mix64(key_ ^ data_random::mix64(i));
       offsets[b] = static_cast<std::int64_t>(h % static_cast<std::uint64_t>(train_offsets()));
@@ -77,6 +82,15 @@ void WindowSampler::fill_batch(Split split, std::int64_t step, std::int64_t glob
       tg[t] = static_cast<std::int32_t>(w[t + 1]);
     }
   }
+}
+
+std::int64_t WindowSampler::sequential_windows() const {
+  // Window k covers tokens [k T, k T + T]; it must end before the validation split.
+  return std::max<std::int64_t>(1, (val_begin_ - 1) / seq_len_);
+}
+
+std::int64_t WindowSampler::epoch_of(std::int64_t step, std::int64_t global_batch) const {
+  return step * global_batch / sequential_windows();
 }
 
 SamplerState WindowSampler::state() const { return {seed_, next_step_, num_tokens(), seq_len_}; }

@@ -27,6 +27,10 @@ namespace fsdpp {
 
 enum class Split { train, val };
 
+// shuffled: window i of the global order starts at a seeded hash of i; sequential: at (i mod W) * T, the W
+// windows of T+1 tokens at stride T that fit before the validation split (llm.c / nanoGPT loaders).
+enum class SampleOrder { shuffled, sequential };
+
 struct SamplerState {
   std::uint64_t seed = 0;
   std::int64_t next_step = 0;  // the next training global batch to draw
@@ -39,7 +43,12 @@ class WindowSampler {
  public:
   // tokens: the whole stream (moved in); seq_len: T >= 1; val_fraction in [0, 1). UsageError when a split is
   // too short to hold one window of T + 1 tokens.
-  WindowSampler(std::vector<std::uint32_t> tokens, std::int64_t seq_len, double val_fraction, std::uint64_t seed);
+  WindowSampler(std::vector<std::uint32_t> tokens, std::int64_t seq_len, double val_fraction, std::uint64_t seed,
+                SampleOrder order = SampleOrder::shuffled);
+  SampleOrder order() const { return order_; }
+  std::int64_t sequential_windows() const;  // training windows in sequential order
+  // Sequential order: the pass over the training windows that global batch `step` falls in (0-based).
+  std::int64_t epoch_of(std::int64_t step, std::int64_t global_batch) const;
 
   std::int64_t seq_len() const { return seq_len_; }
   std::int64_t num_tokens() const { return static_cast<std::int64_t>(tokens_.size()); }
@@ -79,6 +88,7 @@ class WindowSampler {
   std::uint64_t seed_;
   std::uint64_t key_;  // counter-based generator key derived from seed_
   std::int64_t next_step_ = 0;
+  SampleOrder order_ = SampleOrder::shuffled;
 };
 
 // Gradient-accumulation steps per optimizer step: global_batch / (micro_batch * dp_size). UsageError when that

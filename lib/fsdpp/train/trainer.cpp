@@ -151,7 +151,8 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   }
 
   const Dataset data = load_dataset(deck);
-  WindowSampler sampler(data.tokens, T, deck.data.val_fraction, deck.run.seed);
+  WindowSampler sampler(data.tokens, T, deck.data.val_fraction, deck.run.seed,
+                        deck.data.order == DataOrder::sequential ? SampleOrder::sequential : SampleOrder::shuffled);
   FSDPP_REQUIRE(!(deck.train.eval_interval > 0 && !sampler.has_val()),
                 "train.eval_interval is {} but the data has no validation split; set data.val_fraction > 0 or "
                 "train.eval_interval: 0", deck.train.eval_interval);
@@ -331,6 +332,10 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   timers.restart();
   for (std::int64_t step = first_step; step < deck.train.steps; ++step) {
     const float lr = schedule.at(step);
+    if (speaks && sampler.order() == SampleOrder::sequential && step > 0 &&
+        sampler.epoch_of(step, G) != sampler.epoch_of(step - 1, G))
+      Log::info("data: epoch {} begins at step {}: the {} training windows of {} tokens were all seen; wrapping to "
+                "the start", sampler.epoch_of(step, G), step, sampler.sequential_windows(), T + 1);
     model.zero_grad();
     if (sharded) reset_fsdp_stats(model);
     double loss = 0;
