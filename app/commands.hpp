@@ -27,6 +27,7 @@ Command add_bench_checkpoint_command(CLI::App& bench);  // fsdpp bench checkpoin
 Command add_mesh_command(CLI::App& app);   // fsdpp mesh dp_replicate=2 dp_shard=-1
 Command add_train_command(CLI::App& app);  // fsdpp train [deck.yaml] [key=value ...]
 Command add_tokenize_command(CLI::App& app);  // fsdpp tokenize <text> <out.bin>
-Command add_ckpt_command(CLI::App& app);   // fsdpp ckpt inspect|verify <ckpt>
+Command add_ckpt_command(CLI::App& app);   // fsdpp ckpt inspect|verify|consolidate <ckpt>
+Command add_init_command(CLI::App& app);   // fsdpp init [deck.yaml] --out seed.h5
 
 }  // namespace fsdpp::app

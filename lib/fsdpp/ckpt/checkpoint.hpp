@@ -23,6 +23,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -144,9 +145,26 @@ std::string checkpoint_file_name(std::int64_t step);  // step_00000042.h5
 // The checkpoint <dir>/latest names, if it names one that exists.
 std::optional<std::string> latest_checkpoint(const std::string& dir);
 
+// Writes a consolidated file (each whole tensor at /model/<name>) one tensor at a time. Serial.
+class ConsolidatedWriter {
+ public:
+  ConsolidatedWriter(const std::string& path, const std::string& source, std::int64_t step);
+  ~ConsolidatedWriter();
+  void add(const std::string& name, const std::vector<std::int64_t>& shape, const float* data);
+
+ private:
+  std::string path_;
+  struct Files;
+  std::unique_ptr<Files> files_;
+};
+
 // `fsdpp ckpt consolidate`: one plain HDF5 file with each whole parameter at /model/<name> (what other tools
 // import). Serial; one parameter in memory at a time.
 void consolidate_checkpoint(const std::string& checkpoint, const std::string& out);
+
+// Weights only (fine-tuning, checkpoint.init_from): from an fsdpp checkpoint or a consolidated file, into
+// (possibly sharded) parameters. Collective; UsageError lists every mismatch.
+void load_weights(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params);
 // Loads a consolidated file into (possibly sharded) parameters: rank 0 reads each whole tensor and broadcasts
 // it; every rank keeps its rows (broadcast_from_rank0). Collective; UsageError lists every mismatch.
 void load_consolidated(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params);

@@ -23,16 +23,33 @@ std::vector<std::uint64_t> dims_of(const std::vector<std::int64_t>& shape) { ret
 
 }  // namespace
 
-void consolidate_checkpoint(const std::string& checkpoint, const std::string& out) {
-  h5::Handle in = h5::open_file(checkpoint, MPI_COMM_NULL);
-  h5::Handle file = h5::create_file(out, MPI_COMM_NULL);
-  h5::Handle meta = h5::create_group(file, "/meta", out);
+struct ConsolidatedWriter::Files {
+  h5::Handle file, model;
+};
+
+ConsolidatedWriter::ConsolidatedWriter(const std::string& path, const std::string& source, std::int64_t step)
+    : path_(path), files_(std::make_unique<Files>()) {
+  files_->file = h5::create_file(path, MPI_COMM_NULL);
+  h5::Handle meta = h5::create_group(files_->file, "/meta", path);
   h5::set_attr(meta, "format", std::string("fsdpp-consolidated"));
   h5::set_attr(meta, "format_version", std::int64_t{1});
   h5::set_attr(meta, "fsdpp_version", std::string(FSDPP_VERSION));
-  h5::set_attr(meta, "source", checkpoint);
-  h5::set_attr(meta, "step", h5::get_int(h5::open_group(in, "/train", checkpoint), "step", checkpoint + " /train"));
-  h5::Handle model_out = h5::create_group(file, "/model", out);
+  h5::set_attr(meta, "source", source);
+  h5::set_attr(meta, "step", step);
+  files_->model = h5::create_group(files_->file, "/model", path);
+}
+
+ConsolidatedWriter::~ConsolidatedWriter() = default;
+
+void ConsolidatedWriter::add(const std::string& name, const std::vector<std::int64_t>& shape, const float* data) {
+  h5::Handle ds = h5::create_dataset_f32(files_->model, name, dims_of(shape), path_);
+  h5::write_rows(ds, 0, static_cast<std::uint64_t>(shape.front()), static_cast<std::uint64_t>(row_size(shape)), data,
+                 path_ + " /model/" + name);
+}
+
+void consolidate_checkpoint(const std::string& checkpoint, const std::string& out) {
+  h5::Handle in = h5::open_file(checkpoint, MPI_COMM_NULL);
+  ConsolidatedWriter writer(out, checkpoint, h5::get_int(h5::open_group(in, "/train", checkpoint), "step", checkpoint + " /train"));
   h5::Handle model_in = h5::open_group(in, "/model", checkpoint);
   for (const std::string& name : h5::children(model_in)) {
     h5::Handle g = h5::open_group(model_in, name, checkpoint);
@@ -46,10 +63,36 @@ void consolidate_checkpoint(const std::string& checkpoint, const std::string& ou
       h5::read_rows(ds, 0, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(row), whole.data() + offset * row,
                     fmt::format("{} /model/{}/shard_{}", checkpoint, name, k));
     }
-    h5::Handle ds = h5::create_dataset_f32(model_out, name, dims_of(shape), out);
-    h5::write_rows(ds, 0, static_cast<std::uint64_t>(shape.front()), static_cast<std::uint64_t>(row), whole.data(),
-                   out + " /model/" + name);
+    writer.add(name, shape, whole.data());
   }
+}
+
+void load_weights(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  // Rank 0 tells the kind; every rank then takes the same path.
+  std::string format;
+  if (rank == 0) {
+    try {
+      h5::Handle file = h5::open_file(path, MPI_COMM_NULL);
+      format = h5::get_string(h5::open_group(file, "/meta", path), "format", path + " /meta");
+    } catch (const std::exception& e) {
+      format = std::string("!") + e.what();
+    }
+  }
+  long long length = static_cast<long long>(format.size());
+  MPI_Bcast(&length, 1, MPI_LONG_LONG, 0, comm);
+  format.resize(static_cast<std::size_t>(length));
+  MPI_Bcast(format.data(), static_cast<int>(length), MPI_CHAR, 0, comm);
+  FSDPP_REQUIRE(format.empty() || format[0] != '!', "{}", format.substr(1));
+  if (format == "fsdpp-consolidated") {
+    load_consolidated(comm, path, params);
+    return;
+  }
+  FSDPP_REQUIRE(format == "fsdpp-checkpoint", "{}: not an fsdpp checkpoint or consolidated file (format '{}')", path, format);
+  CheckpointContents contents;
+  contents.params = params;
+  load_checkpoint(comm, path, contents);
 }
 
 void load_consolidated(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params) {

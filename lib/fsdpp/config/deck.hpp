@@ -112,6 +112,7 @@ struct CheckpointConfig {
   std::int64_t interval = 0;  // 0: no periodic checkpoints
   ResumeMode resume = ResumeMode::off;
   std::string resume_path;  // ResumeMode::path: the checkpoint file to resume from
+  std::string init_from = "none";  // weights to start from (fine-tuning): a checkpoint, consolidated or safetensors file
   int keep_last = 0;  // 0: keep all
   bool async = false;
 };

@@ -213,6 +213,22 @@ Field resume() {
   return f;
 }
 
+// "none", or the weights to start from; distinct from resume, which continues a run.
+Field init_from() {
+  Field f = base("checkpoint.init_from",
+                 "none, or the path of weights to start from (fine-tuning): an fsdpp checkpoint, a consolidated "
+                 "file or a .safetensors file. Training starts at step 0 with a fresh optimizer; resume continues a "
+                 "run instead.");
+  f.type = "none|<path>";
+  f.set = [](Deck& d, const YAML::Node& v, const std::string& where) {
+    const std::string s = scalar_or_fail(v, where, "none or a path");
+    if (s.empty()) fail(where, "expected none or a path, got ''");
+    d.checkpoint.init_from = s;
+  };
+  f.get = [](const Deck& d) { return yaml_scalar(d.checkpoint.init_from); };
+  return f;
+}
+
 // A mesh dimension's size: -1 to infer it from the job size, or a fixed size.
 Field mesh_dim(std::string_view path, int MeshConfig::*member, std::string doc) {
   Field f = base(path, std::move(doc));
@@ -330,6 +346,7 @@ std::vector<Field> make_fields() {
   f.push_back(integer("checkpoint.interval", &Deck::checkpoint, &CheckpointConfig::interval, 0,
                       "Save every this many steps; 0 saves none."));
   f.push_back(resume());
+  f.push_back(init_from());
   f.push_back(integer("checkpoint.keep_last", &Deck::checkpoint, &CheckpointConfig::keep_last, 0,
                       "Keep only this many most recent checkpoints; 0 keeps all."));
   f.push_back(boolean("checkpoint.async", &Deck::checkpoint, &CheckpointConfig::async,

@@ -17,6 +17,7 @@
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/runtime/timers.hpp"
 #include "fsdpp/tensor/matmul.hpp"
+#include "fsdpp/train/build_model.hpp"
 #include "fsdpp/train/step_log.hpp"
 
 #include <chrono>
@@ -30,16 +31,6 @@ namespace {
 
 enum Section { kData, kForward, kBackward, kGradSync, kOptimizer, kEval, kCheckpoint, kOther, kSections };
 
-GptConfig model_config(const ModelConfig& m) {
-  GptConfig c;
-  c.vocab_size = m.vocab_size;
-  c.context_length = m.context_length;
-  c.n_embd = m.n_embd;
-  c.n_layer = m.n_layer;
-  c.n_head = m.n_head;
-  c.tie_embeddings = m.tie_embeddings;
-  return c;
-}
 
 struct Dataset {
   std::vector<std::uint32_t> tokens;
@@ -159,40 +150,16 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
 
   // Built on meta (shapes and init rules), sharded, then given storage and values: no rank ever holds the
   // whole model, and element i of every tensor gets the same value on any number of ranks.
-  const GptConfig config = model_config(deck.model);
-  Gpt model(config);
-  const bool sharded = deck.fsdp.strategy != ShardStrategy::no_shard;
-  std::unique_ptr<DeviceMesh> mesh;
-  FsdpGroup* root_group = nullptr;
-  if (sharded) {
-    const std::vector<MeshDim> dims = deck.mesh.dims();
-    FSDPP_REQUIRE(deck.fsdp.strategy != ShardStrategy::hybrid_shard || dims.size() == 2,
-                  "fsdp.strategy hybrid_shard needs a 2-D mesh: set mesh.dp_replicate (and mesh.dp_shard)");
-    FSDPP_REQUIRE(deck.fsdp.strategy == ShardStrategy::hybrid_shard || dims.size() == 1,
-                  "mesh.dp_replicate is set, which makes a 2-D mesh: use fsdp.strategy hybrid_shard, or remove "
-                  "mesh.dp_replicate");
-    mesh = std::make_unique<DeviceMesh>(comm, dims);
-    FullyShardOptions block_options;
-    block_options.mp_policy.param_dtype = deck.fsdp.param_dtype;
-    block_options.mp_policy.reduce_dtype = deck.fsdp.reduce_dtype;
-    block_options.mp_policy.output_dtype = deck.fsdp.output_dtype;
-    block_options.offload_policy.cpu = deck.fsdp.offload == OffloadPolicy::cpu;
-    const auto& raf = deck.fsdp.reshard_after_forward;
-    if (deck.fsdp.strategy == ShardStrategy::shard_grad_op || raf.kind == ReshardAfterForward::Kind::no)
-      block_options.reshard_after_forward = false;
-    else if (raf.kind == ReshardAfterForward::Kind::yes)
-      block_options.reshard_after_forward = true;
-    else if (raf.kind == ReshardAfterForward::Kind::group)
-      block_options.reshard_after_forward_ranks = raf.group_size;
-    for (Block* block : model.blocks()) fully_shard(*block, *mesh, block_options);
-    FullyShardOptions root_options;
-    root_options.mp_policy = block_options.mp_policy;
-    root_options.offload_policy = block_options.offload_policy;
-    if (block_options.reshard_after_forward == false) root_options.reshard_after_forward = false;
-    root_group = &fully_shard(model, *mesh, root_options);
+  TrainModel built = build_model(comm, deck);
+  Gpt& model = *built.model;
+  const GptConfig config = model.config();
+  const bool sharded = built.sharded();
+  const std::unique_ptr<DeviceMesh>& mesh = built.mesh;
+  FsdpGroup* root_group = built.root_group;
+  if (deck.checkpoint.init_from != "none") {
+    load_weights(comm, deck.checkpoint.init_from, model.parameters());
+    if (speaks) Log::info("weights initialized from {}; training starts at step 0 with a fresh optimizer", deck.checkpoint.init_from);
   }
-  model.to_empty();
-  model.reset_parameters(deck.run.seed);
   auto optimizer = make_optimizer(deck.optim, model.parameters());
   LrSchedule schedule;
   schedule.kind = deck.schedule.kind == ScheduleKind::cosine ? LrSchedule::cosine : LrSchedule::constant;
