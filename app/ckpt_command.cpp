@@ -2,6 +2,9 @@
 #include "commands.hpp"
 
 #include "fsdpp/ckpt/checkpoint.hpp"
+#include "fsdpp/ckpt/hf_gpt2.hpp"
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/train/build_model.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <mpi.h>
@@ -9,7 +12,7 @@
 namespace fsdpp::app {
 
 Command add_ckpt_command(CLI::App& app) {
-  auto* cli = app.add_subcommand("ckpt", "Inspect, verify or consolidate checkpoints");
+  auto* cli = app.add_subcommand("ckpt", "Inspect, verify, consolidate, import or export checkpoints");
   cli->require_subcommand(1);
   auto path = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
@@ -18,7 +21,20 @@ Command add_ckpt_command(CLI::App& app) {
   auto* consolidate = cli->add_subcommand("consolidate", "Write one plain HDF5 file with whole tensors at /model/<name>");
   for (auto* sub : {inspect, verify, consolidate}) sub->add_option("checkpoint", *path, "A step_<N>.h5 file")->required();
   consolidate->add_option("out", *out, "The HDF5 file to write")->required();
-  return {cli, [path, out, inspect, consolidate](Runtime& rt) {
+  auto* import = cli->add_subcommand("import", "Hugging Face GPT-2 safetensors -> an fsdpp weights file (for init_from)");
+  auto* exporter = cli->add_subcommand("export", "An fsdpp checkpoint or weights file -> Hugging Face GPT-2 safetensors");
+  auto deck_path = std::make_shared<std::string>();
+  auto dtype = std::make_shared<std::string>("F32");
+  import->add_option("safetensors", *path, "model.safetensors (GPT-2, HF layout)")->required();
+  import->add_option("out", *out, "The fsdpp weights file to write (.h5)")->required();
+  import->add_option("--deck", *deck_path, "The deck whose model the weights must fit")->required();
+  exporter->add_option("checkpoint", *path, "A step_<N>.h5 checkpoint or a weights file")->required();
+  exporter->add_option("out", *out, "The .safetensors file to write")->required();
+  exporter->add_option("--dtype", *dtype, "F32 or BF16")->check(CLI::IsMember({"F32", "BF16"}));
+  return {cli, [path, out, inspect, consolidate, import, exporter, deck_path, dtype](Runtime& rt) {
+            // Every rank parses the deck (a bad deck is reported once); rank 0 converts.
+            GptConfig config;
+            if (*import) config = model_config(parse_deck(read_deck_everywhere(rt.world(), *deck_path), *deck_path).model);
             // Serial reads on rank 0; the verdict is shared so every rank exits alike.
             std::string output, error;
             int problems = 0;
@@ -26,6 +42,13 @@ Command add_ckpt_command(CLI::App& app) {
               try {
                 if (*inspect) {
                   output = inspect_checkpoint(*path);
+                } else if (*import) {
+                  import_hf_gpt2(*path, *out, config);
+                  output = fmt::format("wrote {}: GPT-2 weights in fsdpp layout; train from them with "
+                                       "checkpoint.init_from={}", *out, *out);
+                } else if (*exporter) {
+                  export_hf_gpt2(*path, *out, *dtype);
+                  output = fmt::format("wrote {}: Hugging Face GPT-2 layout, {}", *out, *dtype);
                 } else if (*consolidate) {
                   consolidate_checkpoint(*path, *out);
                   output = fmt::format("wrote {}: whole tensors at /model/<name> (h5dump -d /model/wte.weight {})", *out, *out);

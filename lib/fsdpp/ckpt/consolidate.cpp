@@ -1,6 +1,7 @@
 // Whole-tensor export and import: `fsdpp ckpt consolidate` and loading its output into shards.
 #include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/ckpt/h5.hpp"
+#include "fsdpp/ckpt/hf_gpt2.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/version.hpp"
 
@@ -68,6 +69,10 @@ void consolidate_checkpoint(const std::string& checkpoint, const std::string& ou
 }
 
 void load_weights(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params) {
+  if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) {
+    load_hf_safetensors(comm, path, params);
+    return;
+  }
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   // Rank 0 tells the kind; every rank then takes the same path.
