@@ -113,8 +113,16 @@ Handle open_file(const std::string& path, MPI_Comm comm, bool writable) {
   return Handle(f, Handle::Kind::file);
 }
 
+// Objects carry no modification times: the same contents then make the same bytes (seed files, reproducibility).
+Handle untimed(hid_t cls) {
+  Handle p = plist(cls);
+  H5Pset_obj_track_times(p, 0);
+  return p;
+}
+
 Handle create_group(hid_t parent, const std::string& name, const std::string& file) {
-  return Handle(checked(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+  Handle gcpl = untimed(H5P_GROUP_CREATE);
+  return Handle(checked(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, gcpl, H5P_DEFAULT),
                         fmt::format("{}: create group {}", file, name)), Handle::Kind::group);
 }
 
@@ -143,7 +151,7 @@ Handle create_dataset_f32(hid_t parent, const std::string& name, const std::vect
   std::vector<hsize_t> d(dims.begin(), dims.end());
   Handle space(checked(H5Screate_simple(static_cast<int>(d.size()), d.data(), nullptr), "H5Screate_simple"),
                Handle::Kind::dataspace);
-  Handle dcpl = plist(H5P_DATASET_CREATE);
+  Handle dcpl = untimed(H5P_DATASET_CREATE);
   // Allocated now and never filled: creation stays a metadata-only collective, each writer fills its own.
   H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
   H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
