@@ -7,6 +7,7 @@
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/nn/gpt.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/preemption.hpp"
 #include "fsdpp/train/trainer.hpp"
 
 #include <mpi.h>
@@ -84,9 +85,12 @@ int run_train(Runtime& rt, const TrainArgs& args) {
               c.parameter_count(), c.parameter_count() * 4.0 / 1048576.0, rt.size(), accum, deck.train.micro_batch);
     return 0;
   }
-  train(rt.world(), deck);
+  TrainOptions options;
+  options.handle_preemption = true;
+  install_preemption_handlers();
+  const TrainSummary summary = train(rt.world(), deck, options);
   Log::tee_to("");
-  return 0;
+  return summary.preempted ? kPreemptedExitCode : 0;
 }
 
 }  // namespace

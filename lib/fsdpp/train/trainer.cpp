@@ -15,6 +15,7 @@
 #include "fsdpp/runtime/build_info.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
+#include "fsdpp/runtime/preemption.hpp"
 #include "fsdpp/runtime/timers.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/train/build_model.hpp"
@@ -398,6 +399,22 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     // A background save is committed at the first step boundary after every rank has written its shards.
     if (background && background->in_flight()) report_background(background->poll());
     if (done == options.stop_after_step) break;
+    if (options.handle_preemption && !last && preemption_requested(comm)) {
+      // Finish cleanly: the save is synchronous and waits for any background one, so nothing is in flight.
+      if (background) report_background(background->wait());
+      std::string where = "no checkpoint (checkpoint.interval is 0)";
+      if (deck.checkpoint.interval > 0) {
+        const auto keep = std::move(background);  // a synchronous save from here on
+        save(done, lr);
+        where = (std::filesystem::path(deck.checkpoint.dir) / checkpoint_file_name(done)).string();
+      }
+      if (speaks)
+        Log::info("preempted: signal {} received; stopped after step {} of {}, saved {}; resume with "
+                  "checkpoint.resume: auto (exit code {})", preemption_signal(), done, deck.train.steps, where,
+                  kPreemptedExitCode);
+      summary.preempted = true;
+      break;
+    }
   }
   if (background) report_background(background->wait());  // the last save completes before the run reports
   summary.steps = static_cast<std::int64_t>(summary.losses.size());

@@ -1,0 +1,28 @@
+#include "fsdpp/runtime/preemption.hpp"
+
+#include <csignal>
+
+namespace fsdpp {
+namespace {
+volatile std::sig_atomic_t g_signal = 0;
+extern "C" void on_preemption_signal(int signal) { g_signal = signal; }
+}  // namespace
+
+void install_preemption_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_preemption_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // interrupted system calls resume: the flag is read at the next step boundary
+  sigaction(SIGUSR1, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+bool preemption_requested(MPI_Comm comm) {
+  int flag = g_signal != 0;
+  MPI_Allreduce(MPI_IN_PLACE, &flag, 1, MPI_INT, MPI_MAX, comm);
+  return flag != 0;
+}
+
+int preemption_signal() { return static_cast<int>(g_signal); }
+
+}  // namespace fsdpp
