@@ -1,6 +1,7 @@
 #pragma once
 // Subcommands of the fsdpp executable. Each registers its options on the CLI and returns how to run it once
 // the Runtime (MPI, Kokkos, device) is up.
+#include "fsdpp/config/deck.hpp"
 #include "fsdpp/runtime/runtime.hpp"
 
 #include <CLI/CLI.hpp>
@@ -9,11 +10,15 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace fsdpp::app {
 
 // Rank 0 reads a deck file and every rank receives its text, or the same UsageError (collective).
 std::string read_deck_everywhere(MPI_Comm world, const std::string& path);
+// `[deck.yaml] [section.key=value ...]` -> the parsed deck; no file name: the embedded tiny deck. Collective.
+Deck deck_from_words(MPI_Comm world, std::vector<std::string> words);
+
 
 struct Command {
   CLI::App* cli;

@@ -3,7 +3,6 @@
 // ranks; start runs from it with checkpoint.init_from.
 #include "commands.hpp"
 
-#include "embedded_decks.hpp"
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/train/build_model.hpp"
 
@@ -16,17 +15,10 @@ Command add_init_command(CLI::App& app) {
   cli->add_option("deck_and_overrides", *words, "deck.yaml, then section.key=value overrides");
   cli->add_option("--out", *out, "The seed file to write (HDF5, whole tensors at /model/<name>)")->required();
   return {cli, [words, out](Runtime& rt) {
-            std::vector<std::string> overrides(words->begin(), words->end());
-            std::string file_name = "tiny.yaml (embedded)", text = embedded_tiny_deck();
-            if (!overrides.empty() && overrides.front().find('=') == std::string::npos) {
-              file_name = overrides.front();
-              text = read_deck_everywhere(rt.world(), file_name);
-              overrides.erase(overrides.begin());
-            }
-            const Deck deck = parse_deck(text, file_name, overrides);
+            const Deck deck = deck_from_words(rt.world(), *words);
             write_seed_checkpoint(rt.world(), deck, *out);
             Log::info("wrote the initial weights of {} (seed {}, {} parameters) to {}; train from them with "
-                      "checkpoint.init_from={}", file_name, deck.run.seed, model_config(deck.model).parameter_count(),
+                      "checkpoint.init_from={}", deck.run.name, deck.run.seed, model_config(deck.model).parameter_count(),
                       *out, *out);
             return 0;
           }};

@@ -19,6 +19,16 @@
 #include <sstream>
 
 namespace fsdpp::app {
+Deck deck_from_words(MPI_Comm world, std::vector<std::string> words) {
+  std::string file_name = "tiny.yaml (embedded)", text = embedded_tiny_deck();
+  if (!words.empty() && words.front().find('=') == std::string::npos) {
+    file_name = words.front();
+    text = read_deck_everywhere(world, file_name);
+    words.erase(words.begin());
+  }
+  return parse_deck(text, file_name, words);
+}
+
 namespace {
 
 struct TrainArgs {
@@ -61,14 +71,7 @@ int run_train(Runtime& rt, const TrainArgs& args) {
     Log::info("{}", deck_help());
     return 0;
   }
-  std::vector<std::string> overrides(args.words.begin(), args.words.end());
-  std::string file_name = "tiny.yaml (embedded)", text = embedded_tiny_deck();
-  if (!overrides.empty() && overrides.front().find('=') == std::string::npos) {
-    file_name = overrides.front();
-    text = read_deck_everywhere(rt.world(), file_name);
-    overrides.erase(overrides.begin());
-  }
-  const Deck deck = parse_deck(text, file_name, overrides);
+  const Deck deck = deck_from_words(rt.world(), args.words);
   if (rt.rank() == 0 && !deck.run.output.empty()) {
     std::filesystem::create_directories(deck.run.output);
     Log::tee_to(deck.run.output + "/log.txt");

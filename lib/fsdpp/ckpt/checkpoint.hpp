@@ -162,6 +162,10 @@ class ConsolidatedWriter {
 // import). Serial; one parameter in memory at a time.
 void consolidate_checkpoint(const std::string& checkpoint, const std::string& out);
 
+// Rank 0's whole tensor `whole` (p.numel() elements on every rank) broadcast to every rank of `comm`, each
+// keeping its own rows of `p`. Shared by every whole-tensor import. Collective.
+void broadcast_into_shard(MPI_Comm comm, std::vector<float>& whole, Parameter& p);
+
 // Weights only (fine-tuning, checkpoint.init_from): from an fsdpp checkpoint or a consolidated file, into
 // (possibly sharded) parameters. Collective; UsageError lists every mismatch.
 void load_weights(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params);

@@ -100,6 +100,15 @@ void load_weights(MPI_Comm comm, const std::string& path, const std::vector<Para
   load_checkpoint(comm, path, contents);
 }
 
+void broadcast_into_shard(MPI_Comm comm, std::vector<float>& whole, Parameter& p) {
+  for (std::size_t at = 0; at < whole.size(); at += INT_MAX)
+    MPI_Bcast(whole.data() + at, static_cast<int>(std::min<std::size_t>(INT_MAX, whole.size() - at)), MPI_FLOAT, 0, comm);
+  const std::int64_t first = p.placement ? p.placement->offset_rows * p.row_size() : 0, count = p.local_numel();
+  if (count > 0)
+    Kokkos::deep_copy(Kokkos::subview(p.value, std::make_pair<std::size_t, std::size_t>(0, static_cast<std::size_t>(count))),
+                      HostView1<float>(whole.data() + first, static_cast<std::size_t>(count)));
+}
+
 void load_consolidated(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
@@ -135,15 +144,7 @@ void load_consolidated(MPI_Comm comm, const std::string& path, const std::vector
     if (rank == 0)
       h5::read_rows(h5::open_dataset(model, p->name(), path), 0, static_cast<std::uint64_t>(p->rows()),
                     static_cast<std::uint64_t>(p->row_size()), whole.data(), path + " /model/" + p->name());
-    for (std::size_t at = 0; at < whole.size(); at += INT_MAX) {
-      const int count = static_cast<int>(std::min<std::size_t>(INT_MAX, whole.size() - at));
-      MPI_Bcast(whole.data() + at, count, MPI_FLOAT, 0, comm);
-    }
-    const std::int64_t first = p->placement ? p->placement->offset_rows * p->row_size() : 0;
-    const std::int64_t count = p->local_numel();
-    if (count > 0)
-      Kokkos::deep_copy(Kokkos::subview(p->value, std::make_pair<std::size_t, std::size_t>(0, static_cast<std::size_t>(count))),
-                        HostView1<float>(whole.data() + first, static_cast<std::size_t>(count)));
+    broadcast_into_shard(comm, whole, *p);
   }
 }
 

@@ -166,12 +166,7 @@ void load_hf_safetensors(MPI_Comm comm, const std::string& path, const std::vect
   FSDPP_REQUIRE(problem.empty(), "{}", problem);
   for (Parameter* p : params) {
     std::vector<float> whole = rank == 0 ? file->read(p->name()) : std::vector<float>(static_cast<std::size_t>(p->numel()));
-    for (std::size_t at = 0; at < whole.size(); at += INT_MAX)
-      MPI_Bcast(whole.data() + at, static_cast<int>(std::min<std::size_t>(INT_MAX, whole.size() - at)), MPI_FLOAT, 0, comm);
-    const std::int64_t first = p->placement ? p->placement->offset_rows * p->row_size() : 0, count = p->local_numel();
-    if (count > 0)
-      Kokkos::deep_copy(Kokkos::subview(p->value, std::make_pair<std::size_t, std::size_t>(0, static_cast<std::size_t>(count))),
-                        HostView1<float>(whole.data() + first, static_cast<std::size_t>(count)));
+    broadcast_into_shard(comm, whole, *p);
   }
 }
 
