@@ -35,5 +35,6 @@ Command add_tokenize_command(CLI::App& app);  // fsdpp tokenize <text> <out.bin>
 Command add_ckpt_command(CLI::App& app);   // fsdpp ckpt inspect|verify|consolidate <ckpt>
 Command add_init_command(CLI::App& app);   // fsdpp init [deck.yaml] --out seed.h5
 Command add_report_command(CLI::App& app); // fsdpp report <run-folder>
+Command add_plan_command(CLI::App& app);   // fsdpp plan <deck> --ranks N [--mem-per-rank 80GiB]
 
 }  // namespace fsdpp::app

@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   cli.set_help_all_flag("--help-all", "Print help for every subcommand");
   cli.footer("Exit codes: 0 success; 1 an error on one rank (job aborted); 2 bad input (printed once); 85 "
              "preempted: fsdpp train received SIGUSR1 or SIGTERM, saved a checkpoint and stopped; requeue the job "
-             "with checkpoint.resume: auto to continue.");
+             "with checkpoint.resume: auto to continue; 3 fsdpp plan: the plan does not fit in --mem-per-rank.");
   bool show_version = false;
   RuntimeOptions options = RuntimeOptions::from_environment();
   std::string device = "auto";
@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   cli.add_flag("--allow-gpu-sharing", options.allow_gpu_sharing, "Allow several ranks on one GPU");
   const std::vector<app::Command> commands = {app::add_train_command(cli), app::add_tokenize_command(cli),
                                              app::add_init_command(cli), app::add_ckpt_command(cli), app::add_report_command(cli),
+                                             app::add_plan_command(cli),
                                              app::add_bench_command(cli),
                                              app::add_mesh_command(cli)};
 

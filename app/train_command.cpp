@@ -5,9 +5,10 @@
 
 #include "embedded_decks.hpp"
 #include "fsdpp/config/deck.hpp"
-#include "fsdpp/nn/gpt.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/preemption.hpp"
+#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/train/memory_plan.hpp"
 #include "fsdpp/train/trainer.hpp"
 
 #include <mpi.h>
@@ -77,15 +78,12 @@ int run_train(Runtime& rt, const TrainArgs& args) {
     Log::tee_to(deck.run.output + "/log.txt");
   }
   if (args.dry_run) {
-    const int accum = grad_accum_steps(deck.train, rt.size());
-    GptConfig c;
-    c.vocab_size = deck.model.vocab_size, c.context_length = deck.model.context_length, c.n_embd = deck.model.n_embd;
-    c.n_layer = deck.model.n_layer, c.n_head = deck.model.n_head, c.tie_embeddings = deck.model.tie_embeddings;
-    c.validate();
+    const MemoryPlan plan = plan_memory(deck, rt.size());
+    const GptConfig c = model_config(deck.model);
     Log::info("---- resolved deck ----\n{}-----------------------", resolved_deck_yaml(deck));
-    Log::info("dry run: {} parameters ({:.1f} MiB f32 each for values, gradients, and 2 AdamW states), {} rank(s) x {} "
-              "micro-batch(es) of {} sequences; nothing was trained",
-              c.parameter_count(), c.parameter_count() * 4.0 / 1048576.0, rt.size(), accum, deck.train.micro_batch);
+    Log::info("{}", format_memory_plan(deck, plan, std::nullopt));
+    Log::info("dry run: {} parameters, {} rank(s) x {} micro-batch(es) of {} sequences; nothing was trained",
+              c.parameter_count(), rt.size(), plan.accum_steps, deck.train.micro_batch);
     return 0;
   }
   TrainOptions options;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # expect.sh: run a command and check what a user would see.
-#   expect.sh [--exit zero|nonzero] [--contains REGEX]... [--once REGEX]... [--skip-if-gpu] -- command...
+#   expect.sh [--exit zero|nonzero|<code>] [--contains REGEX]... [--once REGEX]... [--skip-if-gpu] -- command...
 # --once REGEX: the pattern appears on exactly one line of the combined output (an all-ranks error printed
 # by rank 0 alone, not once per rank). Exits 77 (ctest SKIP_RETURN_CODE) with --skip-if-gpu on a GPU machine.
 set -u
@@ -25,6 +25,7 @@ fail=0
 if [ "$rc" = 124 ]; then echo "FAIL: timed out (a hang)"; fail=1; fi
 if [ "$want_exit" = zero ] && [ "$rc" != 0 ]; then echo "FAIL: expected exit 0"; fail=1; fi
 if [ "$want_exit" = nonzero ] && [ "$rc" = 0 ]; then echo "FAIL: expected a non-zero exit"; fail=1; fi
+if [[ "$want_exit" =~ ^[0-9]+$ ]] && [ "$rc" != "$want_exit" ]; then echo "FAIL: expected exit $want_exit"; fail=1; fi
 for re in "${contains[@]+"${contains[@]}"}"; do
   printf '%s\n' "$out" | grep -Eq -- "$re" || { echo "FAIL: output lacks /$re/"; fail=1; }
 done

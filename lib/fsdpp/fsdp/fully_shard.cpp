@@ -294,7 +294,10 @@ template <class T> void FsdpGroup::reduce_scatter_flat() {
   track_grads(buffer_bytes);
   // Copy-in: slot q holds chunk q of every gradient (zero-padded); the output is this rank's padded shards.
   pack_all_slots(input, ranks_, layout_, full_grad_);
+  // Packed: the whole gradients can go. Parameter::grad views them too, and would keep them alive through
+  // the reduce-scatter (one group's whole gradients more at the step's peak), so it points at the shard now.
   for (std::size_t i = 0; i < params_.size(); ++i) {
+    params_[i]->grad = shard_grad_[i];
     full_grad_[i] = View1<float>();
     track_grads(-layout_.piece[i] * ranks_ * 4);
   }

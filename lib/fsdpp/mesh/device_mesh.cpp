@@ -68,7 +68,18 @@ int ravel(const std::vector<int>& coords, const std::vector<MeshDim>& dims) {
   return linear_index(coords, dims, std::vector<bool>(dims.size(), true));
 }
 
-std::vector<MeshDim> resolve_shape(std::vector<MeshDim> dims, int world_size) {
+// Every rank must build the same mesh; a rank that disagrees would wait in a different MPI_Comm_split.
+void require_same_on_all_ranks(MPI_Comm world, const std::string& shape_text) {
+  const auto hash = static_cast<std::int64_t>(std::hash<std::string>{}(shape_text) >> 1);
+  std::int64_t bounds[2] = {hash, -hash};
+  FSDPP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bounds, 2, MPI_INT64_T, MPI_MIN, world));
+  FSDPP_REQUIRE(bounds[0] == -bounds[1],
+                "ranks disagree on the mesh (this rank has {}); every rank must be given the same mesh", shape_text);
+}
+
+}  // namespace
+
+std::vector<MeshDim> resolve_mesh_shape(std::vector<MeshDim> dims, int world_size) {
   const std::string given = format_mesh_shape(dims);
   FSDPP_REQUIRE(!dims.empty(), "the mesh has no dimensions; give at least one, e.g. {{dp_shard: -1}}");
   std::set<std::string> seen;
@@ -105,17 +116,6 @@ std::vector<MeshDim> resolve_shape(std::vector<MeshDim> dims, int world_size) {
   }
   return dims;
 }
-
-// Every rank must build the same mesh; a rank that disagrees would wait in a different MPI_Comm_split.
-void require_same_on_all_ranks(MPI_Comm world, const std::string& shape_text) {
-  const auto hash = static_cast<std::int64_t>(std::hash<std::string>{}(shape_text) >> 1);
-  std::int64_t bounds[2] = {hash, -hash};
-  FSDPP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bounds, 2, MPI_INT64_T, MPI_MIN, world));
-  FSDPP_REQUIRE(bounds[0] == -bounds[1],
-                "ranks disagree on the mesh (this rank has {}); every rank must be given the same mesh", shape_text);
-}
-
-}  // namespace
 
 std::vector<MeshDim> parse_mesh_shape(std::string_view text) {
   std::vector<MeshDim> dims;
@@ -157,7 +157,7 @@ DeviceMesh::DeviceMesh(MPI_Comm world, std::vector<MeshDim> dims, CommBackend ba
   MPI_Comm_rank(world, &world_rank);
   MPI_Comm_size(world, &world_size);
   require_same_on_all_ranks(world, format_mesh_shape(dims));
-  dims = resolve_shape(std::move(dims), world_size);
+  dims = resolve_mesh_shape(std::move(dims), world_size);
 
   root_ = std::make_shared<Root>();
   FSDPP_MPI_CHECK(MPI_Comm_dup(world, &root_->world));

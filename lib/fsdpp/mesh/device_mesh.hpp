@@ -27,6 +27,9 @@ struct MeshDim {
 // "dp_replicate=2,dp_shard=-1" (or space-separated) -> dims; UsageError on malformed text.
 std::vector<MeshDim> parse_mesh_shape(std::string_view text);
 std::string format_mesh_shape(const std::vector<MeshDim>& dims);  // "{dp_replicate: 2, dp_shard: 2}"
+// The sizes a mesh of `dims` takes on `world_size` ranks (a -1 inferred); UsageError when they do not fit.
+// Needs no MPI: `fsdpp plan` resolves meshes for launches that have not happened.
+std::vector<MeshDim> resolve_mesh_shape(std::vector<MeshDim> dims, int world_size);
 
 class DeviceMesh {
  public:

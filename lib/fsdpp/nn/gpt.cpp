@@ -201,6 +201,14 @@ std::int64_t Gpt::activation_bytes() const {
   return total + bytes_of({&s.dres2, &s.dln, &s.dqkv, &s.datty, &s.datt, &s.dfch, &s.dfch_gelu});
 }
 
+std::int64_t Gpt::activation_bytes_for(const GptConfig& c, int B, int T) {
+  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, V = c.vocab_size, attention = std::int64_t{B} * c.n_head * T * T;
+  const std::int64_t per_block = 16 * N * C + 4 * N + attention;  // Block::ensure_activations
+  const std::int64_t head = 4 * N * C + 3 * N + N * V;            // Gpt::ensure_activations
+  const std::int64_t scratch = 14 * N * C + attention;            // BlockScratch::ensure, shared by the blocks
+  return 4 * (c.n_layer * per_block + head + scratch);
+}
+
 void Gpt::ensure_activations(int B, int T) {
   if (B == B_ && T == T_) return;
   B_ = B, T_ = T;

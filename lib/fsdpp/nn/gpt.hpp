@@ -89,6 +89,9 @@ class Gpt final : public Module {
   View1<float> losses() const { return losses_; }
   // Activations and backward scratch held for the last batch shape, over the whole model.
   std::int64_t activation_bytes() const;
+  // What activation_bytes() will be after a forward and backward of B sequences of T tokens, computed from
+  // the shapes alone (fsdpp plan): saved activations, logits, and the backward scratch the blocks share.
+  static std::int64_t activation_bytes_for(const GptConfig& config, int B, int T);
 
  protected:
   void forward(Flow& flow) override;

@@ -1,6 +1,7 @@
 #include "fsdpp/runtime/runtime.hpp"
 
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/memory_accounting.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -92,6 +93,7 @@ Runtime::Runtime(int& argc, char**& argv, RuntimeOptions options) {
     Kokkos::initialize(kargc, kargv.data());
     owns_kokkos_ = true;
   }
+  MemoryAccounting::install();  // before any View: the measured per-rank peaks count every allocation
   // fully_shard frees and reallocates its unsharded buffers every step. glibc serves large blocks with fresh
   // mmaps unless a large block was freed before (its threshold then rises by accident), so a step's speed
   // depended on allocation history: 120 or 145 ms for the same step (tests/bench/run checkpoint). Serve blocks

@@ -47,6 +47,23 @@ std::string min_avg_max_table(MPI_Comm comm, const std::vector<std::string>& nam
   return out;
 }
 
+std::string min_avg_max_sum_table(MPI_Comm comm, const std::vector<std::string>& names, std::vector<double> values,
+                                  const std::string& unit) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  const int n = static_cast<int>(values.size());
+  std::vector<double> mins(values), maxs(values), sums(values);
+  MPI_Allreduce(MPI_IN_PLACE, mins.data(), n, MPI_DOUBLE, MPI_MIN, comm);
+  MPI_Allreduce(MPI_IN_PLACE, maxs.data(), n, MPI_DOUBLE, MPI_MAX, comm);
+  MPI_Allreduce(MPI_IN_PLACE, sums.data(), n, MPI_DOUBLE, MPI_SUM, comm);
+  std::string out = fmt::format("{:<18} | {:>10} | {:>10} | {:>10} | {:>11}\n", unit, "min", "avg", "max", "total");
+  out += std::string(71, '-') + "\n";
+  for (int i = 0; i < n; ++i)
+    out += fmt::format("{:<18} | {:>10.1f} | {:>10.1f} | {:>10.1f} | {:>11.1f}\n", names[i], mins[i], sums[i] / size,
+                       maxs[i], sums[i]);
+  return out;
+}
+
 std::int64_t peak_host_memory_bytes() {
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);

@@ -33,6 +33,10 @@ class SectionTimers {
 std::string min_avg_max_table(MPI_Comm comm, const std::vector<std::string>& names, std::vector<double> seconds,
                               double loop_seconds);
 
+// "Quantity | min | avg | max | total" over ranks for any per-rank values, such as peak memory (collective).
+std::string min_avg_max_sum_table(MPI_Comm comm, const std::vector<std::string>& names, std::vector<double> values,
+                                  const std::string& unit);
+
 // Peak resident memory of this process in bytes (getrusage), the host high-water mark.
 std::int64_t peak_host_memory_bytes();
 

@@ -15,6 +15,7 @@
 #include "fsdpp/runtime/build_info.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
+#include "fsdpp/runtime/memory_accounting.hpp"
 #include "fsdpp/runtime/preemption.hpp"
 #include "fsdpp/runtime/timers.hpp"
 #include "fsdpp/tensor/matmul.hpp"
@@ -131,6 +132,8 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   const int T = deck.model.context_length, m = deck.train.micro_batch, G = deck.train.global_batch;
   const int accum = grad_accum_steps(deck.train, R);
   MpiCommunicator world(comm);
+  MemoryAccounting::install();  // already done by the Runtime; harmless again
+  MemoryAccounting::reset_peak();
 
   // Output folder, resolved deck, metrics.
   std::string metrics_path;
@@ -440,11 +443,14 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   const std::string comm_breakdown = min_avg_max_table(
       comm, {"AllGather", "ReduceScat", "AllReduce"}, {comm_seconds[0], comm_seconds[1], comm_seconds[2]},
       summary.loop_seconds);
-  std::int64_t peak = peak_host_memory_bytes();
-  std::int64_t peaks[3] = {peak, peak, peak};
-  MPI_Allreduce(MPI_IN_PLACE, &peaks[0], 1, MPI_INT64_T, MPI_MIN, comm);
-  MPI_Allreduce(MPI_IN_PLACE, &peaks[1], 1, MPI_INT64_T, MPI_SUM, comm);
-  MPI_Allreduce(MPI_IN_PLACE, &peaks[2], 1, MPI_INT64_T, MPI_MAX, comm);
+  // Per-rank memory: the peak of fsdpp's Views in the compute space (what `fsdpp plan` predicts) and the
+  // process's peak resident set, each as min/avg/max over ranks and summed over the job.
+  const SpaceUsage device = MemoryAccounting::device();
+  const std::vector<std::string> memory_rows = {fmt::format("{} allocations", device.space), "Host RSS"};
+  const std::vector<double> memory_mib = {device.peak_bytes / 1048576.0, peak_host_memory_bytes() / 1048576.0};
+  const std::string memory_table = min_avg_max_sum_table(comm, memory_rows, memory_mib, "Peak MiB");
+  summary.measured_peak_bytes = device.peak_bytes;
+  MPI_Allreduce(MPI_IN_PLACE, &summary.measured_peak_bytes, 1, MPI_INT64_T, MPI_MAX, comm);
   if (speaks) {
     Log::info("Loop time of {:.3f} on {} procs for {} steps with {:.0f} tokens", summary.loop_seconds, R,
               summary.steps, tokens_per_step * summary.steps);
@@ -455,8 +461,8 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
                                        : std::string());
     Log::info("\nMPI task timing breakdown:\n{}", breakdown);
     Log::info("Communication the compute waited on (part of Forward, Backward and GradSync above):\n{}", comm_breakdown);
-    Log::info("Per MPI rank peak host memory (min/avg/max) = {:.1f} / {:.1f} / {:.1f} MiB", peaks[0] / 1048576.0,
-              peaks[1] / 1048576.0 / R, peaks[2] / 1048576.0);
+    Log::info("Per MPI rank memory (Views counted by fsdpp's allocation accounting; resident set size):\n{}",
+              memory_table);
     if (summary.final_val_loss)
       Log::info("final loss {:.4f}, validation loss {:.4f}{}", summary.final_loss, *summary.final_val_loss,
                 data.entropy_floor ? fmt::format(" (floor {:.4f})", *data.entropy_floor) : std::string());

@@ -1,0 +1,124 @@
+#include "fsdpp/runtime/memory_accounting.hpp"
+
+#include "fsdpp/tensor/types.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+namespace fsdpp {
+namespace {
+
+struct Allocation {
+  std::size_t space = 0;
+  std::int64_t bytes = 0;
+  std::string label;
+};
+
+// Allocations come from the compute thread and from background checkpoint writers, so the state is locked.
+// Views are allocated a few dozen times per step, far too rarely for the lock to matter.
+struct State {
+  std::mutex mutex;
+  bool installed = false;
+  std::vector<SpaceUsage> spaces;
+  std::unordered_map<const void*, Allocation> live;
+  Kokkos_Profiling_allocateDataFunction chained_allocate = nullptr;
+  Kokkos_Profiling_deallocateDataFunction chained_deallocate = nullptr;
+
+  std::size_t space_index(const char* name) {
+    for (std::size_t i = 0; i < spaces.size(); ++i)
+      if (spaces[i].space == name) return i;
+    spaces.push_back(SpaceUsage{name});
+    return spaces.size() - 1;
+  }
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+void on_allocate(Kokkos::Profiling::SpaceHandle handle, const char* label, const void* ptr, std::uint64_t size) {
+  State& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    const std::size_t i = s.space_index(handle.name);
+    SpaceUsage& u = s.spaces[i];
+    u.live_bytes += static_cast<std::int64_t>(size);
+    u.peak_bytes = std::max(u.peak_bytes, u.live_bytes);
+    ++u.allocations;
+    s.live[ptr] = Allocation{i, static_cast<std::int64_t>(size), label ? label : ""};
+  }
+  if (s.chained_allocate) s.chained_allocate(handle, label, ptr, size);
+}
+
+void on_deallocate(Kokkos::Profiling::SpaceHandle handle, const char* label, const void* ptr, std::uint64_t size) {
+  State& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    const auto it = s.live.find(ptr);
+    if (it != s.live.end()) {  // else allocated before install()
+      s.spaces[it->second.space].live_bytes -= it->second.bytes;
+      s.live.erase(it);
+    }
+  }
+  if (s.chained_deallocate) s.chained_deallocate(handle, label, ptr, size);
+}
+
+}  // namespace
+
+void MemoryAccounting::install() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.installed) return;
+  const auto previous = Kokkos::Tools::Experimental::get_callbacks();
+  s.chained_allocate = previous.allocate_data;
+  s.chained_deallocate = previous.deallocate_data;
+  s.space_index(MemSpace::name());  // the device space is always listed first
+  Kokkos::Tools::Experimental::set_allocate_data_callback(on_allocate);
+  Kokkos::Tools::Experimental::set_deallocate_data_callback(on_deallocate);
+  s.installed = true;
+}
+
+bool MemoryAccounting::installed() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.installed;
+}
+
+void MemoryAccounting::reset_peak() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  for (SpaceUsage& u : s.spaces) u.peak_bytes = u.live_bytes;
+}
+
+SpaceUsage MemoryAccounting::device() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.spaces.empty() ? SpaceUsage{MemSpace::name()} : s.spaces.front();
+}
+
+std::vector<SpaceUsage> MemoryAccounting::spaces() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.spaces;
+}
+
+std::vector<std::string> MemoryAccounting::largest_live(std::size_t count) {
+  State& s = state();
+  std::vector<Allocation> all;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    for (const auto& [ptr, a] : s.live) all.push_back(a);
+  }
+  std::sort(all.begin(), all.end(), [](const Allocation& a, const Allocation& b) { return a.bytes > b.bytes; });
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < std::min(count, all.size()); ++i)
+    out.push_back(fmt::format("{} ({:.2f} MiB)", all[i].label, all[i].bytes / 1048576.0));
+  return out;
+}
+
+}  // namespace fsdpp

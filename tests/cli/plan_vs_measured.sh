@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# fsdpp plan against measurement: for input/small.yaml on 1, 2 and 4 ranks, the planned per-rank total must be
+# within 10% of the peak the trainer measures (Views counted by MemoryAccounting, largest over ranks).
+set -u
+fsdpp=$1; mpirun=$2; root=$3; dir=$4
+rm -rf "$dir"; mkdir -p "$dir"
+deck="$root/input/small.yaml"
+args=(train.micro_batch=2)  # 8 sequences per step: 4, 2 and 1 micro-batches per rank on 1, 2 and 4 ranks
+status=0
+printf '%-6s %12s %14s %9s %20s %20s\n' ranks plan_MiB measured_MiB error plan_sharded_MiB plan_unsharded_MiB
+for n in 1 2 4; do
+  json=$("$fsdpp" plan "$deck" "${args[@]}" --ranks "$n" --json) || { echo "FAIL: fsdpp plan --ranks $n"; exit 1; }
+  field() { echo "$json" | grep -o "\"$1\":[0-9]*" | head -1 | cut -d: -f2; }
+  planned=$(field total)
+  sharded=$(( $(field parameters) + $(field gradients) + $(field optimizer) ))
+  unsharded=$(( $(field unsharded_parameters) + $(field unsharded_gradients) + $(field comm_buffers) ))
+  "$mpirun" -n "$n" "$fsdpp" train "$deck" "${args[@]}" train.steps=3 schedule.warmup_steps=1 train.eval_interval=0 \
+    "run.output=$dir/run-$n" > "$dir/train-$n.log" 2>&1 || { cat "$dir/train-$n.log"; echo "FAIL: training on $n ranks"; exit 1; }
+  # "Host allocations | min | avg | max | total" (Cuda allocations on GPU builds), in MiB.
+  measured=$(grep -E "^[A-Za-z]+ allocations +\|" "$dir/train-$n.log" | awk -F'|' '{gsub(/ /, "", $4); print $4}')
+  [ -n "$measured" ] || { cat "$dir/train-$n.log"; echo "FAIL: no measured peak in the log"; exit 1; }
+  line=$(awk -v p="$planned" -v m="$measured" -v s="$sharded" -v u="$unsharded" -v n="$n" 'BEGIN {
+    pm = p / 1048576; e = (pm - m) / m;
+    printf "%-6d %12.1f %14.1f %8.1f%% %20.1f %20.1f %s\n", n, pm, m, 100 * e, s / 1048576, u / 1048576, (e < -0.10 || e > 0.10) ? "OUT" : "ok" }')
+  echo "$line"
+  case "$line" in *OUT) status=1 ;; esac
+done
+[ "$status" = 0 ] || { echo "FAIL: fsdpp plan is more than 10% from the measured peak"; exit 1; }
+echo "plan_vs_measured: within 10% on 1, 2 and 4 ranks"
