@@ -461,7 +461,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
                                        : std::string());
     Log::info("\nMPI task timing breakdown:\n{}", breakdown);
     Log::info("Communication the compute waited on (part of Forward, Backward and GradSync above):\n{}", comm_breakdown);
-    Log::info("Per MPI rank memory (Views counted by fsdpp's allocation accounting; resident set size):\n{}",
+    Log::info("Per MPI rank peak memory: fsdpp's Views (what fsdpp plan predicts) and the resident set size:\n{}",
               memory_table);
     if (summary.final_val_loss)
       Log::info("final loss {:.4f}, validation loss {:.4f}{}", summary.final_loss, *summary.final_val_loss,
