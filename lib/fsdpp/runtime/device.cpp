@@ -6,6 +6,8 @@
 
 #include <climits>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #ifdef FSDPP_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -20,26 +22,56 @@ DevicePolicy parse_device_policy(const std::string& text) {
   throw UsageError(fmt::format("unknown device '{}': expected auto, host or cuda", text));
 }
 
-DevicePlan plan_device(int local_rank, int local_size, int visible_devices, DevicePolicy policy,
-                       bool allow_sharing) {
+DevicePlan plan_device(int local_rank, int visible_devices, DevicePolicy policy) {
   DevicePlan plan;
   if (policy == DevicePolicy::host) return plan;
   if (visible_devices <= 0) {
     if (policy == DevicePolicy::cuda)
-      plan.conflict = "device 'cuda' was requested but this rank sees no CUDA GPU; run on a GPU node, or use "
-                      "device 'host' (FSDPP_DEVICE=host)";
-    return plan;
-  }
-  if (local_size > visible_devices && !allow_sharing) {
-    plan.conflict = fmt::format(
-        "{} ranks on this node would share {} visible GPU(s), so two ranks would run on one GPU. Launch one "
-        "rank per GPU (srun --gpus-per-task=1, or mpirun with -npernode {}), or set "
-        "FSDPP_ALLOW_GPU_SHARING=1 if sharing is intended",
-        local_size, visible_devices, visible_devices);
+      plan.conflict = "device 'cuda' was requested but this rank sees no CUDA GPU; run on a GPU node (with a GPU "
+                      "allocation such as srun --gpus-per-task=1) and a CUDA build of fsdpp, or use device 'host' "
+                      "(FSDPP_DEVICE=host)";
     return plan;
   }
   plan.device = local_rank % visible_devices;
   return plan;
+}
+
+namespace {
+
+// "0 and 1", "0, 2 and 4"
+std::string join_and(const std::vector<int>& values) {
+  std::string text;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) text += i + 1 == values.size() ? " and " : ", ";
+    text += std::to_string(values[i]);
+  }
+  return text;
+}
+
+}  // namespace
+
+std::optional<std::string> find_shared_gpu(const std::vector<std::string>& gpu_ids,
+                                           const std::vector<int>& world_ranks, bool allow_sharing) {
+  if (allow_sharing) return std::nullopt;
+  for (std::size_t a = 0; a < gpu_ids.size(); ++a) {
+    if (gpu_ids[a].empty()) continue;  // on the host
+    std::vector<int> local{static_cast<int>(a)};
+    for (std::size_t b = a + 1; b < gpu_ids.size(); ++b)
+      if (gpu_ids[b] == gpu_ids[a]) local.push_back(static_cast<int>(b));
+    if (local.size() < 2) continue;
+    std::string who = "node-local ranks " + join_and(local);
+    if (world_ranks.size() == gpu_ids.size()) {
+      std::vector<int> world;
+      for (int l : local) world.push_back(world_ranks[static_cast<std::size_t>(l)]);
+      who = fmt::format("ranks {} ({})", join_and(world), who);
+    }
+    return fmt::format(
+        "{} would {} run on the same GPU (PCI bus id {}), so {} ranks would share one GPU. Launch one rank per "
+        "GPU (srun --gpus-per-task=1, or srun --gpus-per-node=G with G tasks per node, or mpirun with -npernode "
+        "G for G GPUs per node), or set FSDPP_ALLOW_GPU_SHARING=1 if sharing is intended",
+        who, local.size() == 2 ? "both" : "all", gpu_ids[a], local.size());
+  }
+  return std::nullopt;
 }
 
 namespace {
@@ -57,6 +89,26 @@ int count_visible_gpus() {
 #endif
 }
 
+// The PCI bus id of a CUDA device ("0000:3B:00.0"): the same physical GPU has the same id in every process,
+// whatever CUDA_VISIBLE_DEVICES renumbered it to. Empty for the host or when CUDA cannot say (error set).
+std::string pci_bus_id(int device, std::string& error) {
+  if (device < 0) return {};
+#ifdef FSDPP_HAVE_CUDA
+  char bus[64] = {0};
+  const cudaError_t rc = cudaDeviceGetPCIBusId(bus, sizeof bus, device);
+  if (rc != cudaSuccess) {
+    cudaGetLastError();
+    error = fmt::format("cudaDeviceGetPCIBusId(cuda:{}) failed: {}; check the GPU and its driver (nvidia-smi)",
+                        device, cudaGetErrorString(rc));
+    return {};
+  }
+  return bus;
+#else
+  error = fmt::format("cuda:{} was chosen in a build without CUDA", device);
+  return {};
+#endif
+}
+
 std::string describe_device(int device) {
   if (device < 0) return "host";
 #ifdef FSDPP_HAVE_CUDA
@@ -71,25 +123,53 @@ std::string describe_device(int device) {
 
 }  // namespace
 
-DeviceChoice choose_device(MPI_Comm world, int local_rank, int local_size, DevicePolicy policy,
+DeviceChoice choose_device(MPI_Comm world, int local_rank, DevicePolicy policy,
                            bool allow_sharing) {
   DeviceChoice choice;
   choice.visible_devices = count_visible_gpus();
-  const DevicePlan plan = plan_device(local_rank, local_size, choice.visible_devices, policy, allow_sharing);
+  DevicePlan plan = plan_device(local_rank, choice.visible_devices, policy);
 
   int rank = 0;
   MPI_Comm_rank(world, &rank);
+  char host[MPI_MAX_PROCESSOR_NAME] = {0};
+  int length = 0;
+  MPI_Get_processor_name(host, &length);
+
+  std::optional<std::string> refusal;
+  std::string bus;
+  if (!plan.conflict) {
+    std::string error;
+    bus = pci_bus_id(plan.device, error);
+    if (!error.empty()) plan.conflict = error;
+  }
+  if (plan.conflict) refusal = fmt::format("rank {} on host {}: {}", rank, host, *plan.conflict);
+
+  // The ranks of this node exchange the physical GPU each chose; every rank of the node reaches the same verdict.
+  MPI_Comm node = MPI_COMM_NULL;
+  FSDPP_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  int node_size = 1;
+  MPI_Comm_size(node, &node_size);
+  constexpr int kIdBytes = 64;
+  char mine[kIdBytes] = {0};
+  std::strncpy(mine, bus.c_str(), kIdBytes - 1);
+  std::vector<char> all_ids(static_cast<std::size_t>(node_size) * kIdBytes);
+  std::vector<int> world_ranks(static_cast<std::size_t>(node_size));
+  FSDPP_MPI_CHECK(MPI_Allgather(mine, kIdBytes, MPI_CHAR, all_ids.data(), kIdBytes, MPI_CHAR, node));
+  FSDPP_MPI_CHECK(MPI_Allgather(&rank, 1, MPI_INT, world_ranks.data(), 1, MPI_INT, node));
+  MPI_Comm_free(&node);
+  std::vector<std::string> gpu_ids;
+  for (int r = 0; r < node_size; ++r) gpu_ids.emplace_back(&all_ids[static_cast<std::size_t>(r) * kIdBytes]);
+  if (!refusal)
+    if (auto shared = find_shared_gpu(gpu_ids, world_ranks, allow_sharing))
+      refusal = fmt::format("host {} ({} ranks on this node; rank {} sees {} GPU(s)): {}", host, node_size, rank,
+                            choice.visible_devices, *shared);
+
   // The lowest refused rank explains the refusal to everyone, so rank 0 can print it once.
-  int first_refused = plan.conflict ? rank : INT_MAX;
+  int first_refused = refusal ? rank : INT_MAX;
   FSDPP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_refused, 1, MPI_INT, MPI_MIN, world));
   if (first_refused != INT_MAX) {
     char text[1024] = {0};
-    if (rank == first_refused) {
-      char host[MPI_MAX_PROCESSOR_NAME] = {0};
-      int length = 0;
-      MPI_Get_processor_name(host, &length);
-      fmt::format_to_n(text, sizeof text - 1, "rank {} on host {}: {}", rank, host, *plan.conflict);
-    }
+    if (rank == first_refused) fmt::format_to_n(text, sizeof text - 1, "{}", *refusal);
     FSDPP_MPI_CHECK(MPI_Bcast(text, sizeof text, MPI_CHAR, first_refused, world));
     throw UsageError(text);
   }

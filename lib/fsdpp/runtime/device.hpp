@@ -1,10 +1,14 @@
 #pragma once
-// Which device a rank computes on. The rule: node-local rank modulo the number of visible GPUs; two ranks on
-// one GPU is an error unless the user allows it (stack-notes §3.4).
+// Which device a rank computes on. The rule: node-local rank modulo the number of GPUs this rank sees; then the
+// ranks of a node compare the PCI bus ids of the GPUs they chose, and two ranks on one physical GPU is an error
+// unless the user allows it (stack-notes §3.4). Comparing bus ids, not counts, matters under
+// `srun --gpus-per-task=1`: each rank then sees exactly one GPU (through CUDA_VISIBLE_DEVICES) as its CUDA
+// device 0, a different physical one per rank, which a count ("4 ranks, 1 visible GPU") would wrongly refuse.
 #include <mpi.h>
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace fsdpp {
 
@@ -17,9 +21,16 @@ struct DevicePlan {
   std::optional<std::string> conflict;  // why this placement is refused, if it is
 };
 
-// Pure placement rule, separated from the CUDA queries so that it can be tested without a GPU.
-DevicePlan plan_device(int local_rank, int local_size, int visible_devices, DevicePolicy policy,
-                       bool allow_sharing);
+// Pure placement rule for one rank, separated from the CUDA queries so that it can be tested without a GPU:
+// local_rank % visible_devices, host when no GPU is visible (refused when 'cuda' was demanded).
+DevicePlan plan_device(int local_rank, int visible_devices, DevicePolicy policy);
+
+// Pure duplicate check for one node: gpu_ids[i] identifies the physical GPU that node-local rank i chose (its PCI
+// bus id; empty for a rank on the host), world_ranks[i] is that rank in the job (may be empty: then the local
+// ranks are named alone). Returns why the placement is refused when two ranks chose the same GPU and sharing
+// is not allowed, naming both ranks and what to do; nullopt when every GPU has one rank.
+std::optional<std::string> find_shared_gpu(const std::vector<std::string>& gpu_ids,
+                                           const std::vector<int>& world_ranks, bool allow_sharing);
 
 struct DeviceChoice {
   int device = -1;          // -1: host
@@ -27,9 +38,11 @@ struct DeviceChoice {
   std::string name;         // "host" or "cuda:<d> (<gpu name>, <bus id>)"
 };
 
-// Collective over `world`: every rank learns if any rank's placement is refused, and then every rank throws
-// the same UsageError (so the job exits cleanly instead of half the ranks hanging in NCCL init).
-DeviceChoice choose_device(MPI_Comm world, int local_rank, int local_size, DevicePolicy policy,
+// Collective over `world`: each rank plans its device, the ranks of each node (MPI_COMM_TYPE_SHARED) exchange
+// the bus ids they chose, and every rank learns if any placement is refused; then every rank throws the same
+// UsageError (so the job exits cleanly instead of half the ranks hanging in NCCL init). local_rank is this
+// rank's place on its node, as the runtime computed it.
+DeviceChoice choose_device(MPI_Comm world, int local_rank, DevicePolicy policy,
                            bool allow_sharing);
 
 }  // namespace fsdpp

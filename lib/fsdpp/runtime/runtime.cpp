@@ -73,7 +73,7 @@ Runtime::Runtime(int& argc, char**& argv, RuntimeOptions options) {
   hostname_.assign(host, static_cast<std::size_t>(length));
 
   try {
-    device_ = choose_device(MPI_COMM_WORLD, local_rank_, local_size_, options.device, options.allow_gpu_sharing);
+    device_ = choose_device(MPI_COMM_WORLD, local_rank_, options.device, options.allow_gpu_sharing);
   } catch (const std::exception& e) {
     fail(e);
   }
