@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # A real single-node Slurm for the tests: munged, slurmctld and slurmd from Debian's slurm-wlm, with every file
 # under one work folder and every daemon stopped by PID.
+# Partitions: "debug" (default) is this machine, with 8 fake GPUs (GRES gpu, device files under the work folder)
+# so that jobs asking for --gpus-per-task run and get CUDA_VISIBLE_DEVICES, without any GPU behind it. "gpu" is
+# two fake GPU nodes (64 CPUs, 8 GPUs each) for `sbatch --test-only -p gpu` alone, which checks a GPU template's
+# unchanged #SBATCH lines (several nodes, GPUs per task) against the shape of a real GPU node. --test-only only
+# considers nodes that could run a job now: IDLE and answering (not DOWN, DRAIN or UNKNOWN, and a node that does
+# not answer slurmctld's pings turns "idle*" within about 15 s). So the fake nodes' address is this machine's
+# slurmd, which answers for them. Never submit a job to partition gpu: it would be sent to that slurmd.
 #   cluster.sh start <work-dir>   prints the SLURM_CONF to export
 #   cluster.sh stop <work-dir>
 set -u
@@ -18,8 +25,16 @@ stop() {
 if [ "$cmd" = stop ]; then stop; exit 0; fi
 
 stop
-rm -rf "$W"; mkdir -p "$W/state" "$W/spool" "$W/munge"
+rm -rf "$W"; mkdir -p "$W/state" "$W/spool" "$W/munge" "$W/gpu"
 host=$(hostname -s); cpus=$(nproc)
+# slurmd accepts only character devices as GPU files: copies of /dev/null. Without mknod, count-only GPUs
+# (scheduled, but no CUDA_VISIBLE_DEVICES).
+gres="Name=gpu Count=8"
+if mknod -m 666 "$W/gpu/nvidia0" c 1 3 2>/dev/null; then
+  for i in 1 2 3 4 5 6 7; do mknod -m 666 "$W/gpu/nvidia$i" c 1 3; done
+  gres="Name=gpu File=$W/gpu/nvidia[0-7]"
+fi
+printf 'AutoDetect=off\nNodeName=%s %s\n' "$host" "$gres" > "$W/gres.conf"  # slurmd reads it next to slurm.conf
 # Our own key, socket and ports: nothing of a site installation is touched.
 dd if=/dev/urandom of="$W/munge/munge.key" bs=1024 count=1 status=none; chmod 600 "$W/munge/munge.key"
 munged --force --socket="$W/munge/socket" --key-file="$W/munge/munge.key" --pid-file="$W/munged.pid" \
@@ -48,8 +63,11 @@ ReturnToService=2
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 SchedulerType=sched/backfill
-NodeName=$host CPUs=$cpus State=UNKNOWN
+GresTypes=gpu
+NodeName=$host CPUs=$cpus Gres=gpu:8 State=UNKNOWN
+NodeName=fakegpu[1-2] NodeAddr=127.0.0.1 CPUs=64 Gres=gpu:8 State=IDLE
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+PartitionName=gpu Nodes=fakegpu[1-2] MaxTime=INFINITE State=UP
 CONF
 export SLURM_CONF="$W/slurm.conf"
 slurmctld -f "$SLURM_CONF" || { cat "$W/slurmctld.log"; exit 1; }
