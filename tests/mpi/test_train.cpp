@@ -1,5 +1,6 @@
 // Training end to end: tiny.yaml learns the synthetic corpus down to its entropy floor, and the batch is
 // fixed by the deck, not the launch: 1, 2 and 4 ranks train the same model.
+#include "input_decks.hpp"
 #include "mpi_test.hpp"
 
 #include "fsdpp/config/deck.hpp"
@@ -21,14 +22,7 @@ using namespace fsdpp;
 
 namespace {
 
-Deck tiny_deck(std::vector<std::string> overrides) {
-  std::ifstream in(FSDPP_SOURCE_DIR "/input/tiny.yaml");
-  std::ostringstream text;
-  text << in.rdbuf();
-  Deck deck = parse_deck(text.str(), "tiny.yaml", overrides);
-  deck.run.output.clear();  // no files from tests
-  return deck;
-}
+Deck tiny_deck(const std::vector<std::string>& overrides) { return test::input_deck("tiny.yaml", overrides); }
 
 TrainOptions quiet() {
   TrainOptions o;

@@ -1,5 +1,6 @@
 // fsdpp plan's arithmetic, on one rank: activation sizes from shapes equal what a real forward and backward
 // allocate; shards follow torch.chunk with padding; memory sizes parse; bad launches are refused.
+#include "input_decks.hpp"
 #include "mpi_test.hpp"
 
 #include "fsdpp/config/deck.hpp"
@@ -7,19 +8,12 @@
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/train/memory_plan.hpp"
 
-#include <fstream>
-#include <sstream>
 
 using namespace fsdpp;
 
 namespace {
 
-Deck small_deck(std::vector<std::string> overrides) {
-  std::ifstream in(FSDPP_SOURCE_DIR "/input/small.yaml");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_deck(text.str(), "small.yaml", overrides);
-}
+Deck small_deck(const std::vector<std::string>& overrides) { return test::input_deck("small.yaml", overrides); }
 
 }  // namespace
 

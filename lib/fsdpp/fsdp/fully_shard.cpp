@@ -27,7 +27,7 @@ ShardPlacement place(const Parameter& p, int ranks, int rank, const std::string&
   ShardPlacement s;
   s.ranks = ranks;
   s.rank = rank;
-  s.chunk_rows = (p.rows() + ranks - 1) / ranks;
+  s.chunk_rows = chunk_rows(p.rows(), ranks);
   s.offset_rows = std::min<std::int64_t>(rank * s.chunk_rows, p.rows());
   s.local_rows = std::clamp<std::int64_t>(p.rows() - rank * s.chunk_rows, 0, s.chunk_rows);
   s.mesh = mesh;

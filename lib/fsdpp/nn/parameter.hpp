@@ -36,6 +36,9 @@ struct ShardPlacement {
   std::string memory;            // where the shard lives: "Host", "Cuda", "host (pinned)", ...
 };
 
+// torch.chunk's rows per rank: ceil(rows / ranks); every rank stores this many, the last ones padded.
+constexpr std::int64_t chunk_rows(std::int64_t rows, int ranks) { return (rows + ranks - 1) / ranks; }
+
 class Parameter {
  public:
   Parameter(std::string local_name, std::vector<std::int64_t> shape, InitRule init, ParamRole role);

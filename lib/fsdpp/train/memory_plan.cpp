@@ -161,9 +161,7 @@ class StepReplay {
   std::string peak_moment_ = "no unsharded memory";
 };
 
-std::int64_t padded_shard_numel(const Parameter& p, int ranks) {
-  return (p.rows() + ranks - 1) / ranks * p.row_size();
-}
+std::int64_t padded_shard_numel(const Parameter& p, int ranks) { return chunk_rows(p.rows(), ranks) * p.row_size(); }
 
 double mib(std::int64_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
 
