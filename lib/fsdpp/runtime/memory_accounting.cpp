@@ -2,8 +2,6 @@
 
 #include "fsdpp/tensor/types.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -15,7 +13,6 @@ namespace {
 struct Allocation {
   std::size_t space = 0;
   std::int64_t bytes = 0;
-  std::string label;
 };
 
 // Allocations come from the compute thread and from background checkpoint writers, so the state is locked.
@@ -49,8 +46,7 @@ void on_allocate(Kokkos::Profiling::SpaceHandle handle, const char* label, const
     SpaceUsage& u = s.spaces[i];
     u.live_bytes += static_cast<std::int64_t>(size);
     u.peak_bytes = std::max(u.peak_bytes, u.live_bytes);
-    ++u.allocations;
-    s.live[ptr] = Allocation{i, static_cast<std::int64_t>(size), label ? label : ""};
+    s.live[ptr] = Allocation{i, static_cast<std::int64_t>(size)};
   }
   if (s.chained_allocate) s.chained_allocate(handle, label, ptr, size);
 }
@@ -83,12 +79,6 @@ void MemoryAccounting::install() {
   s.installed = true;
 }
 
-bool MemoryAccounting::installed() {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  return s.installed;
-}
-
 void MemoryAccounting::reset_peak() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -99,26 +89,6 @@ SpaceUsage MemoryAccounting::device() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   return s.spaces.empty() ? SpaceUsage{MemSpace::name()} : s.spaces.front();
-}
-
-std::vector<SpaceUsage> MemoryAccounting::spaces() {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  return s.spaces;
-}
-
-std::vector<std::string> MemoryAccounting::largest_live(std::size_t count) {
-  State& s = state();
-  std::vector<Allocation> all;
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    for (const auto& [ptr, a] : s.live) all.push_back(a);
-  }
-  std::sort(all.begin(), all.end(), [](const Allocation& a, const Allocation& b) { return a.bytes > b.bytes; });
-  std::vector<std::string> out;
-  for (std::size_t i = 0; i < std::min(count, all.size()); ++i)
-    out.push_back(fmt::format("{} ({:.2f} MiB)", all[i].label, all[i].bytes / 1048576.0));
-  return out;
 }
 
 }  // namespace fsdpp

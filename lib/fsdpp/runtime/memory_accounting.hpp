@@ -9,7 +9,6 @@
 //   MemoryAccounting::device().peak_bytes;       // high-water mark in the compute memory space
 #include <cstdint>
 #include <string>
-#include <vector>
 
 namespace fsdpp {
 
@@ -17,19 +16,14 @@ struct SpaceUsage {
   std::string space;            // Kokkos' name: "Host", "Cuda", "CudaHostPinned", ...
   std::int64_t live_bytes = 0;  // allocated now
   std::int64_t peak_bytes = 0;  // the most allocated at once since install or the last reset_peak
-  std::int64_t allocations = 0; // count since install
 };
 
 class MemoryAccounting {
  public:
   // Idempotent. Allocations made before it are not seen, and their frees are ignored.
   static void install();
-  static bool installed();
   static void reset_peak();
   static SpaceUsage device();                // the space Views are allocated in by default (MemSpace)
-  static std::vector<SpaceUsage> spaces();   // every space seen, device first
-  // The largest live Views now, largest first, "label (MiB)": to find what a peak is made of.
-  static std::vector<std::string> largest_live(std::size_t count);
 };
 
 }  // namespace fsdpp
