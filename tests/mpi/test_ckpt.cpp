@@ -100,10 +100,8 @@ std::string shared_temp_dir(MPI_Comm comm, const std::string& tag) {
 TrainProgress progress_at(std::int64_t step) {
   TrainProgress p;
   p.step = step;
-  p.tokens_seen = step * 10;
-  p.sampler.seed = 5;
-  p.sampler.next_step = step;
-  p.lr = 1e-2;
+  p.scalars = {{"tokens_seen", std::int64_t{step * 10}}, {"sampler_seed", std::uint64_t{5}},
+               {"sampler_next_step", std::int64_t{step}}, {"lr", 1e-2}};
   return p;
 }
 

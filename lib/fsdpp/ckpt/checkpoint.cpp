@@ -325,12 +325,8 @@ PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const Che
   }
   h5::Handle tr = h5::create_group(file, "/train", save.partial);
   h5::set_attr(tr, "step", progress.step);
-  h5::set_attr(tr, "tokens_seen", progress.tokens_seen);
-  h5::set_attr(tr, "lr", progress.lr);
-  h5::set_attr(tr, "sampler_seed", progress.sampler.seed);
-  h5::set_attr(tr, "sampler_next_step", progress.sampler.next_step);
-  h5::set_attr(tr, "sampler_num_tokens", progress.sampler.num_tokens);
-  h5::set_attr(tr, "sampler_seq_len", progress.sampler.seq_len);
+  for (const auto& [key, value] : progress.scalars)
+    std::visit([&, &key = key](auto v) { h5::set_attr(tr, key, v); }, value);
   if (!snapshot.optimizer_kind.empty()) {
     h5::Handle o = h5::exists(file, "/optim") ? h5::open_group(file, "/optim", save.partial)
                                               : h5::create_group(file, "/optim", save.partial);
@@ -506,12 +502,13 @@ LoadReport load_checkpoint(MPI_Comm comm, const std::string& path, const Checkpo
   h5::Handle tr = h5::open_group(file, "/train", path);
   const std::string where = path + " /train";
   report.progress.step = h5::get_int(tr, "step", where);
-  report.progress.tokens_seen = h5::get_int(tr, "tokens_seen", where);
-  report.progress.lr = h5::get_double(tr, "lr", where);
-  report.progress.sampler.seed = h5::get_uint(tr, "sampler_seed", where);
-  report.progress.sampler.next_step = h5::get_int(tr, "sampler_next_step", where);
-  report.progress.sampler.num_tokens = h5::get_int(tr, "sampler_num_tokens", where);
-  report.progress.sampler.seq_len = h5::get_int(tr, "sampler_seq_len", where);
+  for (const auto& [key, expected] : contents.scalars) {
+    StateScalar value = expected;
+    if (std::holds_alternative<std::int64_t>(expected)) value = h5::get_int(tr, key, where);
+    else if (std::holds_alternative<std::uint64_t>(expected)) value = h5::get_uint(tr, key, where);
+    else value = h5::get_double(tr, key, where);
+    report.progress.scalars.emplace_back(key, value);
+  }
   if (contents.optimizer) contents.optimizer->set_steps(h5::get_int(h5::open_group(file, "/optim", path), "steps", path + " /optim"));
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;

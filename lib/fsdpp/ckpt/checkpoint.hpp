@@ -16,7 +16,7 @@
 //
 // Load reshards: every rank intersects its own dim-0 rows with the saved shards' rows and reads only those
 // hyperslabs, so any world size or mesh can load any checkpoint.
-#include "fsdpp/data/sampler.hpp"
+#include "fsdpp/ckpt/state_dict.hpp"
 #include "fsdpp/nn/parameter.hpp"
 #include "fsdpp/optim/optimizer.hpp"
 
@@ -33,10 +33,8 @@ namespace fsdpp {
 inline constexpr std::int64_t kCheckpointFormatVersion = 1;
 
 struct TrainProgress {
-  std::int64_t step = 0;         // optimizer steps completed
-  std::int64_t tokens_seen = 0;
-  SamplerState sampler;          // the global sample order's position: valid for any data-parallel size
-  double lr = 0;
+  std::int64_t step = 0;         // optimizer steps completed: the file's name and /train step
+  StateScalars scalars;          // the other /train attributes, from the Stateful parts of training
 };
 
 struct CheckpointMeta {
@@ -51,6 +49,7 @@ struct CheckpointContents {
   std::vector<Parameter*> params;
   Optimizer* optimizer = nullptr;  // optional
   bool writes_shards = true;       // false on HSDP replicas after the first: they hold copies (deduplicated)
+  StateScalars scalars;            // load: the /train attributes to read back, with their types
 };
 
 struct SaveResult {

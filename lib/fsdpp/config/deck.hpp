@@ -26,6 +26,7 @@ enum class ShardStrategy { full_shard, hybrid_shard, shard_grad_op, no_shard };
 enum class OffloadPolicy { none, cpu };
 enum class GradAccumulation { unsharded, sharded };
 enum class ResumeMode { off, on, automatic, path };
+enum class CommBackendChoice { automatic, mpi, nccl };  // automatic: NCCL when Kokkos computes on a GPU
 
 // FSDP2's reshard_after_forward: None | bool | int. "automatic" is None: true for every group but the root.
 struct ReshardAfterForward {
@@ -107,6 +108,10 @@ struct MeshConfig {
   std::vector<MeshDim> dims() const;
 };
 
+struct CommConfig {
+  CommBackendChoice backend = CommBackendChoice::automatic;
+};
+
 struct CheckpointConfig {
   std::string dir;  // default: <run.output>/checkpoints
   std::int64_t interval = 0;  // 0: no periodic checkpoints
@@ -127,6 +132,7 @@ struct Deck {
   LogConfig log;
   FsdpConfig fsdp;
   MeshConfig mesh;
+  CommConfig comm;
   CheckpointConfig checkpoint;
 };
 
@@ -156,6 +162,7 @@ std::string_view to_string(ShardStrategy v);
 std::string_view to_string(OffloadPolicy v);
 std::string_view to_string(GradAccumulation v);
 std::string_view to_string(ResumeMode v);
+std::string_view to_string(CommBackendChoice v);
 std::string to_string(const ReshardAfterForward& v);
 
 }  // namespace fsdpp

@@ -341,6 +341,10 @@ std::vector<Field> make_fields() {
   f.push_back(mesh_dim("mesh.dp_shard", &MeshConfig::dp_shard,
                        "Ranks a parameter is sharded over (inner dimension); -1: the ranks left over."));
 
+  f.push_back(choice("comm.backend", &Deck::comm, &CommConfig::backend, kBackends,
+                     "Collectives of training: nccl (device memory, GPU builds), mpi (host memory), or auto: nccl "
+                     "when Kokkos computes on a GPU, mpi otherwise."));
+
   f.push_back(text("checkpoint.dir", &Deck::checkpoint, &CheckpointConfig::dir, "Folder for checkpoints."));
   f.back().default_doc = "<run.output>/checkpoints";
   f.push_back(integer("checkpoint.interval", &Deck::checkpoint, &CheckpointConfig::interval, 0,
@@ -367,6 +371,7 @@ const std::vector<Section>& deck_sections() {
       {"log", "Step table."},
       {"fsdp", "Fully sharded data parallelism (FSDP2's fully_shard)."},
       {"mesh", "Device mesh: dimension name -> size, outermost first."},
+      {"comm", "Communicators of the mesh."},
       {"checkpoint", "Distributed checkpoints."}};
   return sections;
 }

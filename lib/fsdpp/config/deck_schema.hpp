@@ -61,6 +61,7 @@ extern const EnumNames<DataFormat> kFormats;
 extern const EnumNames<DataOrder> kOrders;
 extern const EnumNames<ShardStrategy> kStrategies;
 extern const EnumNames<OffloadPolicy> kOffloads;
+extern const EnumNames<CommBackendChoice> kBackends;
 extern const EnumNames<GradAccumulation> kAccumulations;
 extern const EnumNames<ResumeMode> kResumes;
 extern const EnumNames<DType> kFloatTypes;  // f32|bf16: the types mixed precision chooses between

@@ -15,7 +15,22 @@ struct FsdpContext {
   std::vector<FsdpGroup*> forward_order;  // groups in the order their forward finished this iteration
   bool in_backward = false;
   FsdpStats stats;
+  std::vector<std::shared_ptr<FsdpMemoryListener>> listeners;
 };
+
+const char* fsdp_buffer_name(FsdpBuffer buffer) {
+  switch (buffer) {
+    case FsdpBuffer::all_gather: return "all-gather buffer";
+    case FsdpBuffer::staged_shards: return "shards staged for the all-gather";
+    case FsdpBuffer::unsharded_params: return "whole parameters";
+    case FsdpBuffer::post_forward_slice: return "post-forward slice";
+    case FsdpBuffer::unsharded_grads: return "whole gradients";
+    case FsdpBuffer::reduce_scatter: return "reduce-scatter buffers";
+    case FsdpBuffer::reduced_f32: return "reduced gradients (f32)";
+    case FsdpBuffer::partial_reduction: return "partial reduction";
+  }
+  return "?";
+}
 
 namespace {
 
@@ -50,7 +65,8 @@ template <class T> constexpr DType dtype_v = std::is_same_v<T, bf16> ? DType::bf
 // Construction: claim the parameters, place them, shard what is already materialized.
 
 FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions options)
-    : module_(module), mesh_(mesh), comm_(mesh.comm(mesh.ndim() - 1)), options_(options) {
+    : module_(module), unit_name_(module.display_name()), mesh_(mesh), comm_(mesh.comm(mesh.ndim() - 1)),
+      options_(options) {
   FSDPP_REQUIRE(mesh.ndim() == 1 || mesh.ndim() == 2,
                 "fully_shard({}): mesh {} has {} dimensions; pass a 1-D shard mesh, or a 2-D (replicate, shard) mesh "
                 "for HSDP", module.display_name(), mesh.describe(), mesh.ndim());
@@ -64,6 +80,8 @@ FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions o
 #endif
   ranks_ = comm_.size();
   rank_ = comm_.rank();
+  dry_ = mesh.is_planning();
+  shard_is_whole_ = ranks_ == 1 && options_.mp_policy.param_dtype == DType::f32 && !options_.offload_policy.cpu;
 
   if (const int k = options_.reshard_after_forward_ranks; k > 0) {
     FSDPP_REQUIRE(ranks_ % k == 0, "fully_shard({}): reshard_after_forward = {} must divide the {} ranks of the shard "
@@ -73,9 +91,9 @@ FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions o
     else {
       options_.reshard_after_forward = true;
       // Row-major [-1, k]: k consecutive ranks, node-local when ranks fill nodes in order.
-      post_forward_mesh_ = std::make_unique<DeviceMesh>(mesh.mpi_comm(mesh.ndim() - 1),
-                                                        std::vector<MeshDim>{{"post_forward_replicate", -1}, {"post_forward_shard", k}},
-                                                        mesh.backend());
+      const std::vector<MeshDim> dims = {{"post_forward_replicate", -1}, {"post_forward_shard", k}};
+      post_forward_mesh_ = dry_ ? std::make_unique<DeviceMesh>(DeviceMesh::planning(dims, ranks_, rank_))
+                                : std::make_unique<DeviceMesh>(mesh.mpi_comm(mesh.ndim() - 1), dims, mesh.backend());
     }
   }
 
@@ -116,6 +134,53 @@ FsdpGroup::~FsdpGroup() {
 
 FsdpGroup* fsdp_group(Module& module) { return module.find_hooks<FsdpGroup>(); }
 
+void FsdpGroup::add_memory_listener(std::shared_ptr<FsdpMemoryListener> listener) {
+  FSDPP_REQUIRE(!initialized_, "fully_shard({}): add memory listeners before the first forward",
+                module_.display_name());
+  listeners_.push_back(std::move(listener));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Transient buffers: allocated and freed only here, so that every byte is reported as an event.
+
+template <class T>
+void FsdpGroup::allocate(Tracked<T>& buffer, FsdpBuffer kind, std::int64_t count, const std::string& label, bool zeroed) {
+  buffer.bytes = count * static_cast<std::int64_t>(sizeof(T));
+  if (!dry_)
+    buffer.view = zeroed ? View1<T>(label, static_cast<std::size_t>(count))
+                         : View1<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), static_cast<std::size_t>(count));
+  note(kind, buffer.bytes);
+}
+
+template <class T> void FsdpGroup::release(Tracked<T>& buffer, FsdpBuffer kind) {
+  const std::int64_t bytes = buffer.bytes;
+  buffer = Tracked<T>();  // frees the View (when nothing else holds it)
+  if (bytes) note(kind, -bytes);
+}
+
+void FsdpGroup::note(FsdpBuffer kind, std::int64_t bytes) {
+  if (!context_) return;
+  FsdpStats& s = context_->stats;
+  switch (kind) {
+    case FsdpBuffer::all_gather:
+    case FsdpBuffer::unsharded_params:
+    case FsdpBuffer::post_forward_slice:
+      s.unsharded_param_bytes += bytes;
+      s.peak_unsharded_param_bytes = std::max(s.peak_unsharded_param_bytes, s.unsharded_param_bytes);
+      break;
+    case FsdpBuffer::unsharded_grads:
+    case FsdpBuffer::reduce_scatter:
+      s.unsharded_grad_bytes += bytes;
+      s.peak_unsharded_grad_bytes = std::max(s.peak_unsharded_grad_bytes, s.unsharded_grad_bytes);
+      break;
+    default: break;  // staging and reduction scratch: in the plan, not in FsdpStats
+  }
+  s.peak_unsharded_bytes = std::max(s.peak_unsharded_bytes, s.unsharded_param_bytes + s.unsharded_grad_bytes);
+  if (context_->listeners.empty()) return;
+  const FsdpMemoryEvent event{kind, bytes, &unit_name_, context_->in_backward};
+  for (const auto& listener : context_->listeners) listener->on_memory(event);
+}
+
 FsdpGroup& fully_shard(Module& module, const DeviceMesh& mesh, FullyShardOptions options) {
   FSDPP_REQUIRE(!fsdp_group(module), "fully_shard({}) was already applied to this module", module.display_name());
   for (Module* a = module.parent(); a; a = a->parent())
@@ -149,14 +214,17 @@ void FsdpGroup::lazy_init() {
                   "module first", m->display_name(), module_.display_name());
     context->groups.push_back(g);
   }
+  context->listeners = listeners_;
   for (FsdpGroup* g : context->groups) {
     g->context_ = context;
     g->initialized_ = true;
     g->is_root_ = g == this;
     if (!g->options_.reshard_after_forward) g->options_.reshard_after_forward = !g->is_root_;
+    FSDPP_REQUIRE(g->dry_ == dry_, "fully_shard: group {} is on a {} mesh but its root {} is not; shard a model "
+                  "over one kind of mesh", g->module_.display_name(), g->dry_ ? "planning" : "real", module_.display_name());
     for (Parameter* p : g->params_)
-      FSDPP_REQUIRE(!p->is_meta(), "parameter '{}' has no storage: call to_empty() and reset_parameters() after "
-                    "fully_shard and before the first forward", p->name());
+      FSDPP_REQUIRE(g->dry_ || !p->is_meta(), "parameter '{}' has no storage: call to_empty() and reset_parameters() "
+                    "after fully_shard and before the first forward", p->name());
   }
   if (context->groups.size() == 1 && !module_.children().empty())
     Log::warn("fully_shard was applied only to the root {}: one group holds all {} parameters, so communication "
@@ -167,40 +235,40 @@ void FsdpGroup::lazy_init() {
 // ---------------------------------------------------------------------------------------------------------
 // Unshard: one all-gather per group, in param_dtype, then copy-out into whole tensors.
 
-template <class T> void FsdpGroup::all_gather_flat(View1<T>& flat, bool in_backward) {
-  flat = View1<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, module_.display_name() + ".all_gather"),
-                  static_cast<std::size_t>(layout_.slot * ranks_));
-  track_params(static_cast<std::int64_t>(flat.extent(0) * sizeof(T)));
-  if (context_) context_->stats.all_gather_bytes += static_cast<std::int64_t>(flat.extent(0) * sizeof(T));
-  View1<T>& kept = [&]() -> View1<T>& {
-    if constexpr (std::is_same_v<T, bf16>) return post_forward_bf16_;
-    else return post_forward_f32_;
-  }();
-  if (in_backward && kept.extent(0)) {
+template <class T> void FsdpGroup::all_gather_flat(Tracked<T>& flat, Tracked<T>& kept, bool in_backward) {
+  allocate(flat, FsdpBuffer::all_gather, layout_.slot * ranks_, module_.display_name() + ".all_gather");
+  if (context_) context_->stats.all_gather_bytes += flat.bytes;
+  if (in_backward && kept.bytes) {
     // reshard_after_forward = k: the k-rank group holds every slot between them; gather over it only.
     Communicator& group = post_forward_mesh_->comm(1);
-    const std::int64_t count = static_cast<std::int64_t>(kept.extent(0));
-    Kokkos::deep_copy(slice(flat, group.rank() * count, count), kept);
+    const std::int64_t count = kept.bytes / static_cast<std::int64_t>(sizeof(T));
+    if (dry_) return;
+    Kokkos::deep_copy(slice(flat.view, group.rank() * count, count), kept.view);
     Kokkos::fence();
-    pending_gather_ = group.all_gather_async(flat.data() + group.rank() * count, flat.data(),
+    pending_gather_ = group.all_gather_async(flat.view.data() + group.rank() * count, flat.view.data(),
                                              static_cast<std::size_t>(count), dtype_v<T>);
     return;
   }
   if (options_.offload_policy.cpu) {
     // The shards live in host memory: stage them on the device, then copy in.
-    std::vector<View1<float>> staged(params_.size());
+    std::vector<Tracked<float>> staged(params_.size());
     for (std::size_t i = 0; i < params_.size(); ++i) {
-      staged[i] = uninitialized<float>(params_[i]->name() + ".staged", static_cast<std::size_t>(layout_.piece[i]));
-      Kokkos::deep_copy(staged[i], shard_value_[i]);
+      allocate(staged[i], FsdpBuffer::staged_shards, layout_.piece[i], params_[i]->name() + ".staged");
+      if (!dry_) Kokkos::deep_copy(staged[i].view, shard_value_[i]);
     }
     if (context_) context_->stats.host_to_device_bytes += layout_.slot * 4;
-    pack_slot(flat, rank_, layout_, staged);
-  } else {
-    pack_slot(flat, rank_, layout_, shard_value_);  // in place: this rank's shards go straight into its slot
+    if (!dry_) {
+      std::vector<View1<float>> pieces;
+      for (const auto& b : staged) pieces.push_back(b.view);
+      pack_slot(flat.view, rank_, layout_, pieces);
+    }
+    for (auto& b : staged) release(b, FsdpBuffer::staged_shards);
+  } else if (!dry_) {
+    pack_slot(flat.view, rank_, layout_, shard_value_);  // in place: this rank's shards go straight into its slot
   }
-  if (ranks_ > 1) {
+  if (ranks_ > 1 && !dry_) {
     Kokkos::fence();  // the communication thread reads what the kernels above wrote
-    pending_gather_ = comm_.all_gather_async(flat.data() + rank_ * layout_.slot, flat.data(),
+    pending_gather_ = comm_.all_gather_async(flat.view.data() + rank_ * layout_.slot, flat.view.data(),
                                              static_cast<std::size_t>(layout_.slot), dtype_v<T>);
   }
 }
@@ -210,11 +278,12 @@ void FsdpGroup::start_all_gather() {
     shard_value_[i] = params_[i]->value;
     shard_grad_[i] = params_[i]->grad;
   }
+  gather_started_ = true;
+  if (shard_is_whole_) return;  // the shard is the whole parameter: nothing to gather
   const bool in_backward = context_ && context_->in_backward;
   if (context_) (in_backward ? context_->stats.backward_all_gathers : context_->stats.forward_all_gathers)++;
-  if (options_.mp_policy.param_dtype == DType::bf16) all_gather_flat(gather_bf16_, in_backward);
-  else all_gather_flat(gather_f32_, in_backward);
-  gather_started_ = true;
+  if (options_.mp_policy.param_dtype == DType::bf16) all_gather_flat(gather_bf16_, post_forward_bf16_, in_backward);
+  else all_gather_flat(gather_f32_, post_forward_f32_, in_backward);
 }
 
 void FsdpGroup::unshard(bool async) {
@@ -231,23 +300,24 @@ void FsdpGroup::wait_for_unshard() {
     pending_gather_.reset();
     if (context_) context_->stats.all_gather_wait_s += seconds_since(t0);
   }
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    full_value_[i] = uninitialized<float>(params_[i]->name() + ".unsharded", static_cast<std::size_t>(layout_.piece[i] * ranks_));
-    track_params(layout_.piece[i] * ranks_ * 4);
+  if (!shard_is_whole_) {
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      allocate(full_value_[i], FsdpBuffer::unsharded_params, layout_.piece[i] * ranks_, params_[i]->name() + ".unsharded");
+    // Copy-out: parameter i's whole (padded) tensor is its piece from every slot, in slot order.
+    if (!dry_) {
+      std::vector<View1<float>> whole;
+      for (const auto& b : full_value_) whole.push_back(b.view);
+      if (gather_bf16_.bytes) unpack_all_slots(whole, ranks_, layout_, gather_bf16_.view);
+      else unpack_all_slots(whole, ranks_, layout_, gather_f32_.view);
+    }
+    release(gather_bf16_, FsdpBuffer::all_gather);
+    release(gather_f32_, FsdpBuffer::all_gather);
+    release(post_forward_bf16_, FsdpBuffer::post_forward_slice);
+    release(post_forward_f32_, FsdpBuffer::post_forward_slice);
+    if (!dry_)
+      for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->value = slice(full_value_[i].view, 0, params_[i]->numel());
   }
-  // Copy-out: parameter i's whole (padded) tensor is its piece from every slot, in slot order.
-  if (gather_bf16_.extent(0)) unpack_all_slots(full_value_, ranks_, layout_, gather_bf16_);
-  else unpack_all_slots(full_value_, ranks_, layout_, gather_f32_);
-  track_params(-static_cast<std::int64_t>(gather_bf16_.extent(0) * sizeof(bf16) + gather_f32_.extent(0) * sizeof(float) +
-                                          post_forward_bf16_.extent(0) * sizeof(bf16) + post_forward_f32_.extent(0) * sizeof(float)));
-  gather_bf16_ = View1<bf16>();
-  gather_f32_ = View1<float>();
-  post_forward_bf16_ = View1<bf16>();
-  post_forward_f32_ = View1<float>();
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    params_[i]->value = slice(full_value_[i], 0, params_[i]->numel());
-    params_[i]->unsharded = true;
-  }
+  for (Parameter* p : params_) p->unsharded = true;
   gather_started_ = false;
   unsharded_ = true;
 }
@@ -256,14 +326,12 @@ void FsdpGroup::keep_post_forward_slice() {
   // This rank keeps slots [j * ranks/k, (j+1) * ranks/k) in param_dtype, j its place in its k-rank group.
   const int k = options_.reshard_after_forward_ranks, per = ranks_ / k, j = post_forward_mesh_->coordinate(1);
   auto keep = [&](auto& kept) {
-    using T = typename std::decay_t<decltype(kept)>::value_type;
-    kept = View1<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, module_.display_name() + ".post_forward"),
-                    static_cast<std::size_t>(per * layout_.slot));
-    track_params(static_cast<std::int64_t>(kept.extent(0) * sizeof(T)));
+    allocate(kept, FsdpBuffer::post_forward_slice, per * layout_.slot, module_.display_name() + ".post_forward");
+    if (dry_) return;
     for (std::size_t i = 0; i < params_.size(); ++i)
       for (int q = 0; q < per; ++q)
-        copy_convert(slice(kept, q * layout_.slot + layout_.offset[i], layout_.piece[i]),
-                     slice(full_value_[i], (j * per + q) * layout_.piece[i], layout_.piece[i]));
+        copy_convert(slice(kept.view, q * layout_.slot + layout_.offset[i], layout_.piece[i]),
+                     slice(full_value_[i].view, (j * per + q) * layout_.piece[i], layout_.piece[i]));
   };
   if (options_.mp_policy.param_dtype == DType::bf16) keep(post_forward_bf16_);
   else keep(post_forward_f32_);
@@ -276,8 +344,7 @@ void FsdpGroup::reshard() {
     params_[i]->value = shard_value_[i];
     params_[i]->grad = shard_grad_[i];
     params_[i]->unsharded = false;
-    full_value_[i] = View1<float>();
-    track_params(-layout_.piece[i] * ranks_ * 4);
+    release(full_value_[i], FsdpBuffer::unsharded_params);
   }
   unsharded_ = false;
 }
@@ -286,60 +353,94 @@ void FsdpGroup::reshard() {
 // Gradients: one reduce-scatter per group in reduce_dtype, then (HSDP) one all-reduce over the replicas.
 
 template <class T> void FsdpGroup::reduce_scatter_flat() {
-  View1<T> input(Kokkos::view_alloc(Kokkos::WithoutInitializing, module_.display_name() + ".reduce_scatter"),
-                 static_cast<std::size_t>(layout_.slot * ranks_));
-  View1<T> output(Kokkos::view_alloc(Kokkos::WithoutInitializing, module_.display_name() + ".reduced"),
-                  static_cast<std::size_t>(layout_.slot));
-  const auto buffer_bytes = static_cast<std::int64_t>((input.extent(0) + output.extent(0)) * sizeof(T));
-  track_grads(buffer_bytes);
+  Tracked<T> input, output;
+  allocate(input, FsdpBuffer::reduce_scatter, layout_.slot * ranks_, module_.display_name() + ".reduce_scatter");
+  allocate(output, FsdpBuffer::reduce_scatter, layout_.slot, module_.display_name() + ".reduced");
   // Copy-in: slot q holds chunk q of every gradient (zero-padded); the output is this rank's padded shards.
-  pack_all_slots(input, ranks_, layout_, full_grad_);
+  if (!dry_) {
+    std::vector<View1<float>> whole;
+    for (const auto& b : full_grad_) whole.push_back(b.view);
+    pack_all_slots(input.view, ranks_, layout_, whole);
+  }
   // Packed: the whole gradients can go. Parameter::grad views them too, and would keep them alive through
   // the reduce-scatter (one group's whole gradients more at the step's peak), so it points at the shard now.
   for (std::size_t i = 0; i < params_.size(); ++i) {
     params_[i]->grad = shard_grad_[i];
-    full_grad_[i] = View1<float>();
-    track_grads(-layout_.piece[i] * ranks_ * 4);
+    release(full_grad_[i], FsdpBuffer::unsharded_grads);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  Kokkos::fence();
-  ReduceScatterOptions o;
-  o.op = divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg;
-  o.post_scale = divide_factor_ > 0 ? 1.0 / divide_factor_ : 1.0;
-  comm_.reduce_scatter(input.data(), output.data(), static_cast<std::size_t>(layout_.slot), dtype_v<T>, o);
+  if (!dry_) {
+    Kokkos::fence();
+    ReduceScatterOptions o;
+    o.op = divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg;
+    o.post_scale = divide_factor_ > 0 ? 1.0 / divide_factor_ : 1.0;
+    comm_.reduce_scatter(input.view.data(), output.view.data(), static_cast<std::size_t>(layout_.slot), dtype_v<T>, o);
+  }
   if (context_) {
     context_->stats.reduce_scatters++;
-    context_->stats.reduce_scatter_bytes += static_cast<std::int64_t>(input.extent(0) * sizeof(T));
+    context_->stats.reduce_scatter_bytes += input.bytes;
     context_->stats.reduce_scatter_s += seconds_since(t0);
   }
-  View1<float> reduced = uninitialized<float>(module_.display_name() + ".reduced_f32", static_cast<std::size_t>(layout_.slot));
-  copy_convert(reduced, output);
-  track_grads(-buffer_bytes);
-  after_reduction(reduced);
+  Tracked<float> reduced;
+  allocate(reduced, FsdpBuffer::reduced_f32, layout_.slot, module_.display_name() + ".reduced_f32");
+  if (!dry_) copy_convert(reduced.view, output.view);
+  release(input, FsdpBuffer::reduce_scatter);
+  release(output, FsdpBuffer::reduce_scatter);
+  after_reduction(reduced.view);
+  release(reduced, FsdpBuffer::reduced_f32);
+}
+
+// A shard group of one rank: the whole gradients are the shard gradients. Under no_shard (replicas x 1) they
+// are all-reduced over the replicas one parameter at a time, in place (DDP without buckets), then added to
+// the shards.
+void FsdpGroup::all_reduce_whole_gradients() {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!dry_) {
+      const View1<float>& whole = full_grad_[i].view;
+      if (replicate_comm_) {
+        Kokkos::fence();
+        replicate_comm_->all_reduce(whole.data(), whole.extent(0), DType::f32,
+                                    divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg);
+      }
+      copy_convert(shard_grad_[i], whole, true);
+    }
+    params_[i]->grad = shard_grad_[i];
+    release(full_grad_[i], FsdpBuffer::unsharded_grads);
+  }
+  if (context_ && replicate_comm_) {
+    context_->stats.all_reduces++;
+    context_->stats.all_reduce_s += seconds_since(t0);
+  }
 }
 
 void FsdpGroup::after_reduction(const View1<float>& reduced) {
   if (replicate_comm_) {
     if (!requires_all_reduce_) {
       // Sum over micro-batches now, all-reduce once later.
-      if (!partial_reduction_.extent(0)) partial_reduction_ = View1<float>("partial_reduction", reduced.extent(0));
-      copy_convert(partial_reduction_, reduced, true);
+      if (!partial_reduction_.bytes)
+        allocate(partial_reduction_, FsdpBuffer::partial_reduction, layout_.slot, "partial_reduction", true);
+      if (!dry_) copy_convert(partial_reduction_.view, reduced, true);
       return;
     }
-    if (partial_reduction_.extent(0)) {
-      copy_convert(reduced, partial_reduction_, true);
-      partial_reduction_ = View1<float>();
+    if (partial_reduction_.bytes) {
+      if (!dry_) copy_convert(reduced, partial_reduction_.view, true);
+      release(partial_reduction_, FsdpBuffer::partial_reduction);
     }
     const auto t0 = std::chrono::steady_clock::now();
-    Kokkos::fence();
     // Default: the mean over shards (reduce-scatter) then over replicas. A custom factor was applied whole in
     // the reduce-scatter, so the replicas are summed.
-    replicate_comm_->all_reduce(reduced.data(), reduced.extent(0), DType::f32, divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg);
+    if (!dry_) {
+      Kokkos::fence();
+      replicate_comm_->all_reduce(reduced.data(), reduced.extent(0), DType::f32,
+                                  divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg);
+    }
     if (context_) {
       context_->stats.all_reduces++;
       context_->stats.all_reduce_s += seconds_since(t0);
     }
   }
+  if (dry_) return;
   // Sharded gradients accumulate (local += new), as FSDP2's do across micro-batches; offloaded ones in host
   // memory, after a copy back.
   View1<float> source = reduced;
@@ -353,7 +454,12 @@ void FsdpGroup::after_reduction(const View1<float>& reduced) {
 }
 
 void FsdpGroup::reduce_scatter_gradients() {
-  if (options_.mp_policy.reduce_dtype == DType::bf16) reduce_scatter_flat<bf16>();
+  // One rank with f32 gradients needs no scatter; a custom divide factor or a deferred HSDP all-reduce takes
+  // the general path.
+  const bool whole = ranks_ == 1 && options_.mp_policy.reduce_dtype == DType::f32 && !options_.offload_policy.cpu &&
+                     (divide_factor_ == 0 || divide_factor_ == 1) && requires_all_reduce_ && !partial_reduction_.bytes;
+  if (whole) all_reduce_whole_gradients();
+  else if (options_.mp_policy.reduce_dtype == DType::bf16) reduce_scatter_flat<bf16>();
   else reduce_scatter_flat<float>();
   grads_unsharded_ = false;
 }
@@ -366,7 +472,7 @@ void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
   if (pass == Pass::forward) {
     if (is_root_) context_->forward_order.clear();
     wait_for_unshard();
-    if (!is_root_ && options_.mp_policy.cast_forward_inputs) round_to(flow.x, options_.mp_policy.param_dtype);
+    if (!is_root_ && options_.mp_policy.cast_forward_inputs && !dry_) round_to(flow.x, options_.mp_policy.param_dtype);
     // Prefetch: the next group's all-gather runs on the communication thread while this module computes.
     prefetch(forward_prefetch_, context_->groups, +1);
     return;
@@ -375,11 +481,9 @@ void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
   wait_for_unshard();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Parameter* p = params_[i];
-    if (!grads_unsharded_) {
-      full_grad_[i] = View1<float>(p->name() + ".grad.unsharded", static_cast<std::size_t>(layout_.piece[i] * ranks_));
-      track_grads(layout_.piece[i] * ranks_ * 4);
-    }
-    p->grad = slice(full_grad_[i], 0, p->numel());
+    if (!grads_unsharded_)
+      allocate(full_grad_[i], FsdpBuffer::unsharded_grads, layout_.piece[i] * ranks_, p->name() + ".grad.unsharded", true);
+    if (!dry_) p->grad = slice(full_grad_[i].view, 0, p->numel());
   }
   grads_unsharded_ = true;
   // Backward prefetch: the group that ran just before this one in forward runs just after it in backward.
@@ -402,7 +506,7 @@ void FsdpGroup::prefetch(const std::vector<Module*>& chosen, const std::vector<F
 void FsdpGroup::after(Module&, Pass pass, Flow& flow) {
   if (pass == Pass::forward) {
     context_->forward_order.push_back(this);
-    if (!is_root_) round_to(flow.x, options_.mp_policy.output_dtype);
+    if (!is_root_ && !dry_) round_to(flow.x, options_.mp_policy.output_dtype);
     if (post_forward_mesh_) keep_post_forward_slice();
     if (*options_.reshard_after_forward) reshard();
     return;
@@ -450,22 +554,6 @@ void reset_fsdp_stats(Module& root) {
   fresh.unsharded_grad_bytes = fresh.peak_unsharded_grad_bytes = old.unsharded_grad_bytes;
   fresh.peak_unsharded_bytes = old.unsharded_param_bytes + old.unsharded_grad_bytes;
   g->context_->stats = fresh;
-}
-
-void FsdpGroup::track_params(std::int64_t bytes) {
-  if (!context_) return;
-  FsdpStats& s = context_->stats;
-  s.unsharded_param_bytes += bytes;
-  s.peak_unsharded_param_bytes = std::max(s.peak_unsharded_param_bytes, s.unsharded_param_bytes);
-  s.peak_unsharded_bytes = std::max(s.peak_unsharded_bytes, s.unsharded_param_bytes + s.unsharded_grad_bytes);
-}
-
-void FsdpGroup::track_grads(std::int64_t bytes) {
-  if (!context_) return;
-  FsdpStats& s = context_->stats;
-  s.unsharded_grad_bytes += bytes;
-  s.peak_unsharded_grad_bytes = std::max(s.peak_unsharded_grad_bytes, s.unsharded_grad_bytes);
-  s.peak_unsharded_bytes = std::max(s.peak_unsharded_bytes, s.unsharded_param_bytes + s.unsharded_grad_bytes);
 }
 
 }  // namespace fsdpp

@@ -11,8 +11,16 @@
 // group is all-gathered (one collective) before its module's forward and backward, the next group's
 // all-gather is issued ahead (prefetch), unsharded storage is freed after forward per reshard_after_forward
 // and after backward, and gradients are reduce-scattered (one collective), averaged over the ranks.
+//
+// Two special cases keep the same schedule with less work:
+//   - a shard group of one rank (one-rank FSDP, or no_shard as a (replicas x 1) HSDP mesh: DDP) with f32
+//     compute and shards on the device needs no all-gather: the shard is the whole parameter, used in place;
+//     its gradients are all-reduced over the replicas parameter by parameter (DDP without buckets);
+//   - on a planning mesh (DeviceMesh::planning, parameters on meta) every group runs dry: no storage, no
+//     collectives, only the memory events (memory_events.hpp) that `fsdpp plan` sums.
 #include "fsdpp/comm/communicator.hpp"
 #include "fsdpp/fsdp/flat_buffers.hpp"
+#include "fsdpp/fsdp/memory_events.hpp"
 #include "fsdpp/mesh/device_mesh.hpp"
 #include "fsdpp/nn/module.hpp"
 
@@ -104,24 +112,37 @@ class FsdpGroup final : public ModuleHooks {
   Communicator& shard_comm() const { return comm_; }
   std::int64_t sharded_numel() const { return flat_numel_; }   // per rank, padded
   std::int64_t unsharded_numel() const { return flat_numel_ * ranks_; }
+  bool runs_dry() const { return dry_; }
+  // Root only, before its first forward: also report every memory event of the groups under it here.
+  void add_memory_listener(std::shared_ptr<FsdpMemoryListener> listener);
 
  private:
   friend struct FsdpContext;
   friend FsdpStats fsdp_stats(Module& root);
   friend void reset_fsdp_stats(Module& root);
+  // A transient buffer and the bytes it was reported with (its View stays empty when the group runs dry).
+  template <class T> struct Tracked {
+    View1<T> view;
+    std::int64_t bytes = 0;
+  };
+  template <class T> void allocate(Tracked<T>& buffer, FsdpBuffer kind, std::int64_t count, const std::string& label,
+                                   bool zeroed = false);
+  template <class T> void release(Tracked<T>& buffer, FsdpBuffer kind);
+  void note(FsdpBuffer kind, std::int64_t bytes);  // reports to FsdpStats and the root's listeners
+
   void lazy_init();
   void start_all_gather();
-  template <class T> void all_gather_flat(View1<T>& flat, bool in_backward);
+  template <class T> void all_gather_flat(Tracked<T>& flat, Tracked<T>& kept, bool in_backward);
   void keep_post_forward_slice();
   void reduce_scatter_gradients();
   template <class T> void reduce_scatter_flat();
+  void all_reduce_whole_gradients();
   void after_reduction(const View1<float>& reduced);
   FsdpGroup* group_of(Module* m) const;
   void prefetch(const std::vector<Module*>& chosen, const std::vector<FsdpGroup*>& order, int step);
-  void track_params(std::int64_t bytes);  // unsharded memory allocated (+) or freed (-)
-  void track_grads(std::int64_t bytes);
 
   Module& module_;
+  std::string unit_name_;  // module_.display_name(), named in memory events
   DeviceMesh mesh_;
   Communicator& comm_;                         // the shard group: the mesh's last dimension
   Communicator* replicate_comm_ = nullptr;     // HSDP: the mesh's first dimension
@@ -131,13 +152,16 @@ class FsdpGroup final : public ModuleHooks {
   std::vector<Parameter*> params_;
   fsdp_detail::FlatLayout layout_;
   std::int64_t flat_numel_ = 0;
+  bool dry_ = false;             // planning mesh: memory events only
+  bool shard_is_whole_ = false;  // one-rank shard group, f32 compute, device shards: no all-gather needed
   std::vector<View1<float>> shard_value_, shard_grad_;    // the padded local shards (what the optimizer owns)
-  std::vector<View1<float>> full_value_, full_grad_;      // whole tensors, padded to ranks * chunk rows
-  View1<float> gather_f32_;                               // (ranks, slot) all-gather buffer in f32 ...
-  View1<bf16> gather_bf16_;                               // ... or in bf16 (param_dtype bf16)
-  View1<float> post_forward_f32_;                         // reshard_after_forward = k: this rank's ranks/k slots
-  View1<bf16> post_forward_bf16_;
-  View1<float> partial_reduction_;                        // HSDP with the all-reduce skipped: summed shards
+  std::vector<Tracked<float>> full_value_, full_grad_;    // whole tensors, padded to ranks * chunk rows
+  Tracked<float> gather_f32_;                             // (ranks, slot) all-gather buffer in f32 ...
+  Tracked<bf16> gather_bf16_;                             // ... or in bf16 (param_dtype bf16)
+  Tracked<float> post_forward_f32_;                       // reshard_after_forward = k: this rank's ranks/k slots
+  Tracked<bf16> post_forward_bf16_;
+  Tracked<float> partial_reduction_;                      // HSDP with the all-reduce skipped: summed shards
+  std::vector<std::shared_ptr<FsdpMemoryListener>> listeners_;  // root: handed to the context at lazy init
   WorkHandle pending_gather_;
   bool gather_started_ = false;
   bool unsharded_ = false;

@@ -16,6 +16,7 @@ namespace fsdpp {
 
 struct DeviceMesh::Root {
   MPI_Comm world = MPI_COMM_NULL;
+  bool planning = false;  // DeviceMesh::planning: no MPI behind it
   int world_rank = 0;
   std::vector<MeshDim> dims;  // resolved sizes
   std::vector<int> coords;    // this rank's coordinate along each root dim
@@ -42,6 +43,30 @@ struct DeviceMesh::Group {
 };
 
 namespace {
+
+// The communicator of a planning mesh: a size and a rank, and an error for anything that would communicate.
+class PlanningCommunicator final : public Communicator {
+ public:
+  PlanningCommunicator(int size, int rank) : size_(size), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  CommBackend backend() const override { return CommBackend::mpi; }
+  std::string describe() const override { return fmt::format("planning ({} ranks, no communication)", size_); }
+  WorkHandle all_gather_async(const void*, void*, std::size_t, DType) override { refuse("all_gather"); }
+  WorkHandle reduce_scatter_async(const void*, void*, std::size_t, DType, ReduceScatterOptions) override {
+    refuse("reduce_scatter");
+  }
+  WorkHandle all_reduce_async(void*, std::size_t, DType, ReduceOp) override { refuse("all_reduce"); }
+  WorkHandle broadcast_async(void*, std::size_t, DType, int) override { refuse("broadcast"); }
+  WorkHandle barrier_async() override { refuse("barrier"); }
+
+ private:
+  [[noreturn]] static void refuse(const char* op) {
+    throw Error(fmt::format("{} on a planning mesh: DeviceMesh::planning has no ranks behind it; build a mesh over "
+                            "an MPI communicator to communicate", op));
+  }
+  int size_, rank_;
+};
 
 bool valid_name(const std::string& name) {
   return !name.empty() && std::all_of(name.begin(), name.end(), [](unsigned char c) { return std::isalnum(c) || c == '_'; });
@@ -187,6 +212,35 @@ DeviceMesh::DeviceMesh(MPI_Comm world, std::vector<MeshDim> dims, CommBackend ba
   for (auto& group : dims_) group->communicator = make_communicator(backend, group->comm);
 }
 
+DeviceMesh DeviceMesh::planning(std::vector<MeshDim> dims, int world_size, int rank, CommBackend backend) {
+  dims = resolve_mesh_shape(std::move(dims), world_size);
+  FSDPP_REQUIRE(rank >= 0 && rank < world_size, "planning mesh: rank {} is outside 0..{}", rank, world_size - 1);
+  DeviceMesh mesh;
+  mesh.backend_ = backend;
+  mesh.root_ = std::make_shared<Root>();
+  mesh.root_->planning = true;
+  mesh.root_->world_rank = rank;
+  mesh.root_->dims = dims;
+  mesh.root_->coords = unravel(rank, dims);
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    auto group = std::make_shared<Group>();
+    group->name = dims[d].name;
+    group->size = dims[d].size;
+    group->coord = mesh.root_->coords[d];
+    std::vector<int> c = mesh.root_->coords;
+    for (int k = 0; k < group->size; ++k) {
+      c[d] = k;
+      group->world_ranks.push_back(ravel(c, dims));
+    }
+    group->communicator = std::make_unique<PlanningCommunicator>(group->size, group->coord);
+    mesh.dims_.push_back(group);
+    mesh.root_dim_of_.push_back(static_cast<int>(d));
+  }
+  return mesh;
+}
+
+bool DeviceMesh::is_planning() const { return root_ && root_->planning; }
+
 int DeviceMesh::size() const {
   int product = 1;
   for (const auto& g : dims_) product *= g->size;
@@ -242,6 +296,7 @@ DeviceMesh DeviceMesh::slice(const std::vector<std::string>& names) const {
 }
 
 DeviceMesh DeviceMesh::flatten(const std::vector<std::string>& names, const std::string& new_name) const {
+  FSDPP_REQUIRE(!is_planning(), "flatten: a planning mesh has no MPI communicator to split");
   const auto& root_dims = root_->dims;
   FSDPP_REQUIRE(valid_name(new_name), "flatten: new dimension name '{}' must be letters, digits or '_'", new_name);
   for (const auto& d : root_dims)

@@ -34,6 +34,12 @@ std::vector<MeshDim> resolve_mesh_shape(std::vector<MeshDim> dims, int world_siz
 class DeviceMesh {
  public:
   DeviceMesh(MPI_Comm world, std::vector<MeshDim> dims, CommBackend backend = CommBackend::mpi);
+  // The mesh a launch of `world_size` ranks would have, seen from `rank`, with no MPI at all: its
+  // communicators know their size and rank but refuse to communicate. `fsdpp plan` shards a model on meta
+  // over it, and fully_shard then runs dry (memory events only). Not collective.
+  static DeviceMesh planning(std::vector<MeshDim> dims, int world_size, int rank = 0,
+                             CommBackend backend = CommBackend::mpi);
+  bool is_planning() const;
 
   int ndim() const { return static_cast<int>(dims_.size()); }
   int size() const;                        // ranks in this (sub-)mesh: the product of its dimension sizes

@@ -20,6 +20,15 @@ void Module::operator()(Flow& flow, Pass pass) {
   for (auto it = hooks_.rbegin(); it != hooks_.rend(); ++it) (*it)->after(*this, pass, flow);
 }
 
+void Module::dry_run(Flow& flow, Pass pass) {
+  for (auto& h : hooks_) h->before(*this, pass, flow);
+  if (pass == Pass::forward)
+    for (Module* child : children_) child->dry_run(flow, pass);
+  else
+    for (auto it = children_.rbegin(); it != children_.rend(); ++it) (*it)->dry_run(flow, pass);
+  for (auto it = hooks_.rbegin(); it != hooks_.rend(); ++it) (*it)->after(*this, pass, flow);
+}
+
 Parameter& Module::add_parameter(const std::string& local_name, std::vector<std::int64_t> shape, InitRule init,
                                  ParamRole role) {
   parameters_.emplace_back(local_name, std::move(shape), init, role);

@@ -49,6 +49,10 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   void operator()(Flow& flow, Pass pass = Pass::forward);
+  // The hooks of this module and every descendant in the order a pass runs them, with no computation:
+  // forward visits children in registration order, backward in reverse (models register children in the
+  // order their forward calls them). `fsdpp plan` replays fully_shard's schedule this way on meta.
+  void dry_run(Flow& flow, Pass pass);
 
   const std::string& path() const { return path_; }  // "" for the root, "h.0" for the first block
   const std::string& type_name() const { return type_name_; }

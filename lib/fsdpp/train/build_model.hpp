@@ -1,10 +1,11 @@
 #pragma once
 // The model a deck describes, built the one way every entry point shares (train, init, benchmarks): on meta,
-// sharded with fully_shard per block and then the root as fsdp.strategy and mesh say, given storage for the
-// local shards only, and filled from the counter-based init of run.seed.
+// parallelized as the deck says (parallel/parallelize.hpp: the mesh, the backend, fully_shard per block and
+// then the root), given storage for the local shards only, and filled from the counter-based init of
+// run.seed.
 #include "fsdpp/config/deck.hpp"
-#include "fsdpp/fsdp/fully_shard.hpp"
 #include "fsdpp/nn/gpt.hpp"
+#include "fsdpp/parallel/parallelize.hpp"
 
 #include <memory>
 
@@ -12,10 +13,8 @@ namespace fsdpp {
 
 struct TrainModel {
   std::unique_ptr<Gpt> model;
-  std::unique_ptr<DeviceMesh> mesh;  // null under no_shard (parameters replicated)
-  FsdpGroup* root_group = nullptr;
-  bool sharded() const { return mesh != nullptr; }
-  // The whole tensor of `p` on every rank (gathered from the shards when sharded).
+  std::unique_ptr<Parallelism> parallel;
+  // The whole tensor of `p` on every rank (gathered from the shards). Collective over the shard group.
   std::vector<float> whole(const Parameter& p) const;
 };
 

@@ -1,11 +1,19 @@
 #pragma once
-// The training loop of `fsdpp train`: data -> model -> optimizer, with evaluation, the step table, metrics
-// and the end-of-run timing breakdown. The batch is fixed by the deck, not the launch: global batch s holds
-// the same sequences on 1 rank or 64, and each rank runs its share as micro-batches (gradient accumulation).
-// Until fully_shard exists, several ranks train data-parallel with every parameter replicated and gradients
-// averaged by all_reduce (DDP semantics).
+// The training loop of `fsdpp train`, a short loop over parts with one job each (torchtitan's trainer):
+//   build_model     the model on meta, parallelized as the deck says (parallel/parallelize.hpp), given storage
+//   DataFeed        tokens, the global sample order, the device batch           (train/data_feed.hpp)
+//   TrainStep       micro-batches, gradient sync, clipping, the optimizer update (train/train_step.hpp)
+//   Evaluator       the validation loss                                          (train/evaluator.hpp)
+//   StepMetrics     banner, step table, metrics.jsonl, end-of-run breakdowns     (train/step_metrics.hpp)
+//   Checkpointer    saves and restores the Stateful parts; resume; async saves   (train/checkpointer.hpp)
+// The batch is fixed by the deck, not the launch: global batch s holds the same sequences on 1 rank or 64,
+// and each rank runs its share as micro-batches (gradient accumulation).
 #include "fsdpp/config/deck.hpp"
+#include "fsdpp/optim/lr_schedule.hpp"
+#include "fsdpp/optim/optimizer.hpp"
 #include <mpi.h>
+
+#include <memory>
 
 #include <cstdint>
 #include <optional>
@@ -44,6 +52,10 @@ struct TrainOptions {
   // Combine the ranks' SIGUSR1/SIGTERM flags at each step boundary and, when set, save and stop.
   bool handle_preemption = false;
 };
+
+// The optimizer and learning-rate schedule the deck's optim and schedule sections describe.
+std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& optim, std::vector<Parameter*> params);
+LrSchedule make_schedule(const Deck& deck);  // UsageError for an invalid schedule
 
 // Collective over `comm` (the job's world, or a sub-communicator in tests). Throws UsageError for a deck
 // that cannot run on this launch.

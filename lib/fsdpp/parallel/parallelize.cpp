@@ -1,0 +1,165 @@
+#include "fsdpp/parallel/parallelize.hpp"
+
+#include "fsdpp/comm/make_communicator.hpp"
+#include "fsdpp/runtime/error.hpp"
+
+#include <fmt/format.h>
+
+namespace fsdpp {
+
+CommBackend choose_backend(CommBackendChoice choice) {
+#if defined(FSDPP_DEVICE_BUILD)
+  constexpr bool computes_on_gpu = true;
+#else
+  constexpr bool computes_on_gpu = false;
+#endif
+  switch (choice) {
+    case CommBackendChoice::mpi: return CommBackend::mpi;
+    case CommBackendChoice::automatic: return computes_on_gpu ? CommBackend::nccl : CommBackend::mpi;
+    case CommBackendChoice::nccl:
+      FSDPP_REQUIRE(computes_on_gpu, "comm.backend is nccl, but this fsdpp computes on the host (Kokkos {}): NCCL "
+                    "only moves GPU memory. Use comm.backend: mpi (or auto), or run a build made for GPUs (README, "
+                    "\"Building for NVIDIA GPUs\")", ExecSpace::name());
+      FSDPP_REQUIRE(backend_available(CommBackend::nccl), "comm.backend is nccl, but this build has no NCCL: "
+                    "reconfigure with -DFSDPP_ENABLE_CUDA=ON, or use comm.backend: mpi");
+      return CommBackend::nccl;
+  }
+  return CommBackend::mpi;
+}
+
+ParallelLayout parallel_layout(const Deck& deck, int world_size) {
+  ParallelLayout layout;
+  layout.strategy = deck.fsdp.strategy;
+  layout.backend = choose_backend(deck.comm.backend);
+  const std::vector<MeshDim> dims = deck.mesh.dims();
+  switch (deck.fsdp.strategy) {
+    case ShardStrategy::no_shard:
+      // DDP: every rank a replica, each parameter "sharded" over a group of one.
+      layout.mesh = resolve_mesh_shape({{"dp_replicate", -1}, {"dp_shard", 1}}, world_size);
+      layout.sync_every_micro_batch = false;
+      layout.loss_scale_ranks = world_size;
+      layout.gradient_divide_factor = 1;
+      break;
+    case ShardStrategy::hybrid_shard:
+      FSDPP_REQUIRE(dims.size() == 2, "fsdp.strategy hybrid_shard needs a 2-D mesh: set mesh.dp_replicate (and "
+                    "mesh.dp_shard)");
+      layout.mesh = resolve_mesh_shape(dims, world_size);
+      break;
+    case ShardStrategy::full_shard:
+    case ShardStrategy::shard_grad_op:
+      FSDPP_REQUIRE(dims.size() == 1, "mesh.dp_replicate is set, which makes a 2-D mesh: use fsdp.strategy "
+                    "hybrid_shard, or remove mesh.dp_replicate");
+      layout.mesh = resolve_mesh_shape(dims, world_size);
+      break;
+  }
+  if (deck.fsdp.accumulate == GradAccumulation::unsharded) layout.sync_every_micro_batch = false;
+
+  FullyShardOptions& block = layout.block_options;
+  block.mp_policy.param_dtype = deck.fsdp.param_dtype;
+  block.mp_policy.reduce_dtype = deck.fsdp.reduce_dtype;
+  block.mp_policy.output_dtype = deck.fsdp.output_dtype;
+  block.offload_policy.cpu = deck.fsdp.offload == OffloadPolicy::cpu;
+  const auto& raf = deck.fsdp.reshard_after_forward;
+  const int shard_ranks = layout.mesh.back().size;
+  if (deck.fsdp.strategy == ShardStrategy::shard_grad_op || raf.kind == ReshardAfterForward::Kind::no)
+    block.reshard_after_forward = false;
+  else if (raf.kind == ReshardAfterForward::Kind::yes)
+    block.reshard_after_forward = true;
+  else if (raf.kind == ReshardAfterForward::Kind::group) {
+    FSDPP_REQUIRE(shard_ranks % raf.group_size == 0, "fsdp.reshard_after_forward = {} must divide the {} ranks of the "
+                  "shard group", raf.group_size, shard_ranks);
+    block.reshard_after_forward_ranks = raf.group_size;
+  }
+  FullyShardOptions& root = layout.root_options;
+  root.mp_policy = block.mp_policy;
+  root.offload_policy = block.offload_policy;
+  if (block.reshard_after_forward == false) root.reshard_after_forward = false;
+  return layout;
+}
+
+Parallelism::Parallelism(ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh, MPI_Comm world)
+    : layout_(std::move(layout)), mesh_(std::move(mesh)) {
+  if (world != MPI_COMM_NULL) host_world_ = std::make_unique<MpiCommunicator>(world);
+}
+
+void Parallelism::before_micro_batch(int index, int count) {
+  // Recursive: every block's group too. Sharded accumulation syncs every micro-batch.
+  root_->set_requires_gradient_sync(layout_.sync_every_micro_batch || index == count - 1);
+}
+
+void Parallelism::after_evaluation() { root_->reshard(); }
+
+double Parallelism::mean_over_ranks(double value) const {
+  FSDPP_CHECK(host_world_, "mean_over_ranks on a planning layout: there are no ranks to average over");
+  host_world_->all_reduce(&value, 1, ReduceOp::avg);
+  return value;
+}
+
+std::vector<UnitSummary> Parallelism::units() const {
+  std::vector<UnitSummary> out;
+  for (Module* m : model_->modules()) {
+    FsdpGroup* g = fsdp_group(*m);
+    if (!g) continue;
+    UnitSummary u;
+    u.name = m->display_name();
+    for (Parameter* p : g->parameters()) u.parameters += p->numel();
+    u.sharded_numel = g->sharded_numel();
+    u.unsharded_numel = g->unsharded_numel();
+    out.push_back(u);
+  }
+  std::rotate(out.begin(), out.begin() + 1, out.end());  // modules() lists the root first
+  return out;
+}
+
+std::vector<std::string> Parallelism::banner(const std::string& optimizer_state, int optimizer_state_copies) const {
+  std::int64_t local = 0, largest_unsharded = 0;
+  std::string names;
+  const std::vector<UnitSummary> all = units();
+  for (const UnitSummary& u : all) {
+    local += u.sharded_numel;
+    largest_unsharded = std::max(largest_unsharded, u.unsharded_numel);
+    names += fmt::format("{}{} ({} params)", names.empty() ? "" : ", ", u.name, u.parameters);
+  }
+  const double mib = 4.0 / 1048576.0;  // f32
+  const char* how = layout_.strategy == ShardStrategy::no_shard ? "replicated (no_shard: DDP) over" : "fully_shard over";
+  std::vector<std::string> lines;
+  lines.push_back(fmt::format("{} {}: {} units: {}", how, describe(), all.size(), names));
+  lines.push_back(fmt::format("shards live in {} memory", root_->parameters().front()->placement->memory));
+  lines.push_back(fmt::format("bytes per rank: parameters {:.2f} MiB, gradients {:.2f} MiB, {} {:.2f} MiB (f32 "
+                              "shards, padded); largest unsharded group {:.2f} MiB", local * mib, local * mib,
+                              optimizer_state, optimizer_state_copies * local * mib, largest_unsharded * mib));
+  return lines;
+}
+
+namespace {
+
+std::unique_ptr<Parallelism> shard(Gpt& model, ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh, MPI_Comm world) {
+  auto par = std::make_unique<Parallelism>(std::move(layout), std::move(mesh), world);
+  const ParallelLayout& l = par->layout();
+  for (Block* block : model.blocks()) fully_shard(*block, par->mesh(), l.block_options);
+  FsdpGroup& root = fully_shard(model, par->mesh(), l.root_options);
+  if (l.gradient_divide_factor > 0)
+    for (Module* m : model.modules())
+      if (FsdpGroup* g = fsdp_group(*m)) g->set_gradient_divide_factor(l.gradient_divide_factor);
+  par->attach(model, root);
+  return par;
+}
+
+}  // namespace
+
+std::unique_ptr<Parallelism> parallelize(Gpt& model, const Deck& deck, MPI_Comm world) {
+  int ranks = 1;
+  MPI_Comm_size(world, &ranks);
+  ParallelLayout layout = parallel_layout(deck, ranks);
+  auto mesh = std::make_unique<DeviceMesh>(world, layout.mesh, layout.backend);
+  return shard(model, std::move(layout), std::move(mesh), world);
+}
+
+std::unique_ptr<Parallelism> parallelize_for_planning(Gpt& model, const Deck& deck, int world_size) {
+  FSDPP_REQUIRE(world_size >= 1, "--ranks is {}; it must be at least 1", world_size);
+  ParallelLayout layout = parallel_layout(deck, world_size);
+  auto mesh = std::make_unique<DeviceMesh>(DeviceMesh::planning(layout.mesh, world_size, 0, layout.backend));
+  return shard(model, std::move(layout), std::move(mesh), MPI_COMM_NULL);
+}
+
+}  // namespace fsdpp

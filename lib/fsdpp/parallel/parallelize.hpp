@@ -1,0 +1,114 @@
+#pragma once
+// parallelize: the one place that turns a deck into parallelism (torchtitan's parallelize_* / apply_fsdp).
+//
+//   Parallelism par = parallelize(model, deck, MPI_COMM_WORLD);   // collective; model still on meta
+//   model.to_empty(); model.reset_parameters(seed);               // only the local shards get storage
+//
+// It decides, from the deck and the launch:
+//   - the mesh: (dp_replicate x) dp_shard from `mesh`; fsdp.strategy no_shard is a (ranks x 1) mesh, DDP;
+//   - the communicator backend of every mesh dimension: `comm.backend` (auto: NCCL when Kokkos computes on a
+//     GPU, MPI otherwise);
+//   - fully_shard per block, then the root, with FullyShardOptions from the `fsdp` section. Every strategy is
+//     a mode of that one machinery: full_shard and hybrid_shard as FSDP2 has them, shard_grad_op as
+//     reshard_after_forward false, no_shard as a shard group of one rank whose gradients are all-reduced over
+//     the replicas;
+// and it answers what the rest of training asks of the layout: which ranks take which sequences, the loss
+// scale and when gradients synchronize, the group gradient norms are summed over, which ranks write
+// checkpoint shards, and the bytes per rank the banner reports.
+//
+// `fsdpp plan` calls parallelize_for_planning, the same code over a planning mesh (no MPI, no storage), so
+// nothing else maps deck keys to sharding.
+#include "fsdpp/comm/mpi_communicator.hpp"
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/fsdp/fully_shard.hpp"
+#include "fsdpp/nn/gpt.hpp"
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fsdpp {
+
+// The deck's parallel layout for a launch of `world_size` ranks, before any communicator exists.
+struct ParallelLayout {
+  ShardStrategy strategy = ShardStrategy::full_shard;
+  std::vector<MeshDim> mesh;       // resolved sizes, outermost first
+  CommBackend backend = CommBackend::mpi;
+  FullyShardOptions block_options, root_options;
+  // false: gradients stay whole and unreduced until the last micro-batch of a step (no_sync); true: every
+  // micro-batch reduce-scatters (sharded accumulation).
+  bool sync_every_micro_batch = true;
+  // What the loss is scaled by, per micro-batch, is 1 / (accumulation steps x loss_scale_ranks), and gradients
+  // are then summed (divide factor 1) or averaged (0) over the data-parallel ranks. FSDP averages; no_shard
+  // sums pre-scaled gradients as DDP implementations do.
+  int loss_scale_ranks = 1;
+  double gradient_divide_factor = 0;
+};
+
+// UsageError, the same on every rank, for a deck that cannot run on `world_size` ranks.
+ParallelLayout parallel_layout(const Deck& deck, int world_size);
+
+// The communicator backend `comm.backend` asks for on this build (UsageError for nccl on a host build).
+CommBackend choose_backend(CommBackendChoice choice);
+
+struct UnitSummary {
+  std::string name;                  // "h.0", "GPT (root)"
+  std::int64_t parameters = 0;       // elements, unpadded
+  std::int64_t sharded_numel = 0;    // per rank, padded
+  std::int64_t unsharded_numel = 0;  // per rank while gathered
+};
+
+class Parallelism {
+ public:
+  Parallelism(ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh, MPI_Comm world);
+
+  const ParallelLayout& layout() const { return layout_; }
+  const DeviceMesh& mesh() const { return *mesh_; }
+  FsdpGroup& root() const { return *root_; }
+  std::string describe() const { return mesh_->describe(); }  // "dp_shard=4 (4 ranks, mpi)"
+
+  // Data parallelism: every rank of the mesh takes its own sequences of each global batch.
+  int data_parallel_size() const { return mesh_->size(); }
+  int data_parallel_rank() const { return mesh_->rank(); }
+
+  float loss_scale(int accumulation_steps) const {
+    return 1.0f / static_cast<float>(accumulation_steps * layout_.loss_scale_ranks);
+  }
+  // Call before micro-batch `index` of `count`: sets whether its backward synchronizes gradients.
+  void before_micro_batch(int index, int count);
+  // After an evaluation forward: the root keeps its parameters after forward for a backward that will not come.
+  void after_evaluation();
+
+  // The group the squared gradient norm is summed over: the shard dimension. Replicas hold copies.
+  Communicator* grad_norm_group() const { return &mesh_->comm(mesh_->ndim() - 1); }
+  // HSDP and no_shard: one replica writes each shard; the others hold copies.
+  bool writes_checkpoint_shards() const { return mesh_->ndim() == 1 || mesh_->coordinate(0) == 0; }
+  // The mean of a host scalar (a loss) over every rank of the job.
+  double mean_over_ranks(double value) const;
+
+  // The units fully_shard made, blocks first and the root last (the order of the banner and the plan).
+  std::vector<UnitSummary> units() const;
+  std::vector<std::string> banner(const std::string& optimizer_state, int optimizer_state_copies) const;
+
+  void attach(Module& model, FsdpGroup& root) {
+    model_ = &model;
+    root_ = &root;
+  }
+
+ private:
+  ParallelLayout layout_;
+  std::unique_ptr<DeviceMesh> mesh_;
+  std::unique_ptr<MpiCommunicator> host_world_;  // host scalars; null on a planning mesh
+  Module* model_ = nullptr;
+  FsdpGroup* root_ = nullptr;
+};
+
+// Collective over `world`. The model must be on meta; it is sharded but not given storage.
+std::unique_ptr<Parallelism> parallelize(Gpt& model, const Deck& deck, MPI_Comm world);
+// The same sharding for a launch of `world_size` ranks, seen from rank 0, on a planning mesh: no MPI, and
+// fully_shard runs dry (memory events only).
+std::unique_ptr<Parallelism> parallelize_for_planning(Gpt& model, const Deck& deck, int world_size);
+
+}  // namespace fsdpp

@@ -1,0 +1,128 @@
+#include "fsdpp/train/checkpointer.hpp"
+
+#include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/log.hpp"
+
+#include <chrono>
+#include <filesystem>
+
+namespace fsdpp {
+
+void ProgressState::state_dict(StateDict& out) const {
+  out.set("tokens_seen", static_cast<std::int64_t>(tokens_per_step_) * step_);
+  out.set("lr", lr_);
+}
+
+void ProgressState::load_state_dict(const StateDict& in) { lr_ = in.get<double>("lr"); }
+
+void ModelState::state_dict(StateDict& out) const {
+  out.params.insert(out.params.end(), params_.begin(), params_.end());
+  if (optimizer_) out.optimizer = optimizer_;
+}
+
+Checkpointer::Checkpointer(MPI_Comm comm, const Deck& deck, const Parallelism& parallel, std::vector<Stateful*> parts,
+                           ProgressState& progress, bool speaks)
+    : comm_(comm), deck_(deck), parallel_(parallel), parts_(std::move(parts)), progress_(progress), speaks_(speaks),
+      interval_(deck.checkpoint.interval) {
+  MPI_Comm_rank(comm, &rank_);
+  MPI_Comm_size(comm, &world_size_);
+  meta_.mesh = parallel.describe();
+  meta_.strategy = std::string(to_string(deck.fsdp.strategy));
+  meta_.param_dtype = std::string(dtype_name(deck.fsdp.param_dtype));
+  meta_.reduce_dtype = std::string(dtype_name(deck.fsdp.reduce_dtype));
+  meta_.deck = resolved_deck_yaml(deck);
+  if (deck.checkpoint.async && interval_ > 0) background_ = std::make_unique<AsyncCheckpointer>(comm);
+}
+
+Checkpointer::~Checkpointer() = default;
+
+// Every part's state dict, merged: tensors by reference, scalars by value (their current values).
+CheckpointContents Checkpointer::contents() const {
+  StateDict all;
+  for (const Stateful* part : parts_) part->state_dict(all);
+  all.set("step", progress_.step());  // also the file's name; written from TrainProgress::step
+  CheckpointContents c;
+  c.params = all.params;
+  c.optimizer = all.optimizer;
+  c.writes_shards = parallel_.writes_checkpoint_shards();
+  for (const auto& entry : all.scalars)
+    if (entry.first != "step") c.scalars.push_back(entry);
+  return c;
+}
+
+std::int64_t Checkpointer::resume() {
+  const CheckpointConfig& cfg = deck_.checkpoint;
+  if (cfg.resume == ResumeMode::off) return 0;
+  const auto latest = cfg.resume == ResumeMode::path ? std::optional<std::string>(cfg.resume_path)
+                                                     : latest_checkpoint(cfg.dir);
+  FSDPP_REQUIRE(latest || cfg.resume == ResumeMode::automatic,
+                "checkpoint.resume is true but '{}' holds no checkpoint (no 'latest' file); use resume: auto to "
+                "start fresh when there is none", cfg.dir);
+  if (!latest) {
+    if (speaks_) Log::info("checkpoint.resume auto: no checkpoint in '{}'; starting fresh", cfg.dir);
+    return 0;
+  }
+  const LoadReport loaded = load_checkpoint(comm_, *latest, contents());
+  StateDict scalars;
+  scalars.scalars = loaded.progress.scalars;
+  for (Stateful* part : parts_) part->load_state_dict(scalars);
+  const std::int64_t first_step = loaded.progress.step;
+  progress_.completed(first_step, static_cast<float>(scalars.get<double>("lr")));
+  if (speaks_) {
+    Log::info("resumed from {} at step {} (saved on {} ranks, {}; {:.1f} MiB read by rank 0 in {:.2f} s)", *latest,
+              first_step, loaded.saved_world_size, loaded.saved_mesh, loaded.bytes / 1048576.0, loaded.seconds);
+    const int G = deck_.train.global_batch;
+    if (loaded.saved_world_size != world_size_)
+      Log::info("data: the sample order is global, so resuming on {} ranks instead of {} continues it at global "
+                "batch {}: each rank now takes its {} of the {} sequences of every batch, none repeated or skipped",
+                world_size_, loaded.saved_world_size, first_step, G / world_size_, G);
+  }
+  return first_step;
+}
+
+void Checkpointer::report_background(const std::optional<SaveResult>& done) {
+  if (!done || background_reported_ || !speaks_) return;
+  Log::info("checkpoint: step {} written in the background to {} ({:.1f} MiB in {:.2f} s)", background_step_,
+            done->path, done->bytes / 1048576.0, done->seconds);
+  background_reported_ = true;
+}
+
+void Checkpointer::save(std::int64_t done) {
+  TrainProgress progress;
+  progress.step = done;
+  const CheckpointContents c = contents();
+  progress.scalars = c.scalars;
+  if (background_) {
+    report_background(background_->wait());
+    const auto t0 = std::chrono::steady_clock::now();
+    background_->start(stage_checkpoint(c, progress, meta_, rank_), deck_.checkpoint.dir, deck_.checkpoint.keep_last);
+    background_step_ = done;
+    background_reported_ = false;
+    if (speaks_)
+      Log::info("checkpoint: step {} staged in {:.3f} s; writing in the background", done,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return;
+  }
+  const SaveResult result = save_checkpoint(comm_, deck_.checkpoint.dir, c, progress, meta_, deck_.checkpoint.keep_last);
+  if (speaks_)
+    Log::info("checkpoint: saved step {} to {} ({:.1f} MiB in {:.2f} s, {:.2f} GB/s)", done, result.path,
+              result.bytes / 1048576.0, result.seconds, result.bytes / std::max(result.seconds, 1e-9) / 1e9);
+}
+
+std::string Checkpointer::save_and_wait(std::int64_t done) {
+  finish();
+  const auto keep = std::move(background_);  // a synchronous save from here on
+  save(done);
+  return (std::filesystem::path(deck_.checkpoint.dir) / checkpoint_file_name(done)).string();
+}
+
+void Checkpointer::poll() {
+  // A background save is committed at the first step boundary after every rank has written its shards.
+  if (background_ && background_->in_flight()) report_background(background_->poll());
+}
+
+void Checkpointer::finish() {
+  if (background_) report_background(background_->wait());
+}
+
+}  // namespace fsdpp

@@ -1,0 +1,52 @@
+#pragma once
+// DataFeed: the deck's tokens, the global sample order over them, and the one device batch that training and
+// evaluation fill in turn. A rank takes its share of each global batch (data parallelism) as micro-batches.
+// Its position in the sample order is Stateful: a checkpoint saves it, a resume continues it exactly.
+#include "fsdpp/ckpt/state_dict.hpp"
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/data/sampler.hpp"
+#include "fsdpp/nn/module.hpp"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fsdpp {
+
+class DataFeed final : public Stateful {
+ public:
+  // `dp_size` ranks take disjoint parts of each global batch; this one is `dp_rank`. UsageError for a deck
+  // whose data cannot serve it (too short for a window, an evaluation without a validation split).
+  DataFeed(const Deck& deck, int dp_size, int dp_rank);
+
+  const std::string& description() const { return description_; }
+  std::optional<double> entropy_floor() const { return entropy_floor_; }  // synthetic corpus only
+  int accumulation_steps() const { return accum_; }
+  int data_parallel_size() const { return dp_size_; }
+
+  // Micro-batch `micro_step` of the current global batch into flow.tokens/targets, on the device.
+  void load_train(int micro_step, Flow& flow);
+  // Validation batch `index` (the same windows every evaluation) into flow.tokens/targets.
+  void load_val(int index, Flow& flow);
+  void advance() { sampler_.advance(); }  // after each optimizer step
+  // Sequential order only: the log line when global batch `step` starts another pass over the data.
+  std::optional<std::string> epoch_note(std::int64_t step) const;
+
+  void state_dict(StateDict& out) const override;
+  void load_state_dict(const StateDict& in) override;  // UsageError when the data or T differ
+
+  struct Loaded;  // the tokens and what the log says of them (data_feed.cpp)
+
+ private:
+  DataFeed(const Deck& deck, int dp_size, int dp_rank, Loaded&& data);
+  void upload(Flow& flow);
+
+  WindowSampler sampler_;
+  std::string description_;
+  std::optional<double> entropy_floor_;
+  int T_, micro_batch_, global_batch_, dp_size_, dp_rank_, accum_;
+  std::vector<std::int32_t> host_inputs_, host_targets_;
+  View1<std::int32_t> inputs_, targets_;  // (micro_batch, T) each
+};
+
+}  // namespace fsdpp

@@ -1,0 +1,17 @@
+#include "fsdpp/train/evaluator.hpp"
+
+namespace fsdpp {
+
+double Evaluator::run() {
+  double total = 0;
+  for (int e = 0; e < batches_; ++e) {
+    data_.load_val(e, flow_);
+    flow_.training = false;
+    model_(flow_);
+    total += flow_.loss;
+  }
+  parallel_.after_evaluation();
+  return parallel_.mean_over_ranks(total / batches_);
+}
+
+}  // namespace fsdpp

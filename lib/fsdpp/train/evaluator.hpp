@@ -1,0 +1,29 @@
+#pragma once
+// The validation loss: train.eval_batches fixed validation micro-batches per rank, averaged over the job.
+// Forward only; the root group, which keeps its parameters after forward for a backward, is resharded after.
+#include "fsdpp/nn/gpt.hpp"
+#include "fsdpp/parallel/parallelize.hpp"
+#include "fsdpp/train/data_feed.hpp"
+
+namespace fsdpp {
+
+class Evaluator {
+ public:
+  Evaluator(Gpt& model, Parallelism& parallel, DataFeed& data, const TrainConfig& train)
+      : model_(model), parallel_(parallel), data_(data), interval_(train.eval_interval),
+        batches_(std::max(1, train.eval_batches)) {}
+
+  // Whether the step just completed (`done`, 1-based) is evaluated: every train.eval_interval, and the last.
+  bool due(std::int64_t done, bool last) const { return interval_ > 0 && (done % interval_ == 0 || last); }
+  double run();  // collective
+
+ private:
+  Gpt& model_;
+  Parallelism& parallel_;
+  DataFeed& data_;
+  std::int64_t interval_;
+  int batches_;
+  Flow flow_;
+};
+
+}  // namespace fsdpp

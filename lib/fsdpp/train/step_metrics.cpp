@@ -1,0 +1,150 @@
+#include "fsdpp/train/step_metrics.hpp"
+
+#include "fsdpp/runtime/build_info.hpp"
+#include "fsdpp/runtime/log.hpp"
+#include "fsdpp/runtime/memory_accounting.hpp"
+#include "fsdpp/tensor/matmul.hpp"
+
+namespace fsdpp {
+namespace {
+
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// The optimizer's per-parameter state, as the banner names it, and how many f32 copies of a shard it is.
+std::pair<std::string, int> optimizer_state(const Optimizer& optimizer) {
+  const Parameter& any = *optimizer.parameters().front();
+  const int copies = static_cast<int>(optimizer.state_tensors(any).size());
+  if (copies == 0) return {fmt::format("{} state (none)", optimizer.kind()), 0};
+  std::string names;
+  for (const auto& [name, view] : optimizer.state_tensors(any)) names += (names.empty() ? "" : ", ") + name;
+  return {fmt::format("{} state ({})", optimizer.kind(), names), copies};
+}
+
+}  // namespace
+
+StepMetrics::StepMetrics(MPI_Comm comm, const Deck& deck, const Parallelism& parallel, bool speaks, bool measure_peak)
+    : comm_(comm), deck_(deck), parallel_(parallel), speaks_(speaks),
+      log_(speaks, speaks && !deck.run.output.empty() ? deck.run.output + "/metrics.jsonl" : std::string(),
+           deck.log.header_every),
+      timers_(step_section_names()) {
+  MPI_Comm_size(comm, &ranks_);
+  tokens_per_step_ = static_cast<double>(deck.train.global_batch) * deck.model.context_length;
+  if (measure_peak) summary_.sgemm_gflops = parallel_.mean_over_ranks(measure_sgemm_gflops(1024, 3));
+}
+
+void StepMetrics::banner(const Gpt& model, const DataFeed& data, const Optimizer& optimizer) {
+  const GptConfig config = model.config();
+  const int T = deck_.model.context_length;
+  summary_.loss_floor = data.entropy_floor();
+  summary_.flops_per_token = config.flops_per_token(T);
+  if (!speaks_) return;
+  Log::info("{}", format_build_info());
+  Log::info("matmul: {}, BLAS threads per rank: {}", matmul_backend(), blas_threads());
+  Log::info("---- resolved deck ----\n{}-----------------------", resolved_deck_yaml(deck_));
+  Log::info("model: GPT-2, V {} T {} C {} L {} NH {} ({} embeddings), {} parameters", config.vocab_size, T,
+            config.n_embd, config.n_layer, config.n_head, config.tie_embeddings ? "tied" : "untied",
+            config.parameter_count());
+  Log::info("data: {}", data.description());
+  Log::info("batch: {} sequences x {} tokens = {:.0f} tokens per step; {} rank(s) x {} micro-batch(es) of {}",
+            deck_.train.global_batch, T, tokens_per_step_, data.data_parallel_size(), data.accumulation_steps(),
+            deck_.train.micro_batch);
+  Log::info("flops per token: {:.4g} (6 x matmul parameters + 12 x L x T x C); sgemm peak {:.1f} GFLOP/s per rank",
+            summary_.flops_per_token, summary_.sgemm_gflops);
+  if (summary_.loss_floor) Log::info("loss floor (entropy rate of the corpus): {:.4f}", *summary_.loss_floor);
+  const auto [state, copies] = optimizer_state(optimizer);
+  for (const std::string& line : parallel_.banner(state, copies)) Log::info("{}", line);
+}
+
+void StepMetrics::start_loop(std::int64_t first_step) {
+  first_step_ = last_log_step_ = first_step;
+  loop_start_ = last_log_ = std::chrono::steady_clock::now();
+  timers_.restart();
+}
+
+void StepMetrics::after_step(std::int64_t done, const StepResult& r, const FsdpStats& stats, float lr,
+                             std::optional<double> val, bool last) {
+  peak_unsharded_ = std::max(peak_unsharded_, stats.peak_unsharded_bytes);
+  comm_seconds_[0] += stats.all_gather_wait_s;
+  comm_seconds_[1] += stats.reduce_scatter_s;
+  comm_seconds_[2] += stats.all_reduce_s;
+  comm_since_log_ += stats.exposed_comm_s();
+  if (done == first_step_ + 1) summary_.first_loss = r.loss;
+  summary_.losses.push_back(r.loss);
+  summary_.final_loss = r.loss;
+  if (val) summary_.final_val_loss = val;
+  if (!(done % std::max<std::int64_t>(1, deck_.log.interval) == 0 || last || done == first_step_ + 1)) return;
+
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = seconds_between(last_log_, now);
+  const double steps = static_cast<double>(done - last_log_step_);
+  StepRecord rec;
+  rec.step = done;
+  rec.loss = r.loss;
+  rec.val_loss = val;
+  rec.lr = lr;
+  rec.grad_norm = r.grad_norm;
+  rec.ms_per_step = 1000.0 * seconds / steps;
+  rec.tokens_per_s = tokens_per_step_ * steps / seconds;
+  rec.mfu = summary_.sgemm_gflops > 0
+                ? rec.tokens_per_s * summary_.flops_per_token / (summary_.sgemm_gflops * 1e9 * ranks_) : 0;
+  rec.peak_mem_bytes = peak_host_memory_bytes();
+  rec.max_peak_mem_bytes = rec.peak_mem_bytes;
+  MPI_Allreduce(MPI_IN_PLACE, &rec.max_peak_mem_bytes, 1, MPI_INT64_T, MPI_MAX, comm_);
+  rec.exposed_comm_ms = 1000.0 * parallel_.mean_over_ranks(comm_since_log_) / steps;
+  comm_since_log_ = 0;
+  log_.write(rec);
+  last_log_ = now;
+  last_log_step_ = done;
+  timers_.mark(kOther);
+}
+
+TrainSummary StepMetrics::finish(Gpt& model, std::optional<double> loss_floor) {
+  TrainSummary& s = summary_;
+  s.loss_floor = loss_floor;
+  s.steps = static_cast<std::int64_t>(s.losses.size());
+  s.loop_seconds = seconds_between(loop_start_, std::chrono::steady_clock::now());
+  const double train_seconds = s.loop_seconds - eval_seconds_;
+  s.tokens_per_s = train_seconds > 0 ? tokens_per_step_ * s.steps / train_seconds : 0;
+  s.mfu = s.sgemm_gflops > 0 ? s.tokens_per_s * s.flops_per_token / (s.sgemm_gflops * 1e9 * ranks_) : 0;
+  s.exposed_comm_ms = 1000.0 * parallel_.mean_over_ranks(comm_seconds_[0] + comm_seconds_[1] + comm_seconds_[2]) /
+                      std::max<std::int64_t>(1, s.steps);
+  {
+    std::int64_t bytes[5] = {0, 0, 0, peak_unsharded_, model.activation_bytes()};
+    for (Parameter* p : model.parameters()) bytes[0] += static_cast<std::int64_t>(p->value.extent(0)) * 4;
+    bytes[1] = bytes[0];
+    bytes[2] = deck_.optim.name == OptimizerKind::adamw ? 2 * bytes[0] : (deck_.optim.momentum > 0 ? bytes[0] : 0);
+    MPI_Allreduce(MPI_IN_PLACE, bytes, 5, MPI_INT64_T, MPI_MAX, comm_);
+    s.param_bytes = bytes[0], s.grad_bytes = bytes[1], s.optimizer_bytes = bytes[2];
+    s.peak_unsharded_bytes = bytes[3], s.activation_bytes = bytes[4];
+  }
+  const std::string breakdown = timers_.report(comm_, s.loop_seconds);
+  const std::string comm_breakdown = min_avg_max_table(
+      comm_, {"AllGather", "ReduceScat", "AllReduce"}, {comm_seconds_[0], comm_seconds_[1], comm_seconds_[2]},
+      s.loop_seconds);
+  // Per-rank memory: the peak of fsdpp's Views in the compute space (what `fsdpp plan` predicts) and the
+  // process's peak resident set, each as min/avg/max over ranks and summed over the job.
+  const SpaceUsage device = MemoryAccounting::device();
+  const std::vector<std::string> memory_rows = {fmt::format("{} allocations", device.space), "Host RSS"};
+  const std::vector<double> memory_mib = {device.peak_bytes / 1048576.0, peak_host_memory_bytes() / 1048576.0};
+  const std::string memory_table = min_avg_max_sum_table(comm_, memory_rows, memory_mib, "Peak MiB");
+  s.measured_peak_bytes = device.peak_bytes;
+  MPI_Allreduce(MPI_IN_PLACE, &s.measured_peak_bytes, 1, MPI_INT64_T, MPI_MAX, comm_);
+  if (!speaks_) return s;
+  Log::info("Loop time of {:.3f} on {} procs for {} steps with {:.0f} tokens", s.loop_seconds, ranks_, s.steps,
+            tokens_per_step_ * s.steps);
+  Log::info("Performance: {:.0f} tokens/s, {:.2f} GFLOP/s{}", s.tokens_per_s, s.tokens_per_s * s.flops_per_token / 1e9,
+            s.sgemm_gflops > 0 ? fmt::format(", MFU {:.3f} (of {:.1f} GFLOP/s sgemm peak per rank)", s.mfu, s.sgemm_gflops)
+                               : std::string());
+  Log::info("\nMPI task timing breakdown:\n{}", breakdown);
+  Log::info("Communication the compute waited on (part of Forward, Backward and GradSync above):\n{}", comm_breakdown);
+  Log::info("Per MPI rank peak memory: fsdpp's Views (what fsdpp plan predicts) and the resident set size:\n{}",
+            memory_table);
+  if (s.final_val_loss)
+    Log::info("final loss {:.4f}, validation loss {:.4f}{}", s.final_loss, *s.final_val_loss,
+              s.loss_floor ? fmt::format(" (floor {:.4f})", *s.loss_floor) : std::string());
+  return s;
+}
+
+}  // namespace fsdpp
