@@ -98,8 +98,8 @@ MPI_TEST_CASE("train: 4 ranks, every strategy, train the same model as 1 rank", 
 }
 
 MPI_TEST_CASE("train: fsdpp plan predicts the measured per-rank peak under every strategy", 4) {
-  // The issue's contract is 10% (tests/cli/plan_vs_measured.sh checks it on small.yaml); the replay of
-  // fully_shard's allocations is meant to be exact, so drift shows here first.
+  // The plan runs fully_shard's own schedule dry (memory events), so it should agree to the byte but for
+  // what MemoryAccounting sees outside FSDP's buffers; tests/cli/plan_vs_measured.sh checks small.yaml.
   const std::vector<std::string> common = {"train.steps=2", "train.eval_interval=0", "schedule.warmup_steps=1",
                                            "train.micro_batch=2"};
   for (const std::vector<std::string>& extra :
@@ -115,7 +115,7 @@ MPI_TEST_CASE("train: fsdpp plan predicts the measured per-rank peak under every
     const std::int64_t measured = train(test_comm, deck, quiet()).measured_peak_bytes;
     CAPTURE(planned);
     CAPTURE(measured);
-    CHECK(std::abs(static_cast<double>(planned - measured)) <= 0.03 * static_cast<double>(measured));
+    CHECK(std::abs(static_cast<double>(planned - measured)) <= 0.01 * static_cast<double>(measured));
   }
 }
 

@@ -1,12 +1,12 @@
 #pragma once
 // `fsdpp plan`: the per-rank memory a deck will need on N ranks, worked out from shapes alone: no MPI job
-// beyond the calling process, no model storage. The model is built on meta for its parameter shapes; the
-// sharding follows fully_shard's rules (one unit per block, then the root; dim 0 split like torch.chunk,
-// padded); and the unsharded memory is found by replaying, allocation by allocation, what fully_shard does in
-// one training step under the deck's reshard_after_forward, prefetch and gradient accumulation.
+// beyond the calling process, no model storage. The model is built on meta; parallelize_for_planning shards it
+// exactly as training would (the same function over a planning mesh); and the unsharded memory is what the real
+// FsdpGroups report, as memory events, while one training step runs dry through them (Module::dry_run) under
+// the deck's reshard_after_forward, prefetch and gradient accumulation.
 //
 // What it predicts is what MemoryAccounting measures: bytes in Views of the compute memory space. The trainer
-// prints the measured peak at the end of a run, and tests/cli/plan_vs_measured.sh holds the two within 10%.
+// prints the measured peak at the end of a run, and tests/cli/plan_vs_measured.sh holds the two within 1%.
 #include "fsdpp/config/deck.hpp"
 
 #include <cstdint>
@@ -43,7 +43,7 @@ struct PlannedMemory {
 struct MemoryPlan {
   int ranks = 1;
   std::string strategy;
-  std::vector<MeshDim> mesh;            // resolved sizes; empty under no_shard
+  std::vector<MeshDim> mesh;            // resolved sizes (no_shard: dp_replicate=N x dp_shard=1)
   int shard_ranks = 1;                  // ranks a parameter is split over
   int micro_batch = 1, accum_steps = 1;
   std::vector<PlannedUnit> units;       // in the order they run forward; root last
