@@ -4,8 +4,9 @@
 #include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/ckpt/hf_gpt2.hpp"
 #include "fsdpp/config/deck.hpp"
-#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/train/build_model.hpp"
 
 #include <mpi.h>
 
@@ -35,41 +36,32 @@ Command add_ckpt_command(CLI::App& app) {
             // Every rank parses the deck (a bad deck is reported once); rank 0 converts.
             GptConfig config;
             if (*import) config = model_config(parse_deck(read_deck_everywhere(rt.world(), *deck_path), *deck_path).model);
-            // Serial reads on rank 0; the verdict is shared so every rank exits alike.
-            std::string output, error;
+            // Serial reads on rank 0; a failure is the same error (exit code 2) on every rank, and the verdict is
+            // shared so every rank exits alike.
+            std::string output;
             int problems = 0;
-            if (rt.rank() == 0) {
-              try {
-                if (*inspect) {
-                  output = inspect_checkpoint(*path);
-                } else if (*import) {
-                  import_hf_gpt2(*path, *out, config);
-                  output = fmt::format("wrote {}: GPT-2 weights in fsdpp layout; train from them with "
-                                       "checkpoint.init_from={}", *out, *out);
-                } else if (*exporter) {
-                  export_hf_gpt2(*path, *out, *dtype);
-                  output = fmt::format("wrote {}: Hugging Face GPT-2 layout, {}", *out, *dtype);
-                } else if (*consolidate) {
-                  consolidate_checkpoint(*path, *out);
-                  output = fmt::format("wrote {}: whole tensors at /model/<name> (h5dump -d /model/wte.weight {})", *out, *out);
-                } else {
-                  const auto found = verify_checkpoint(*path);
-                  problems = static_cast<int>(found.size());
-                  for (const auto& p : found) output += "problem: " + p + "\n";
-                  output += problems ? fmt::format("{}: {} problem(s)", *path, problems)
-                                     : fmt::format("{}: every shard's checksum, shape and rows are sound", *path);
-                }
-              } catch (const std::exception& e) {
-                error = e.what();
+            root_does(rt.world(), [&] {
+              if (*inspect) {
+                output = inspect_checkpoint(*path);
+              } else if (*import) {
+                import_hf_gpt2(*path, *out, config);
+                output = fmt::format("wrote {}: GPT-2 weights in fsdpp layout; train from them with "
+                                     "checkpoint.init_from={}", *out, *out);
+              } else if (*exporter) {
+                export_hf_gpt2(*path, *out, *dtype);
+                output = fmt::format("wrote {}: Hugging Face GPT-2 layout, {}", *out, *dtype);
+              } else if (*consolidate) {
+                consolidate_checkpoint(*path, *out);
+                output = fmt::format("wrote {}: whole tensors at /model/<name> (h5dump -d /model/wte.weight {})", *out, *out);
+              } else {
+                const auto found = verify_checkpoint(*path);
+                problems = static_cast<int>(found.size());
+                for (const auto& p : found) output += "problem: " + p + "\n";
+                output += problems ? fmt::format("{}: {} problem(s)", *path, problems)
+                                   : fmt::format("{}: every shard's checksum, shape and rows are sound", *path);
               }
-            }
-            int failed = !error.empty();
-            MPI_Bcast(&failed, 1, MPI_INT, 0, rt.world());
-            MPI_Bcast(&problems, 1, MPI_INT, 0, rt.world());
-            if (failed) {
-              Log::error_all_ranks(error);
-              return 2;
-            }
+            });
+            FSDPP_MPI_CHECK(MPI_Bcast(&problems, 1, MPI_INT, 0, rt.world()));
             Log::info("{}", output);
             return problems ? 1 : 0;
           }};

@@ -5,6 +5,7 @@
 
 #include "embedded_decks.hpp"
 #include "fsdpp/config/deck.hpp"
+#include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/preemption.hpp"
 #include "fsdpp/train/build_model.hpp"
@@ -43,26 +44,15 @@ struct TrainArgs {
 // Rank 0 reads the deck; every rank gets its text (or the same error), so N ranks do not hammer the file
 // system and every rank parses identical text.
 std::string read_deck_everywhere(MPI_Comm world, const std::string& path) {
-  int rank = 0;
-  MPI_Comm_rank(world, &rank);
-  std::string text, error;
-  if (rank == 0) {
+  std::string text;
+  root_does(world, [&] {
     std::ifstream in(path);
-    if (!in) error = fmt::format("cannot read deck '{}': {}", path, std::strerror(errno));
-    else {
-      std::ostringstream buffer;
-      buffer << in.rdbuf();
-      text = buffer.str();
-    }
-  }
-  for (std::string* s : {&error, &text}) {
-    long long length = static_cast<long long>(s->size());
-    MPI_Bcast(&length, 1, MPI_LONG_LONG, 0, world);
-    s->resize(static_cast<std::size_t>(length));
-    MPI_Bcast(s->data(), static_cast<int>(length), MPI_CHAR, 0, world);
-  }
-  if (!error.empty()) throw UsageError(error);
-  return text;
+    if (!in) throw UsageError(fmt::format("cannot read deck '{}': {}", path, std::strerror(errno)));
+    std::ostringstream buffer;
+    buffer << in.rdbuf();
+    text = buffer.str();
+  });
+  return broadcast_string(world, std::move(text));
 }
 
 namespace {

@@ -1,6 +1,7 @@
 #include "fsdpp/ckpt/checkpoint.hpp"
 
 #include "fsdpp/ckpt/h5.hpp"
+#include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/version.hpp"
 
@@ -86,23 +87,6 @@ void wait_gently(MPI_Request& request) {
   }
 }
 
-
-// Every rank throws the same UsageError if any rank has an error (the lowest failing rank's message).
-void agree(MPI_Comm comm, const std::string& local_error) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  int first = local_error.empty() ? INT_MAX : rank;
-  MPI_Request request;
-  MPI_Iallreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm, &request);
-  wait_gently(request);
-  if (first == INT_MAX) return;
-  std::string message = rank == first ? local_error : std::string();
-  long long length = static_cast<long long>(message.size());
-  MPI_Bcast(&length, 1, MPI_LONG_LONG, first, comm);
-  message.resize(static_cast<std::size_t>(length));
-  MPI_Bcast(message.data(), static_cast<int>(length), MPI_CHAR, first, comm);
-  throw UsageError(message);
-}
 
 // Creates /a/b/c group by group (metadata: collective in a parallel file).
 h5::Handle create_groups(hid_t file, const std::string& path, const std::string& file_name) {
@@ -270,7 +254,7 @@ PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const Che
     fs::create_directories(dir, ec);
     if (ec) error = fmt::format("cannot create checkpoint.dir '{}': {}", dir, ec.message());
   }
-  agree(comm, error);
+  agree_on_error(comm, error);
 
   // Every checksum is an attribute, and attributes are written collectively: gather them first.
   const auto& tensors = snapshot.tensors;
@@ -289,10 +273,7 @@ PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const Che
     MPI_Iallreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm, &request);
     wait_gently(request);
   }
-  std::string wall_time = rank == 0 ? utc_now() : std::string(32, '\0');
-  wall_time.resize(32);
-  MPI_Bcast(wall_time.data(), 32, MPI_CHAR, 0, comm);
-  wall_time.resize(wall_time.find('\0') == std::string::npos ? 32 : wall_time.find('\0'));
+  const std::string wall_time = broadcast_string(comm, rank == 0 ? utc_now() : std::string());
 
   h5::Handle file = h5::create_file(save.partial, comm);
   h5::Handle m = h5::create_group(file, "/meta", save.partial);
@@ -371,7 +352,7 @@ void write_shards(const PreparedSave& save, const CheckpointSnapshot& snapshot) 
 
 SaveResult commit_checkpoint(MPI_Comm comm, const PreparedSave& save, const std::string& write_error) {
   const auto t0 = std::chrono::steady_clock::now();
-  agree(comm, write_error);  // also the barrier: every rank's shards are on disk
+  agree_on_error(comm, write_error);  // also the barrier: every rank's shards are on disk
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   std::string error;
@@ -382,7 +363,7 @@ SaveResult commit_checkpoint(MPI_Comm comm, const PreparedSave& save, const std:
       error = e.what();
     }
   }
-  agree(comm, error);
+  agree_on_error(comm, error);
   SaveResult result;
   result.path = save.final_path;
   result.bytes = save.bytes;
@@ -497,7 +478,7 @@ LoadReport load_checkpoint(MPI_Comm comm, const std::string& path, const Checkpo
       Kokkos::deep_copy(Kokkos::subview(tensors[t].view, std::make_pair<std::size_t, std::size_t>(0, host.size())),
                         HostView1<float>(host.data(), host.size()));
   }
-  agree(comm, error);
+  agree_on_error(comm, error);
 
   h5::Handle tr = h5::open_group(file, "/train", path);
   const std::string where = path + " /train";

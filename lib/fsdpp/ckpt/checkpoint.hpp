@@ -1,6 +1,6 @@
 #pragma once
 // Sharded checkpoints in one parallel HDF5 file per save, written by all ranks through MPI-IO, readable with
-// h5dump / h5ls / h5py without fsdpp (PyTorch DCP's save/load semantics, fsdp2-semantics.md §10):
+// h5dump / h5ls / h5py without fsdpp (PyTorch DCP's save/load semantics, docs/fsdp2-semantics.md §10):
 //
 //   /meta                          attributes: format, format_version, fsdpp version, world size, mesh,
 //                                  strategy, dtypes, wall time, the resolved deck

@@ -2,6 +2,7 @@
 #include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/ckpt/h5.hpp"
 #include "fsdpp/ckpt/hf_gpt2.hpp"
+#include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/version.hpp"
 
@@ -73,23 +74,13 @@ void load_weights(MPI_Comm comm, const std::string& path, const std::vector<Para
     load_hf_safetensors(comm, path, params);
     return;
   }
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
   // Rank 0 tells the kind; every rank then takes the same path.
   std::string format;
-  if (rank == 0) {
-    try {
-      h5::Handle file = h5::open_file(path, MPI_COMM_NULL);
-      format = h5::get_string(h5::open_group(file, "/meta", path), "format", path + " /meta");
-    } catch (const std::exception& e) {
-      format = std::string("!") + e.what();
-    }
-  }
-  long long length = static_cast<long long>(format.size());
-  MPI_Bcast(&length, 1, MPI_LONG_LONG, 0, comm);
-  format.resize(static_cast<std::size_t>(length));
-  MPI_Bcast(format.data(), static_cast<int>(length), MPI_CHAR, 0, comm);
-  FSDPP_REQUIRE(format.empty() || format[0] != '!', "{}", format.substr(1));
+  root_does(comm, [&] {
+    h5::Handle file = h5::open_file(path, MPI_COMM_NULL);
+    format = h5::get_string(h5::open_group(file, "/meta", path), "format", path + " /meta");
+  });
+  format = broadcast_string(comm, std::move(format));
   if (format == "fsdpp-consolidated") {
     load_consolidated(comm, path, params);
     return;
@@ -133,10 +124,7 @@ void load_consolidated(MPI_Comm comm, const std::string& path, const std::vector
       problems = std::string("\n  ") + e.what();
     }
   }
-  long long length = static_cast<long long>(problems.size());
-  MPI_Bcast(&length, 1, MPI_LONG_LONG, 0, comm);
-  problems.resize(static_cast<std::size_t>(length));
-  MPI_Bcast(problems.data(), static_cast<int>(length), MPI_CHAR, 0, comm);
+  problems = broadcast_string(comm, std::move(problems));
   FSDPP_REQUIRE(problems.empty(), "{} does not match the model:{}", path, problems);
 
   for (Parameter* p : params) {

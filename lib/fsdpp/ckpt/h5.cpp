@@ -27,7 +27,7 @@ Handle file_access(MPI_Comm comm) {
     // Metadata writes through collective MPI-IO: one writer instead of every rank touching the same blocks.
     checked(H5Pset_coll_metadata_write(fapl, 1), "H5Pset_coll_metadata_write", 0);
   }
-  // Lustre and NFS often lack flock; a checkpoint must not fail on that (stack-notes §4.5).
+  // Lustre and NFS often lack flock; a checkpoint must not fail on that (docs/stack-notes.md §4.5).
   H5Pset_file_locking(fapl, 0, 1);
   return fapl;
 }

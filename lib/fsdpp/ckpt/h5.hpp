@@ -1,6 +1,6 @@
 #pragma once
 // A thin RAII layer over the HDF5 C API, for checkpoints. Rules of parallel HDF5 that shape it
-// (stack-notes §4): every metadata operation (create a group, a dataset or an attribute, write an attribute)
+// (docs/stack-notes.md §4): every metadata operation (create a group, a dataset or an attribute, write an attribute)
 // is collective: all ranks of the file's communicator make the same calls with the same values, in the same
 // order. Raw data reads and writes may be independent. HDF5's own error printing is off; failures become
 // fsdpp errors naming the file and the object.

@@ -3,6 +3,7 @@
 #include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/ckpt/h5.hpp"
 #include "fsdpp/ckpt/safetensors.hpp"
+#include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/version.hpp"
 
@@ -151,19 +152,7 @@ void load_hf_safetensors(MPI_Comm comm, const std::string& path, const std::vect
   std::map<std::string, std::vector<std::int64_t>> expected;
   for (const Parameter* p : params) expected[p->name()] = p->shape();
   std::unique_ptr<HfFile> file;
-  std::string problem;
-  if (rank == 0) {
-    try {
-      file = std::make_unique<HfFile>(path, expected);
-    } catch (const std::exception& e) {
-      problem = e.what();
-    }
-  }
-  long long length = static_cast<long long>(problem.size());
-  MPI_Bcast(&length, 1, MPI_LONG_LONG, 0, comm);
-  problem.resize(static_cast<std::size_t>(length));
-  MPI_Bcast(problem.data(), static_cast<int>(length), MPI_CHAR, 0, comm);
-  FSDPP_REQUIRE(problem.empty(), "{}", problem);
+  root_does(comm, [&] { file = std::make_unique<HfFile>(path, expected); });
   for (Parameter* p : params) {
     std::vector<float> whole = rank == 0 ? file->read(p->name()) : std::vector<float>(static_cast<std::size_t>(p->numel()));
     broadcast_into_shard(comm, whole, *p);

@@ -208,7 +208,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm group) {
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&barrier_buf_), sizeof *barrier_buf_));
     CUDA_CHECK(cudaMemsetAsync(barrier_buf_, 0, sizeof *barrier_buf_, stream_));
 
-    // The id is an opaque blob: rank 0 makes it, MPI carries it (stack-notes §3.1).
+    // The id is an opaque blob: rank 0 makes it, MPI carries it (docs/stack-notes.md §3.1).
     ncclUniqueId id{};
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     FSDPP_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group));

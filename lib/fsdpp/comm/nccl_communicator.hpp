@@ -1,6 +1,6 @@
 #pragma once
 // NcclCommunicator: the Communicator for device memory, one NCCL communicator per mesh-dimension group
-// (stack-notes §3.1-3.3). Collectives run on a stream the communicator owns, so they can overlap compute:
+// (docs/stack-notes.md §3.1-3.3). Collectives run on a stream the communicator owns, so they can overlap compute:
 //   - before a collective, the comm stream waits on an event recorded on the compute stream, so the
 //     collective reads what earlier compute wrote;
 //   - Work::wait() makes the compute stream wait on the collective's completion event. The host does not

@@ -4,7 +4,7 @@
 //
 // Parsing is pure (no MPI, no files): rank 0 reads the deck file and broadcasts its text, and every rank calls
 // parse_deck on the same text, file name and overrides, so every rank either gets the same Deck or throws the
-// same UsageError (printed once by rank 0, stack-notes §1.5).
+// same UsageError (printed once by rank 0, docs/stack-notes.md §1.5).
 //
 // The schema lives in one table (deck_schema.cpp); adding a key there adds it to parsing, unknown-key
 // detection, the help text and the resolved-deck echo at once.

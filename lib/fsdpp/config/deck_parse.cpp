@@ -1,5 +1,5 @@
 // Reading a deck: walk every map ourselves, because yaml-cpp 0.7 silently accepts unknown and duplicate keys
-// (stack-notes §6.1); then overrides, derived defaults and the checks that involve more than one key.
+// (docs/stack-notes.md §6.1); then overrides, derived defaults and the checks that involve more than one key.
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/config/deck_schema.hpp"
 #include "fsdpp/runtime/error.hpp"

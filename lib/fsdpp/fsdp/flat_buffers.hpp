@@ -1,5 +1,5 @@
 #pragma once
-// The copy-in and copy-out of FSDP's flat collective buffers (fsdp2-semantics.md §1.3-1.4). A group's flat
+// The copy-in and copy-out of FSDP's flat collective buffers (docs/fsdp2-semantics.md §1.3-1.4). A group's flat
 // buffer has one slot per rank; slot q holds piece q (the padded chunk q) of every parameter, in group order.
 // Element types may differ between the buffer (param_dtype / reduce_dtype) and the f32 tensors.
 #include "fsdpp/tensor/bf16.hpp"

@@ -1,5 +1,5 @@
 #pragma once
-// fully_shard: FSDP2's per-module sharding (../shared/design/fsdp2-semantics.md §1-5) on fsdpp Modules.
+// fully_shard: FSDP2's per-module sharding (docs/fsdp2-semantics.md §1-5) on fsdpp Modules.
 //
 //   for (Block* b : model.blocks()) fully_shard(*b, mesh);   // one communication group per block...
 //   fully_shard(model, mesh);                                // ...then the root: what is left (wte, wpe, ln_f)

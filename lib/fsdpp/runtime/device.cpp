@@ -1,10 +1,10 @@
 #include "fsdpp/runtime/device.hpp"
 
+#include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <fmt/format.h>
 
-#include <climits>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -165,14 +165,7 @@ DeviceChoice choose_device(MPI_Comm world, int local_rank, DevicePolicy policy,
                             choice.visible_devices, *shared);
 
   // The lowest refused rank explains the refusal to everyone, so rank 0 can print it once.
-  int first_refused = refusal ? rank : INT_MAX;
-  FSDPP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_refused, 1, MPI_INT, MPI_MIN, world));
-  if (first_refused != INT_MAX) {
-    char text[1024] = {0};
-    if (rank == first_refused) fmt::format_to_n(text, sizeof text - 1, "{}", *refusal);
-    FSDPP_MPI_CHECK(MPI_Bcast(text, sizeof text, MPI_CHAR, first_refused, world));
-    throw UsageError(text);
-  }
+  agree_on_error(world, refusal.value_or(std::string()));
 
   choice.device = plan.device;
 #ifdef FSDPP_HAVE_CUDA

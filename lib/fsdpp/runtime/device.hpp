@@ -1,7 +1,7 @@
 #pragma once
 // Which device a rank computes on. The rule: node-local rank modulo the number of GPUs this rank sees; then the
 // ranks of a node compare the PCI bus ids of the GPUs they chose, and two ranks on one physical GPU is an error
-// unless the user allows it (stack-notes §3.4). Comparing bus ids, not counts, matters under
+// unless the user allows it (docs/stack-notes.md §3.4). Comparing bus ids, not counts, matters under
 // `srun --gpus-per-task=1`: each rank then sees exactly one GPU (through CUDA_VISIBLE_DEVICES) as its CUDA
 // device 0, a different physical one per rank, which a count ("4 ranks, 1 visible GPU") would wrongly refuse.
 #include <mpi.h>

@@ -1,5 +1,5 @@
 #pragma once
-// Two kinds of error, after LAMMPS's error->all / error->one split (stack-notes §1.5):
+// Two kinds of error, after LAMMPS's error->all / error->one split (docs/stack-notes.md §1.5):
 //  - UsageError: every rank detects it identically (a bad deck, an invalid mesh). Rank 0 prints it once and
 //    every rank exits non-zero.
 //  - Error: one rank detects it (a failed MPI call, a corrupt buffer). That rank prints it with "[rank r]" and

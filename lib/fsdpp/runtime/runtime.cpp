@@ -103,7 +103,8 @@ Runtime::Runtime(int& argc, char**& argv, RuntimeOptions options) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
 #endif
-  // OpenBLAS starts a thread per core in every rank; ranks sharing a node would thrash (stack-notes pitfalls).
+  // OpenBLAS starts a thread per core in every rank; ranks sharing a node would thrash
+  // (docs/stack-notes.md §0.1).
   // Split the node's cores among its ranks unless the user chose.
   if (!std::getenv("OPENBLAS_NUM_THREADS"))
     set_blas_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_size_));

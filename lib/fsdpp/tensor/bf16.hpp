@@ -1,6 +1,6 @@
 #pragma once
 // bf16: brain floating point storage type (1 sign, 8 exponent, 7 mantissa bits).
-// Kokkos 3.4 has no bhalf_t (stack-notes §2.5), so fsdpp carries its own. It is a storage format only:
+// Kokkos 3.4 has no bhalf_t (docs/stack-notes.md §2.5), so fsdpp carries its own. It is a storage format only:
 // arithmetic converts to float, which is exact, and back with round-to-nearest-even.
 #include <Kokkos_Core.hpp>
 

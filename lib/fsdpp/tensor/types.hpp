@@ -31,7 +31,8 @@ template <class T> View1<T> uninitialized(const std::string& label, std::size_t 
   return View1<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n);
 }
 
-// Math shims: Kokkos 3.4 has sqrt/exp/tanh only in Kokkos::Experimental, 4.x only in Kokkos (stack-notes §2.5).
+// Math shims: Kokkos 3.4 has sqrt/exp/tanh only in Kokkos::Experimental, 4.x only in Kokkos
+// (docs/stack-notes.md §2.5).
 #if KOKKOS_VERSION >= 30700
 namespace kmath = Kokkos;
 #else

@@ -58,7 +58,7 @@ void encoder_backward(const View1<Real>& dwte,                      // dwte (V,C
 
   // Each tile's loop over rows is a scatter into dwte: rows of the same token hit the same tile in row order.
   Kokkos::parallel_for(
-      "fsdpp::encoder_backward", Kokkos::RangePolicy<ExecSpace>(0, tiles), KOKKOS_LAMBDA(const int tile) {
+      "fsdpp::encoder_backward_dwte", Kokkos::RangePolicy<ExecSpace>(0, tiles), KOKKOS_LAMBDA(const int tile) {
         const int c0 = detail::tile_begin(tile), w = detail::tile_end(tile, C) - c0;
         for (int n = 0; n < N; ++n) {
           const std::int64_t tok = tokens(n);
@@ -70,7 +70,7 @@ void encoder_backward(const View1<Real>& dwte,                      // dwte (V,C
       });
 
   Kokkos::parallel_for(
-      "fsdpp::encoder_backward", Kokkos::RangePolicy<ExecSpace>(0, T * tiles), KOKKOS_LAMBDA(const int i) {
+      "fsdpp::encoder_backward_dwpe", Kokkos::RangePolicy<ExecSpace>(0, T * tiles), KOKKOS_LAMBDA(const int i) {
         const int t = i / tiles, tile = i % tiles;
         const int c0 = detail::tile_begin(tile), w = detail::tile_end(tile, C) - c0;
         Real acc[kColumnTile];

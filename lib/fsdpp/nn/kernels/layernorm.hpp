@@ -58,7 +58,7 @@ void layernorm_backward(const View1<T>& dinp,            // dinp (N,C), +=
   using detail::kColumnTile;
   const T inv_c = T(1) / T(C);
   Kokkos::parallel_for(
-      "fsdpp::layernorm_backward", Kokkos::RangePolicy<ExecSpace>(0, N), KOKKOS_LAMBDA(const int n) {
+      "fsdpp::layernorm_backward_dinp", Kokkos::RangePolicy<ExecSpace>(0, N), KOKKOS_LAMBDA(const int n) {
         const std::int64_t row = static_cast<std::int64_t>(n) * C;
         const T* x = inp.data() + row;
         const T* g = dout.data() + row;
@@ -71,7 +71,7 @@ void layernorm_backward(const View1<T>& dinp,            // dinp (N,C), +=
       });
 
   Kokkos::parallel_for(
-      "fsdpp::layernorm_backward", Kokkos::RangePolicy<ExecSpace>(0, detail::column_tiles(C)),
+      "fsdpp::layernorm_backward_dweight", Kokkos::RangePolicy<ExecSpace>(0, detail::column_tiles(C)),
       KOKKOS_LAMBDA(const int tile) {
         const int c0 = detail::tile_begin(tile), w = detail::tile_end(tile, C) - c0;
         T dw[kColumnTile], db[kColumnTile];

@@ -33,7 +33,7 @@ void accumulate(const View1<T>& dst,        // dst (N), +=
                 const View1<const T>& src,  // src (N)
                 int N) {
   Kokkos::parallel_for(
-      "fsdpp::residual_backward", Kokkos::RangePolicy<ExecSpace>(0, detail::element_blocks(N)),
+      "fsdpp::accumulate", Kokkos::RangePolicy<ExecSpace>(0, detail::element_blocks(N)),
       KOKKOS_LAMBDA(const int block) {
         const T* g = src.data();
         T* d = dst.data();
