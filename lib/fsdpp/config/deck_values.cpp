@@ -27,6 +27,8 @@ const EnumNames<GradAccumulation> kAccumulations = {{"unsharded", GradAccumulati
                                                     {"sharded", GradAccumulation::sharded}};
 const EnumNames<ResumeMode> kResumes = {{"false", ResumeMode::off}, {"true", ResumeMode::on},
                                         {"auto", ResumeMode::automatic}, {"path", ResumeMode::path}};
+const EnumNames<CheckpointOnError> kOnErrors = {{"abort", CheckpointOnError::abort},
+                                              {"continue", CheckpointOnError::keep_going}};
 const EnumNames<DType> kFloatTypes = {{"f32", DType::f32}, {"bf16", DType::bf16}};
 
 }  // namespace deck_detail
@@ -41,6 +43,7 @@ std::string_view to_string(ShardStrategy v) { return name_of(deck_detail::kStrat
 std::string_view to_string(OffloadPolicy v) { return name_of(deck_detail::kOffloads, v); }
 std::string_view to_string(GradAccumulation v) { return name_of(deck_detail::kAccumulations, v); }
 std::string_view to_string(ResumeMode v) { return name_of(deck_detail::kResumes, v); }
+std::string_view to_string(CheckpointOnError v) { return name_of(deck_detail::kOnErrors, v); }
 std::string to_string(const ReshardAfterForward& v) {
   switch (v.kind) {
     case ReshardAfterForward::Kind::automatic: return "auto";
