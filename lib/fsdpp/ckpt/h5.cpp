@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
 #include <numeric>
 
 namespace fsdpp::h5 {
@@ -96,6 +98,36 @@ void Handle::close() {
 }
 
 void silence_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+std::string error_text() {
+  std::vector<std::string> lines;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD,
+           [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+             auto& out = *static_cast<std::vector<std::string>*>(data);
+             if (out.size() < 2 && e->desc) out.emplace_back(fmt::format("{}: {}", e->func_name, e->desc));
+             return 0;
+           },
+           &lines);
+  std::string text;
+  for (const auto& l : lines) text += (text.empty() ? "" : "; ") + l;
+  return text.empty() ? "no HDF5 error recorded" : text;
+}
+
+void close_file(Handle& file, const std::string& path) {
+  const hid_t id = file.release();
+  if (id < 0) return;
+  const int saved_errno = errno;
+  errno = 0;
+  if (H5Fclose(id) >= 0) {
+    errno = saved_errno;
+    return;
+  }
+  const int why = errno;
+  throw CloseFailed(fmt::format("HDF5 could not finish writing '{}' (closing it failed: {}{}); HDF5 cannot recover "
+                                "from a failed close, so the job stops now; the previous checkpoint and 'latest' "
+                                "are untouched; free space or fix the file system, then resume", path, error_text(),
+                                why ? fmt::format("; system: {}", std::strerror(why)) : std::string()));
+}
 
 Handle create_file(const std::string& path, MPI_Comm comm) {
   silence_errors();

@@ -2,6 +2,8 @@
 
 #include "fsdpp/ckpt/async_save.hpp"
 #include "fsdpp/ckpt/checkpoint.hpp"
+#include "fsdpp/ckpt/dir_lock.hpp"
+#include "fsdpp/ckpt/resume.hpp"
 #include "fsdpp/comm/mpi_communicator.hpp"
 #include "fsdpp/data/sampler.hpp"
 #include "fsdpp/data/synthetic_corpus.hpp"
@@ -145,6 +147,8 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     metrics_path = deck.run.output + "/metrics.jsonl";
   }
 
+  // One run saves into a checkpoint folder at a time; a second one stops here, on every rank.
+  const CheckpointDirLock checkpoint_lock(comm, deck.checkpoint.dir, deck.checkpoint.interval > 0);
   const Dataset data = load_dataset(deck);
   WindowSampler sampler(data.tokens, T, deck.data.val_fraction, deck.run.seed,
                         deck.data.order == DataOrder::sequential ? SampleOrder::sequential : SampleOrder::shuffled);
@@ -231,7 +235,8 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   std::int64_t peak_unsharded = 0;
   // Checkpoints: what to save, and where to resume from.
   std::unique_ptr<AsyncCheckpointer> background;
-  if (deck.checkpoint.async && deck.checkpoint.interval > 0) background = std::make_unique<AsyncCheckpointer>(comm);
+  if (deck.checkpoint.async && deck.checkpoint.interval > 0)
+    background = std::make_unique<AsyncCheckpointer>(comm, deck.checkpoint.on_error);
   std::int64_t background_step = 0;
   bool background_reported = true;
   auto report_background = [&](const std::optional<SaveResult>& done) {
@@ -252,11 +257,9 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   ckpt_meta.deck = resolved_deck_yaml(deck);
   std::int64_t first_step = 0;
   if (deck.checkpoint.resume != ResumeMode::off) {
-    const auto latest = deck.checkpoint.resume == ResumeMode::path ? std::optional<std::string>(deck.checkpoint.resume_path)
-                                                                    : latest_checkpoint(deck.checkpoint.dir);
-    FSDPP_REQUIRE(latest || deck.checkpoint.resume == ResumeMode::automatic,
-                  "checkpoint.resume is true but '{}' holds no checkpoint (no 'latest' file); use resume: auto to "
-                  "start fresh when there is none", deck.checkpoint.dir);
+    const ResumeChoice resume = choose_resume(comm, deck.checkpoint.dir, deck.checkpoint.resume, deck.checkpoint.resume_path);
+    if (speaks && !resume.log.empty()) Log::info("{}", resume.log);
+    const std::optional<std::string>& latest = resume.path;
     if (latest) {
       const LoadReport loaded = load_checkpoint(comm, *latest, contents);
       sampler.set_state(loaded.progress.sampler);
@@ -268,9 +271,9 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
           Log::info("data: the sample order is global, so resuming on {} ranks instead of {} continues it at global "
                     "batch {}: each rank now takes its {} of the {} sequences of every batch, none repeated or skipped",
                     R, loaded.saved_world_size, first_step, G / R, G);
+        if (const std::string note = resume_past_end_note(*latest, first_step, deck.train.steps); !note.empty())
+          Log::warn("{}", note);
       }
-    } else if (speaks) {
-      Log::info("checkpoint.resume auto: no checkpoint in '{}'; starting fresh", deck.checkpoint.dir);
     }
   }
   auto save = [&](std::int64_t done, float lr) {
@@ -290,8 +293,9 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       return;
     }
-    const SaveResult result = save_checkpoint(comm, deck.checkpoint.dir, contents, progress, ckpt_meta, deck.checkpoint.keep_last);
-    if (speaks)
+    const SaveResult result = save_checkpoint(comm, deck.checkpoint.dir, contents, progress, ckpt_meta,
+                                              deck.checkpoint.keep_last, deck.checkpoint.on_error);
+    if (speaks && result.error.empty())
       Log::info("checkpoint: saved step {} to {} ({:.1f} MiB in {:.2f} s, {:.2f} GB/s)", done, result.path,
                 result.bytes / 1048576.0, result.seconds, result.bytes / std::max(result.seconds, 1e-9) / 1e9);
   };
