@@ -262,7 +262,7 @@ PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const Che
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) error = fmt::format("cannot create checkpoint.dir '{}': {}", dir, ec.message());
-    else error = lacks_space(dir, static_cast<std::uint64_t>(save.bytes) + 2 * metadata_bytes(snapshot),
+    else error = lacks_space(dir, static_cast<std::uint64_t>(save.bytes) + metadata_bytes(snapshot),
                              "checkpoint " + save.final_path);
   }
   agree_on_error(comm, error);
@@ -316,7 +316,7 @@ PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const Che
   }
 
   if (const int e = fault_at(SavePoint::stage))
-    error = fmt::format("cannot create {}: {}", save.final_path + ".partial", std::strerror(e));
+    error = fmt::format("rank {}: cannot create {}: {}", rank, save.final_path + ".partial", std::strerror(e));
   agree_on_error(comm, error);
   save.partial = save.final_path + ".partial";
   h5::Handle file;
@@ -406,9 +406,10 @@ void write_shards(const PreparedSave& save, const CheckpointSnapshot& snapshot) 
 
 SaveResult commit_checkpoint(MPI_Comm comm, const PreparedSave& save, const std::string& write_error) {
   const auto t0 = std::chrono::steady_clock::now();
-  agree_or_clean_up(comm, save, write_error);  // also the barrier: every rank's shards are on disk
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
+  // Also the barrier: every rank's shards are on disk.
+  agree_or_clean_up(comm, save, write_error.empty() ? write_error : fmt::format("rank {}: {}", rank, write_error));
   std::string error;
   if (rank == 0) {
     try {

@@ -45,7 +45,7 @@ LatestHint read_latest(const std::string& dir) {
   const std::string path = (fs::path(dir) / "latest").string();
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    hint.problem = errno == ENOENT ? "missing" : fmt::format("unreadable ({})", std::strerror(errno));
+    hint.problem = errno == ENOENT ? "is missing" : fmt::format("is unreadable ({})", std::strerror(errno));
     return hint;
   }
   std::string text(256, '\0');
@@ -53,7 +53,7 @@ LatestHint read_latest(const std::string& dir) {
   text.resize(static_cast<std::size_t>(in.gcount()));
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
   if (text.empty()) {
-    hint.problem = "empty";
+    hint.problem = "is empty";
     return hint;
   }
   if (!step_of_checkpoint_name(text)) {

@@ -23,7 +23,7 @@ std::optional<std::int64_t> step_of_checkpoint_name(const std::string& name);
 std::vector<CheckpointFile> list_checkpoints(const std::string& dir);
 
 // What <dir>/latest says. `name` is set only when the file holds one well-formed checkpoint file name;
-// otherwise `problem` says why not ("missing", "empty", "does not name a step_<N>.h5 file: ...").
+// otherwise `problem` says why not ("is missing", "is empty", "does not name a step_<N>.h5 file (...)").
 struct LatestHint {
   std::optional<std::string> name;
   std::string problem;

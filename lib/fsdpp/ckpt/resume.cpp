@@ -57,7 +57,7 @@ ResumeChoice choose_resume_serial(const std::string& dir, ResumeMode mode, const
     }
     note = fmt::format("'latest' names {}, which cannot be used ({})", *hint.name, why);
   } else {
-    note = fmt::format("'{}' is {}", (fs::path(dir) / "latest").string(), hint.problem);
+    note = fmt::format("'{}' {}", (fs::path(dir) / "latest").string(), hint.problem);
   }
   if (files.empty()) {
     FSDPP_REQUIRE(mode == ResumeMode::automatic,
