@@ -3,6 +3,7 @@
 
 #include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/ckpt/hf_gpt2.hpp"
+#include "fsdpp/ckpt/layout.hpp"
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -18,7 +19,7 @@ Command add_ckpt_command(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto* inspect = cli->add_subcommand("inspect", "Meta, parameters with shapes and shards, bytes, step and deck");
-  auto* verify = cli->add_subcommand("verify", "Check every shard's checksum, shape and coverage");
+  auto* verify = cli->add_subcommand("verify", "Check the layout digest, every shard's checksum, shape and coverage, and that every value is finite");
   auto* consolidate = cli->add_subcommand("consolidate", "Write one plain HDF5 file with whole tensors at /model/<name>");
   for (auto* sub : {inspect, verify, consolidate}) sub->add_option("checkpoint", *path, "A step_<N>.h5 file")->required();
   consolidate->add_option("out", *out, "The HDF5 file to write")->required();
@@ -58,7 +59,11 @@ Command add_ckpt_command(CLI::App& app) {
                 problems = static_cast<int>(found.size());
                 for (const auto& p : found) output += "problem: " + p + "\n";
                 output += problems ? fmt::format("{}: {} problem(s)", *path, problems)
-                                   : fmt::format("{}: every shard's checksum, shape and rows are sound", *path);
+                                   : fmt::format("{}: every shard's checksum, shape and rows are sound, every value is "
+                                                 "finite, and {}", *path,
+                                                 check_checkpoint_layout(*path).has_digest
+                                                     ? "the layout digest matches"
+                                                     : "there is no layout digest to check (format_version 1)");
               }
             });
             FSDPP_MPI_CHECK(MPI_Bcast(&problems, 1, MPI_INT, 0, rt.world()));

@@ -4,6 +4,7 @@
 #include "commands.hpp"
 
 #include "embedded_decks.hpp"
+#include "fsdpp/ckpt/save_faults.hpp"
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -15,6 +16,7 @@
 #include <mpi.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -76,6 +78,8 @@ int run_train(Runtime& rt, const TrainArgs& args) {
               c.parameter_count(), rt.size(), plan.accum_steps, deck.train.micro_batch);
     return 0;
   }
+  // Tests only: a fault injected at a named point of a checkpoint save (fsdpp/ckpt/save_faults.hpp).
+  if (const char* fault = std::getenv("FSDPP_TEST_SAVE_FAULT"); fault && *fault) arm_save_fault(parse_save_fault(fault));
   TrainOptions options;
   options.handle_preemption = true;
   install_preemption_handlers();

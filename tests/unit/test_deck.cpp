@@ -308,3 +308,12 @@ TEST_CASE("deck: checkpoint.resume takes a checkpoint path, and none") {
   CHECK(again.checkpoint.resume_path == d.checkpoint.resume_path);
   CHECK(parse_deck("train: {steps: 5}\ncheckpoint: {resume: none}\n", "deck.yaml").checkpoint.resume == fsdpp::ResumeMode::off);
 }
+
+TEST_CASE("deck: checkpoint.on_error is abort or continue, abort by default") {
+  CHECK(parse_deck("train: {steps: 5}\n", "deck.yaml").checkpoint.on_error == fsdpp::CheckpointOnError::abort);
+  const Deck d = parse_deck("train: {steps: 5}\ncheckpoint: {on_error: continue}\n", "deck.yaml");
+  CHECK(d.checkpoint.on_error == fsdpp::CheckpointOnError::keep_going);
+  CHECK(parse_deck(resolved_deck_yaml(d), "deck.yaml").checkpoint.on_error == fsdpp::CheckpointOnError::keep_going);
+  CHECK(error_of("train: {steps: 5}\ncheckpoint: {on_error: retry}\n").find("checkpoint.on_error") != std::string::npos);
+  CHECK(fsdpp::deck_help().find("  checkpoint.on_error ") != std::string::npos);
+}

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <random>
 #include <unistd.h>
@@ -201,4 +202,26 @@ TEST_CASE("hf gpt2: export -> import -> export gives bitwise-identical tensors; 
                        doctest::Contains("transformer.h.0.mlp.c_fc.weight: file shape [8,32] (as [32,8]), model [48,12]"),
                        UsageError);
   for (const auto& p : {st, weights, again, weights2, third}) fs::remove(p);
+}
+
+TEST_CASE("hf gpt2: import and init_from refuse non-finite weights, naming the tensor and the first bad element") {
+  const std::string weights = temp_path("nonfinite.h5");
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    CAPTURE(bad);
+    const std::string st = temp_path("nonfinite.safetensors");
+    Tensors t = random_hf_gpt2();
+    t["transformer.h.1.mlp.c_fc.weight"].second[2 * 4 * C + 5] = bad;  // row 2, column 5 of [C, 4C]
+    write_safetensors(st, t);
+    const std::string value = std::isnan(bad) ? "nan" : "inf";
+    const std::string expected = "tensor 'transformer.h.1.mlp.c_fc.weight' element " + std::to_string(2 * 4 * C + 5) +
+                                 " ([2, 5]) is " + value;
+    CHECK_THROWS_WITH_AS(import_hf_gpt2(st, weights, config()), doctest::Contains(expected.c_str()), UsageError);
+    CHECK(!fs::exists(weights));
+    // checkpoint.init_from with the same file: the same error on every rank, nothing loaded.
+    Gpt model(config());
+    model.to_empty();
+    CHECK_THROWS_WITH_AS(load_weights(MPI_COMM_WORLD, st, model.parameters()), doctest::Contains(expected.c_str()),
+                         UsageError);
+    fs::remove(st);
+  }
 }

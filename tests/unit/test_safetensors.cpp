@@ -302,3 +302,18 @@ TEST_CASE("safetensors: rejects an unknown dtype") {
                 "tensor 't': unknown dtype \"Q4\" (known: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)" +
                     kCorrupt);
 }
+
+TEST_CASE("safetensors: rejects duplicate keys, at the top and inside an entry") {
+  const std::string entry = "{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}";
+  // JSON parsers keep one of two equal keys silently; which copy of 't' would be read is ambiguous.
+  check_rejects(st_bytes("{\"t\":" + entry + ",\"t\":" + entry + "}", 4),
+                "key 't' appears twice in the header; which one is meant is ambiguous" + kCorrupt);
+  check_rejects(st_bytes(one_tensor("\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"data_offsets\":[0,4]"), 4),
+                "key 'data_offsets' appears twice in the entry of 't'; which one is meant is ambiguous" + kCorrupt);
+  check_rejects(st_bytes("{\"__metadata__\":{\"a\":\"1\",\"a\":\"2\"}}", 0),
+                "key 'a' appears twice in the entry of '__metadata__'; which one is meant is ambiguous" + kCorrupt);
+  // Equal keys in different objects are fine.
+  TempPath tmp;
+  write_bytes(tmp.path, st_bytes("{\"a\":" + entry + ",\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8));
+  CHECK(SafetensorsReader(tmp.path).tensors().size() == 2);
+}

@@ -13,7 +13,9 @@ namespace {
 constexpr int kWriterNice = 19;  // Linux: the lowest share of a core against nice-0 training threads
 }  // namespace
 
-AsyncCheckpointer::AsyncCheckpointer(MPI_Comm comm) { FSDPP_MPI_CHECK(MPI_Comm_dup(comm, &comm_)); }
+AsyncCheckpointer::AsyncCheckpointer(MPI_Comm comm, CheckpointOnError on_error) : on_error_(on_error) {
+  FSDPP_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+}
 
 AsyncCheckpointer::~AsyncCheckpointer() {
   if (writing_.valid()) writing_.wait();  // the buffers it writes from must outlive it (never committed)
@@ -25,7 +27,15 @@ AsyncCheckpointer::~AsyncCheckpointer() {
 void AsyncCheckpointer::start(CheckpointSnapshot snapshot, const std::string& dir, int keep_last) {
   wait();
   snapshot_ = std::move(snapshot);
-  save_ = prepare_checkpoint(comm_, dir, snapshot_, keep_last);
+  try {
+    save_ = prepare_checkpoint(comm_, dir, snapshot_, keep_last);
+  } catch (const UsageError& e) {  // agreed on every rank: every rank takes the same branch
+    const std::int64_t step = snapshot_.progress.step;
+    snapshot_ = CheckpointSnapshot{};
+    if (on_error_ == CheckpointOnError::abort) throw;
+    report_failed_save(dir, step, e.what());
+    return;
+  }
   writing_ = std::async(std::launch::async, [this]() -> std::string {
     // Training keeps the cores: the writer runs at a lower priority and uses what training leaves idle.
     setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), kWriterNice);
@@ -38,10 +48,17 @@ void AsyncCheckpointer::start(CheckpointSnapshot snapshot, const std::string& di
   });
 }
 
-SaveResult AsyncCheckpointer::finish() {
+std::optional<SaveResult> AsyncCheckpointer::finish() {
   const std::string error = writing_.get();
+  const std::int64_t step = snapshot_.progress.step;
   snapshot_ = CheckpointSnapshot{};  // release the host copies
-  return commit_checkpoint(comm_, save_, error);
+  try {
+    return commit_checkpoint(comm_, save_, error);
+  } catch (const UsageError& e) {
+    if (on_error_ == CheckpointOnError::abort) throw;
+    report_failed_save(save_.dir, step, e.what());
+    return std::nullopt;
+  }
 }
 
 std::optional<SaveResult> AsyncCheckpointer::poll() {

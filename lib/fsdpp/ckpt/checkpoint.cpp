@@ -1,52 +1,35 @@
+// Saving a checkpoint: stage, prepare (collective metadata), write shards (local), commit (rank 0). Loading
+// is in load.cpp, the folder (latest, retention) in directory.cpp, the layout digest in layout.cpp.
 #include "fsdpp/ckpt/checkpoint.hpp"
 
+#include "fsdpp/ckpt/directory.hpp"
 #include "fsdpp/ckpt/h5.hpp"
+#include "fsdpp/ckpt/layout.hpp"
+#include "fsdpp/ckpt/save_faults.hpp"
+#include "fsdpp/ckpt/tensor_entries.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/log.hpp"
 #include "fsdpp/version.hpp"
 
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <fmt/format.h>
 #include <unistd.h>
-#include <xxhash.h>
 
-#include <algorithm>
 #include <chrono>
-#include <climits>
-#include <cstdlib>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <set>
 #include <thread>
 
 namespace fsdpp {
 namespace fs = std::filesystem;
+using namespace ckpt_detail;
 
 namespace {
-
-// One tensor of a checkpoint: a parameter's value or one of its optimizer states.
-struct TensorEntry {
-  std::string group;  // "/model/h.0.ln_1.weight" or "/optim/h.0.ln_1.weight/exp_avg"
-  const Parameter* param;
-  View1<float> view;
-};
-
-// How a parameter's rows are split: `shards` pieces of `chunk` rows (the last may be shorter or empty).
-struct RowSplit {
-  int shards = 1, mine = 0;
-  std::int64_t chunk = 0, rows = 0;
-  std::int64_t rows_of(int k) const { return std::clamp<std::int64_t>(rows - k * chunk, 0, chunk); }
-  std::int64_t offset_of(int k) const { return std::min<std::int64_t>(k * chunk, rows); }
-};
-
-RowSplit split_of(const Parameter& p) {
-  if (p.placement) return {p.placement->ranks, p.placement->rank, p.placement->chunk_rows, p.rows()};
-  return {1, 0, p.rows(), p.rows()};
-}
 
 RowSplit split_of(const CheckpointSnapshot::Tensor& t) {
   return {t.shards, t.mine, t.chunk_rows, t.shape.empty() ? 1 : t.shape.front()};
@@ -59,23 +42,7 @@ std::vector<std::uint64_t> dims_with_rows(const std::vector<std::int64_t>& shape
   return dims;
 }
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += fmt::format("{}{}", i ? "," : "", shape[i]);
-  return out + "]";
-}
-
-
-std::uint64_t checksum(const float* data, std::size_t count) { return XXH64(data, count * sizeof(float), 0); }
-
-std::vector<TensorEntry> tensors_of(const CheckpointContents& c) {
-  std::vector<TensorEntry> out;
-  for (const Parameter* p : c.params) out.push_back({"/model/" + p->name(), p, p->value});
-  if (c.optimizer)
-    for (const Parameter* p : c.params)
-      for (auto& [state, view] : c.optimizer->state_tensors(*p)) out.push_back({"/optim/" + p->name() + "/" + state, p, view});
-  return out;
-}
+std::vector<std::int64_t> signed_dims(const std::vector<std::uint64_t>& dims) { return {dims.begin(), dims.end()}; }
 
 // Waits for a nonblocking collective by polling with short sleeps. Open MPI's blocking calls spin a core; a
 // background save waiting on rank 0's fsync would then take that core from training.
@@ -86,7 +53,6 @@ void wait_gently(MPI_Request& request) {
     std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
 }
-
 
 // Creates /a/b/c group by group (metadata: collective in a parallel file).
 h5::Handle create_groups(hid_t file, const std::string& path, const std::string& file_name) {
@@ -108,71 +74,108 @@ std::string utc_now() {
   return text;
 }
 
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
+// HDF5 cannot survive a failed close (h5::CloseFailed), and a full disk is what makes one fail: so the room a
+// file needs is checked before HDF5 writes anything, and a full disk is an ordinary error naming the folder.
+std::string lacks_space(const std::string& dir, std::uint64_t needed, const std::string& what) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return fmt::format("cannot check free space in '{}': {}", dir, std::strerror(errno));
+  const std::uint64_t free_bytes = static_cast<std::uint64_t>(st.f_bavail) * st.f_frsize;
+  if (free_bytes >= needed) return {};
+  return fmt::format("'{}' has {:.2f} MiB free but {} needs {:.2f} MiB: {}; free space or point checkpoint.dir "
+                     "elsewhere", dir, free_bytes / 1048576.0, what, needed / 1048576.0, std::strerror(ENOSPC));
 }
 
-// Rank 0, after the parallel file is closed: virtual datasets, fsync, rename, `latest`, retention.
-void commit(const PreparedSave& save) {
-  const std::string& dir = save.dir;
+// Room for a file's metadata: groups, datasets and attributes, generously.
+std::uint64_t metadata_bytes(const CheckpointSnapshot& s) {
+  std::uint64_t datasets = 0;
+  for (const auto& t : s.tensors) datasets += static_cast<std::uint64_t>(t.shards) + 1;
+  return (1u << 20) + datasets * 4096 + s.meta.deck.size();
+}
+
+// Rank 0, after every shard is written: /full (virtual datasets built from what the file says about its
+// shards), fsync, rename, `latest`, retention. Throws on failure; the caller removes what is left.
+void commit(const PreparedSave& save, std::uint64_t room) {
   const std::string& partial = save.partial;
-  const std::string& final_path = save.final_path;
-  const int keep_last = save.keep_last;
+  if (const std::string e = lacks_space(save.dir, room, "adding /full to " + partial); !e.empty()) throw UsageError(e);
   {
     h5::Handle file = h5::open_file(partial, MPI_COMM_NULL, true);
-    h5::Handle full = h5::create_group(file, "/full", partial);
-    // The virtual datasets are built from what the file says about its shards.
-    h5::Handle model = h5::open_group(file, "/model", partial);
-    for (const std::string& name : h5::children(model)) {
-      h5::Handle g = h5::open_group(model, name, partial);
-      CheckpointSnapshot::Tensor t;
-      t.group = "/model/" + name;
-      t.shape = h5::get_ints(g, "global_shape", partial);
-      t.shards = static_cast<int>(h5::get_int(g, "shards", partial));
-      t.chunk_rows = t.shards > 0 ? h5::get_int(h5::open_dataset(g, "shard_0", partial), "rows", partial) : 0;
-      const RowSplit s = split_of(t);
-      std::vector<std::string> sources;
-      std::vector<std::uint64_t> offsets, rows;
-      for (int k = 0; k < s.shards; ++k) {
-        sources.push_back(fmt::format("{}/shard_{}", t.group, k));
-        offsets.push_back(static_cast<std::uint64_t>(s.offset_of(k)));
-        rows.push_back(static_cast<std::uint64_t>(s.rows_of(k)));
+    {
+      h5::Handle full = h5::create_group(file, "/full", partial);
+      h5::Handle model = h5::open_group(file, "/model", partial);
+      for (const std::string& name : h5::children(model)) {
+        h5::Handle g = h5::open_group(model, name, partial);
+        const std::string group = "/model/" + name;
+        const auto shape = h5::get_ints(g, "global_shape", partial + " " + group);
+        std::vector<std::string> sources;
+        std::vector<std::uint64_t> offsets, rows;
+        for (std::int64_t k = 0, shards = h5::get_int(g, "shards", partial + " " + group); k < shards; ++k) {
+          h5::Handle ds = h5::open_dataset(g, fmt::format("shard_{}", k), partial);
+          sources.push_back(fmt::format("{}/shard_{}", group, k));
+          offsets.push_back(h5::get_uint(ds, "offset", partial + " " + sources.back()));
+          rows.push_back(h5::get_uint(ds, "rows", partial + " " + sources.back()));
+        }
+        h5::create_virtual_rows(full, name, dims_with_rows(shape, shape.empty() ? 1 : shape.front()), sources, offsets,
+                                rows, partial);
       }
-      h5::create_virtual_rows(full, t.group.substr(7), dims_with_rows(t.shape, s.rows), sources, offsets, rows, partial);
     }
+    h5::close_file(file, partial);
   }
+  if (const int e = fault_at(SavePoint::close)) throw Error(fmt::format("fsync of {} failed: {}", partial, std::strerror(e)));
   fsync_path(partial);
-  std::error_code ec;
-  fs::rename(partial, final_path, ec);
-  FSDPP_CHECK(!ec, "cannot rename {} to {}: {}", partial, final_path, ec.message());
-  const std::string latest = (fs::path(dir) / "latest").string(), temporary = latest + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << fs::path(final_path).filename().string() << "\n";
-    FSDPP_CHECK(out.good(), "cannot write {}", temporary);
+  const int injected = fault_at(SavePoint::rename);
+  if (injected || ::rename(partial.c_str(), save.final_path.c_str()) != 0)
+    throw Error(fmt::format("cannot rename {} to {}: {}", partial, save.final_path, std::strerror(injected ? injected : errno)));
+  const std::string name = fs::path(save.final_path).filename().string();
+  try {
+    write_latest(save.dir, name);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} is complete, but 'latest' still names the previous checkpoint: {}", save.final_path, e.what()));
   }
-  fsync_path(temporary);
-  fs::rename(temporary, latest, ec);
-  FSDPP_CHECK(!ec, "cannot update {}: {}", latest, ec.message());
-  fsync_path(dir);
-  if (keep_last <= 0) return;
-  std::vector<std::string> saved;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step_", 0) == 0 && entry.path().extension() == ".h5") saved.push_back(name);
-  }
-  std::sort(saved.begin(), saved.end());  // zero-padded steps sort in time order
-  const std::string current = fs::path(final_path).filename().string();
-  for (std::size_t i = 0; i + static_cast<std::size_t>(keep_last) < saved.size(); ++i)
-    if (saved[i] != current) fs::remove(fs::path(dir) / saved[i], ec);
+  const Retention r = apply_retention(save.dir, name, save.keep_last);
+  for (const auto& f : r.failed) Log::warn("checkpoint.keep_last: could not delete {}", f);
 }
 
-int g_saves = 0;  // for the crash test hook
+// Rank 0: a failed save leaves no .partial behind (best effort: the folder may be gone).
+void remove_partial(MPI_Comm comm, const PreparedSave& save) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  std::error_code ec;
+  if (rank == 0 && !save.partial.empty()) fs::remove(save.partial, ec);
+}
+
+// Every rank throws the same UsageError if any has an error, after rank 0 removed the .partial file.
+void agree_or_clean_up(MPI_Comm comm, const PreparedSave& save, const std::string& error) {
+  try {
+    agree_on_error(comm, error);
+  } catch (const UsageError&) {
+    remove_partial(comm, save);
+    throw;
+  }
+}
+
+// on_error: continue turns an agreed save error into a warning; every rank sees the same error, so every
+// rank takes the same branch.
+template <class Save> SaveResult with_policy(CheckpointOnError on_error, const std::string& dir, std::int64_t step,
+                                             Save&& save) {
+  if (on_error == CheckpointOnError::abort) return save();
+  try {
+    return save();
+  } catch (const UsageError& e) {
+    SaveResult failed;
+    failed.error = e.what();
+    report_failed_save(dir, step, failed.error);
+    return failed;
+  }
+}
 
 }  // namespace
+
+void report_failed_save(const std::string& dir, std::int64_t step, const std::string& error) {
+  const LatestHint latest = read_latest(dir);
+  Log::warn("checkpoint: saving step {} failed: {}\ntraining continues (checkpoint.on_error: continue); {}", step, error,
+            latest.name ? fmt::format("'latest' still names {}", (fs::path(dir) / *latest.name).string())
+                        : std::string("no checkpoint has been committed yet"));
+}
 
 template <class T> T* MappedAllocator<T>::allocate(std::size_t n) {
   if (n == 0) return nullptr;
@@ -188,10 +191,9 @@ template struct MappedAllocator<float>;
 std::string checkpoint_file_name(std::int64_t step) { return fmt::format("step_{:08d}.h5", step); }
 
 std::optional<std::string> latest_checkpoint(const std::string& dir) {
-  std::ifstream in((fs::path(dir) / "latest").string());
-  std::string name;
-  if (!(in >> name)) return std::nullopt;
-  const fs::path path = fs::path(dir) / name;
+  const LatestHint hint = read_latest(dir);
+  if (!hint.name) return std::nullopt;
+  const fs::path path = fs::path(dir) / *hint.name;
   if (!fs::exists(path)) return std::nullopt;
   return path.string();
 }
@@ -228,16 +230,18 @@ CheckpointSnapshot stage_checkpoint(const CheckpointContents& contents, const Tr
 }
 
 SaveResult save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointContents& contents,
-                           const TrainProgress& progress, const CheckpointMeta& meta, int keep_last) {
+                           const TrainProgress& progress, const CheckpointMeta& meta, int keep_last,
+                           CheckpointOnError on_error) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   const auto t0 = std::chrono::steady_clock::now();
-  SaveResult r = write_checkpoint(comm, dir, stage_checkpoint(contents, progress, meta, rank), keep_last);
+  SaveResult r = write_checkpoint(comm, dir, stage_checkpoint(contents, progress, meta, rank), keep_last, on_error);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
 
 PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointSnapshot& snapshot, int keep_last) {
+  begin_save();
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -247,27 +251,29 @@ PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const Che
   save.dir = dir;
   save.keep_last = keep_last;
   save.final_path = (fs::path(dir) / checkpoint_file_name(progress.step)).string();
-  save.partial = save.final_path + ".partial";
+  const auto& tensors = snapshot.tensors;
+  for (const auto& t : tensors) {
+    std::int64_t numel = 1;
+    for (auto d : t.shape) numel *= d;
+    save.bytes += numel * 4;
+  }
   std::string error;
   if (rank == 0) {
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) error = fmt::format("cannot create checkpoint.dir '{}': {}", dir, ec.message());
+    else error = lacks_space(dir, static_cast<std::uint64_t>(save.bytes) + metadata_bytes(snapshot),
+                             "checkpoint " + save.final_path);
   }
   agree_on_error(comm, error);
 
   // Every checksum is an attribute, and attributes are written collectively: gather them first.
-  const auto& tensors = snapshot.tensors;
   std::vector<std::size_t> first_slot(tensors.size() + 1, 0);
   for (std::size_t t = 0; t < tensors.size(); ++t) first_slot[t + 1] = first_slot[t] + static_cast<std::size_t>(tensors[t].shards);
   std::vector<std::uint64_t> sums(first_slot.back(), 0);
-  for (std::size_t t = 0; t < tensors.size(); ++t) {
-    std::int64_t numel = 1;
-    for (auto d : tensors[t].shape) numel *= d;
-    save.bytes += numel * 4;
+  for (std::size_t t = 0; t < tensors.size(); ++t)
     if (tensors[t].writer)
       sums[first_slot[t] + static_cast<std::size_t>(tensors[t].mine)] = checksum(tensors[t].data.data(), tensors[t].data.size());
-  }
   {
     MPI_Request request;
     MPI_Iallreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm, &request);
@@ -275,95 +281,138 @@ PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const Che
   }
   const std::string wall_time = broadcast_string(comm, rank == 0 ? utc_now() : std::string());
 
-  h5::Handle file = h5::create_file(save.partial, comm);
-  h5::Handle m = h5::create_group(file, "/meta", save.partial);
-  h5::set_attr(m, "format", std::string("fsdpp-checkpoint"));
-  h5::set_attr(m, "format_version", kCheckpointFormatVersion);
-  h5::set_attr(m, "fsdpp_version", std::string(FSDPP_VERSION));
-  h5::set_attr(m, "world_size", static_cast<std::int64_t>(size));
-  h5::set_attr(m, "mesh", meta.mesh);
-  h5::set_attr(m, "strategy", meta.strategy);
-  h5::set_attr(m, "param_dtype", meta.param_dtype);
-  h5::set_attr(m, "reduce_dtype", meta.reduce_dtype);
-  h5::set_attr(m, "wall_time", wall_time);
-  h5::set_attr(m, "deck", meta.deck);
+  // What the layout digest covers, computed from the same values every rank writes (layout.hpp).
+  LayoutDigest digest;
+  const std::vector<std::pair<const char*, std::string>> meta_text = {
+      {"format", "fsdpp-checkpoint"}, {"mesh", meta.mesh}, {"strategy", meta.strategy},
+      {"param_dtype", meta.param_dtype}, {"reduce_dtype", meta.reduce_dtype}};
+  for (const auto& [name, value] : meta_text) digest.add("/meta", name, value);
+  digest.add("/meta", "format_version", kCheckpointFormatVersion);
+  digest.add("/meta", "world_size", std::int64_t{size});
+  digest.add("/train", "step", progress.step);
+  for (const auto& [key, text] : scalars_as_text(progress.scalars)) digest.add("/train", key, text);
+  if (!snapshot.optimizer_kind.empty()) {
+    digest.add("/optim", "kind", snapshot.optimizer_kind);
+    digest.add("/optim", "steps", snapshot.optimizer_steps);
+  }
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const auto& tensor = tensors[t];
     const RowSplit s = split_of(tensor);
-    h5::Handle g = create_groups(file, tensor.group, save.partial);
-    h5::set_attr(g, "global_shape", tensor.shape);
-    h5::set_attr(g, "dtype", std::string("f32"));
-    h5::set_attr(g, "shard_dim", std::int64_t{0});
-    h5::set_attr(g, "shards", static_cast<std::int64_t>(s.shards));
+    digest.add(tensor.group, "global_shape", tensor.shape);
+    digest.add(tensor.group, "dtype", "f32");
+    digest.add(tensor.group, "shard_dim", std::int64_t{0});
+    digest.add(tensor.group, "shards", std::int64_t{s.shards});
     for (int k = 0; k < s.shards; ++k) {
-      h5::Handle ds = h5::create_dataset_f32(g, fmt::format("shard_{}", k), dims_with_rows(tensor.shape, s.rows_of(k)), save.partial);
-      h5::set_attr(ds, "offset", s.offset_of(k));
-      h5::set_attr(ds, "rows", s.rows_of(k));
-      h5::set_attr(ds, "checksum", sums[first_slot[t] + static_cast<std::size_t>(k)]);
-      // Contiguous and allocated at creation: the shard's bytes have a fixed place in the file.
-      if (k == s.mine && tensor.writer && !tensor.data.empty()) save.writes.push_back({h5::file_offset(ds), t});
+      const std::string object = fmt::format("{}/shard_{}", tensor.group, k);
+      digest.add(object, "offset", s.offset_of(k));
+      digest.add(object, "rows", s.rows_of(k));
+      digest.add(object, "checksum", fmt::format("{}", sums[first_slot[t] + static_cast<std::size_t>(k)]));
+      digest.add(object, "dims", signed_dims(dims_with_rows(tensor.shape, s.rows_of(k))));
     }
   }
-  h5::Handle tr = h5::create_group(file, "/train", save.partial);
-  h5::set_attr(tr, "step", progress.step);
-  for (const auto& [key, value] : progress.scalars)
-    std::visit([&, &key = key](auto v) { h5::set_attr(tr, key, v); }, value);
-  if (!snapshot.optimizer_kind.empty()) {
-    h5::Handle o = h5::exists(file, "/optim") ? h5::open_group(file, "/optim", save.partial)
-                                              : h5::create_group(file, "/optim", save.partial);
-    h5::set_attr(o, "kind", snapshot.optimizer_kind);
-    h5::set_attr(o, "steps", snapshot.optimizer_steps);
-    for (const auto& [name, value] : snapshot.optimizer_hyperparameters) h5::set_attr(o, name, value);
+
+  if (const int e = fault_at(SavePoint::stage))
+    error = fmt::format("rank {}: cannot create {}: {}", rank, save.final_path + ".partial", std::strerror(e));
+  agree_on_error(comm, error);
+  save.partial = save.final_path + ".partial";
+  h5::Handle file;
+  try {
+    file = h5::create_file(save.partial, comm);
+  } catch (const std::exception& e) {
+    error = e.what();
   }
-  return save;  // the file closes (collectively) as its handle goes
+  agree_or_clean_up(comm, save, error);
+  try {
+    h5::Handle m = h5::create_group(file, "/meta", save.partial);
+    for (const auto& [name, value] : meta_text) h5::set_attr(m, name, value);
+    h5::set_attr(m, "format_version", kCheckpointFormatVersion);
+    h5::set_attr(m, "fsdpp_version", std::string(FSDPP_VERSION));
+    h5::set_attr(m, "world_size", static_cast<std::int64_t>(size));
+    h5::set_attr(m, "wall_time", wall_time);
+    h5::set_attr(m, "deck", meta.deck);
+    h5::set_attr(m, "layout_xxh64", digest.value());
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      const auto& tensor = tensors[t];
+      const RowSplit s = split_of(tensor);
+      h5::Handle g = create_groups(file, tensor.group, save.partial);
+      h5::set_attr(g, "global_shape", tensor.shape);
+      h5::set_attr(g, "dtype", std::string("f32"));
+      h5::set_attr(g, "shard_dim", std::int64_t{0});
+      h5::set_attr(g, "shards", static_cast<std::int64_t>(s.shards));
+      for (int k = 0; k < s.shards; ++k) {
+        h5::Handle ds = h5::create_dataset_f32(g, fmt::format("shard_{}", k), dims_with_rows(tensor.shape, s.rows_of(k)), save.partial);
+        h5::set_attr(ds, "offset", s.offset_of(k));
+        h5::set_attr(ds, "rows", s.rows_of(k));
+        h5::set_attr(ds, "checksum", sums[first_slot[t] + static_cast<std::size_t>(k)]);
+        // Contiguous and allocated at creation: the shard's bytes have a fixed place in the file.
+        if (k == s.mine && tensor.writer && !tensor.data.empty()) save.writes.push_back({h5::file_offset(ds), t});
+      }
+    }
+    h5::Handle tr = h5::create_group(file, "/train", save.partial);
+    h5::set_attr(tr, "step", progress.step);
+    for (const auto& [key, value] : progress.scalars)
+      std::visit([&, &key = key](auto v) { h5::set_attr(tr, key, v); }, value);
+    if (!snapshot.optimizer_kind.empty()) {
+      h5::Handle o = h5::exists(file, "/optim") ? h5::open_group(file, "/optim", save.partial)
+                                                : h5::create_group(file, "/optim", save.partial);
+      h5::set_attr(o, "kind", snapshot.optimizer_kind);
+      h5::set_attr(o, "steps", snapshot.optimizer_steps);
+      for (const auto& [name, value] : snapshot.optimizer_hyperparameters) h5::set_attr(o, name, value);
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_or_clean_up(comm, save, error);  // a failure closes the file on every rank (collectively) as it unwinds
+  h5::close_file(file, save.partial);
+  return save;
 }
 
 void write_shards(const PreparedSave& save, const CheckpointSnapshot& snapshot) {
-  ++g_saves;
-  const char* crash_hook = std::getenv("FSDPP_TEST_CRASH_IN_SAVE");  // tests only: "<save number>"
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const bool crash_here = crash_hook && std::atoi(crash_hook) == g_saves && rank == size - 1;
   if (save.writes.empty()) return;
   const int fd = ::open(save.partial.c_str(), O_WRONLY);
-  FSDPP_CHECK(fd >= 0, "cannot open {} to write shards: {}", save.partial, std::strerror(errno));
-  int written = 0;
+  if (fd < 0) throw Error(fmt::format("cannot open {} to write shards: {}", save.partial, std::strerror(errno)));
   for (const auto& w : save.writes) {
     const auto& data = snapshot.tensors[w.tensor].data;
     const char* bytes = reinterpret_cast<const char*>(data.data());
     std::size_t left = data.size() * sizeof(float);
     std::uint64_t at = w.file_offset;
     while (left > 0) {
-      const ssize_t n = ::pwrite(fd, bytes, left, static_cast<off_t>(at));
+      const int injected = fault_at(SavePoint::write);
+      const ssize_t n = injected ? -1 : ::pwrite(fd, bytes, left, static_cast<off_t>(at));
       if (n <= 0) {
-        const std::string why = std::strerror(errno);
+        const std::string why = n == 0 ? "no bytes written" : std::strerror(injected ? injected : errno);
         ::close(fd);
         throw Error(fmt::format("writing {} into {} failed: {}", snapshot.tensors[w.tensor].group, save.partial, why));
       }
       bytes += n, left -= static_cast<std::size_t>(n), at += static_cast<std::uint64_t>(n);
     }
-    if (crash_here && ++written == 1) MPI_Abort(MPI_COMM_WORLD, 9);  // a rank dies mid-write
   }
-  const bool synced = ::fdatasync(fd) == 0;
-  ::close(fd);
-  FSDPP_CHECK(synced, "fdatasync of {} failed: {}", save.partial, std::strerror(errno));
+  int injected = fault_at(SavePoint::close);
+  const bool synced = !injected && ::fdatasync(fd) == 0;
+  int why = injected ? injected : errno;
+  const bool closed = ::close(fd) == 0;
+  if (synced && !closed) why = errno;
+  if (!synced || !closed)
+    throw Error(fmt::format("{} of {} failed: {}", synced ? "close" : "fdatasync", save.partial, std::strerror(why)));
 }
 
 SaveResult commit_checkpoint(MPI_Comm comm, const PreparedSave& save, const std::string& write_error) {
   const auto t0 = std::chrono::steady_clock::now();
-  agree_on_error(comm, write_error);  // also the barrier: every rank's shards are on disk
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
+  // Also the barrier: every rank's shards are on disk.
+  agree_or_clean_up(comm, save, write_error.empty() ? write_error : fmt::format("rank {}: {}", rank, write_error));
   std::string error;
   if (rank == 0) {
     try {
-      commit(save);
+      commit(save, (1u << 20) + static_cast<std::uint64_t>(save.writes.size() + 64) * 4096);
+    } catch (const h5::CloseFailed&) {
+      throw;  // not recoverable: the job stops (see h5.hpp)
     } catch (const std::exception& e) {
       error = e.what();
     }
   }
-  agree_on_error(comm, error);
+  agree_or_clean_up(comm, save, error);
   SaveResult result;
   result.path = save.final_path;
   result.bytes = save.bytes;
@@ -371,128 +420,21 @@ SaveResult commit_checkpoint(MPI_Comm comm, const PreparedSave& save, const std:
   return result;
 }
 
-SaveResult write_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointSnapshot& snapshot, int keep_last) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const PreparedSave save = prepare_checkpoint(comm, dir, snapshot, keep_last);
-  std::string error;
-  try {
-    write_shards(save, snapshot);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  SaveResult result = commit_checkpoint(comm, save, error);
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return result;
-}
-
-LoadReport load_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointContents& contents,
-                           LoadOptions options) {
-  const auto t0 = std::chrono::steady_clock::now();
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  LoadReport report;
-  std::string error;
-  // Every rank opens and validates alike, so every rank reaches the same verdict.
-  h5::Handle file = h5::open_file(path, comm);
-  h5::Handle meta = h5::open_group(file, "/meta", path);
-  const std::string format = h5::get_string(meta, "format", path + " /meta");
-  FSDPP_REQUIRE(format == "fsdpp-checkpoint", "{}: not an fsdpp checkpoint (format '{}')", path, format);
-  const std::int64_t version = h5::get_int(meta, "format_version", path + " /meta");
-  FSDPP_REQUIRE(version <= kCheckpointFormatVersion,
-                "{}: checkpoint format_version {} is newer than this fsdpp reads ({}); load it with a newer fsdpp",
-                path, version, kCheckpointFormatVersion);
-  report.saved_world_size = h5::get_int(meta, "world_size", path + " /meta");
-  report.saved_mesh = h5::get_string(meta, "mesh", path + " /meta");
-
-  std::vector<std::string> problems;
-  std::set<std::string> model_names;
-  std::vector<Parameter*> present;
-  h5::Handle model = h5::open_group(file, "/model", path);
-  for (Parameter* p : contents.params) {
-    model_names.insert(p->name());
-    if (!h5::exists(model, p->name())) {
-      report.missing.push_back(p->name());
-      continue;
+SaveResult write_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointSnapshot& snapshot, int keep_last,
+                            CheckpointOnError on_error) {
+  return with_policy(on_error, dir, snapshot.progress.step, [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    const PreparedSave save = prepare_checkpoint(comm, dir, snapshot, keep_last);
+    std::string error;
+    try {
+      write_shards(save, snapshot);
+    } catch (const std::exception& e) {
+      error = e.what();
     }
-    h5::Handle g = h5::open_group(model, p->name(), path);
-    const auto shape = h5::get_ints(g, "global_shape", path + " /model/" + p->name());
-    if (shape != p->shape())
-      problems.push_back(fmt::format("{}: checkpoint shape {}, model {}", p->name(), shape_text(shape), shape_text(p->shape())));
-    const std::string dtype = h5::get_string(g, "dtype", path + " /model/" + p->name());
-    if (dtype != "f32") problems.push_back(fmt::format("{}: checkpoint dtype {}, model f32", p->name(), dtype));
-    present.push_back(p);
-  }
-  for (const std::string& name : h5::children(model))
-    if (!model_names.count(name)) report.unexpected.push_back(name);
-  if (contents.optimizer) {
-    const bool has = h5::exists(file, "/optim");
-    const std::string kind = has ? h5::get_string(h5::open_group(file, "/optim", path), "kind", path + " /optim") : "";
-    if (kind != contents.optimizer->kind())
-      problems.push_back(has ? fmt::format("optimizer: checkpoint holds {} state, the run uses {}", kind, contents.optimizer->kind())
-                             : "optimizer: the checkpoint holds no optimizer state");
-  }
-  std::string listing;
-  for (const auto& s : problems) listing += "\n  " + s;
-  if (options.strict) {
-    for (const auto& s : report.missing) listing += "\n  missing from the checkpoint: " + s;
-    for (const auto& s : report.unexpected) listing += "\n  in the checkpoint but not in the model: " + s;
-  }
-  FSDPP_REQUIRE(listing.empty(), "{} does not match the model:{}{}", path, listing,
-                options.strict && (!report.missing.empty() || !report.unexpected.empty())
-                    ? "\n(load with strict: false to skip missing and unexpected parameters)" : "");
-
-  CheckpointContents found = contents;
-  found.params = present;
-  const std::vector<TensorEntry> tensors = tensors_of(found);
-  for (std::size_t t = 0; t < tensors.size() && error.empty(); ++t) {
-    const Parameter& p = *tensors[t].param;
-    const RowSplit mine = split_of(p);
-    const std::int64_t first = mine.offset_of(mine.mine), count = mine.rows_of(mine.mine), row = p.row_size();
-    std::vector<float> host(static_cast<std::size_t>(count * row));
-    h5::Handle g = h5::open_group(file, tensors[t].group, path);
-    const std::int64_t shards = h5::get_int(g, "shards", path + " " + tensors[t].group);
-    for (std::int64_t k = 0; k < shards; ++k) {
-      const std::string object = fmt::format("{}/shard_{}", tensors[t].group, k);
-      h5::Handle ds = h5::open_dataset(g, fmt::format("shard_{}", k), path);
-      const std::int64_t offset = h5::get_int(ds, "offset", path + " " + object);
-      const std::int64_t rows = h5::get_int(ds, "rows", path + " " + object);
-      // Only the rows this rank owns: the intersection of its range with the shard's.
-      const std::int64_t lo = std::max(first, offset), hi = std::min(first + count, offset + rows);
-      if (lo < hi) {
-        h5::read_rows(ds, static_cast<std::uint64_t>(lo - offset), static_cast<std::uint64_t>(hi - lo),
-                      static_cast<std::uint64_t>(row), host.data() + (lo - first) * row, path + " " + object);
-        report.bytes += (hi - lo) * row * 4;
-      }
-      // One rank per shard reads it whole to check its checksum: one shard's buffer at a time.
-      if (static_cast<int>((t * 131 + static_cast<std::size_t>(k)) % static_cast<std::size_t>(size)) == rank) {
-        std::vector<float> whole(static_cast<std::size_t>(rows * row));
-        h5::read_rows(ds, 0, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(row), whole.data(), path + " " + object);
-        if (checksum(whole.data(), whole.size()) != h5::get_uint(ds, "checksum", path + " " + object)) {
-          error = fmt::format("{}: checksum mismatch in {}: the file is corrupted; load an earlier checkpoint", path, object);
-          break;
-        }
-      }
-    }
-    if (count > 0)
-      Kokkos::deep_copy(Kokkos::subview(tensors[t].view, std::make_pair<std::size_t, std::size_t>(0, host.size())),
-                        HostView1<float>(host.data(), host.size()));
-  }
-  agree_on_error(comm, error);
-
-  h5::Handle tr = h5::open_group(file, "/train", path);
-  const std::string where = path + " /train";
-  report.progress.step = h5::get_int(tr, "step", where);
-  for (const auto& [key, expected] : contents.scalars) {
-    StateScalar value = expected;
-    if (std::holds_alternative<std::int64_t>(expected)) value = h5::get_int(tr, key, where);
-    else if (std::holds_alternative<std::uint64_t>(expected)) value = h5::get_uint(tr, key, where);
-    else value = h5::get_double(tr, key, where);
-    report.progress.scalars.emplace_back(key, value);
-  }
-  if (contents.optimizer) contents.optimizer->set_steps(h5::get_int(h5::open_group(file, "/optim", path), "steps", path + " /optim"));
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return report;
+    SaveResult result = commit_checkpoint(comm, save, error);
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return result;
+  });
 }
 
 }  // namespace fsdpp

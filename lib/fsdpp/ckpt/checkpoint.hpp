@@ -12,11 +12,19 @@
 //
 // Commit protocol (crash-consistent): write <dir>/step_<NNNNNNNN>.h5.partial on all ranks, close, barrier;
 // rank 0 adds /full, fsyncs, renames it to step_<NNNNNNNN>.h5, then replaces <dir>/latest atomically
-// (temporary file + rename). A crash at any point leaves the previous checkpoint and `latest` intact.
+// (temporary file, fsync, rename, folder fsync). A crash at any point leaves the previous checkpoint and
+// `latest` intact. Any failed create, write, fsync, close or rename is one UsageError on every rank naming the
+// path and the system's reason; the .partial file is removed and `latest` keeps naming the previous checkpoint.
+// The free space a file needs is checked before HDF5 writes it (HDF5 cannot recover from a failed close).
+//
+// Every attribute that says where data goes is covered by /meta's layout_xxh64 digest (layout.hpp), checked
+// on rank 0 before any collective of a load, so a damaged file is a clear error on every rank, never a hang.
 //
 // Load reshards: every rank intersects its own dim-0 rows with the saved shards' rows and reads only those
 // hyperslabs, so any world size or mesh can load any checkpoint.
 #include "fsdpp/ckpt/state_dict.hpp"
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/data/sampler.hpp"
 #include "fsdpp/nn/parameter.hpp"
 #include "fsdpp/optim/optimizer.hpp"
 
@@ -30,7 +38,8 @@
 
 namespace fsdpp {
 
-inline constexpr std::int64_t kCheckpointFormatVersion = 1;
+// 2: /meta carries layout_xxh64. Version 1 files (no digest) still load, after the structural checks.
+inline constexpr std::int64_t kCheckpointFormatVersion = 2;
 
 struct TrainProgress {
   std::int64_t step = 0;         // optimizer steps completed: the file's name and /train step
@@ -56,6 +65,7 @@ struct SaveResult {
   std::string path;
   std::int64_t bytes = 0;          // tensor bytes written by all ranks
   double seconds = 0;
+  std::string error;               // set when the save failed and on_error: continue kept training going
 };
 
 // Host memory for staged shards, straight from mmap: a snapshot held while training runs must not reshape the
@@ -115,12 +125,18 @@ void write_shards(const PreparedSave& save, const CheckpointSnapshot& snapshot);
 SaveResult commit_checkpoint(MPI_Comm comm, const PreparedSave& save, const std::string& write_error = {});
 
 // Collective over `comm`: the three parts in a row. keep_last > 0 deletes older checkpoints beyond the newest
-// keep_last (never the one `latest` names).
-SaveResult write_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointSnapshot& snapshot, int keep_last = 0);
+// keep_last (never the one just written, nor any of a later step). on_error abort: a failed save throws the
+// same UsageError on every rank; continue: it is logged (report_failed_save) and returned in SaveResult::error.
+SaveResult write_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointSnapshot& snapshot, int keep_last = 0,
+                            CheckpointOnError on_error = CheckpointOnError::abort);
 
 // stage_checkpoint then write_checkpoint.
 SaveResult save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointContents& contents,
-                           const TrainProgress& progress, const CheckpointMeta& meta, int keep_last = 0);
+                           const TrainProgress& progress, const CheckpointMeta& meta, int keep_last = 0,
+                           CheckpointOnError on_error = CheckpointOnError::abort);
+
+// The warning of a failed save under on_error: continue, naming the checkpoint `latest` still names.
+void report_failed_save(const std::string& dir, std::int64_t step, const std::string& error);
 
 struct LoadOptions {
   bool strict = true;  // false: parameters missing from the file, or in the file but not the model, are reported
@@ -135,8 +151,9 @@ struct LoadReport {
   double seconds = 0;
 };
 
-// Collective over `comm`: validates names, shapes and dtypes (every mismatch in one UsageError), reads each
-// rank's rows of every parameter (and optimizer state), verifies every shard's checksum.
+// Collective over `comm`: rank 0 first checks the file's layout (layout.hpp) and every rank agrees on the
+// verdict; then validates names, shapes and dtypes (every mismatch in one UsageError), reads each rank's rows
+// of every parameter (and optimizer state), verifies every shard's checksum and that every value is finite.
 LoadReport load_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointContents& contents,
                            LoadOptions options = {});
 
@@ -174,7 +191,8 @@ void load_consolidated(MPI_Comm comm, const std::string& path, const std::vector
 
 // `fsdpp ckpt inspect`: meta, parameters with shapes and shards, bytes, step and deck. Serial, any rank.
 std::string inspect_checkpoint(const std::string& path);
-// `fsdpp ckpt verify`: every checksum and every shard's shape; returns the problems found (empty: sound).
+// `fsdpp ckpt verify`: the layout (digest, shapes, offsets, rows, shard counts), every checksum, and that every
+// value is finite; returns the problems found (empty: sound).
 std::vector<std::string> verify_checkpoint(const std::string& path);
 
 }  // namespace fsdpp

@@ -1,6 +1,8 @@
 // Whole-tensor export and import: `fsdpp ckpt consolidate` and loading its output into shards.
 #include "fsdpp/ckpt/checkpoint.hpp"
+#include "fsdpp/ckpt/finite.hpp"
 #include "fsdpp/ckpt/h5.hpp"
+#include "fsdpp/ckpt/layout.hpp"
 #include "fsdpp/ckpt/hf_gpt2.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -50,6 +52,7 @@ void ConsolidatedWriter::add(const std::string& name, const std::vector<std::int
 }
 
 void consolidate_checkpoint(const std::string& checkpoint, const std::string& out) {
+  require_sound_layout(checkpoint);  // the offsets and rows below are trusted only after this
   h5::Handle in = h5::open_file(checkpoint, MPI_COMM_NULL);
   ConsolidatedWriter writer(out, checkpoint, h5::get_int(h5::open_group(in, "/train", checkpoint), "step", checkpoint + " /train"));
   h5::Handle model_in = h5::open_group(in, "/model", checkpoint);
@@ -129,9 +132,15 @@ void load_consolidated(MPI_Comm comm, const std::string& path, const std::vector
 
   for (Parameter* p : params) {
     std::vector<float> whole(static_cast<std::size_t>(p->numel()));
-    if (rank == 0)
+    // Rank 0 reads; every rank hears whether that worked before the broadcast (a failed read must not strand
+    // the others in it).
+    root_does(comm, [&] {
       h5::read_rows(h5::open_dataset(model, p->name(), path), 0, static_cast<std::uint64_t>(p->rows()),
                     static_cast<std::uint64_t>(p->row_size()), whole.data(), path + " /model/" + p->name());
+      if (const auto bad = first_non_finite(whole.data(), whole.size()))
+        throw UsageError(fmt::format("{}: /model/{} {}: the file holds non-finite weights; refusing to start from "
+                                     "them", path, p->name(), describe_non_finite(*bad, p->shape(), whole[*bad])));
+    });
     broadcast_into_shard(comm, whole, *p);
   }
 }

@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
+#include <algorithm>
 #include <numeric>
 
 namespace fsdpp::h5 {
@@ -96,6 +99,36 @@ void Handle::close() {
 }
 
 void silence_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+std::string error_text() {
+  std::vector<std::string> lines;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD,
+           [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+             auto& out = *static_cast<std::vector<std::string>*>(data);
+             if (out.size() < 2 && e->desc) out.emplace_back(fmt::format("{}: {}", e->func_name, e->desc));
+             return 0;
+           },
+           &lines);
+  std::string text;
+  for (const auto& l : lines) text += (text.empty() ? "" : "; ") + l;
+  return text.empty() ? "no HDF5 error recorded" : text;
+}
+
+void close_file(Handle& file, const std::string& path) {
+  const hid_t id = file.release();
+  if (id < 0) return;
+  const int saved_errno = errno;
+  errno = 0;
+  if (H5Fclose(id) >= 0) {
+    errno = saved_errno;
+    return;
+  }
+  const int why = errno;
+  throw CloseFailed(fmt::format("HDF5 could not finish writing '{}' (closing it failed: {}{}); HDF5 cannot recover "
+                                "from a failed close, so the job stops now; the previous checkpoint and 'latest' "
+                                "are untouched; free space or fix the file system, then resume", path, error_text(),
+                                why ? fmt::format("; system: {}", std::strerror(why)) : std::string()));
+}
 
 Handle create_file(const std::string& path, MPI_Comm comm) {
   silence_errors();
@@ -249,6 +282,30 @@ std::vector<std::int64_t> get_ints(hid_t object, const std::string& name, const 
 }
 
 bool has_attr(hid_t object, const std::string& name) { return H5Aexists(object, name.c_str()) > 0; }
+
+std::vector<std::pair<std::string, std::string>> numeric_attrs_as_text(hid_t object, const std::string& what) {
+  std::vector<std::string> names;
+  const auto collect = [](hid_t, const char* name, const H5A_info_t*, void* out) -> herr_t {
+    static_cast<std::vector<std::string>*>(out)->push_back(name);
+    return 0;
+  };
+  hsize_t index = 0;
+  checked(H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, &index, collect, &names), "H5Aiterate2");
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& name : names) {
+    Handle attr(checked(H5Aopen(object, name.c_str(), H5P_DEFAULT), "H5Aopen"), Handle::Kind::attribute);
+    Handle type(checked(H5Aget_type(attr), "H5Aget_type"), Handle::Kind::datatype);
+    const H5T_class_t kind = H5Tget_class(type);
+    if (kind == H5T_INTEGER && H5Tget_sign(type) == H5T_SGN_NONE)
+      out.emplace_back(name, fmt::format("{}", get_uint(object, name, what)));
+    else if (kind == H5T_INTEGER)
+      out.emplace_back(name, fmt::format("{}", get_int(object, name, what)));
+    else if (kind == H5T_FLOAT)
+      out.emplace_back(name, fmt::format("{:.17g}", get_double(object, name, what)));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 void create_virtual_rows(hid_t parent, const std::string& name, const std::vector<std::uint64_t>& dims,
                          const std::vector<std::string>& sources, const std::vector<std::uint64_t>& offsets,

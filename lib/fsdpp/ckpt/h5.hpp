@@ -4,6 +4,8 @@
 // is collective: all ranks of the file's communicator make the same calls with the same values, in the same
 // order. Raw data reads and writes may be independent. HDF5's own error printing is off; failures become
 // fsdpp errors naming the file and the object.
+#include "fsdpp/runtime/error.hpp"
+
 #include <hdf5.h>
 #include <mpi.h>
 
@@ -25,6 +27,11 @@ class Handle {
   Handle& operator=(const Handle&) = delete;
   ~Handle() { close(); }
   void close();
+  hid_t release() {  // gives up ownership without closing
+    const hid_t id = id_;
+    id_ = H5I_INVALID_HID;
+    return id;
+  }
   hid_t get() const { return id_; }
   operator hid_t() const { return id_; }  // NOLINT: passed straight to the C API
 
@@ -34,6 +41,21 @@ class Handle {
 };
 
 void silence_errors();  // once per process: fsdpp reports HDF5 failures itself
+
+// A file whose H5Fclose failed (it could not write its metadata: a full disk, an I/O error). HDF5 cannot
+// recover from that: the file stays half-closed inside the library and crashes HDF5's own shutdown at
+// MPI_Finalize. The error is therefore not a UsageError: the job stops at once (MPI_Abort), without finalize.
+class CloseFailed : public Error {
+ public:
+  using Error::Error;
+};
+
+// Closes a file and checks the result (a Handle's destructor cannot report failure). Collective for a file
+// opened in parallel. Throws CloseFailed naming the path and HDF5's innermost reason.
+void close_file(Handle& file, const std::string& path);
+
+// HDF5's innermost error descriptions of the last failed call, e.g. "file write failed: ... errno = 28".
+std::string error_text();
 
 // Files. `comm` = MPI_COMM_NULL opens serially (one rank, e.g. rank 0 adding the virtual datasets).
 Handle create_file(const std::string& path, MPI_Comm comm);
@@ -70,6 +92,9 @@ std::uint64_t get_uint(hid_t object, const std::string& name, const std::string&
 double get_double(hid_t object, const std::string& name, const std::string& what);
 std::vector<std::int64_t> get_ints(hid_t object, const std::string& name, const std::string& what);
 bool has_attr(hid_t object, const std::string& name);
+// Every scalar numeric attribute of `object` as (name, text), sorted by name: integers as "{}", floats as
+// "{:.17g}" (the text a layout digest covers). Other attributes are left out.
+std::vector<std::pair<std::string, std::string>> numeric_attrs_as_text(hid_t object, const std::string& what);
 
 // A virtual dataset `name` of `dims` made of row blocks: sources[i] (a dataset path in the same file) fills
 // rows [offsets[i], offsets[i] + rows[i]). h5dump reads it as one tensor.

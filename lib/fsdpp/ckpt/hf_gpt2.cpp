@@ -1,7 +1,9 @@
 #include "fsdpp/ckpt/hf_gpt2.hpp"
 
 #include "fsdpp/ckpt/checkpoint.hpp"
+#include "fsdpp/ckpt/finite.hpp"
 #include "fsdpp/ckpt/h5.hpp"
+#include "fsdpp/ckpt/layout.hpp"
 #include "fsdpp/ckpt/safetensors.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -10,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <climits>
+#include <filesystem>
 #include <map>
 
 namespace fsdpp {
@@ -68,6 +71,9 @@ struct HfFile {
   std::vector<float> read(const std::string& name) const {
     const SafetensorInfo& t = *by_name.at(name);
     std::vector<float> data = reader.read_f32(t);
+    if (const auto bad = first_non_finite(data.data(), data.size()))
+      throw UsageError(fmt::format("{}: tensor '{}' {}: GPT-2 weights must be finite; refusing to import or start "
+                                   "from them", reader.path(), t.name, describe_non_finite(*bad, t.shape, data[*bad])));
     if (stored_transposed_by_hf(name) && t.shape.size() == 2) data = transposed(data, t.shape[0], t.shape[1]);
     return data;
   }
@@ -93,8 +99,14 @@ bool stored_transposed_by_hf(const std::string& fsdpp_name) {
 void import_hf_gpt2(const std::string& safetensors, const std::string& out, const GptConfig& config) {
   const auto expected = expected_shapes(config);
   const HfFile file(safetensors, expected);
-  ConsolidatedWriter writer(out, safetensors, 0);
-  for (const auto& [name, shape] : expected) writer.add(name, shape, file.read(name).data());
+  try {
+    ConsolidatedWriter writer(out, safetensors, 0);
+    for (const auto& [name, shape] : expected) writer.add(name, shape, file.read(name).data());
+  } catch (const std::exception&) {
+    std::error_code ec;
+    std::filesystem::remove(out, ec);  // no half-written weights file for init_from to pick up
+    throw;
+  }
 }
 
 void export_hf_gpt2(const std::string& weights, const std::string& out, const std::string& dtype) {
@@ -103,6 +115,7 @@ void export_hf_gpt2(const std::string& weights, const std::string& out, const st
   const std::string format = h5::get_string(h5::open_group(file, "/meta", weights), "format", weights + " /meta");
   const bool consolidated = format == "fsdpp-consolidated";
   FSDPP_REQUIRE(consolidated || format == "fsdpp-checkpoint", "{}: not an fsdpp checkpoint or weights file", weights);
+  if (!consolidated) require_sound_layout(weights);  // the offsets and rows below are trusted only after this
   h5::Handle model = h5::open_group(file, "/model", weights);
   const std::vector<std::string> names = h5::children(model);
   // Shapes first: the safetensors header precedes the data.
@@ -154,7 +167,9 @@ void load_hf_safetensors(MPI_Comm comm, const std::string& path, const std::vect
   std::unique_ptr<HfFile> file;
   root_does(comm, [&] { file = std::make_unique<HfFile>(path, expected); });
   for (Parameter* p : params) {
-    std::vector<float> whole = rank == 0 ? file->read(p->name()) : std::vector<float>(static_cast<std::size_t>(p->numel()));
+    std::vector<float> whole(static_cast<std::size_t>(p->numel()));
+    // Every rank hears whether rank 0's read worked before the broadcast it would otherwise wait in.
+    root_does(comm, [&] { whole = file->read(p->name()); });
     broadcast_into_shard(comm, whole, *p);
   }
 }

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
 
 // Data bytes are copied straight into host floats and integers.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
@@ -145,11 +146,28 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   FSDPP_REQUIRE(file_.good(), "{}: reading the {}-byte safetensors header failed; check the file", path, n);
 
   json header;
+  // JSON leaves duplicate keys undefined and nlohmann keeps the last one silently: a tensor listed twice (or an
+  // entry with two "data_offsets") would be read from whichever copy the parser kept. Refuse them instead.
+  std::vector<std::set<std::string>> open_objects;
+  std::string entry, duplicate;
+  const json::parser_callback_t find_duplicates = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+    if (event == json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
+    if (event == json::parse_event_t::key && !open_objects.empty()) {
+      const std::string key = parsed.get<std::string>();
+      if (open_objects.size() == 1) entry = key;
+      if (!open_objects.back().insert(key).second && duplicate.empty())
+        duplicate = open_objects.size() == 1 ? fmt::format("key '{}' appears twice in the header", key)
+                                             : fmt::format("key '{}' appears twice in the entry of '{}'", key, entry);
+    }
+    return true;
+  };
   try {
-    header = json::parse(text);
+    header = json::parse(text, find_duplicates);
   } catch (const json::parse_error& e) {
     throw UsageError(fmt::format("{}: safetensors header is not valid JSON: {}{}", path, e.what(), kCorrupt));
   }
+  FSDPP_REQUIRE(duplicate.empty(), "{}: {}; which one is meant is ambiguous{}", path, duplicate, kCorrupt);
   FSDPP_REQUIRE(header.is_object(), "{}: safetensors header is a JSON {}, not an object{}", path, header.type_name(),
                 kCorrupt);
   data_start_ = 8 + n;

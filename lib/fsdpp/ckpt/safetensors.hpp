@@ -32,6 +32,7 @@ class SafetensorsReader {
   const std::vector<SafetensorInfo>& tensors() const { return tensors_; }  // in data-offset order
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const SafetensorInfo* find(const std::string& name) const;  // nullptr if absent
+  const std::string& path() const { return path_; }
 
   // One tensor converted to f32 from F32, F16 or BF16. Not thread-safe: reads share one file position.
   std::vector<float> read_f32(const SafetensorInfo& t) const;

@@ -2,6 +2,8 @@
 
 #include "fsdpp/runtime/error.hpp"
 
+#include <algorithm>
+
 namespace fsdpp {
 
 void StateDict::set(const std::string& key, StateScalar value) {
@@ -11,6 +13,16 @@ void StateDict::set(const std::string& key, StateScalar value) {
       return;
     }
   scalars.emplace_back(key, value);
+}
+
+std::vector<std::pair<std::string, std::string>> scalars_as_text(const StateScalars& scalars) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [key, value] : scalars) {
+    if (const double* d = std::get_if<double>(&value)) out.emplace_back(key, fmt::format("{:.17g}", *d));
+    else std::visit([&, &key = key](auto v) { out.emplace_back(key, fmt::format("{}", v)); }, value);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 template <class T> T StateDict::get(const std::string& key) const {

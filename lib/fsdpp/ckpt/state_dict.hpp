@@ -29,6 +29,10 @@ struct StateDict {
   template <class T> T get(const std::string& key) const;
 };
 
+// (key, text) of every scalar, sorted by key: integers as "{}", doubles as "{:.17g}". What a checkpoint's layout
+// digest covers, the same text h5::numeric_attrs_as_text reads back.
+std::vector<std::pair<std::string, std::string>> scalars_as_text(const StateScalars& scalars);
+
 // A part of training that a checkpoint saves and restores.
 class Stateful {
  public:

@@ -27,6 +27,7 @@ enum class OffloadPolicy { none, cpu };
 enum class GradAccumulation { unsharded, sharded };
 enum class ResumeMode { off, on, automatic, path };
 enum class CommBackendChoice { automatic, mpi, nccl };  // automatic: NCCL when Kokkos computes on a GPU
+enum class CheckpointOnError { abort, keep_going };  // deck names: abort | continue
 
 // FSDP2's reshard_after_forward: None | bool | int. "automatic" is None: true for every group but the root.
 struct ReshardAfterForward {
@@ -120,6 +121,7 @@ struct CheckpointConfig {
   std::string init_from = "none";  // weights to start from (fine-tuning): a checkpoint, consolidated or safetensors file
   int keep_last = 0;  // 0: keep all
   bool async = false;
+  CheckpointOnError on_error = CheckpointOnError::abort;  // a failed save: stop, or train on with the previous one
 };
 
 struct Deck {
@@ -163,6 +165,7 @@ std::string_view to_string(OffloadPolicy v);
 std::string_view to_string(GradAccumulation v);
 std::string_view to_string(ResumeMode v);
 std::string_view to_string(CommBackendChoice v);
+std::string_view to_string(CheckpointOnError v);
 std::string to_string(const ReshardAfterForward& v);
 
 }  // namespace fsdpp

@@ -355,6 +355,9 @@ std::vector<Field> make_fields() {
                       "Keep only this many most recent checkpoints; 0 keeps all."));
   f.push_back(boolean("checkpoint.async", &Deck::checkpoint, &CheckpointConfig::async,
                       "Write checkpoints in the background while training continues."));
+  f.push_back(choice("checkpoint.on_error", &Deck::checkpoint, &CheckpointConfig::on_error, kOnErrors,
+                     "A save that fails (full disk, read-only or vanished folder): abort stops the run with the "
+                     "error; continue logs it and trains on, keeping the previous checkpoint (latest still names it)."));
   return f;
 }
 

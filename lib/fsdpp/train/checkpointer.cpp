@@ -1,5 +1,6 @@
 #include "fsdpp/train/checkpointer.hpp"
 
+#include "fsdpp/ckpt/resume.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
 
@@ -31,7 +32,8 @@ Checkpointer::Checkpointer(MPI_Comm comm, const Deck& deck, const Parallelism& p
   meta_.param_dtype = std::string(dtype_name(deck.fsdp.param_dtype));
   meta_.reduce_dtype = std::string(dtype_name(deck.fsdp.reduce_dtype));
   meta_.deck = resolved_deck_yaml(deck);
-  if (deck.checkpoint.async && interval_ > 0) background_ = std::make_unique<AsyncCheckpointer>(comm);
+  if (deck.checkpoint.async && interval_ > 0)
+    background_ = std::make_unique<AsyncCheckpointer>(comm, deck.checkpoint.on_error);
 }
 
 Checkpointer::~Checkpointer() = default;
@@ -53,15 +55,11 @@ CheckpointContents Checkpointer::contents() const {
 std::int64_t Checkpointer::resume() {
   const CheckpointConfig& cfg = deck_.checkpoint;
   if (cfg.resume == ResumeMode::off) return 0;
-  const auto latest = cfg.resume == ResumeMode::path ? std::optional<std::string>(cfg.resume_path)
-                                                     : latest_checkpoint(cfg.dir);
-  FSDPP_REQUIRE(latest || cfg.resume == ResumeMode::automatic,
-                "checkpoint.resume is true but '{}' holds no checkpoint (no 'latest' file); use resume: auto to "
-                "start fresh when there is none", cfg.dir);
-  if (!latest) {
-    if (speaks_) Log::info("checkpoint.resume auto: no checkpoint in '{}'; starting fresh", cfg.dir);
-    return 0;
-  }
+  // `latest` is a hint: a damaged one makes the choice scan the folder; auto starts fresh only in an empty one.
+  const ResumeChoice choice = choose_resume(comm_, cfg.dir, cfg.resume, cfg.resume_path);
+  if (speaks_ && !choice.log.empty()) Log::info("{}", choice.log);
+  const std::optional<std::string>& latest = choice.path;
+  if (!latest) return 0;
   const LoadReport loaded = load_checkpoint(comm_, *latest, contents());
   StateDict scalars;
   scalars.scalars = loaded.progress.scalars;
@@ -76,6 +74,8 @@ std::int64_t Checkpointer::resume() {
       Log::info("data: the sample order is global, so resuming on {} ranks instead of {} continues it at global "
                 "batch {}: each rank now takes its {} of the {} sequences of every batch, none repeated or skipped",
                 world_size_, loaded.saved_world_size, first_step, G / world_size_, G);
+    if (const std::string note = resume_past_end_note(*latest, first_step, deck_.train.steps); !note.empty())
+      Log::warn("{}", note);
   }
   return first_step;
 }
@@ -103,8 +103,9 @@ void Checkpointer::save(std::int64_t done) {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return;
   }
-  const SaveResult result = save_checkpoint(comm_, deck_.checkpoint.dir, c, progress, meta_, deck_.checkpoint.keep_last);
-  if (speaks_)
+  const SaveResult result = save_checkpoint(comm_, deck_.checkpoint.dir, c, progress, meta_, deck_.checkpoint.keep_last,
+                                            deck_.checkpoint.on_error);
+  if (speaks_ && result.error.empty())
     Log::info("checkpoint: saved step {} to {} ({:.1f} MiB in {:.2f} s, {:.2f} GB/s)", done, result.path,
               result.bytes / 1048576.0, result.seconds, result.bytes / std::max(result.seconds, 1e-9) / 1e9);
 }

@@ -1,6 +1,7 @@
 #include "fsdpp/train/trainer.hpp"
 
 #include "fsdpp/ckpt/checkpoint.hpp"
+#include "fsdpp/ckpt/dir_lock.hpp"
 #include "fsdpp/optim/adamw.hpp"
 #include "fsdpp/optim/lr_schedule.hpp"
 #include "fsdpp/optim/sgd.hpp"
@@ -74,6 +75,8 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   MemoryAccounting::install();  // already done by the Runtime; harmless again
   MemoryAccounting::reset_peak();
   prepare_output(rank, deck);
+  // One run saves into a checkpoint folder at a time; a second one stops here, on every rank.
+  const CheckpointDirLock checkpoint_lock(comm, deck.checkpoint.dir, deck.checkpoint.interval > 0);
 
   // Built on meta, parallelized, then given storage and values: no rank ever holds the whole model, and
   // element i of every tensor gets the same value on any number of ranks.

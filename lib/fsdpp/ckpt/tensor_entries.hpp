@@ -1,0 +1,49 @@
+#pragma once
+// Internal to lib/fsdpp/ckpt (save and load): which tensors a checkpoint holds and how their rows split.
+#include "fsdpp/ckpt/checkpoint.hpp"
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <algorithm>
+
+namespace fsdpp::ckpt_detail {
+
+// One tensor of a checkpoint: a parameter's value or one of its optimizer states.
+struct TensorEntry {
+  std::string group;  // "/model/h.0.ln_1.weight" or "/optim/h.0.ln_1.weight/exp_avg"
+  const Parameter* param;
+  View1<float> view;
+};
+
+inline std::vector<TensorEntry> tensors_of(const CheckpointContents& c) {
+  std::vector<TensorEntry> out;
+  for (const Parameter* p : c.params) out.push_back({"/model/" + p->name(), p, p->value});
+  if (c.optimizer)
+    for (const Parameter* p : c.params)
+      for (auto& [state, view] : c.optimizer->state_tensors(*p)) out.push_back({"/optim/" + p->name() + "/" + state, p, view});
+  return out;
+}
+
+// How a parameter's rows are split: `shards` pieces of `chunk` rows (the last may be shorter or empty).
+struct RowSplit {
+  int shards = 1, mine = 0;
+  std::int64_t chunk = 0, rows = 0;
+  std::int64_t rows_of(int k) const { return std::clamp<std::int64_t>(rows - k * chunk, 0, chunk); }
+  std::int64_t offset_of(int k) const { return std::min<std::int64_t>(k * chunk, rows); }
+};
+
+inline RowSplit split_of(const Parameter& p) {
+  if (p.placement) return {p.placement->ranks, p.placement->rank, p.placement->chunk_rows, p.rows()};
+  return {1, 0, p.rows(), p.rows()};
+}
+
+inline std::uint64_t checksum(const float* data, std::size_t count) { return XXH64(data, count * sizeof(float), 0); }
+
+inline std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += fmt::format("{}{}", i ? "," : "", shape[i]);
+  return out + "]";
+}
+
+}  // namespace fsdpp::ckpt_detail
