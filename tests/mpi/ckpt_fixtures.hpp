@@ -41,8 +41,7 @@ struct Trained {
       out.push_back(gather_full_parameter(*p, *mesh));
       for (auto& [name, view] : optimizer->state_tensors(*p)) {
         Parameter shadow = *p;  // the state, gathered with the parameter's placement
-        shadow.value = view;
-        shadow.unsharded = false;
+        shadow.show_shard(view, View1<float>());
         out.push_back(gather_full_parameter(shadow, *mesh));
       }
     }

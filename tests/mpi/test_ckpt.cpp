@@ -206,7 +206,7 @@ MPI_TEST_CASE("ckpt: an asynchronous save writes what a synchronous one writes, 
   AsyncCheckpointer background(test_comm);
   background.start(stage_checkpoint(saved.contents(), progress_at(2), {}, test_rank), dir + "/async", 0);
   // The snapshot is a copy: changing the model now must not change what is written.
-  for (Parameter* p : saved.model->parameters()) Kokkos::deep_copy(p->value, 0.5f);
+  for (Parameter* p : saved.model->parameters()) Kokkos::deep_copy(p->value(), 0.5f);
   const auto written = background.wait();
   REQUIRE(written);
   CHECK(!background.in_flight());

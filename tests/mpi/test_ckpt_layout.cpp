@@ -133,10 +133,10 @@ MPI_TEST_CASE("ckpt layout: non-finite weights are refused on load and reported 
   const std::string dir = shared_temp_dir(test_comm, "nonfinite");
   Trained saved = build(test_comm, {{"dp_shard", -1}}, 1);
   // wpe [5, 10] on 2 ranks: rank 1 holds rows 3-4; element [4, 6] becomes NaN.
-  if (saved.model->wpe.placement->rank == 1) {
-    auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), saved.model->wpe.value);
+  if (saved.model->wpe.placement()->rank == 1) {
+    auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), saved.model->wpe.value());
     host(1 * 10 + 6) = std::numeric_limits<float>::quiet_NaN();
-    Kokkos::deep_copy(saved.model->wpe.value, host);
+    Kokkos::deep_copy(saved.model->wpe.value(), host);
   }
   const SaveResult r = save_checkpoint(test_comm, dir, saved.contents(), progress_at(1), {});
   const std::string error = load_error(test_comm, r.path);

@@ -280,7 +280,7 @@ MPI_TEST_CASE("fsdp: initial whole parameters are bitwise those of one rank, on 
       std::vector<float> expected;
       for (Parameter* p : plain.parameters()) {
         std::vector<float> v(static_cast<std::size_t>(p->numel()));
-        Kokkos::deep_copy(HostView1<float>(v.data(), v.size()), p->value);
+        Kokkos::deep_copy(HostView1<float>(v.data(), v.size()), p->value());
         expected.insert(expected.end(), v.begin(), v.end());
       }
       CHECK(all == expected);
@@ -317,13 +317,13 @@ MPI_TEST_CASE("fsdp: collectives per step follow FSDP2's counts, and shards hold
   std::int64_t expected = 0, local = 0;
   for (Parameter* p : model.parameters()) {
     expected += (p->rows() + 2) / 3 * p->row_size();
-    local += static_cast<std::int64_t>(p->value.extent(0));
-    CHECK(p->placement->chunk_rows == (p->rows() + 2) / 3);
+    local += static_cast<std::int64_t>(p->value().extent(0));
+    CHECK(p->placement()->chunk_rows == (p->rows() + 2) / 3);
   }
   CHECK(local == expected);
   // wpe has 5 rows: 2, 2, 1 on three ranks.
   const std::int64_t wpe_rows[3] = {2, 2, 1};
-  CHECK(model.wpe.placement->local_rows == wpe_rows[test_rank]);
+  CHECK(model.wpe.placement()->local_rows == wpe_rows[test_rank]);
 }
 
 MPI_TEST_CASE("fsdp: CPU offload keeps shards in host memory and stages each collective through the device", 2) {
@@ -336,8 +336,8 @@ MPI_TEST_CASE("fsdp: CPU offload keeps shards in host memory and stages each col
   model.to_empty();
   model.reset_parameters(3);
   for (Parameter* p : model.parameters()) {
-    CHECK(p->placement->offloaded);
-    CHECK(p->placement->memory == "host (pinned)");
+    CHECK(p->placement()->offloaded);
+    CHECK(p->placement()->memory == "host (pinned)");
   }
   std::vector<std::int32_t> t = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   View1<std::int32_t> tokens("tokens", t.size());
@@ -357,7 +357,7 @@ MPI_TEST_CASE("fsdp: CPU offload keeps shards in host memory and stages each col
   const FsdpStats st = fsdp_stats(model);
   CHECK(st.host_to_device_bytes == h2d);
   CHECK(st.device_to_host_bytes == d2h);
-  for (Parameter* p : model.parameters()) CHECK(!p->unsharded);  // back on the host shards after backward
+  for (Parameter* p : model.parameters()) CHECK(!p->unsharded());  // back on the host shards after backward
 }
 
 MPI_TEST_CASE("fsdp: misuse gets a clear error naming the module or parameter", 2) {

@@ -97,12 +97,12 @@ TEST_CASE("gpt: GPT-2 init scales: 0.02, residual projections 0.02/sqrt(2L), bia
     return std::sqrt(s2 / v.size() - mean * mean);
   };
   Block& b = *model.blocks()[0];
-  CHECK(stddev(to_host(b.c_attn_weight.value)) == doctest::Approx(0.02).epsilon(0.02));
-  CHECK(stddev(to_host(model.wte.value)) == doctest::Approx(0.02).epsilon(0.02));
-  CHECK(stddev(to_host(b.mlp_proj_weight.value)) == doctest::Approx(0.02 / std::sqrt(8.0)).epsilon(0.02));
-  CHECK(stddev(to_host(b.attn_proj_weight.value)) == doctest::Approx(0.02 / std::sqrt(8.0)).epsilon(0.03));
-  for (float x : to_host(b.c_fc_bias.value)) REQUIRE(x == 0.0f);
-  for (float x : to_host(model.ln_f_weight.value)) REQUIRE(x == 1.0f);
+  CHECK(stddev(to_host(b.c_attn_weight.value())) == doctest::Approx(0.02).epsilon(0.02));
+  CHECK(stddev(to_host(model.wte.value())) == doctest::Approx(0.02).epsilon(0.02));
+  CHECK(stddev(to_host(b.mlp_proj_weight.value())) == doctest::Approx(0.02 / std::sqrt(8.0)).epsilon(0.02));
+  CHECK(stddev(to_host(b.attn_proj_weight.value())) == doctest::Approx(0.02 / std::sqrt(8.0)).epsilon(0.03));
+  for (float x : to_host(b.c_fc_bias.value())) REQUIRE(x == 0.0f);
+  for (float x : to_host(model.ln_f_weight.value())) REQUIRE(x == 1.0f);
 }
 
 TEST_CASE("gpt: hooks run around every pass, through each module's one door, nested like scopes") {
@@ -143,11 +143,11 @@ TEST_CASE("gpt: gradients through the whole model match central differences (f32
     model.reset_parameters(7);
     // Larger weights than GPT-2's init, so every gradient is well above f32 round-off.
     for (Parameter* p : model.parameters()) {
-      auto v = to_host(p->value);
+      auto v = to_host(p->value());
       std::mt19937 rng(static_cast<unsigned>(name_hash(p->name())));
       std::normal_distribution<float> noise(0.0f, 0.3f);
       for (auto& x : v) x += noise(rng);
-      Kokkos::deep_copy(p->value, HostView1<float>(v.data(), v.size()));
+      Kokkos::deep_copy(p->value(), HostView1<float>(v.data(), v.size()));
     }
     Flow flow;
     flow.B = 2, flow.T = 6;
@@ -161,8 +161,8 @@ TEST_CASE("gpt: gradients through the whole model match central differences (f32
 
     for (Parameter* p : model.parameters()) {
       CAPTURE(p->name());
-      const auto grad = to_host(p->grad);
-      auto value = to_host(p->value);
+      const auto grad = to_host(p->grad());
+      auto value = to_host(p->value());
       // The three largest gradients of each tensor, where f32 differences resolve best.
       std::vector<std::size_t> order(grad.size());
       for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -173,13 +173,13 @@ TEST_CASE("gpt: gradients through the whole model match central differences (f32
         const float h = 1e-2f;
         const float saved = value[i];
         value[i] = saved + h;
-        Kokkos::deep_copy(p->value, HostView1<float>(value.data(), value.size()));
+        Kokkos::deep_copy(p->value(), HostView1<float>(value.data(), value.size()));
         const double up = loss_of(model, flow);
         value[i] = saved - h;
-        Kokkos::deep_copy(p->value, HostView1<float>(value.data(), value.size()));
+        Kokkos::deep_copy(p->value(), HostView1<float>(value.data(), value.size()));
         const double down = loss_of(model, flow);
         value[i] = saved;
-        Kokkos::deep_copy(p->value, HostView1<float>(value.data(), value.size()));
+        Kokkos::deep_copy(p->value(), HostView1<float>(value.data(), value.size()));
         const double numeric = (up - down) / (2.0 * h);
         CAPTURE(i);
         CHECK(std::fabs(numeric - grad[i]) <= 2e-3 + 3e-2 * std::fabs(grad[i]));

@@ -46,9 +46,9 @@ struct Params {
   Parameter& add(const std::string& name, std::vector<std::int64_t> shape, ParamRole role) {
     owned.push_back(std::make_unique<Parameter>(name, std::move(shape), InitRule::zeros(), role));
     Parameter& p = *owned.back();
-    p.value = View1<float>(name, static_cast<std::size_t>(p.numel()));
-    p.grad = View1<float>(name + ".grad", static_cast<std::size_t>(p.numel()));
-    from_host(p.value, pattern(p.numel(), static_cast<int>(owned.size())));
+    p.adopt(View1<float>(name, static_cast<std::size_t>(p.numel())),
+            View1<float>(name + ".grad", static_cast<std::size_t>(p.numel())));
+    from_host(p.value(), pattern(p.numel(), static_cast<int>(owned.size())));
     list.push_back(&p);
     return p;
   }
@@ -93,7 +93,7 @@ void run_adamw(const AdamWConfig& c, std::vector<bool> decays) {
   const std::vector<float> lrs = {1e-2f, 2e-2f, 5e-3f};
   std::vector<std::vector<double>> x, m, v;
   for (Parameter* p : ps.list) {
-    x.push_back(to_host(p->value));
+    x.push_back(to_host(p->value()));
     m.emplace_back(p->numel(), 0.0);
     v.emplace_back(p->numel(), 0.0);
   }
@@ -101,7 +101,7 @@ void run_adamw(const AdamWConfig& c, std::vector<bool> decays) {
     const double t = s + 1, lr = lrs[s], b1 = c.beta1, b2 = c.beta2;
     for (std::size_t i = 0; i < ps.list.size(); ++i) {
       const std::vector<double> g = grad_at(*ps.list[i], i, s);
-      from_host(ps.list[i]->grad, g);
+      from_host(ps.list[i]->grad(), g);
       const double wd = decays[i] ? c.weight_decay : 0.0;
       for (std::size_t j = 0; j < g.size(); ++j) {
         m[i][j] = b1 * m[i][j] + (1 - b1) * g[j];
@@ -115,7 +115,7 @@ void run_adamw(const AdamWConfig& c, std::vector<bool> decays) {
     CHECK(opt.steps() == s + 1);
     for (std::size_t i = 0; i < ps.list.size(); ++i) {
       const std::string what = ps.list[i]->name() + " after step " + std::to_string(s + 1);
-      check_close(to_host(ps.list[i]->value), x[i], 2e-6, what);
+      check_close(to_host(ps.list[i]->value()), x[i], 2e-6, what);
       check_close(to_host(opt.exp_avg(*ps.list[i])), m[i], 1e-6, what + " exp_avg");
       check_close(to_host(opt.exp_avg_sq(*ps.list[i])), v[i], 1e-6, what + " exp_avg_sq");
     }
@@ -128,13 +128,13 @@ void run_sgd(const SgdConfig& c, std::vector<bool> decays) {
   const std::vector<float> lrs = {1e-1f, 5e-2f, 2e-1f};
   std::vector<std::vector<double>> x, buf;
   for (Parameter* p : ps.list) {
-    x.push_back(to_host(p->value));
+    x.push_back(to_host(p->value()));
     buf.emplace_back(p->numel(), 0.0);
   }
   for (int s = 0; s < 3; ++s) {
     for (std::size_t i = 0; i < ps.list.size(); ++i) {
       const std::vector<double> grad = grad_at(*ps.list[i], i, s);
-      from_host(ps.list[i]->grad, grad);
+      from_host(ps.list[i]->grad(), grad);
       const double wd = decays[i] ? c.weight_decay : 0.0;
       for (std::size_t j = 0; j < grad.size(); ++j) {
         const double g = grad[j] + wd * x[i][j];
@@ -146,7 +146,7 @@ void run_sgd(const SgdConfig& c, std::vector<bool> decays) {
     CHECK(opt.steps() == s + 1);
     for (std::size_t i = 0; i < ps.list.size(); ++i) {
       const std::string what = ps.list[i]->name() + " after step " + std::to_string(s + 1);
-      check_close(to_host(ps.list[i]->value), x[i], 2e-6, what);
+      check_close(to_host(ps.list[i]->value()), x[i], 2e-6, what);
       if (c.momentum != 0.0f) check_close(to_host(opt.momentum_buffer(*ps.list[i])), buf[i], 2e-6, what + " buffer");
     }
   }
@@ -183,13 +183,13 @@ TEST_CASE("optim: decay rule per role, isolated with zero gradients") {
     AdamW opt(ps.list, c);
     const std::vector<bool> expect = {true, c.decay_biases, c.decay_norms, c.decay_embeddings};
     std::vector<std::vector<double>> before;
-    for (Parameter* p : ps.list) before.push_back(to_host(p->value));
+    for (Parameter* p : ps.list) before.push_back(to_host(p->value()));
     opt.step(0.5f);
     for (std::size_t i = 0; i < ps.list.size(); ++i) {
       CHECK(opt.decays(*ps.list[i]) == expect[i]);
       std::vector<double> want = before[i];
       for (double& w : want) w = static_cast<float>(w * (expect[i] ? 1.0f - 0.5f * c.weight_decay : 1.0f));
-      check_close(to_host(ps.list[i]->value), want, 1e-7, ps.list[i]->name() + " flags " + std::to_string(flags));
+      check_close(to_host(ps.list[i]->value()), want, 1e-7, ps.list[i]->name() + " flags " + std::to_string(flags));
     }
   }
 }
@@ -214,24 +214,24 @@ TEST_CASE("optim: the stale-parameter guard names the parameter whose storage ch
     Params ps = one_of_each_role();
     AdamW adamw(ps.list, AdamWConfig{});
     Sgd sgd(ps.list, SgdConfig{});
-    ps.list[1]->value = View1<float>("shard", 1);
-    const std::vector<double> weight_before = to_host(ps.list[0]->value);
+    ps.list[1]->adopt(View1<float>("shard", 1), ps.list[1]->grad());
+    const std::vector<double> weight_before = to_host(ps.list[0]->value());
     CHECK(starts_with(usage_error_of([&] { adamw.step(1e-2f); }), prefix));
     CHECK(starts_with(usage_error_of([&] { sgd.step(1e-2f); }), prefix));
     // Checked before any update: nothing moved, no step counted.
-    check_close(to_host(ps.list[0]->value), weight_before, 0.0, "weight");
+    check_close(to_host(ps.list[0]->value()), weight_before, 0.0, "weight");
     CHECK(adamw.steps() == 0);
     CHECK(sgd.steps() == 0);
   }
   SUBCASE("same pointer, smaller extent") {
     Params ps = one_of_each_role();
     AdamW adamw(ps.list, AdamWConfig{});
-    ps.list[1]->value = Unmanaged1<float>(ps.list[1]->value.data(), 2);
+    ps.list[1]->adopt(Unmanaged1<float>(ps.list[1]->value().data(), 2), ps.list[1]->grad());
     CHECK(starts_with(usage_error_of([&] { adamw.step(1e-2f); }), prefix));
   }
   SUBCASE("a parameter without gradient storage") {
     Params ps = one_of_each_role();
-    ps.list[2]->grad = View1<float>();
+    ps.list[2]->adopt(ps.list[2]->value(), View1<float>());
     AdamW adamw(ps.list, AdamWConfig{});
     const std::string msg = usage_error_of([&] { adamw.step(1e-2f); });
     CHECK(msg.find("'h.0.ln_1.weight' has no gradient storage") != std::string::npos);
@@ -253,25 +253,25 @@ TEST_CASE("optim: AdamW state restored into a new optimizer continues identicall
   AdamWConfig c;
   AdamW first(a.list, c);
   for (int s = 0; s < 2; ++s) {
-    for (std::size_t i = 0; i < a.list.size(); ++i) from_host(a.list[i]->grad, grad_at(*a.list[i], i, s));
+    for (std::size_t i = 0; i < a.list.size(); ++i) from_host(a.list[i]->grad(), grad_at(*a.list[i], i, s));
     first.step(1e-2f);
   }
   // A checkpoint: values, both moments and the step count (bias correction depends on it).
   AdamW second(b.list, c);
   for (std::size_t i = 0; i < a.list.size(); ++i) {
-    Kokkos::deep_copy(b.list[i]->value, a.list[i]->value);
+    Kokkos::deep_copy(b.list[i]->value(), a.list[i]->value());
     Kokkos::deep_copy(second.exp_avg(*b.list[i]), first.exp_avg(*a.list[i]));
     Kokkos::deep_copy(second.exp_avg_sq(*b.list[i]), first.exp_avg_sq(*a.list[i]));
   }
   second.set_steps(first.steps());
   for (std::size_t i = 0; i < a.list.size(); ++i) {
-    from_host(a.list[i]->grad, grad_at(*a.list[i], i, 2));
-    from_host(b.list[i]->grad, grad_at(*b.list[i], i, 2));
+    from_host(a.list[i]->grad(), grad_at(*a.list[i], i, 2));
+    from_host(b.list[i]->grad(), grad_at(*b.list[i], i, 2));
   }
   first.step(1e-2f);
   second.step(1e-2f);
   for (std::size_t i = 0; i < a.list.size(); ++i)
-    check_close(to_host(b.list[i]->value), to_host(a.list[i]->value), 0.0, a.list[i]->name());
+    check_close(to_host(b.list[i]->value()), to_host(a.list[i]->value()), 0.0, a.list[i]->name());
 }
 
 TEST_CASE("optim: gradient norm is exact and deterministic; clipping scales to max_norm") {
@@ -279,7 +279,7 @@ TEST_CASE("optim: gradient norm is exact and deterministic; clipping scales to m
   double want = 0.0;
   for (std::size_t i = 0; i < ps.list.size(); ++i) {
     const std::vector<double> g = grad_at(*ps.list[i], i, 0);
-    from_host(ps.list[i]->grad, g);
+    from_host(ps.list[i]->grad(), g);
     for (double x : g) want += x * x;  // already f32 values: the double sum is the kernel's
   }
   const double first = grad_norm_squared_local(ps.list);
@@ -290,19 +290,19 @@ TEST_CASE("optim: gradient norm is exact and deterministic; clipping scales to m
 
   SUBCASE("below max_norm: untouched") {
     std::vector<std::vector<double>> before;
-    for (Parameter* p : ps.list) before.push_back(to_host(p->grad));
+    for (Parameter* p : ps.list) before.push_back(to_host(p->grad()));
     CHECK(clip_grad_norm(ps.list, std::sqrt(want) * 2.0) == doctest::Approx(std::sqrt(want)).epsilon(1e-14));
-    for (std::size_t i = 0; i < ps.list.size(); ++i) check_close(to_host(ps.list[i]->grad), before[i], 0.0, "grad");
+    for (std::size_t i = 0; i < ps.list.size(); ++i) check_close(to_host(ps.list[i]->grad()), before[i], 0.0, "grad");
   }
   SUBCASE("above max_norm: scaled by max_norm / (norm + 1e-6), pre-clip norm returned") {
     const double norm = std::sqrt(want), max_norm = 0.5;
     std::vector<std::vector<double>> expect;
     for (Parameter* p : ps.list) {
-      expect.push_back(to_host(p->grad));
+      expect.push_back(to_host(p->grad()));
       for (double& g : expect.back()) g *= max_norm / (norm + 1e-6);
     }
     CHECK(clip_grad_norm(ps.list, max_norm) == doctest::Approx(norm).epsilon(1e-14));
-    for (std::size_t i = 0; i < ps.list.size(); ++i) check_close(to_host(ps.list[i]->grad), expect[i], 1e-6, "grad");
+    for (std::size_t i = 0; i < ps.list.size(); ++i) check_close(to_host(ps.list[i]->grad()), expect[i], 1e-6, "grad");
     CHECK(global_grad_norm(ps.list) == doctest::Approx(max_norm).epsilon(1e-5));
   }
   SUBCASE("max_norm must be positive") {
@@ -320,9 +320,8 @@ static void check_sharded_norm(int rank, int size, MPI_Comm comm) {
   for (double x : whole) want += x * x;
   Params ps;
   Parameter& p = ps.add("h.0.mlp.c_fc.weight", {n * size}, ParamRole::weight);
-  p.value = View1<float>("shard", n);
-  p.grad = View1<float>("shard.grad", n);
-  from_host(p.grad, std::vector<double>(whole.begin() + rank * n, whole.begin() + (rank + 1) * n));
+  p.adopt(View1<float>("shard", n), View1<float>("shard.grad", n));
+  from_host(p.grad(), std::vector<double>(whole.begin() + rank * n, whole.begin() + (rank + 1) * n));
   CHECK(global_grad_norm(ps.list, &group) == doctest::Approx(std::sqrt(want)).epsilon(1e-14));
   const double before = clip_grad_norm(ps.list, 0.1, &group);
   CHECK(before == doctest::Approx(std::sqrt(want)).epsilon(1e-14));

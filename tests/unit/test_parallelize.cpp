@@ -107,7 +107,7 @@ TEST_CASE("parallelize: a dry step allocates nothing, frees every transient buff
     CHECK(par->units().back().name == model.display_name());  // the root last
     for (Parameter* p : model.parameters()) {
       CHECK(p->is_meta());  // no storage, before or after
-      CHECK(p->placement->chunk_rows == chunk_rows(p->rows(), ranks));
+      CHECK(p->placement()->chunk_rows == chunk_rows(p->rows(), ranks));
     }
     const auto ledger = dry_step(model, *par, 4);
     for (Parameter* p : model.parameters()) CHECK(p->is_meta());

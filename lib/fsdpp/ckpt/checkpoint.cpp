@@ -217,7 +217,7 @@ CheckpointSnapshot stage_checkpoint(const CheckpointContents& contents, const Tr
     t.shards = s.shards;
     t.mine = s.mine;
     t.chunk_rows = s.chunk;
-    t.writer = contents.writes_shards && (p.placement || rank == 0);
+    t.writer = contents.writes_shards && (p.placement() || rank == 0);
     if (t.writer) {
       t.data.resize(static_cast<std::size_t>(s.rows_of(s.mine) * p.row_size()));
       if (!t.data.empty())

@@ -97,9 +97,9 @@ void load_weights(MPI_Comm comm, const std::string& path, const std::vector<Para
 void broadcast_into_shard(MPI_Comm comm, std::vector<float>& whole, Parameter& p) {
   for (std::size_t at = 0; at < whole.size(); at += INT_MAX)
     MPI_Bcast(whole.data() + at, static_cast<int>(std::min<std::size_t>(INT_MAX, whole.size() - at)), MPI_FLOAT, 0, comm);
-  const std::int64_t first = p.placement ? p.placement->offset_rows * p.row_size() : 0, count = p.local_numel();
+  const std::int64_t first = p.placement() ? p.placement()->offset_rows * p.row_size() : 0, count = p.local_numel();
   if (count > 0)
-    Kokkos::deep_copy(Kokkos::subview(p.value, std::make_pair<std::size_t, std::size_t>(0, static_cast<std::size_t>(count))),
+    Kokkos::deep_copy(Kokkos::subview(p.value(), std::make_pair<std::size_t, std::size_t>(0, static_cast<std::size_t>(count))),
                       HostView1<float>(whole.data() + first, static_cast<std::size_t>(count)));
 }
 

@@ -18,7 +18,7 @@ struct TensorEntry {
 
 inline std::vector<TensorEntry> tensors_of(const CheckpointContents& c) {
   std::vector<TensorEntry> out;
-  for (const Parameter* p : c.params) out.push_back({"/model/" + p->name(), p, p->value});
+  for (const Parameter* p : c.params) out.push_back({"/model/" + p->name(), p, p->value()});
   if (c.optimizer)
     for (const Parameter* p : c.params)
       for (auto& [state, view] : c.optimizer->state_tensors(*p)) out.push_back({"/optim/" + p->name() + "/" + state, p, view});
@@ -34,7 +34,7 @@ struct RowSplit {
 };
 
 inline RowSplit split_of(const Parameter& p) {
-  if (p.placement) return {p.placement->ranks, p.placement->rank, p.placement->chunk_rows, p.rows()};
+  if (p.placement()) return {p.placement()->ranks, p.placement()->rank, p.placement()->chunk_rows, p.rows()};
   return {1, 0, p.rows(), p.rows()};
 }
 

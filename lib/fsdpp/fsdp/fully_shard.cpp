@@ -98,17 +98,18 @@ FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions o
   }
 
   for (Parameter* p : module.parameters(true))
-    if (!p->placement) params_.push_back(p);  // parameters of sharded descendants belong to their groups
+    if (!p->placement()) params_.push_back(p);  // parameters of sharded descendants belong to their groups
   FSDPP_REQUIRE(!params_.empty(), "fully_shard({}): every parameter of this module already belongs to a sharded "
                 "submodule; nothing is left to shard", module.display_name());
   const std::string mesh_name = mesh.describe();
   for (Parameter* p : params_) {
-    const bool materialized = !p->is_meta() && p->value.extent(0) > 0;
-    p->placement = place(*p, ranks_, rank_, mesh_name);
-    p->placement->offloaded = options_.offload_policy.cpu;
-    p->placement->memory = options_.offload_policy.cpu
-                               ? (options_.offload_policy.pin_memory ? "host (pinned)" : "host")
-                               : std::string(MemSpace::name());
+    const bool materialized = !p->is_meta() && p->value().extent(0) > 0;
+    ShardPlacement placement = place(*p, ranks_, rank_, mesh_name);
+    placement.offloaded = options_.offload_policy.cpu;
+    placement.memory = options_.offload_policy.cpu ? (options_.offload_policy.pin_memory ? "host (pinned)" : "host")
+                                                   : std::string(MemSpace::name());
+    const View1<float> whole = p->value();  // materialized: the whole tensor, before placing changes the shape
+    p->place(std::move(placement));
     layout_.offset.push_back(layout_.slot);
     layout_.piece.push_back(p->storage_numel());
     layout_.slot += p->storage_numel();
@@ -116,9 +117,8 @@ FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions o
       // Already allocated (built without meta): keep only this rank's rows, padded.
       View1<float> shard(p->name(), static_cast<std::size_t>(p->storage_numel()));
       Kokkos::deep_copy(slice(shard, 0, p->local_numel()),
-                        slice(p->value, p->placement->offset_rows * p->row_size(), p->local_numel()));
-      p->value = shard;
-      p->grad = View1<float>(p->name() + ".grad", shard.extent(0));
+                        slice(whole, p->placement()->offset_rows * p->row_size(), p->local_numel()));
+      p->adopt(shard, View1<float>(p->name() + ".grad", shard.extent(0)));
     }
   }
   flat_numel_ = layout_.slot;
@@ -275,8 +275,8 @@ template <class T> void FsdpGroup::all_gather_flat(Tracked<T>& flat, Tracked<T>&
 
 void FsdpGroup::start_all_gather() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    shard_value_[i] = params_[i]->value;
-    shard_grad_[i] = params_[i]->grad;
+    shard_value_[i] = params_[i]->value();
+    shard_grad_[i] = params_[i]->grad();
   }
   gather_started_ = true;
   if (shard_is_whole_) return;  // the shard is the whole parameter: nothing to gather
@@ -315,9 +315,11 @@ void FsdpGroup::wait_for_unshard() {
     release(post_forward_bf16_, FsdpBuffer::post_forward_slice);
     release(post_forward_f32_, FsdpBuffer::post_forward_slice);
     if (!dry_)
-      for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->value = slice(full_value_[i].view, 0, params_[i]->numel());
+      for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->show_whole(slice(full_value_[i].view, 0, params_[i]->numel()));
   }
-  for (Parameter* p : params_) p->unsharded = true;
+  // The shard is the whole parameter (or, dry, there is none): in place.
+  if (shard_is_whole_ || dry_)
+    for (Parameter* p : params_) p->show_whole(p->value());
   gather_started_ = false;
   unsharded_ = true;
 }
@@ -341,9 +343,7 @@ void FsdpGroup::reshard() {
   if (gather_started_) wait_for_unshard();  // finish a prefetch before dropping it
   if (!unsharded_) return;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    params_[i]->value = shard_value_[i];
-    params_[i]->grad = shard_grad_[i];
-    params_[i]->unsharded = false;
+    params_[i]->show_shard(shard_value_[i], shard_grad_[i]);
     release(full_value_[i], FsdpBuffer::unsharded_params);
   }
   unsharded_ = false;
@@ -365,7 +365,7 @@ template <class T> void FsdpGroup::reduce_scatter_flat() {
   // Packed: the whole gradients can go. Parameter::grad views them too, and would keep them alive through
   // the reduce-scatter (one group's whole gradients more at the step's peak), so it points at the shard now.
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    params_[i]->grad = shard_grad_[i];
+    params_[i]->use_grad(shard_grad_[i]);
     release(full_grad_[i], FsdpBuffer::unsharded_grads);
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -405,7 +405,7 @@ void FsdpGroup::all_reduce_whole_gradients() {
       }
       copy_convert(shard_grad_[i], whole, true);
     }
-    params_[i]->grad = shard_grad_[i];
+    params_[i]->use_grad(shard_grad_[i]);
     release(full_grad_[i], FsdpBuffer::unsharded_grads);
   }
   if (context_ && replicate_comm_) {
@@ -483,7 +483,7 @@ void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
     Parameter* p = params_[i];
     if (!grads_unsharded_)
       allocate(full_grad_[i], FsdpBuffer::unsharded_grads, layout_.piece[i] * ranks_, p->name() + ".grad.unsharded", true);
-    if (!dry_) p->grad = slice(full_grad_[i].view, 0, p->numel());
+    if (!dry_) p->show_whole_grad(slice(full_grad_[i].view, 0, p->numel()));
   }
   grads_unsharded_ = true;
   // Backward prefetch: the group that ran just before this one in forward runs just after it in backward.
@@ -513,7 +513,7 @@ void FsdpGroup::after(Module&, Pass pass, Flow& flow) {
   }
   if (requires_gradient_sync_) reduce_scatter_gradients();
   // Gradients point back at the shards; unreduced ones (sync off) stay in full_grad_ for the next backward.
-  for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->grad = shard_grad_[i];
+  for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->use_grad(shard_grad_[i]);
   if (reshard_after_backward_) reshard();
   if (is_root_) {
     // A prefetch that no backward consumed would hold whole parameters past the step: release it.
@@ -529,12 +529,12 @@ void FsdpGroup::after(Module&, Pass pass, Flow& flow) {
 std::vector<float> gather_full_parameter(const Parameter& p, const DeviceMesh& mesh) {
   std::vector<float> out(static_cast<std::size_t>(p.numel()));
   if (!p.is_sharded()) {
-    Kokkos::deep_copy(HostView1<float>(out.data(), out.size()), slice(p.value, 0, p.numel()));
+    Kokkos::deep_copy(HostView1<float>(out.data(), out.size()), slice(p.value(), 0, p.numel()));
     return out;
   }
   const std::int64_t piece = p.storage_numel();
-  std::vector<float> shard(static_cast<std::size_t>(piece)), all(static_cast<std::size_t>(piece * p.placement->ranks));
-  Kokkos::deep_copy(HostView1<float>(shard.data(), shard.size()), p.value);
+  std::vector<float> shard(static_cast<std::size_t>(piece)), all(static_cast<std::size_t>(piece * p.placement()->ranks));
+  Kokkos::deep_copy(HostView1<float>(shard.data(), shard.size()), p.value());
   mesh.comm(mesh.ndim() - 1).all_gather(shard.data(), all.data(), shard.size());
   std::copy(all.begin(), all.begin() + p.numel(), out.begin());
   return out;

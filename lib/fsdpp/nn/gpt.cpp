@@ -126,15 +126,15 @@ void Block::forward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, NH = config_.n_head, N = B * T;
   ensure_activations(B, T);
   in_ = flow.x;
-  layernorm_forward<float>(ln1_, ln1_mean_, ln1_rstd_, in_, ln_1_weight.value, ln_1_bias.value, N, C);
-  linear_forward<float>(qkv_, ln1_, c_attn_weight.value, c_attn_bias.value, N, C, 3 * C);
+  layernorm_forward<float>(ln1_, ln1_mean_, ln1_rstd_, in_, ln_1_weight.value(), ln_1_bias.value(), N, C);
+  linear_forward<float>(qkv_, ln1_, c_attn_weight.value(), c_attn_bias.value(), N, C, 3 * C);
   attention_forward<float>(atty_, att_, qkv_, B, T, C, NH);
-  linear_forward<float>(out_, atty_, attn_proj_weight.value, attn_proj_bias.value, N, C, C);
+  linear_forward<float>(out_, atty_, attn_proj_weight.value(), attn_proj_bias.value(), N, C, C);
   residual_forward<float>(res2_, in_, out_, N * C);
-  layernorm_forward<float>(ln2_, ln2_mean_, ln2_rstd_, res2_, ln_2_weight.value, ln_2_bias.value, N, C);
-  linear_forward<float>(fch_, ln2_, c_fc_weight.value, c_fc_bias.value, N, C, 4 * C);
+  layernorm_forward<float>(ln2_, ln2_mean_, ln2_rstd_, res2_, ln_2_weight.value(), ln_2_bias.value(), N, C);
+  linear_forward<float>(fch_, ln2_, c_fc_weight.value(), c_fc_bias.value(), N, C, 4 * C);
   gelu_forward<float>(fch_gelu_, fch_, N * 4 * C);
-  linear_forward<float>(out_, fch_gelu_, mlp_proj_weight.value, mlp_proj_bias.value, N, 4 * C, C);
+  linear_forward<float>(out_, fch_gelu_, mlp_proj_weight.value(), mlp_proj_bias.value(), N, 4 * C, C);
   residual_forward<float>(out_, res2_, out_, N * C);
   flow.x = out_;
 }
@@ -148,23 +148,23 @@ void Block::backward(Flow& flow) {
 
   // MLP: out = res2 + c_proj(gelu(c_fc(ln_2(res2))))
   Kokkos::deep_copy(s.dfch_gelu, 0.0f);
-  linear_backward<float>(s.dfch_gelu, mlp_proj_weight.grad, mlp_proj_bias.grad, dout, fch_gelu_, mlp_proj_weight.value, N, 4 * C, C);
+  linear_backward<float>(s.dfch_gelu, mlp_proj_weight.grad(), mlp_proj_bias.grad(), dout, fch_gelu_, mlp_proj_weight.value(), N, 4 * C, C);
   Kokkos::deep_copy(s.dfch, 0.0f);
   gelu_backward<float>(s.dfch, fch_, s.dfch_gelu, N * 4 * C);
   Kokkos::deep_copy(s.dln, 0.0f);
-  linear_backward<float>(s.dln, c_fc_weight.grad, c_fc_bias.grad, s.dfch, ln2_, c_fc_weight.value, N, C, 4 * C);
+  linear_backward<float>(s.dln, c_fc_weight.grad(), c_fc_bias.grad(), s.dfch, ln2_, c_fc_weight.value(), N, C, 4 * C);
   Kokkos::deep_copy(s.dres2, dout);  // the residual path
-  layernorm_backward<float>(s.dres2, ln_2_weight.grad, ln_2_bias.grad, s.dln, res2_, ln_2_weight.value, ln2_mean_, ln2_rstd_, N, C);
+  layernorm_backward<float>(s.dres2, ln_2_weight.grad(), ln_2_bias.grad(), s.dln, res2_, ln_2_weight.value(), ln2_mean_, ln2_rstd_, N, C);
 
   // Attention: res2 = in + c_proj(attn(c_attn(ln_1(in))))
   Kokkos::deep_copy(s.datty, 0.0f);
-  linear_backward<float>(s.datty, attn_proj_weight.grad, attn_proj_bias.grad, s.dres2, atty_, attn_proj_weight.value, N, C, C);
+  linear_backward<float>(s.datty, attn_proj_weight.grad(), attn_proj_bias.grad(), s.dres2, atty_, attn_proj_weight.value(), N, C, C);
   Kokkos::deep_copy(s.dqkv, 0.0f);
   attention_backward<float>(s.dqkv, s.datt, s.datty, qkv_, att_, B, T, C, NH);
   Kokkos::deep_copy(s.dln, 0.0f);
-  linear_backward<float>(s.dln, c_attn_weight.grad, c_attn_bias.grad, s.dqkv, ln1_, c_attn_weight.value, N, C, 3 * C);
+  linear_backward<float>(s.dln, c_attn_weight.grad(), c_attn_bias.grad(), s.dqkv, ln1_, c_attn_weight.value(), N, C, 3 * C);
   Kokkos::deep_copy(dout, s.dres2);  // the residual path, into the caller's buffer: d(out) is no longer needed
-  layernorm_backward<float>(dout, ln_1_weight.grad, ln_1_bias.grad, s.dln, in_, ln_1_weight.value, ln1_mean_, ln1_rstd_, N, C);
+  layernorm_backward<float>(dout, ln_1_weight.grad(), ln_1_bias.grad(), s.dln, in_, ln_1_weight.value(), ln1_mean_, ln1_rstd_, N, C);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -228,12 +228,12 @@ void Gpt::forward(Flow& flow) {
   FSDPP_REQUIRE(T >= 1 && T <= config_.context_length, "sequence length {} exceeds model.context_length {}", T,
                 config_.context_length);
   ensure_activations(B, T);
-  encoder_forward<float>(x0_, flow.tokens, wte.value, wpe.value, B, T, C);
+  encoder_forward<float>(x0_, flow.tokens, wte.value(), wpe.value(), B, T, C);
   flow.x = x0_;
   for (auto& block : blocks_) (*block)(flow);
   final_x_ = flow.x;
-  layernorm_forward<float>(lnf_, lnf_mean_, lnf_rstd_, final_x_, ln_f_weight.value, ln_f_bias.value, N, C);
-  linear_forward<float>(logits_, lnf_, head().value, View1<float>(), N, C, V);
+  layernorm_forward<float>(lnf_, lnf_mean_, lnf_rstd_, final_x_, ln_f_weight.value(), ln_f_bias.value(), N, C);
+  linear_forward<float>(logits_, lnf_, head().value(), View1<float>(), N, C, V);
   // Training: the fused kernel leaves d(loss)/d(logits) in logits_, saving a (B*T,V) buffer.
   if (flow.training)
     crossentropy_forward_backward<float>(logits_, losses_, flow.targets, N, V, flow.loss_scale / static_cast<float>(N));
@@ -251,12 +251,12 @@ void Gpt::backward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, V = config_.vocab_size, N = B * T;
   FSDPP_CHECK(flow.training, "backward after a forward with training = false: the loss gradient was not prepared");
   Kokkos::deep_copy(dlnf_, 0.0f);
-  linear_backward<float>(dlnf_, head().grad, View1<float>(), logits_, lnf_, head().value, N, C, V);
+  linear_backward<float>(dlnf_, head().grad(), View1<float>(), logits_, lnf_, head().value(), N, C, V);
   Kokkos::deep_copy(dx_, 0.0f);
-  layernorm_backward<float>(dx_, ln_f_weight.grad, ln_f_bias.grad, dlnf_, final_x_, ln_f_weight.value, lnf_mean_, lnf_rstd_, N, C);
+  layernorm_backward<float>(dx_, ln_f_weight.grad(), ln_f_bias.grad(), dlnf_, final_x_, ln_f_weight.value(), lnf_mean_, lnf_rstd_, N, C);
   flow.dx = dx_;
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (**it)(flow, Pass::backward);
-  encoder_backward<float>(wte.grad, wpe.grad, flow.dx, flow.tokens, B, T, C);
+  encoder_backward<float>(wte.grad(), wpe.grad(), flow.dx, flow.tokens, B, T, C);
 }
 
 }  // namespace fsdpp

@@ -12,8 +12,8 @@ void Module::operator()(Flow& flow, Pass pass) {
       throw UsageError(fmt::format(
           "{} of module {} with parameter '{}' still sharded (rows {}..{} of {} on this rank): run the "
           "model through its root module, whose fully_shard hooks unshard each group, or call unshard() first",
-          pass == Pass::forward ? "forward" : "backward", display_name(), p.name(), p.placement->offset_rows,
-          p.placement->offset_rows + p.placement->local_rows, p.rows()));
+          pass == Pass::forward ? "forward" : "backward", display_name(), p.name(), p.placement()->offset_rows,
+          p.placement()->offset_rows + p.placement()->local_rows, p.rows()));
   if (pass == Pass::forward) forward(flow);
   else backward(flow);
   // After-hooks run in reverse registration order, so hooks nest like scopes.
@@ -72,25 +72,22 @@ std::vector<Module*> Module::modules() {
 
 void Module::to_empty() {
   for (Parameter* p : parameters()) {
-    if (!p->is_meta()) continue;
-    const auto n = static_cast<std::size_t>(p->storage_numel());
-    p->value = View1<float>(p->name(), n);  // zero-filled: the padding rows of a shard stay zero
-    p->grad = View1<float>(p->name() + ".grad", n);
+    if (p->is_meta()) p->allocate();
   }
 }
 
 void Module::reset_parameters(std::uint64_t seed) {
   for (Parameter* p : parameters()) {
     // A shard fills only its real rows, with the values those rows have in the whole tensor.
-    const std::int64_t first = p->placement ? p->placement->offset_rows * p->row_size() : 0;
-    const auto real = Kokkos::subview(p->value, std::make_pair<std::size_t, std::size_t>(0, p->local_numel()));
+    const std::int64_t first = p->placement() ? p->placement()->offset_rows * p->row_size() : 0;
+    const auto real = Kokkos::subview(p->value(), std::make_pair<std::size_t, std::size_t>(0, p->local_numel()));
     fill_initial_values(real, p->init(), seed, p->name(), first);
   }
 }
 
 void Module::zero_grad() {
   for (Parameter* p : parameters())
-    if (p->grad.extent(0)) Kokkos::deep_copy(p->grad, 0.0f);
+    if (p->grad().extent(0)) Kokkos::deep_copy(p->grad(), 0.0f);
 }
 
 }  // namespace fsdpp

@@ -1,5 +1,7 @@
 #include "fsdpp/nn/parameter.hpp"
 
+#include "fsdpp/runtime/error.hpp"
+
 #include <Random123/philox.h>
 #include <fmt/format.h>
 
@@ -9,6 +11,36 @@ namespace fsdpp {
 
 Parameter::Parameter(std::string local_name, std::vector<std::int64_t> shape, InitRule init, ParamRole role)
     : local_name_(local_name), name_(std::move(local_name)), shape_(std::move(shape)), init_(init), role_(role) {}
+
+void Parameter::allocate() {
+  const auto n = static_cast<std::size_t>(storage_numel());
+  value_ = View1<float>(name_, n);  // zero-filled: the padding rows of a shard stay zero
+  grad_ = View1<float>(name_ + ".grad", n);
+}
+
+void Parameter::adopt(View1<float> value, View1<float> grad) {
+  value_ = std::move(value);
+  grad_ = std::move(grad);
+}
+
+void Parameter::place(ShardPlacement placement) {
+  FSDPP_REQUIRE(!placement_, "parameter '{}' is already placed on {}: fully_shard claims a parameter once", name_,
+                placement_->mesh);
+  placement_ = std::move(placement);
+}
+
+void Parameter::show_whole(View1<float> value) {
+  value_ = std::move(value);
+  unsharded_ = true;
+}
+
+void Parameter::show_whole_grad(View1<float> grad) { grad_ = std::move(grad); }
+
+void Parameter::show_shard(View1<float> value, View1<float> grad) {
+  value_ = std::move(value);
+  grad_ = std::move(grad);
+  unsharded_ = false;
+}
 
 std::int64_t Parameter::numel() const {
   return std::accumulate(shape_.begin(), shape_.end(), std::int64_t{1}, std::multiplies<>());

@@ -54,20 +54,34 @@ class Parameter {
   std::string shape_string() const;  // "[4096, 256]"
 
   // Storage; empty while the parameter is on "meta". Values (and gradients) are f32 master copies.
-  // Once sharded (placement set), value and grad hold the padded local shard, (chunk_rows, row_size), except
-  // while fully_shard has the parameter unsharded for a pass, when they hold the whole tensor.
-  View1<float> value;
-  View1<float> grad;
-  bool is_meta() const { return value.extent(0) == 0 && storage_numel() > 0; }
+  // value() and grad() are what kernels and optimizers read and write: once sharded (placement set) the padded
+  // local shard, (chunk_rows, row_size), except while fully_shard has the parameter unsharded for a pass, when
+  // they are the whole tensor.
+  const View1<float>& value() const { return value_; }
+  const View1<float>& grad() const { return grad_; }
+  bool is_meta() const { return value_.extent(0) == 0 && storage_numel() > 0; }
 
-  std::optional<ShardPlacement> placement;  // set by fully_shard
-  bool unsharded = false;                   // value/grad currently hold the whole tensor
-  bool is_sharded() const { return placement.has_value() && !unsharded; }
-  std::int64_t storage_numel() const { return placement ? placement->chunk_rows * row_size() : numel(); }
-  std::int64_t local_numel() const { return placement ? placement->local_rows * row_size() : numel(); }
+  // The only ways storage changes, each with one caller:
+  void allocate();                                    // Module::to_empty: zeroed, storage_numel() each
+  void adopt(View1<float> value, View1<float> grad);  // storage made elsewhere (fully_shard keeping an
+                                                      // allocated parameter's rows; tests)
+  void place(ShardPlacement placement);               // fully_shard, once, before the shard has storage
+  void show_whole(View1<float> value);                // fully_shard: the whole tensor for a pass
+  void show_whole_grad(View1<float> grad);            // fully_shard: the whole gradient during backward
+  void show_shard(View1<float> value, View1<float> grad);  // fully_shard: back to the shards
+  void use_grad(View1<float> grad) { grad_ = std::move(grad); }  // fully_shard: the shard's, once reduced
+
+  const std::optional<ShardPlacement>& placement() const { return placement_; }
+  bool unsharded() const { return unsharded_; }  // value/grad currently hold the whole tensor
+  bool is_sharded() const { return placement_.has_value() && !unsharded_; }
+  std::int64_t storage_numel() const { return placement_ ? placement_->chunk_rows * row_size() : numel(); }
+  std::int64_t local_numel() const { return placement_ ? placement_->local_rows * row_size() : numel(); }
 
  private:
   friend class Module;
+  View1<float> value_, grad_;
+  std::optional<ShardPlacement> placement_;
+  bool unsharded_ = false;
   std::string local_name_;
   std::string name_;
   std::vector<std::int64_t> shape_;

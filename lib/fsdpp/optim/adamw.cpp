@@ -14,8 +14,8 @@ AdamW::AdamW(std::vector<Parameter*> params, AdamWConfig config) : Optimizer(std
   FSDPP_REQUIRE(config.weight_decay >= 0.0f, "AdamW: weight_decay must be >= 0, got {}", config.weight_decay);
   for (const Parameter* p : params_) {
     // Zero-initialised: the first step's m and v are then (1 - beta) g and (1 - beta) g^2, as bias correction assumes.
-    m_.emplace_back("adamw.exp_avg:" + p->name(), p->value.extent(0));
-    v_.emplace_back("adamw.exp_avg_sq:" + p->name(), p->value.extent(0));
+    m_.emplace_back("adamw.exp_avg:" + p->name(), p->value().extent(0));
+    v_.emplace_back("adamw.exp_avg_sq:" + p->name(), p->value().extent(0));
   }
 }
 
@@ -32,8 +32,8 @@ void AdamW::step(float lr) {
   const float inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(config_.beta2), t)));
   const float beta1 = config_.beta1, beta2 = config_.beta2, eps = config_.eps;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    const View1<float> param = params_[i]->value;
-    const View1<const float> grad = params_[i]->grad;
+    const View1<float> param = params_[i]->value();
+    const View1<const float> grad = params_[i]->grad();
     const View1<float> m = m_[i], v = v_[i];
     const float wd = decays(*params_[i]) ? config_.weight_decay : 0.0f;
     const std::int64_t n = static_cast<std::int64_t>(param.extent(0));

@@ -10,7 +10,7 @@ namespace fsdpp {
 double grad_norm_squared_local(const std::vector<Parameter*>& params) {
   double total = 0.0;
   for (const Parameter* p : params) {
-    const View1<const float> grad = p->grad;
+    const View1<const float> grad = p->grad();
     const std::int64_t n = static_cast<std::int64_t>(grad.extent(0));
     double sum = 0.0;
     Kokkos::parallel_reduce(
@@ -30,7 +30,7 @@ namespace {
 double local_max_abs(const std::vector<Parameter*>& params) {
   double result = 0.0;
   for (const Parameter* p : params) {
-    const View1<float> grad = p->grad;
+    const View1<float> grad = p->grad();
     double m = 0.0;
     Kokkos::parallel_reduce(
         "fsdpp::grad_max_abs", Kokkos::RangePolicy<ExecSpace>(0, static_cast<std::int64_t>(grad.extent(0))),
@@ -72,7 +72,7 @@ double global_grad_norm(const std::vector<Parameter*>& params, Communicator* sum
 
 void scale_grads(const std::vector<Parameter*>& params, float factor) {
   for (const Parameter* p : params) {
-    const View1<float> grad = p->grad;
+    const View1<float> grad = p->grad();
     const std::int64_t n = static_cast<std::int64_t>(grad.extent(0));
     Kokkos::parallel_for(
         "fsdpp::grad_scale", Kokkos::RangePolicy<ExecSpace>(0, n),

@@ -13,8 +13,8 @@ Optimizer::Optimizer(std::vector<Parameter*> params, std::string kind) : params_
     FSDPP_REQUIRE(p != nullptr, "{}: parameter {} of {} is null", kind_, i, params_.size());
     // Two updates per step of one tensor would double its learning rate without any visible sign.
     FSDPP_REQUIRE(seen.insert(p).second, "{}: parameter '{}' was passed more than once", kind_, p->name());
-    data_.push_back(p->value.data());
-    extent_.push_back(p->value.extent(0));
+    data_.push_back(p->value().data());
+    extent_.push_back(p->value().extent(0));
   }
 }
 
@@ -26,15 +26,15 @@ void Optimizer::set_steps(std::int64_t steps) {
 void Optimizer::check_parameters() const {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Parameter& p = *params_[i];
-    FSDPP_REQUIRE(p.value.data() == data_[i] && p.value.extent(0) == extent_[i],
+    FSDPP_REQUIRE(p.value().data() == data_[i] && p.value().extent(0) == extent_[i],
                   "optimizer holds stale parameter '{}': its storage changed after the optimizer was built (was "
                   "the model sharded with fully_shard after building the optimizer? build the optimizer from "
                   "model.parameters() after sharding)",
                   p.name());
-    FSDPP_REQUIRE(p.grad.extent(0) == p.value.extent(0) && (p.grad.data() != nullptr || p.value.extent(0) == 0),
+    FSDPP_REQUIRE(p.grad().extent(0) == p.value().extent(0) && (p.grad().data() != nullptr || p.value().extent(0) == 0),
                   "{}: parameter '{}' has no gradient storage matching its value (grad has {} elements, value {}); "
                   "give the model storage with to_empty() before building the optimizer",
-                  kind_, p.name(), p.grad.extent(0), p.value.extent(0));
+                  kind_, p.name(), p.grad().extent(0), p.value().extent(0));
   }
 }
 

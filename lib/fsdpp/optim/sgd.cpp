@@ -9,7 +9,7 @@ Sgd::Sgd(std::vector<Parameter*> params, SgdConfig config) : Optimizer(std::move
   FSDPP_REQUIRE(config.momentum >= 0.0f, "SGD: momentum must be >= 0, got {}", config.momentum);
   FSDPP_REQUIRE(config.weight_decay >= 0.0f, "SGD: weight_decay must be >= 0, got {}", config.weight_decay);
   for (const Parameter* p : params_)
-    buf_.emplace_back(config.momentum != 0.0f ? View1<float>("sgd.momentum_buffer:" + p->name(), p->value.extent(0))
+    buf_.emplace_back(config.momentum != 0.0f ? View1<float>("sgd.momentum_buffer:" + p->name(), p->value().extent(0))
                                               : View1<float>());
 }
 
@@ -23,8 +23,8 @@ void Sgd::step(float lr) {
   const float keep = steps_ == 0 ? 0.0f : config_.momentum;
   const bool use_momentum = config_.momentum != 0.0f;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    const View1<float> param = params_[i]->value;
-    const View1<const float> grad = params_[i]->grad;
+    const View1<float> param = params_[i]->value();
+    const View1<const float> grad = params_[i]->grad();
     const View1<float> buf = buf_[i];
     const float wd = decays(*params_[i]) ? config_.weight_decay : 0.0f;
     const std::int64_t n = static_cast<std::int64_t>(param.extent(0));

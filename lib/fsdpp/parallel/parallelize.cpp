@@ -124,7 +124,7 @@ std::vector<std::string> Parallelism::banner(const std::string& optimizer_state,
   const char* how = layout_.strategy == ShardStrategy::no_shard ? "replicated (no_shard: DDP) over" : "fully_shard over";
   std::vector<std::string> lines;
   lines.push_back(fmt::format("{} {}: {} units: {}", how, describe(), all.size(), names));
-  lines.push_back(fmt::format("shards live in {} memory", root_->parameters().front()->placement->memory));
+  lines.push_back(fmt::format("shards live in {} memory", root_->parameters().front()->placement()->memory));
   lines.push_back(fmt::format("bytes per rank: parameters {:.2f} MiB, gradients {:.2f} MiB, {} {:.2f} MiB (f32 "
                               "shards, padded); largest unsharded group {:.2f} MiB", local * mib, local * mib,
                               optimizer_state, optimizer_state_copies * local * mib, largest_unsharded * mib));

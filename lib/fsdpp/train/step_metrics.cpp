@@ -112,7 +112,7 @@ TrainSummary StepMetrics::finish(Gpt& model, std::optional<double> loss_floor) {
                       std::max<std::int64_t>(1, s.steps);
   {
     std::int64_t bytes[5] = {0, 0, 0, peak_unsharded_, model.activation_bytes()};
-    for (Parameter* p : model.parameters()) bytes[0] += static_cast<std::int64_t>(p->value.extent(0)) * 4;
+    for (Parameter* p : model.parameters()) bytes[0] += static_cast<std::int64_t>(p->value().extent(0)) * 4;
     bytes[1] = bytes[0];
     bytes[2] = deck_.optim.name == OptimizerKind::adamw ? 2 * bytes[0] : (deck_.optim.momentum > 0 ? bytes[0] : 0);
     MPI_Allreduce(MPI_IN_PLACE, bytes, 5, MPI_INT64_T, MPI_MAX, comm_);
