@@ -29,6 +29,7 @@ const EnumNames<ResumeMode> kResumes = {{"false", ResumeMode::off}, {"true", Res
                                         {"auto", ResumeMode::automatic}, {"path", ResumeMode::path}};
 const EnumNames<CommBackendChoice> kBackends = {{"auto", CommBackendChoice::automatic},
                                                 {"mpi", CommBackendChoice::mpi}, {"nccl", CommBackendChoice::nccl}};
+const EnumNames<NonFinitePolicy> kNonFinite = {{"abort", NonFinitePolicy::abort}, {"skip", NonFinitePolicy::skip}};
 const EnumNames<DType> kFloatTypes = {{"f32", DType::f32}, {"bf16", DType::bf16}};
 
 }  // namespace deck_detail
@@ -44,6 +45,7 @@ std::string_view to_string(OffloadPolicy v) { return name_of(deck_detail::kOfflo
 std::string_view to_string(GradAccumulation v) { return name_of(deck_detail::kAccumulations, v); }
 std::string_view to_string(ResumeMode v) { return name_of(deck_detail::kResumes, v); }
 std::string_view to_string(CommBackendChoice v) { return name_of(deck_detail::kBackends, v); }
+std::string_view to_string(NonFinitePolicy v) { return name_of(deck_detail::kNonFinite, v); }
 std::string to_string(const ReshardAfterForward& v) {
   switch (v.kind) {
     case ReshardAfterForward::Kind::automatic: return "auto";

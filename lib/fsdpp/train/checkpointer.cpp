@@ -2,6 +2,7 @@
 
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
+#include "fsdpp/train/nonfinite.hpp"
 
 #include <chrono>
 #include <filesystem>
@@ -92,6 +93,10 @@ void Checkpointer::save(std::int64_t done) {
   progress.step = done;
   const CheckpointContents c = contents();
   progress.scalars = c.scalars;
+  // Never a checkpoint of diverged weights: 'latest' keeps naming the last one saved from finite values.
+  const auto bad = first_nonfinite(comm_, c.params, ParamTensor::value);
+  FSDPP_REQUIRE(!bad, "checkpoint: refusing to save step {}: parameter '{}' holds NaN or Inf values; '{}' keeps "
+                "its last checkpoint of finite weights", done, bad.value_or(""), deck_.checkpoint.dir);
   if (background_) {
     report_background(background_->wait());
     const auto t0 = std::chrono::steady_clock::now();

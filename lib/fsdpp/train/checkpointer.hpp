@@ -58,7 +58,8 @@ class Checkpointer {
     return interval_ > 0 && (done % interval_ == 0 || last);
   }
   bool enabled() const { return interval_ > 0; }
-  // Collective: saves the state after `done` steps (in the background with checkpoint.async).
+  // Collective: saves the state after `done` steps (in the background with checkpoint.async). UsageError, and
+  // nothing written, when a parameter holds a NaN or Inf on any rank.
   void save(std::int64_t done);
   // Collective: waits for a background save, then saves synchronously; returns the file's path.
   std::string save_and_wait(std::int64_t done);

@@ -91,7 +91,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   StepMetrics metrics(comm, deck, parallel, speaks, options.measure_peak);
   metrics.banner(model, data, *optimizer);
   SectionTimers& timers = metrics.timers();
-  TrainStep train_step(model, parallel, *optimizer, data, deck.train.grad_clip, timers);
+  TrainStep train_step(comm, model, parallel, *optimizer, data, deck.train, timers);
   Evaluator evaluator(model, parallel, data, deck.train);
   ProgressState progress(static_cast<double>(deck.train.global_batch) * deck.model.context_length);
   ModelState model_state(model.parameters(), optimizer.get());
@@ -103,8 +103,9 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   for (std::int64_t step = first_step; step < deck.train.steps; ++step) {
     if (const auto note = data.epoch_note(step); note && speaks) Log::info("{}", *note);
     const float lr = schedule.at(step);
-    const StepResult result = train_step.run(lr);
     const std::int64_t done = step + 1;
+    const StepResult result = train_step.run(done, lr);
+    if (result.skipped && speaks) Log::warn("{}", result.nonfinite);
     progress.completed(done, lr);
     const bool last = done == deck.train.steps || done == options.stop_after_step;
     std::optional<double> val;
