@@ -8,6 +8,7 @@
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/preemption.hpp"
 #include "fsdpp/train/build_model.hpp"
+#include "fsdpp/train/memory_check.hpp"
 #include "fsdpp/train/memory_plan.hpp"
 #include "fsdpp/train/trainer.hpp"
 
@@ -86,6 +87,7 @@ int run_train(Runtime& rt, const TrainArgs& args) {
               c.parameter_count(), rt.size(), plan.accum_steps, deck.train.micro_batch);
     return 0;
   }
+  if (memory_check_enabled(rt.world())) check_memory_before_allocation(rt.world(), deck, MemoryUse::training);
   TrainOptions options;
   options.handle_preemption = true;
   install_preemption_handlers();
