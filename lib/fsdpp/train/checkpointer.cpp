@@ -101,13 +101,14 @@ void Checkpointer::save(std::int64_t done) {
     report_background(background_->wait());
     const auto t0 = std::chrono::steady_clock::now();
     background_->start(stage_checkpoint(c, progress, meta_, rank_), deck_.checkpoint.dir, deck_.checkpoint.keep_last);
-    background_step_ = done;
+    background_step_ = saved_step_ = done;
     background_reported_ = false;
     if (speaks_)
       Log::info("checkpoint: step {} staged in {:.3f} s; writing in the background", done,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return;
   }
+  saved_step_ = done;
   const SaveResult result = save_checkpoint(comm_, deck_.checkpoint.dir, c, progress, meta_, deck_.checkpoint.keep_last);
   if (speaks_)
     Log::info("checkpoint: saved step {} to {} ({:.1f} MiB in {:.2f} s, {:.2f} GB/s)", done, result.path,
@@ -117,7 +118,7 @@ void Checkpointer::save(std::int64_t done) {
 std::string Checkpointer::save_and_wait(std::int64_t done) {
   finish();
   const auto keep = std::move(background_);  // a synchronous save from here on
-  save(done);
+  if (done != saved_step_) save(done);       // an interval save of this very step is not written twice
   return (std::filesystem::path(deck_.checkpoint.dir) / checkpoint_file_name(done)).string();
 }
 

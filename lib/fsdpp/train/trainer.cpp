@@ -123,14 +123,15 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     metrics.after_step(done, result, train_step.fsdp_stats_of_last_step(), lr, val, last);
     checkpointer.poll();
     if (done == options.stop_after_step) break;
-    if (options.handle_preemption && !last && preemption_requested(comm)) {
+    const int signal = options.handle_preemption && !last ? preemption_requested(comm) : 0;
+    if (signal != 0) {
       // Finish cleanly: the save is synchronous and waits for any background one, so nothing is in flight.
       checkpointer.finish();
       const std::string where = checkpointer.enabled() ? checkpointer.save_and_wait(done)
                                                        : "no checkpoint (checkpoint.interval is 0)";
       if (speaks)
         Log::info("preempted: signal {} received; stopped after step {} of {}, saved {}; resume with "
-                  "checkpoint.resume: auto (exit code {})", preemption_signal(), done, deck.train.steps, where,
+                  "checkpoint.resume: auto (exit code {})", signal, done, deck.train.steps, where,
                   kPreemptedExitCode);
       preempted = true;
       break;
