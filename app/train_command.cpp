@@ -15,6 +15,10 @@
 #include <mpi.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -90,6 +94,19 @@ int run_train(Runtime& rt, const TrainArgs& args) {
   if (memory_check_enabled(rt.world())) check_memory_before_allocation(rt.world(), deck, MemoryUse::training);
   TrainOptions options;
   options.handle_preemption = true;
+  // Test hook for the collective watchdog: FSDPP_TEST_STALL=<rank>:<step>:<seconds> makes that rank sleep
+  // before that step while the others wait in its first collective.
+  if (const char* stall = std::getenv("FSDPP_TEST_STALL")) {
+    int rank = -1;
+    long long at = 0;
+    double seconds = 0;
+    FSDPP_REQUIRE(std::sscanf(stall, "%d:%lld:%lf", &rank, &at, &seconds) == 3,
+                  "FSDPP_TEST_STALL='{}': expected <rank>:<step>:<seconds>", stall);
+    if (rank == rt.rank())
+      options.before_step = [at, seconds](std::int64_t step) {
+        if (step == at) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+      };
+  }
   install_preemption_handlers();
   const TrainSummary summary = train(rt.world(), deck, options);
   Log::tee_to("");

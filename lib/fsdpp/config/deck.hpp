@@ -116,6 +116,7 @@ struct MeshConfig {
 
 struct CommConfig {
   CommBackendChoice backend = CommBackendChoice::automatic;
+  double timeout_s = 600;  // collective watchdog: abort the job when an MPI collective takes longer; 0: off
 };
 
 struct CheckpointConfig {

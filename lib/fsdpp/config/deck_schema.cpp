@@ -350,6 +350,10 @@ std::vector<Field> make_fields() {
   f.push_back(choice("comm.backend", &Deck::comm, &CommConfig::backend, kBackends,
                      "Collectives of training: nccl (device memory, GPU builds), mpi (host memory), or auto: nccl "
                      "when Kokkos computes on a GPU, mpi otherwise."));
+  f.push_back(real("comm.timeout_s", &Deck::comm, &CommConfig::timeout_s, kNonNegative,
+                   "Collective watchdog: an MPI collective of training that has not finished after this many "
+                   "seconds (a rank stuck or gone) is reported with its operation, mesh dimension and step, and "
+                   "the job is aborted; 0 turns the watchdog off."));
 
   f.push_back(text("checkpoint.dir", &Deck::checkpoint, &CheckpointConfig::dir, "Folder for checkpoints."));
   f.back().default_doc = "<run.output>/checkpoints";

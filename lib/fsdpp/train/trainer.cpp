@@ -8,6 +8,7 @@
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
 #include "fsdpp/runtime/preemption.hpp"
+#include "fsdpp/runtime/watchdog.hpp"
 #include "fsdpp/train/build_model.hpp"
 #include "fsdpp/train/checkpointer.hpp"
 #include "fsdpp/train/data_feed.hpp"
@@ -99,11 +100,14 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   const std::int64_t first_step = checkpointer.resume();
 
   bool preempted = false;
+  const CollectiveWatchdog::Running watchdog(deck.comm.timeout_s);  // until train() returns or throws
   metrics.start_loop(first_step);
   for (std::int64_t step = first_step; step < deck.train.steps; ++step) {
     if (const auto note = data.epoch_note(step); note && speaks) Log::info("{}", *note);
     const float lr = schedule.at(step);
     const std::int64_t done = step + 1;
+    CollectiveWatchdog::set_step(done);
+    if (options.before_step) options.before_step(done);
     const StepResult result = train_step.run(done, lr);
     if (result.skipped && speaks) Log::warn("{}", result.nonfinite);
     progress.completed(done, lr);

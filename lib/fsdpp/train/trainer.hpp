@@ -13,6 +13,7 @@
 #include "fsdpp/optim/optimizer.hpp"
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 
 #include <cstdint>
@@ -51,6 +52,8 @@ struct TrainOptions {
   std::int64_t stop_after_step = 0;
   // Combine the ranks' SIGUSR1/SIGTERM/SIGINT flags at each step boundary and, when set, save and stop.
   bool handle_preemption = false;
+  // Called on every rank before each optimizer step (1-based), if set: test hooks (a rank that stalls).
+  std::function<void(std::int64_t step)> before_step;
 };
 
 // The optimizer and learning-rate schedule the deck's optim and schedule sections describe.
