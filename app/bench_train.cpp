@@ -35,7 +35,9 @@ Command add_bench_train_command(CLI::App& bench) {
             // The first two steps fault in buffers and BLAS workspaces; time the rest.
             Deck warmup = deck;
             warmup.train.steps = 2;
-            train(rt.world(), warmup, {false, true});
+            TrainOptions quiet = options;
+            quiet.quiet = true;
+            train(rt.world(), warmup, quiet);
             deck.train.steps = *steps;
             TrainSummary s = train(rt.world(), deck, options);
             const double peak_after = measure_sgemm_gflops(1024, 10);

@@ -5,6 +5,7 @@
 
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/train/build_model.hpp"
+#include "fsdpp/train/memory_check.hpp"
 
 namespace fsdpp::app {
 
@@ -16,6 +17,7 @@ Command add_init_command(CLI::App& app) {
   cli->add_option("--out", *out, "The seed file to write (HDF5, whole tensors at /model/<name>)")->required();
   return {cli, [words, out](Runtime& rt) {
             const Deck deck = deck_from_words(rt.world(), *words);
+            if (memory_check_enabled(rt.world())) check_memory_before_allocation(rt.world(), deck, MemoryUse::init);
             write_seed_checkpoint(rt.world(), deck, *out);
             Log::info("wrote the initial weights of {} (seed {}, {} parameters) to {}; train from them with "
                       "checkpoint.init_from={}", deck.run.name, deck.run.seed, model_config(deck.model).parameter_count(),

@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   CLI::App cli{"fsdpp: fully sharded data-parallel training of transformer models on MPI + Kokkos"};
   cli.set_help_all_flag("--help-all", "Print help for every subcommand");
   cli.footer("Exit codes: 0 success; 1 an error on one rank (job aborted); 2 bad input (printed once); 85 "
-             "preempted: fsdpp train received SIGUSR1 or SIGTERM, saved a checkpoint and stopped; requeue the job "
+             "preempted: fsdpp train received SIGUSR1, SIGTERM or SIGINT, saved a checkpoint and stopped; requeue the job "
              "with checkpoint.resume: auto to continue; 3 fsdpp plan: the plan does not fit in --mem-per-rank.");
   bool show_version = false;
   RuntimeOptions options = RuntimeOptions::from_environment();

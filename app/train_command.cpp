@@ -10,13 +10,17 @@
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/preemption.hpp"
 #include "fsdpp/train/build_model.hpp"
+#include "fsdpp/train/memory_check.hpp"
 #include "fsdpp/train/memory_plan.hpp"
 #include "fsdpp/train/trainer.hpp"
 
 #include <mpi.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -80,8 +84,22 @@ int run_train(Runtime& rt, const TrainArgs& args) {
   }
   // Tests only: a fault injected at a named point of a checkpoint save (fsdpp/ckpt/save_faults.hpp).
   if (const char* fault = std::getenv("FSDPP_TEST_SAVE_FAULT"); fault && *fault) arm_save_fault(parse_save_fault(fault));
+  if (memory_check_enabled(rt.world())) check_memory_before_allocation(rt.world(), deck, MemoryUse::training);
   TrainOptions options;
   options.handle_preemption = true;
+  // Test hook for the collective watchdog: FSDPP_TEST_STALL=<rank>:<step>:<seconds> makes that rank sleep
+  // before that step while the others wait in its first collective.
+  if (const char* stall = std::getenv("FSDPP_TEST_STALL")) {
+    int rank = -1;
+    long long at = 0;
+    double seconds = 0;
+    FSDPP_REQUIRE(std::sscanf(stall, "%d:%lld:%lf", &rank, &at, &seconds) == 3,
+                  "FSDPP_TEST_STALL='{}': expected <rank>:<step>:<seconds>", stall);
+    if (rank == rt.rank())
+      options.before_step = [at, seconds](std::int64_t step) {
+        if (step == at) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+      };
+  }
   install_preemption_handlers();
   const TrainSummary summary = train(rt.world(), deck, options);
   Log::tee_to("");

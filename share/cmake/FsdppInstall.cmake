@@ -24,3 +24,5 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/fsdppConfigVersion.cmake 
 install(FILES ${PROJECT_BINARY_DIR}/fsdppConfig.cmake ${PROJECT_BINARY_DIR}/fsdppConfigVersion.cmake
               ${PROJECT_SOURCE_DIR}/share/cmake/FsdppKokkosFix.cmake
         DESTINATION ${FSDPP_INSTALL_CMAKEDIR})
+# mpiexec that turns SIGTERM/SIGINT into fsdpp's preemption signal (see the script).
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/share/scripts/fsdpp-mpiexec DESTINATION ${CMAKE_INSTALL_BINDIR})

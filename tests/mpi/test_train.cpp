@@ -7,11 +7,13 @@
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/ckpt/h5.hpp"
 #include "fsdpp/train/build_model.hpp"
+#include "fsdpp/train/checkpointer.hpp"
 #include "fsdpp/train/memory_plan.hpp"
 #include "fsdpp/train/trainer.hpp"
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <filesystem>
 #include <unistd.h>
 #include <fstream>
@@ -45,6 +47,18 @@ std::vector<double> losses_on(MPI_Comm test_comm, int test_rank, int n, const De
   }
   MPI_Bcast(losses.data(), static_cast<int>(losses.size()), MPI_DOUBLE, 0, test_comm);
   return losses;
+}
+
+// A fresh folder under the temporary directory, the same name on every rank of `comm`.
+std::string shared_temp_dir(MPI_Comm comm, int rank, const std::string& stem) {
+  char name[256] = {0};
+  if (rank == 0) {
+    const auto dir = std::filesystem::temp_directory_path() / (stem + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::snprintf(name, sizeof name, "%s", dir.c_str());
+  }
+  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm);
+  return name;
 }
 
 void check_same_losses(const std::vector<double>& got, const std::vector<double>& want) {
@@ -221,5 +235,56 @@ MPI_TEST_CASE("train: seed files are the same on 1, 2 and 3 ranks, and init_from
   Deck from_other = deck;
   from_other.checkpoint.init_from = dir + "/other.h5";
   CHECK(losses_on(test_comm, test_rank, 2, from_other)[0] != self[0]);
+  if (test_rank == 0) std::filesystem::remove_all(dir);
+}
+
+MPI_TEST_CASE("train: a NaN or Inf loss aborts on every rank naming the step and the first bad gradient", 2) {
+  // optim.lr 1e30: step 1 moves the weights to ~1e30 (finite), step 2's forward overflows.
+  const std::vector<std::string> diverging = {"optim.lr=1e30", "schedule.warmup_steps=0", "train.steps=6",
+                                              "train.eval_interval=0"};
+  CHECK_THROWS_WITH_AS(train(test_comm, tiny_deck(diverging), quiet()),
+                       doctest::Contains("step 2: loss "), UsageError);
+  CHECK_THROWS_WITH_AS(train(test_comm, tiny_deck(diverging), quiet()),
+                       doctest::Contains("first non-finite gradient 'wte.weight'"), UsageError);
+  // skip: steps 2 and 3 are skipped (the weights stay finite), the third non-finite step in a row stops the run.
+  auto skipping = diverging;
+  skipping.insert(skipping.end(), {"train.on_nonfinite=skip", "train.max_skipped_steps=2"});
+  CHECK_THROWS_WITH_AS(train(test_comm, tiny_deck(skipping), quiet()),
+                       doctest::Contains("step 4: loss "), UsageError);
+  CHECK_THROWS_WITH_AS(train(test_comm, tiny_deck(skipping), quiet()),
+                       doctest::Contains("2 steps in a row were skipped already (train.max_skipped_steps 2)"), UsageError);
+  // A limit the run does not reach: it ends, with the skipped steps' losses not finite and the rest finite.
+  skipping.back() = "train.max_skipped_steps=10";
+  const TrainSummary s = train(test_comm, tiny_deck(skipping), quiet());
+  REQUIRE(s.losses.size() == 6);
+  CHECK(std::isfinite(s.losses[0]));
+  for (std::size_t i = 1; i < s.losses.size(); ++i) CHECK(!std::isfinite(s.losses[i]));
+}
+
+MPI_TEST_CASE("train: the checkpointer refuses non-finite weights, naming the first bad parameter on any rank", 2) {
+  const std::string dir = shared_temp_dir(test_comm, test_rank, "fsdpp-nonfinite");
+  const Deck deck = tiny_deck({"train.steps=2", "schedule.warmup_steps=1", "checkpoint.interval=1", "checkpoint.dir=" + dir});
+  TrainModel built = build_model(test_comm, deck);
+  const std::vector<Parameter*> params = built.model->parameters();
+  ProgressState progress(1.0);
+  ModelState state(params, nullptr);
+  Checkpointer checkpointer(test_comm, deck, *built.parallel, {&state, &progress}, progress, false);
+  progress.completed(1, 1e-3f);
+  checkpointer.save(1);
+  // Rank 1 poisons its shard of parameter 4, rank 0 its shard of parameter 8: parameter 4 is the first.
+  REQUIRE(params.size() > 8);
+  Parameter& bad = *params[test_rank == 1 ? 4 : 8];
+  REQUIRE(bad.local_numel() > 0);
+  Kokkos::deep_copy(Kokkos::subview(bad.value, 0),
+                    test_rank == 1 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity());
+  progress.completed(2, 1e-3f);
+  const std::string refusal = "refusing to save step 2: parameter '" + params[4]->name() + "' holds NaN or Inf";
+  CHECK_THROWS_WITH_AS(checkpointer.save(2), doctest::Contains(refusal.c_str()), UsageError);
+  MPI_Barrier(test_comm);
+  const auto latest = latest_checkpoint(dir);
+  REQUIRE(latest);
+  CHECK(std::filesystem::path(*latest).filename() == checkpoint_file_name(1));
+  CHECK(!std::filesystem::exists(std::filesystem::path(dir) / checkpoint_file_name(2)));
+  MPI_Barrier(test_comm);
   if (test_rank == 0) std::filesystem::remove_all(dir);
 }

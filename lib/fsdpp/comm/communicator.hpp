@@ -52,6 +52,9 @@ class Communicator {
   virtual int size() const = 0;
   virtual CommBackend backend() const = 0;
   virtual std::string describe() const = 0;  // backend, algorithms, group size: for logs and benchmarks
+  // What the group is, for messages such as the collective watchdog's: the mesh dimension ("dp_shard").
+  const std::string& label() const { return label_; }
+  void set_label(std::string label) { label_ = std::move(label); }
 
   virtual WorkHandle all_gather_async(const void* send, void* recv, std::size_t count, DType dtype) = 0;
   virtual WorkHandle reduce_scatter_async(const void* send, void* recv, std::size_t count, DType dtype,
@@ -89,6 +92,9 @@ class Communicator {
   template <class T> void broadcast(T* buf, std::size_t count, int root) {
     broadcast(buf, count, dtype_of_v<T>, root);
   }
+
+ private:
+  std::string label_ = "a group";
 };
 
 }  // namespace fsdpp

@@ -2,6 +2,7 @@
 
 #include "fsdpp/comm/mpi_algorithms.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/watchdog.hpp"
 
 #include <cstdlib>
 #include <cstring>
@@ -83,6 +84,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm group, MpiAlgorithms algorithms)
   FSDPP_MPI_CHECK(MPI_Comm_dup(group, &comm_));
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  set_label(fmt::format("a group of {} ranks", size_));
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -102,6 +104,7 @@ WorkHandle MpiCommunicator::start(std::function<void()> task) {
 }
 
 void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t count, DType dtype) {
+  const CollectiveWatchdog::Scope watched("all_gather", label());
   const mpi_algorithms::Context c{comm_, rank_, size_, algorithms_.segment_bytes, algorithms_.max_message_elements, &scratch_};
   if (algorithms_.all_gather == MpiAlgorithms::AllGather::ring) mpi_algorithms::all_gather_ring(c, send, recv, count, dtype);
   else mpi_algorithms::all_gather_native(c, send, recv, count, dtype);
@@ -109,6 +112,7 @@ void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t co
 
 void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
                                         ReduceScatterOptions o) {
+  const CollectiveWatchdog::Scope watched("reduce_scatter", label());
   const mpi_algorithms::Context c{comm_, rank_, size_, algorithms_.segment_bytes, algorithms_.max_message_elements, &scratch_};
   const double post = o.post_scale / (o.op == ReduceOp::avg ? size_ : 1);
   if (algorithms_.reduce_scatter == MpiAlgorithms::ReduceScatter::ring)
@@ -118,6 +122,7 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_
 }
 
 void MpiCommunicator::do_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
+  const CollectiveWatchdog::Scope watched("all_reduce", label());
   const mpi_algorithms::Context c{comm_, rank_, size_, algorithms_.segment_bytes, algorithms_.max_message_elements, &scratch_};
   if (algorithms_.all_reduce == MpiAlgorithms::AllReduce::ring &&
       count * dtype_size(dtype) >= algorithms_.ring_all_reduce_min_bytes)
@@ -127,6 +132,7 @@ void MpiCommunicator::do_all_reduce(void* buf, std::size_t count, DType dtype, R
 }
 
 void MpiCommunicator::do_broadcast(void* buf, std::size_t count, DType dtype, int root) {
+  const CollectiveWatchdog::Scope watched("broadcast", label());
   const mpi_algorithms::Context c{comm_, rank_, size_, algorithms_.segment_bytes, algorithms_.max_message_elements, &scratch_};
   mpi_algorithms::broadcast_native(c, buf, count, dtype, root);
 }
@@ -186,10 +192,16 @@ void MpiCommunicator::broadcast(void* buf, std::size_t count, DType dtype, int r
 }
 
 WorkHandle MpiCommunicator::barrier_async() {
-  return start([this] { FSDPP_MPI_CHECK(MPI_Barrier(comm_)); });
+  return start([this] {
+    const CollectiveWatchdog::Scope watched("barrier", label());
+    FSDPP_MPI_CHECK(MPI_Barrier(comm_));
+  });
 }
 void MpiCommunicator::barrier() {
-  executor_.run_inline([this] { FSDPP_MPI_CHECK(MPI_Barrier(comm_)); });
+  executor_.run_inline([this] {
+    const CollectiveWatchdog::Scope watched("barrier", label());
+    FSDPP_MPI_CHECK(MPI_Barrier(comm_));
+  });
 }
 
 }  // namespace fsdpp

@@ -28,6 +28,7 @@ enum class GradAccumulation { unsharded, sharded };
 enum class ResumeMode { off, on, automatic, path };
 enum class CommBackendChoice { automatic, mpi, nccl };  // automatic: NCCL when Kokkos computes on a GPU
 enum class CheckpointOnError { abort, keep_going };  // deck names: abort | continue
+enum class NonFinitePolicy { abort, skip };  // what a step with a NaN/Inf loss or gradient norm does
 
 // FSDP2's reshard_after_forward: None | bool | int. "automatic" is None: true for every group but the root.
 struct ReshardAfterForward {
@@ -84,6 +85,11 @@ struct TrainConfig {
   double grad_clip = 1.0;  // 0: no clipping
   std::int64_t eval_interval = 100;  // 0: never
   int eval_batches = 4;
+  // A step whose loss or gradient norm is NaN or Inf: abort (a UsageError naming the step and the first
+  // parameter with a non-finite gradient), or skip its optimizer update (the sampler still advances); after
+  // max_skipped_steps skipped steps in a row, the run stops as abort would.
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::abort;
+  int max_skipped_steps = 10;
 };
 
 struct LogConfig {
@@ -111,6 +117,7 @@ struct MeshConfig {
 
 struct CommConfig {
   CommBackendChoice backend = CommBackendChoice::automatic;
+  double timeout_s = 600;  // collective watchdog: abort the job when an MPI collective takes longer; 0: off
 };
 
 struct CheckpointConfig {
@@ -166,6 +173,7 @@ std::string_view to_string(GradAccumulation v);
 std::string_view to_string(ResumeMode v);
 std::string_view to_string(CommBackendChoice v);
 std::string_view to_string(CheckpointOnError v);
+std::string_view to_string(NonFinitePolicy v);
 std::string to_string(const ReshardAfterForward& v);
 
 }  // namespace fsdpp

@@ -313,6 +313,12 @@ std::vector<Field> make_fields() {
                       "Validation loss every this many steps; 0 never."));
   f.push_back(integer("train.eval_batches", &Deck::train, &TrainConfig::eval_batches, 1,
                       "Micro-batches averaged for each validation loss."));
+  f.push_back(choice("train.on_nonfinite", &Deck::train, &TrainConfig::on_nonfinite, kNonFinite,
+                     "A step whose loss or gradient norm is NaN or Inf: abort stops the run with an error naming the "
+                     "step and the first parameter (in model order) with a non-finite gradient; skip leaves the "
+                     "weights as they were (the data still advances) and logs the step."));
+  f.push_back(integer("train.max_skipped_steps", &Deck::train, &TrainConfig::max_skipped_steps, 1,
+                      "With on_nonfinite: skip, stop with an error after this many skipped steps in a row."));
 
   f.push_back(integer("log.interval", &Deck::log, &LogConfig::interval, 1,
                       "Print a step-table row every this many steps."));
@@ -344,6 +350,10 @@ std::vector<Field> make_fields() {
   f.push_back(choice("comm.backend", &Deck::comm, &CommConfig::backend, kBackends,
                      "Collectives of training: nccl (device memory, GPU builds), mpi (host memory), or auto: nccl "
                      "when Kokkos computes on a GPU, mpi otherwise."));
+  f.push_back(real("comm.timeout_s", &Deck::comm, &CommConfig::timeout_s, kNonNegative,
+                   "Collective watchdog: an MPI collective of training that has not finished after this many "
+                   "seconds (a rank stuck or gone) is reported with its operation, mesh dimension and step, and "
+                   "the job is aborted; 0 turns the watchdog off."));
 
   f.push_back(text("checkpoint.dir", &Deck::checkpoint, &CheckpointConfig::dir, "Folder for checkpoints."));
   f.back().default_doc = "<run.output>/checkpoints";

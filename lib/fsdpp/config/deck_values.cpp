@@ -31,6 +31,7 @@ const EnumNames<CommBackendChoice> kBackends = {{"auto", CommBackendChoice::auto
                                                 {"mpi", CommBackendChoice::mpi}, {"nccl", CommBackendChoice::nccl}};
 const EnumNames<CheckpointOnError> kOnErrors = {{"abort", CheckpointOnError::abort},
                                               {"continue", CheckpointOnError::keep_going}};
+const EnumNames<NonFinitePolicy> kNonFinite = {{"abort", NonFinitePolicy::abort}, {"skip", NonFinitePolicy::skip}};
 const EnumNames<DType> kFloatTypes = {{"f32", DType::f32}, {"bf16", DType::bf16}};
 
 }  // namespace deck_detail
@@ -47,6 +48,7 @@ std::string_view to_string(GradAccumulation v) { return name_of(deck_detail::kAc
 std::string_view to_string(ResumeMode v) { return name_of(deck_detail::kResumes, v); }
 std::string_view to_string(CommBackendChoice v) { return name_of(deck_detail::kBackends, v); }
 std::string_view to_string(CheckpointOnError v) { return name_of(deck_detail::kOnErrors, v); }
+std::string_view to_string(NonFinitePolicy v) { return name_of(deck_detail::kNonFinite, v); }
 std::string to_string(const ReshardAfterForward& v) {
   switch (v.kind) {
     case ReshardAfterForward::Kind::automatic: return "auto";

@@ -209,7 +209,10 @@ DeviceMesh::DeviceMesh(MPI_Comm world, std::vector<MeshDim> dims, CommBackend ba
     root_dim_of_.push_back(static_cast<int>(d));
   }
   // Communicators after all splits, in dimension order: the same order on every rank.
-  for (auto& group : dims_) group->communicator = make_communicator(backend, group->comm);
+  for (auto& group : dims_) {
+    group->communicator = make_communicator(backend, group->comm);
+    group->communicator->set_label(group->name);
+  }
 }
 
 DeviceMesh DeviceMesh::planning(std::vector<MeshDim> dims, int world_size, int rank, CommBackend backend) {

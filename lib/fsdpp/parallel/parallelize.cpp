@@ -79,7 +79,10 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
 
 Parallelism::Parallelism(ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh, MPI_Comm world)
     : layout_(std::move(layout)), mesh_(std::move(mesh)) {
-  if (world != MPI_COMM_NULL) host_world_ = std::make_unique<MpiCommunicator>(world);
+  if (world != MPI_COMM_NULL) {
+    host_world_ = std::make_unique<MpiCommunicator>(world);
+    host_world_->set_label("the job's ranks (host scalars)");
+  }
 }
 
 void Parallelism::before_micro_batch(int index, int count) {

@@ -15,12 +15,15 @@ void install_preemption_handlers() {
   action.sa_flags = SA_RESTART;  // interrupted system calls resume: the flag is read at the next step boundary
   sigaction(SIGUSR1, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  // Ctrl-C on a run without a launcher stops it as a preemption would; a second Ctrl-C kills it as usual.
+  action.sa_flags = SA_RESTART | SA_RESETHAND;
+  sigaction(SIGINT, &action, nullptr);
 }
 
-bool preemption_requested(MPI_Comm comm) {
-  int flag = g_signal != 0;
-  MPI_Allreduce(MPI_IN_PLACE, &flag, 1, MPI_INT, MPI_MAX, comm);
-  return flag != 0;
+int preemption_requested(MPI_Comm comm) {
+  int signal = static_cast<int>(g_signal);
+  MPI_Allreduce(MPI_IN_PLACE, &signal, 1, MPI_INT, MPI_MAX, comm);
+  return signal;
 }
 
 int preemption_signal() { return static_cast<int>(g_signal); }

@@ -3,6 +3,7 @@
 #include "fsdpp/ckpt/resume.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
+#include "fsdpp/train/nonfinite.hpp"
 
 #include <chrono>
 #include <filesystem>
@@ -92,17 +93,22 @@ void Checkpointer::save(std::int64_t done) {
   progress.step = done;
   const CheckpointContents c = contents();
   progress.scalars = c.scalars;
+  // Never a checkpoint of diverged weights: 'latest' keeps naming the last one saved from finite values.
+  const auto bad = first_nonfinite(comm_, c.params, ParamTensor::value);
+  FSDPP_REQUIRE(!bad, "checkpoint: refusing to save step {}: parameter '{}' holds NaN or Inf values; '{}' keeps "
+                "its last checkpoint of finite weights", done, bad.value_or(""), deck_.checkpoint.dir);
   if (background_) {
     report_background(background_->wait());
     const auto t0 = std::chrono::steady_clock::now();
     background_->start(stage_checkpoint(c, progress, meta_, rank_), deck_.checkpoint.dir, deck_.checkpoint.keep_last);
-    background_step_ = done;
+    background_step_ = saved_step_ = done;
     background_reported_ = false;
     if (speaks_)
       Log::info("checkpoint: step {} staged in {:.3f} s; writing in the background", done,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return;
   }
+  saved_step_ = done;
   const SaveResult result = save_checkpoint(comm_, deck_.checkpoint.dir, c, progress, meta_, deck_.checkpoint.keep_last,
                                             deck_.checkpoint.on_error);
   if (speaks_ && result.error.empty())
@@ -113,7 +119,7 @@ void Checkpointer::save(std::int64_t done) {
 std::string Checkpointer::save_and_wait(std::int64_t done) {
   finish();
   const auto keep = std::move(background_);  // a synchronous save from here on
-  save(done);
+  if (done != saved_step_) save(done);       // an interval save of this very step is not written twice
   return (std::filesystem::path(deck_.checkpoint.dir) / checkpoint_file_name(done)).string();
 }
 

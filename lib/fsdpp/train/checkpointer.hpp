@@ -58,9 +58,11 @@ class Checkpointer {
     return interval_ > 0 && (done % interval_ == 0 || last);
   }
   bool enabled() const { return interval_ > 0; }
-  // Collective: saves the state after `done` steps (in the background with checkpoint.async).
+  // Collective: saves the state after `done` steps (in the background with checkpoint.async). UsageError, and
+  // nothing written, when a parameter holds a NaN or Inf on any rank.
   void save(std::int64_t done);
-  // Collective: waits for a background save, then saves synchronously; returns the file's path.
+  // Collective: waits for a background save, then saves synchronously (unless step `done` was just saved);
+  // returns the file's path.
   std::string save_and_wait(std::int64_t done);
   void poll();    // collective: commits a background save whose shards are written
   void finish();  // collective: the save in flight completes
@@ -80,6 +82,7 @@ class Checkpointer {
   CheckpointMeta meta_;
   std::unique_ptr<AsyncCheckpointer> background_;
   std::int64_t background_step_ = 0;
+  std::int64_t saved_step_ = -1;  // the step of the last save started
   bool background_reported_ = true;
 };
 

@@ -50,12 +50,12 @@ class PeakOfEvents final : public FsdpMemoryListener {
 
 double mib(std::int64_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
 
+}  // namespace
+
 std::string bytes_text(std::int64_t bytes) {
   if (bytes >= (std::int64_t{1} << 30)) return fmt::format("{:.2f} GiB", bytes / 1073741824.0);
   return fmt::format("{:.1f} MiB", mib(bytes));
 }
-
-}  // namespace
 
 std::int64_t MemoryPlan::largest_micro_batch(std::int64_t bytes) const {
   if (per_sequence_bytes <= 0 || bytes <= fixed_bytes()) return 0;
@@ -139,6 +139,20 @@ std::int64_t parse_byte_size(std::string_view text, std::string_view what) {
   return static_cast<std::int64_t>(value * scale);
 }
 
+std::string largest_micro_batch_text(const Deck& deck, const MemoryPlan& plan, std::int64_t mem_per_rank) {
+  const std::int64_t largest = plan.largest_micro_batch(mem_per_rank);
+  const std::int64_t per_rank = deck.train.global_batch / plan.ranks;
+  std::int64_t usable = 0;  // the largest that also divides this rank's share of the global batch
+  for (std::int64_t b = std::min(largest, per_rank); b >= 1 && !usable; --b)
+    if (per_rank % b == 0) usable = b;
+  if (largest == 0)
+    return fmt::format("largest micro-batch that fits in {}: none; the model states alone need {}; use more ranks",
+                       bytes_text(mem_per_rank), bytes_text(plan.fixed_bytes() + plan.per_sequence_bytes));
+  return fmt::format("largest micro-batch that fits in {}: {} sequences; with train.global_batch {} on {} ranks "
+                     "({} per rank) use train.micro_batch {}",
+                     bytes_text(mem_per_rank), largest, deck.train.global_batch, plan.ranks, per_rank, usable);
+}
+
 std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::optional<std::int64_t> mem_per_rank) {
   const GptConfig c = model_config(deck.model);
   std::string out;
@@ -182,20 +196,7 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
   line(fmt::format("each sequence per micro-batch adds {:.2f} MiB (activations {:.2f} MiB, tokens {:.3f} MiB)",
                    mib(plan.per_sequence_bytes), mib(plan.per_sequence_bytes - 2 * c.context_length * 4),
                    mib(2 * c.context_length * 4)));
-  if (mem_per_rank) {
-    const std::int64_t largest = plan.largest_micro_batch(*mem_per_rank);
-    const std::int64_t per_rank = deck.train.global_batch / plan.ranks;
-    std::int64_t usable = 0;  // the largest that also divides this rank's share of the global batch
-    for (std::int64_t b = std::min(largest, per_rank); b >= 1 && !usable; --b)
-      if (per_rank % b == 0) usable = b;
-    if (largest == 0)
-      line(fmt::format("largest micro-batch that fits in {}: none; the model states alone need {}; use more ranks",
-                       bytes_text(*mem_per_rank), bytes_text(plan.fixed_bytes() + plan.per_sequence_bytes)));
-    else
-      line(fmt::format("largest micro-batch that fits in {}: {} sequences; with train.global_batch {} on {} ranks "
-                       "({} per rank) use train.micro_batch {}",
-                       bytes_text(*mem_per_rank), largest, deck.train.global_batch, plan.ranks, per_rank, usable));
-  }
+  if (mem_per_rank) line(largest_micro_batch_text(deck, plan, *mem_per_rank));
   line("Not counted: host memory for the data (token windows), MPI's own buffers, checkpoint staging, and the CUDA "
        "context on GPU builds.");
   return out;

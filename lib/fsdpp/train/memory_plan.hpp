@@ -62,6 +62,13 @@ MemoryPlan plan_memory(const Deck& deck, int ranks);
 // "80GiB", "512 MiB", "1.5T", "4096" (bytes) -> bytes. Binary units; UsageError naming `what` otherwise.
 std::int64_t parse_byte_size(std::string_view text, std::string_view what);
 
+// "largest micro-batch that fits in 80.00 GiB: 12 sequences; ... use train.micro_batch 4", or "...: none; the
+// model states alone need ...": the plan's advice for `mem_per_rank` bytes per rank.
+std::string largest_micro_batch_text(const Deck& deck, const MemoryPlan& plan, std::int64_t mem_per_rank);
+
+// "1.50 GiB", "512.0 MiB".
+std::string bytes_text(std::int64_t bytes);
+
 // The report `fsdpp plan` prints.
 std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::optional<std::int64_t> mem_per_rank);
 

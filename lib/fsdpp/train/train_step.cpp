@@ -1,6 +1,10 @@
 #include "fsdpp/train/train_step.hpp"
 
 #include "fsdpp/optim/grad_norm.hpp"
+#include "fsdpp/runtime/error.hpp"
+#include "fsdpp/train/nonfinite.hpp"
+
+#include <cmath>
 
 namespace fsdpp {
 
@@ -8,7 +12,7 @@ std::vector<std::string> step_section_names() {
   return {"Data", "Forward", "Backward", "GradSync", "Optimizer", "Eval", "Checkpoint", "Other"};
 }
 
-StepResult TrainStep::run(float lr) {
+StepResult TrainStep::run(std::int64_t step, float lr) {
   const int accum = data_.accumulation_steps();
   model_.zero_grad();
   reset_fsdp_stats(model_);
@@ -34,12 +38,38 @@ StepResult TrainStep::run(float lr) {
   timers_.mark(kGradSync);
   const auto params = model_.parameters();
   Communicator* norm_group = parallel_.grad_norm_group();  // shards; replicas are copies
-  r.grad_norm = grad_clip_ > 0 ? clip_grad_norm(params, grad_clip_, norm_group) : global_grad_norm(params, norm_group);
-  optimizer_.step(lr);
+  r.grad_norm = train_.grad_clip > 0 ? clip_grad_norm(params, train_.grad_clip, norm_group)
+                                     : global_grad_norm(params, norm_group);
+  r.nonfinite = guard(step, r);
+  r.skipped = !r.nonfinite.empty();
+  if (!r.skipped) optimizer_.step(lr);
   data_.advance();
   Kokkos::fence();
   timers_.mark(kOptimizer);
   return r;
+}
+
+std::string TrainStep::guard(std::int64_t step, const StepResult& r) {
+  if (std::isfinite(r.loss) && std::isfinite(r.grad_norm)) {
+    skipped_in_a_row_ = 0;
+    return {};
+  }
+  // Every rank got the same loss and norm, so every rank is here and takes part in the search.
+  const auto param = first_nonfinite(comm_, model_.parameters(), ParamTensor::grad);
+  const std::string what =
+      fmt::format("loss {}, gradient norm {}, {}", r.loss, r.grad_norm,
+                  param ? fmt::format("first non-finite gradient '{}'", *param) : std::string("every gradient finite"));
+  FSDPP_REQUIRE(train_.on_nonfinite == NonFinitePolicy::skip,
+                "step {}: {} (train.on_nonfinite: abort). Lower optim.lr or raise schedule.warmup_steps, check "
+                "train.grad_clip, or set train.on_nonfinite: skip to step over rare spikes; no checkpoint is written "
+                "from this step", step, what);
+  FSDPP_REQUIRE(skipped_in_a_row_ < train_.max_skipped_steps,
+                "step {}: {}; {} steps in a row were skipped already (train.max_skipped_steps {}): the run diverged. "
+                "Lower optim.lr or resume from an earlier checkpoint", step, what, skipped_in_a_row_,
+                train_.max_skipped_steps);
+  ++skipped_in_a_row_;
+  return fmt::format("step {}: {}; skipped the optimizer update ({} in a row, at most {})", step, what,
+                     skipped_in_a_row_, train_.max_skipped_steps);
 }
 
 }  // namespace fsdpp

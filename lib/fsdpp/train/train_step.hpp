@@ -1,7 +1,14 @@
 #pragma once
 // One optimizer step (torchtitan's train_step): every micro-batch's forward and backward, with the gradient
 // synchronization the parallel layout decides per micro-batch, the mean loss over the job, the global
-// gradient norm (clipped when train.grad_clip > 0), the optimizer update, and the sampler's advance.
+// gradient norm (clipped when train.grad_clip > 0), the non-finite guard, the optimizer update, and the
+// sampler's advance.
+//
+// The guard (train.on_nonfinite): the loss and the norm are the same on every rank, so every rank sees a NaN
+// or Inf alike; the ranks then find the first parameter, in model order, whose gradient holds one (each checks
+// its shards; the lowest index wins). abort throws a UsageError naming the step and that parameter; skip leaves
+// out the optimizer update (the sampler still advances, so the next step sees new data) and reports it in the
+// result, and the (train.max_skipped_steps + 1)-th non-finite step in a row stops the run as abort would.
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/nn/gpt.hpp"
 #include "fsdpp/optim/optimizer.hpp"
@@ -9,6 +16,9 @@
 #include "fsdpp/runtime/timers.hpp"
 #include "fsdpp/train/data_feed.hpp"
 
+#include <mpi.h>
+
+#include <string>
 namespace fsdpp {
 
 // The step's sections, as the end-of-run breakdown names them.
@@ -18,23 +28,33 @@ std::vector<std::string> step_section_names();
 struct StepResult {
   double loss = 0;       // mean training loss over the global batch
   double grad_norm = 0;  // before clipping
+  bool skipped = false;  // non-finite, and train.on_nonfinite is skip: the weights were not updated
+  std::string nonfinite; // skipped: why, for the log ("loss nan, gradient norm nan, first non-finite ...")
 };
 
 class TrainStep {
  public:
-  TrainStep(Gpt& model, Parallelism& parallel, Optimizer& optimizer, DataFeed& data, double grad_clip,
-            SectionTimers& timers)
-      : model_(model), parallel_(parallel), optimizer_(optimizer), data_(data), grad_clip_(grad_clip), timers_(timers) {}
+  // Collective over `comm`, the job's ranks (the non-finite guard's search).
+  TrainStep(MPI_Comm comm, Gpt& model, Parallelism& parallel, Optimizer& optimizer, DataFeed& data,
+            const TrainConfig& train, SectionTimers& timers)
+      : comm_(comm), model_(model), parallel_(parallel), optimizer_(optimizer), data_(data), train_(train),
+        timers_(timers) {}
 
-  StepResult run(float lr);
+  // Runs optimizer step `step` (1-based, as the log counts) at learning rate `lr`.
+  StepResult run(std::int64_t step, float lr);
   const FsdpStats& fsdp_stats_of_last_step() const { return stats_; }
 
  private:
+  // Non-finite loss or norm: throws (abort, or too many skipped in a row) or returns why the step is skipped.
+  std::string guard(std::int64_t step, const StepResult& r);
+
+  MPI_Comm comm_;
   Gpt& model_;
   Parallelism& parallel_;
   Optimizer& optimizer_;
   DataFeed& data_;
-  double grad_clip_;
+  const TrainConfig& train_;
+  int skipped_in_a_row_ = 0;
   SectionTimers& timers_;
   Flow flow_;
   FsdpStats stats_;

@@ -9,6 +9,7 @@
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
 #include "fsdpp/runtime/preemption.hpp"
+#include "fsdpp/runtime/watchdog.hpp"
 #include "fsdpp/train/build_model.hpp"
 #include "fsdpp/train/checkpointer.hpp"
 #include "fsdpp/train/data_feed.hpp"
@@ -94,7 +95,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   StepMetrics metrics(comm, deck, parallel, speaks, options.measure_peak);
   metrics.banner(model, data, *optimizer);
   SectionTimers& timers = metrics.timers();
-  TrainStep train_step(model, parallel, *optimizer, data, deck.train.grad_clip, timers);
+  TrainStep train_step(comm, model, parallel, *optimizer, data, deck.train, timers);
   Evaluator evaluator(model, parallel, data, deck.train);
   ProgressState progress(static_cast<double>(deck.train.global_batch) * deck.model.context_length);
   ModelState model_state(model.parameters(), optimizer.get());
@@ -102,12 +103,16 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   const std::int64_t first_step = checkpointer.resume();
 
   bool preempted = false;
+  const CollectiveWatchdog::Running watchdog(deck.comm.timeout_s);  // until train() returns or throws
   metrics.start_loop(first_step);
   for (std::int64_t step = first_step; step < deck.train.steps; ++step) {
     if (const auto note = data.epoch_note(step); note && speaks) Log::info("{}", *note);
     const float lr = schedule.at(step);
-    const StepResult result = train_step.run(lr);
     const std::int64_t done = step + 1;
+    CollectiveWatchdog::set_step(done);
+    if (options.before_step) options.before_step(done);
+    const StepResult result = train_step.run(done, lr);
+    if (result.skipped && speaks) Log::warn("{}", result.nonfinite);
     progress.completed(done, lr);
     const bool last = done == deck.train.steps || done == options.stop_after_step;
     std::optional<double> val;
@@ -125,14 +130,15 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     metrics.after_step(done, result, train_step.fsdp_stats_of_last_step(), lr, val, last);
     checkpointer.poll();
     if (done == options.stop_after_step) break;
-    if (options.handle_preemption && !last && preemption_requested(comm)) {
+    const int signal = options.handle_preemption && !last ? preemption_requested(comm) : 0;
+    if (signal != 0) {
       // Finish cleanly: the save is synchronous and waits for any background one, so nothing is in flight.
       checkpointer.finish();
       const std::string where = checkpointer.enabled() ? checkpointer.save_and_wait(done)
                                                        : "no checkpoint (checkpoint.interval is 0)";
       if (speaks)
         Log::info("preempted: signal {} received; stopped after step {} of {}, saved {}; resume with "
-                  "checkpoint.resume: auto (exit code {})", preemption_signal(), done, deck.train.steps, where,
+                  "checkpoint.resume: auto (exit code {})", signal, done, deck.train.steps, where,
                   kPreemptedExitCode);
       preempted = true;
       break;

@@ -13,6 +13,7 @@
 #include "fsdpp/optim/optimizer.hpp"
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 
 #include <cstdint>
@@ -34,7 +35,7 @@ struct TrainSummary {
   double sgemm_gflops = 0;             // measured single-rank peak MFU is quoted against (0 if not measured)
   double mfu = 0;
   double loop_seconds = 0;
-  bool preempted = false;              // stopped early on SIGUSR1/SIGTERM, after saving a checkpoint
+  bool preempted = false;              // stopped early on SIGUSR1/SIGTERM/SIGINT, after saving a checkpoint
   double exposed_comm_ms = 0;          // per step, averaged over steps and ranks
   // Bytes per rank (the largest over ranks): sharded f32 parameters, gradients, optimizer state; the peak of
   // unsharded parameters + gradients + collective buffers over the run; activations and backward scratch.
@@ -49,8 +50,10 @@ struct TrainOptions {
   bool quiet = false;        // no banner, table or breakdown (tests)
   // Stop after this optimizer step, as a preempted job would (the schedule still spans train.steps). 0: run on.
   std::int64_t stop_after_step = 0;
-  // Combine the ranks' SIGUSR1/SIGTERM flags at each step boundary and, when set, save and stop.
+  // Combine the ranks' SIGUSR1/SIGTERM/SIGINT flags at each step boundary and, when set, save and stop.
   bool handle_preemption = false;
+  // Called on every rank before each optimizer step (1-based), if set: test hooks (a rank that stalls).
+  std::function<void(std::int64_t step)> before_step;
 };
 
 // The optimizer and learning-rate schedule the deck's optim and schedule sections describe.

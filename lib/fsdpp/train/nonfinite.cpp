@@ -1,0 +1,41 @@
+#include "fsdpp/train/nonfinite.hpp"
+
+#include "fsdpp/runtime/error.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <climits>
+
+namespace fsdpp {
+
+std::int64_t count_nonfinite(const Parameter& p, ParamTensor which) {
+  const View1<float> v = which == ParamTensor::value ? p.value : p.grad;
+  // Sharded: the first local_numel elements are real, the rest padding. Unsharded or whole: every element.
+  const std::int64_t n = std::min<std::int64_t>(static_cast<std::int64_t>(v.extent(0)),
+                                                p.is_sharded() ? p.local_numel() : static_cast<std::int64_t>(v.extent(0)));
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "fsdpp::count_nonfinite", Kokkos::RangePolicy<ExecSpace>(0, n),
+      KOKKOS_LAMBDA(const std::int64_t j, std::int64_t& acc) {
+        const float a = v(j);
+        // False for NaN (every comparison is) and for +-Inf; no isfinite needed on any backend.
+        if (!(a >= -3.402823466e38f && a <= 3.402823466e38f)) ++acc;
+      },
+      bad);
+  return bad;
+}
+
+std::optional<std::string> first_nonfinite(MPI_Comm comm, const std::vector<Parameter*>& params, ParamTensor which) {
+  int first = INT_MAX;
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (count_nonfinite(*params[i], which) > 0) {
+      first = static_cast<int>(i);
+      break;
+    }
+  FSDPP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == INT_MAX) return std::nullopt;
+  return params[static_cast<std::size_t>(first)]->name();
+}
+
+}  // namespace fsdpp
