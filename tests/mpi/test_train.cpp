@@ -275,7 +275,7 @@ MPI_TEST_CASE("train: the checkpointer refuses non-finite weights, naming the fi
   REQUIRE(params.size() > 8);
   Parameter& bad = *params[test_rank == 1 ? 4 : 8];
   REQUIRE(bad.local_numel() > 0);
-  Kokkos::deep_copy(Kokkos::subview(bad.value, 0),
+  Kokkos::deep_copy(Kokkos::subview(bad.value(), 0),
                     test_rank == 1 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity());
   progress.completed(2, 1e-3f);
   const std::string refusal = "refusing to save step 2: parameter '" + params[4]->name() + "' holds NaN or Inf";

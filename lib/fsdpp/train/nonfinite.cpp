@@ -10,7 +10,7 @@
 namespace fsdpp {
 
 std::int64_t count_nonfinite(const Parameter& p, ParamTensor which) {
-  const View1<float> v = which == ParamTensor::value ? p.value : p.grad;
+  const View1<float> v = which == ParamTensor::value ? p.value() : p.grad();
   // Sharded: the first local_numel elements are real, the rest padding. Unsharded or whole: every element.
   const std::int64_t n = std::min<std::int64_t>(static_cast<std::int64_t>(v.extent(0)),
                                                 p.is_sharded() ? p.local_numel() : static_cast<std::int64_t>(v.extent(0)));
