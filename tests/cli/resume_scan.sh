@@ -35,6 +35,13 @@ for latest in missing empty garbage binary; do
 done
 echo "resumed $n times past a broken latest"
 
+# A save that never completed (a crash mid-write) leaves a .partial; the next run, holding the folder's lock,
+# removes it and says so.
+printf 'half a checkpoint' > "$ck/step_00000099.h5.partial"
+out=$("$mpirun" -n 2 "$fsdpp" train train.steps=4 checkpoint.resume=auto "${common[@]}" 2>&1) || { echo "$out"; fail "run after a crash"; }
+[ -e "$ck/step_00000099.h5.partial" ] && fail "a stale .partial was left in place"
+echo "$out" | grep -q "removed .*step_00000099.h5.partial, left by a save that never completed" || fail "no line for the removed .partial"
+
 # At or past train.steps: said, not silent.
 echo step_00000004.h5 > "$ck/latest"
 out=$("$mpirun" -n 2 "$fsdpp" train train.steps=3 checkpoint.resume=auto "${common[@]}" 2>&1) || { echo "$out"; fail "resume past the end"; }

@@ -37,6 +37,19 @@ std::string identity() {
 
 }  // namespace
 
+// With the folder locked no other run is writing into it, so a step_*.h5.partial there is what a crashed
+// save left behind: never committed, never named by 'latest', safe to delete.
+static void remove_stale_partials(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) != 0 || name.size() < 8 || name.substr(name.size() - 8) != ".partial") continue;
+    std::error_code removed;
+    fs::remove(entry.path(), removed);
+    if (!removed) Log::info("checkpoint.dir: removed {}, left by a save that never completed", entry.path().string());
+  }
+}
+
 CheckpointDirLock::CheckpointDirLock(MPI_Comm comm, const std::string& dir, bool enabled) {
   if (!enabled) return;
   int rank = 0;
@@ -70,6 +83,7 @@ CheckpointDirLock::CheckpointDirLock(MPI_Comm comm, const std::string& dir, bool
     if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
       Log::warn("could not write this run's host and PID into {}: {}", path, std::strerror(errno));
     fd_ = fd;
+    remove_stale_partials(dir);
   });
 }
 

@@ -102,8 +102,8 @@ void Checkpointer::save(std::int64_t done) {
     const auto t0 = std::chrono::steady_clock::now();
     background_->start(stage_checkpoint(c, progress, meta_, rank_), deck_.checkpoint.dir, deck_.checkpoint.keep_last);
     background_step_ = saved_step_ = done;
-    background_reported_ = false;
-    if (speaks_)
+    background_reported_ = !background_->in_flight();  // a failed start was reported (on_error: continue)
+    if (speaks_ && background_->in_flight())
       Log::info("checkpoint: step {} staged in {:.3f} s; writing in the background", done,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return;
