@@ -52,6 +52,10 @@ class Communicator {
   virtual int size() const = 0;
   virtual CommBackend backend() const = 0;
   virtual std::string describe() const = 0;  // backend, algorithms, group size: for logs and benchmarks
+  // True when a collective is ordered after the device work issued before it by the backend itself (NCCL waits
+  // on an event of Kokkos' stream), so callers need no Kokkos::fence() first; false when the collective reads
+  // the buffers from the host or another thread (MPI), which must see finished kernels.
+  virtual bool stream_ordered() const { return false; }
 
   virtual WorkHandle all_gather_async(const void* send, void* recv, std::size_t count, DType dtype) = 0;
   virtual WorkHandle reduce_scatter_async(const void* send, void* recv, std::size_t count, DType dtype,
