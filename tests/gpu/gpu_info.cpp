@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 namespace {
@@ -109,7 +110,9 @@ int main(int argc, char** argv) {
       }, n, 10);
     }
     std::printf(",\"peak_fp32_tflops\":%.2f,\"peak_bf16_tflops\":%.2f", fp32, bf16);
-    cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(ha), cudaFree(hb), cudaFree(hc);
+    for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(c), static_cast<void*>(ha),
+                    static_cast<void*>(hb), static_cast<void*>(hc)})
+      cudaFree(p);
   }
   std::printf("}\n");
   cublasDestroy(handle);
