@@ -158,8 +158,8 @@ DeviceChoice choose_device(MPI_Comm world, int local_rank, DevicePolicy policy,
       plan.conflict = fmt::format(
           "this fsdpp is a GPU build ({}) and this command computes on a GPU, but no usable GPU was found: {}. "
           "Run it on a GPU node (with a GPU allocation such as srun --gpus-per-task=1) and check the GPU and its "
-          "driver there with nvidia-smi. Commands that need no GPU run anywhere: --version, plan, ckpt, report, "
-          "tokenize, mesh --dry-run",
+          "driver there with nvidia-smi. Commands that need no GPU run anywhere: --version, plan, train --dry-run, "
+          "ckpt, report, tokenize, mesh --dry-run",
           gpu_build, probe.error);
   }
 

@@ -17,6 +17,9 @@
 #include <vector>
 
 namespace fsdpp {
+#if defined(KOKKOS_ENABLE_CUDA)
+int cuda_driver_shim_anchor();  // cuda_driver_shim.cpp: keeps libcuda.so.1 off the executables' load-time needs
+#endif
 namespace {
 
 bool env_flag(const char* name, bool fallback) {
@@ -77,6 +80,9 @@ Runtime::Runtime(int& argc, char**& argv, RuntimeOptions options) {
   hostname_.assign(host, static_cast<std::size_t>(length));
 
   options_ = options;
+#if defined(KOKKOS_ENABLE_CUDA)
+  (void)cuda_driver_shim_anchor();
+#endif
   if (options.start_device) start_device();
 }
 
