@@ -69,7 +69,8 @@ Command add_ckpt_command(CLI::App& app) {
             FSDPP_MPI_CHECK(MPI_Bcast(&problems, 1, MPI_INT, 0, rt.world()));
             Log::info("{}", output);
             return problems ? 1 : 0;
-          }};
+          },
+          [] { return false; }};  // HDF5 and host vectors only: runs without a GPU
 }
 
 }  // namespace fsdpp::app

@@ -23,6 +23,10 @@ Deck deck_from_words(MPI_Comm world, std::vector<std::string> words);
 struct Command {
   CLI::App* cli;
   std::function<int(Runtime&)> run;
+  // Whether this command (as parsed) computes with Kokkos, so that main starts the device before run. Unset:
+  // it does. Commands that need no device must not touch Kokkos: on a GPU build they run where there is no
+  // GPU or driver (a login node), and Kokkos is never initialized there.
+  std::function<bool()> needs_device = {};
 };
 
 Command add_bench_command(CLI::App& app);  // fsdpp bench collectives | train

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
              "with checkpoint.resume: auto to continue; 3 fsdpp plan: the plan does not fit in --mem-per-rank.");
   bool show_version = false;
   RuntimeOptions options = RuntimeOptions::from_environment();
+  options.start_device = false;  // started below for the commands that compute (see Command::needs_device)
   std::string device = "auto";
   cli.add_flag("--version", show_version, "Print the versions of fsdpp and its stack, then exit");
   cli.add_flag("--log-all-ranks", options.log.all_ranks, "Every rank prints its log lines, not only rank 0");
@@ -52,14 +53,23 @@ int main(int argc, char** argv) {
   }
   try {
     if (show_version) {
+      // A host build chooses its device as a run would (so --device cuda without a GPU is refused here too). A
+      // GPU build starts nothing: --version must work on a login node without a GPU or driver, so it lists
+      // the GPUs the CUDA runtime reports, or why there are none.
+      const std::string gpu_build = gpu_build_target();
+      if (gpu_build.empty()) runtime.start_device();
       Log::info("fsdpp {}\n{}", FSDPP_VERSION, format_build_info());
       Log::info("  {:<10} {} rank(s), {} on this node ({}), MPI threads '{}', device {}", "runtime", runtime.size(),
                 runtime.local_size(), runtime.hostname(), thread_level_name(runtime.thread_level()),
-                runtime.device().name);
+                gpu_build.empty() ? runtime.device().name
+                                  : fmt::format("not started ({}); {}", gpu_build, describe_visible_gpus()));
       return 0;
     }
     for (const auto& command : commands)
-      if (*command.cli) return command.run(runtime);
+      if (*command.cli) {
+        if (!command.needs_device || command.needs_device()) runtime.start_device();
+        return command.run(runtime);
+      }
     Log::info("{}", cli.help());
     return 0;
   } catch (const std::exception& e) {

@@ -18,10 +18,39 @@ Command add_mesh_command(CLI::App& app) {
   cli->add_option("shape", *shape, "Dimensions as name=size, row-major, one size may be -1: dp_replicate=2 dp_shard=-1")
       ->required();
   cli->add_option("--backend", *backend, "Communicator backend: mpi | nccl")->check(CLI::IsMember({"mpi", "nccl"}));
+  auto dry_run = std::make_shared<bool>(false);
+  auto ranks = std::make_shared<int>(0);
+  cli->add_flag("--dry-run", *dry_run, "Print the layout the mesh would have, from the shape alone: no communicators, "
+                                       "no device (runs without a GPU)");
+  cli->add_option("--ranks,-n", *ranks, "With --dry-run: the job size to lay out (default: this launch's)")
+      ->check(CLI::PositiveNumber);
 
-  return {cli, [shape, backend](Runtime& runtime) {
+  return {cli, [shape, backend, dry_run, ranks](Runtime& runtime) {
             std::string text;
             for (const auto& s : *shape) text += s + " ";
+            if (*dry_run) {
+              // Every rank resolves the same shape (a bad one is the same UsageError everywhere); rank 0 prints.
+              const int world = *ranks > 0 ? *ranks : runtime.size();
+              const std::vector<MeshDim> dims = parse_mesh_shape(text);
+              const CommBackend kind = parse_comm_backend(*backend);
+              const DeviceMesh first = DeviceMesh::planning(dims, world, 0, kind);
+              Log::info("mesh {} (dry run: {} ranks, {} backend; no communicator was created)",
+                        format_mesh_shape(first.shape()), world, comm_backend_name(kind));
+              for (int r = 0; r < world && runtime.rank() == 0; ++r) {
+                const DeviceMesh mesh = DeviceMesh::planning(dims, world, r, kind);
+                std::string row = fmt::format("  rank {:>4}  coords [", r);
+                for (int d = 0; d < mesh.ndim(); ++d) row += fmt::format("{}{}", d ? ", " : "", mesh.coordinate(d));
+                row += "]";
+                for (int d = 0; d < mesh.ndim(); ++d) {
+                  const auto members = mesh.group_world_ranks(d);
+                  row += fmt::format("  {}: [", mesh.name(d));
+                  for (std::size_t i = 0; i < members.size(); ++i) row += fmt::format("{}{}", i ? " " : "", members[i]);
+                  row += "]";
+                }
+                Log::info("{}", row);
+              }
+              return 0;
+            }
             DeviceMesh mesh(runtime.world(), parse_mesh_shape(text), parse_comm_backend(*backend));
             Log::info("mesh {}", mesh.describe());
 
@@ -58,7 +87,8 @@ Command add_mesh_command(CLI::App& app) {
             }
             Log::info("mesh check: every group's all-reduce matches its members");
             return 0;
-          }};
+          },
+          [dry_run] { return !*dry_run; }};
 }
 
 }  // namespace fsdpp::app

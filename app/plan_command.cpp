@@ -62,7 +62,8 @@ Command add_plan_command(CLI::App& app) {
                            args->words.empty() ? "the embedded tiny deck" : args->words.front(), args->ranks,
                            format_memory_plan(deck, plan, mem));
             return mem && plan.memory.total() > *mem ? 3 : 0;
-          }};
+          },
+          [] { return false; }};  // shapes alone, on a planning mesh: no device, no Kokkos
 }
 
 }  // namespace fsdpp::app

@@ -83,7 +83,8 @@ Command add_report_command(CLI::App& app) {
                       rows.back().loss, best_val < 1e300 ? fmt::format(", best validation loss {:.4f}", best_val) : "",
                       tokens / rows.size(), rows.back().grad_norm, png.string());
             return 0;
-          }};
+          },
+          [] { return false; }};
 }
 
 }  // namespace fsdpp::app

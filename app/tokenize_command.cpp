@@ -20,7 +20,8 @@ Command add_tokenize_command(CLI::App& app) {
             Log::info("wrote {} tokens (vocab 256) to {}; train on it with data.source={} model.vocab_size=256", count,
                       paths->second, paths->second);
             return 0;
-          }};
+          },
+          [] { return false; }};
 }
 
 }  // namespace fsdpp::app

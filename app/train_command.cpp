@@ -114,7 +114,8 @@ Command add_train_command(CLI::App& app) {
   cli->add_option("deck_and_overrides", args->words, "deck.yaml, then section.key=value overrides (train.steps=50)");
   cli->add_flag("--help-deck", args->help_deck, "List every deck key with its type, default and meaning");
   cli->add_flag("--dry-run", args->dry_run, "Check the deck, model and batch plan on this launch; train nothing");
-  return {cli, [args](Runtime& rt) { return run_train(rt, *args); }};
+  return {cli, [args](Runtime& rt) { return run_train(rt, *args); },
+          [args] { return !args->help_deck && !args->dry_run; }};  // --dry-run plans from shapes alone
 }
 
 }  // namespace fsdpp::app

@@ -2,6 +2,7 @@
 // The decks of input/ for tests, parsed with overrides, writing no run files.
 #include "fsdpp/config/deck.hpp"
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -9,8 +10,15 @@
 
 namespace fsdpp::test {
 
+// The checkout the tests were built from, unless FSDPP_SOURCE_DIR names another folder holding input/ (a
+// relocated bundle: tests/gpu/run sets it).
+inline std::string source_dir() {
+  const char* moved = std::getenv("FSDPP_SOURCE_DIR");
+  return moved && *moved ? moved : FSDPP_SOURCE_DIR;
+}
+
 inline Deck input_deck(const std::string& name, const std::vector<std::string>& overrides) {
-  std::ifstream in(std::string(FSDPP_SOURCE_DIR) + "/input/" + name);
+  std::ifstream in(source_dir() + "/input/" + name);
   std::ostringstream text;
   text << in.rdbuf();
   Deck deck = parse_deck(text.str(), name, overrides);

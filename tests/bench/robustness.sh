@@ -60,17 +60,17 @@ if [ -f "$summary" ]; then
   python3 - "$summary" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
-targets = {k: v for k, v in s.items() if isinstance(v, dict) and "execs" in v}
-print(f"{'fuzz target':<24} {'executions':>12} {'crashes':>8}")
+targets = s.get("targets", {})
+print(f"{'fuzz target':<24} {'executions':>12} {'crashes':>8} {'seconds':>8}")
 for name, v in sorted(targets.items()):
-    print(f"{name:<24} {v['execs']:>12} {v['crashes']:>8}")
+    print(f"{name:<24} {v.get('execs', 0):>12} {v.get('crashes', 0):>8} {v.get('seconds', 0):>8}")
+san = s.get("sanitizer")
+if san:
+    print(f"sanitizers (address,undefined) over {san.get('tests')}: {san.get('result')} ({san.get('seconds')} s)")
 PY
   execs=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("fuzz_execs_total", 0))' "$summary")
   open=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("fuzz_crashes_open", 0))' "$summary")
 else
   echo; echo "fuzzing: no $summary yet (share/scripts/ci-extras writes it; run 'share/scripts/quickstart test')"
 fi
-for log in build-asan/sanitize-summary.txt; do
-  [ -f "$log" ] && { echo; cat "$log"; }
-done
 echo "{\"bench\":\"robustness\",\"fuzz_execs_total\":$execs,\"fuzz_crashes_open\":$open,\"fault_scenarios_passed\":$passed,\"fault_scenarios_total\":$total}"

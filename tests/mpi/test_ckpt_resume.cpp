@@ -86,7 +86,9 @@ MPI_TEST_CASE("resume: a missing, empty, garbage or binary latest falls back to 
       {"not a checkpoint", "does not name a step_<N>.h5 file (it holds 'not a checkpoint')"},
       {binary.c_str(), "does not name a step_<N>.h5 file"},
       {"step_00000099.h5\n", "'latest' names step_00000099.h5, which cannot be used (the file does not exist)"}};
-  for (const auto& [bytes, why] : hints) {
+  for (const auto& hint : hints) {  // no structured binding: CAPTURE's lambda could not capture one in C++17
+    const char* bytes = hint.first;
+    const std::string& why = hint.second;
     CAPTURE(why);
     set_latest(test_comm, dir, bytes, bytes == binary.c_str() ? binary.size() : bytes ? std::strlen(bytes) : 0);
     for (ResumeMode mode : {ResumeMode::automatic, ResumeMode::on}) {

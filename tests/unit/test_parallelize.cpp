@@ -113,7 +113,7 @@ TEST_CASE("parallelize: a dry step allocates nothing, frees every transient buff
     for (Parameter* p : model.parameters()) CHECK(p->is_meta());
     CHECK(ledger->events > 0);
     CHECK(ledger->total == 0);  // after the root's backward every group is resharded and reduced
-    for (const auto& [kind, bytes] : ledger->live) CHECK_MESSAGE(bytes == 0, fsdp_buffer_name(kind));
+    for (const auto& entry : ledger->live) CHECK_MESSAGE(entry.second == 0, fsdp_buffer_name(entry.first));
     CHECK(ledger->live.count(FsdpBuffer::all_gather) == 1);
     CHECK(ledger->live.count(FsdpBuffer::reduce_scatter) == 1);
     if (ranks == 2) peak_on_2 = ledger->peak;

@@ -55,6 +55,10 @@ class Communicator {
   // What the group is, for messages such as the collective watchdog's: the mesh dimension ("dp_shard").
   const std::string& label() const { return label_; }
   void set_label(std::string label) { label_ = std::move(label); }
+  // True when a collective is ordered after the device work issued before it by the backend itself (NCCL waits
+  // on an event of Kokkos' stream), so callers need no Kokkos::fence() first; false when the collective reads
+  // the buffers from the host or another thread (MPI), which must see finished kernels.
+  virtual bool stream_ordered() const { return false; }
 
   virtual WorkHandle all_gather_async(const void* send, void* recv, std::size_t count, DType dtype) = 0;
   virtual WorkHandle reduce_scatter_async(const void* send, void* recv, std::size_t count, DType dtype,

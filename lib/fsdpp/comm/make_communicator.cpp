@@ -6,6 +6,8 @@
 #include "fsdpp/comm/nccl_communicator.hpp"
 #endif
 
+#include <Kokkos_Core.hpp>
+
 namespace fsdpp {
 
 CommBackend parse_comm_backend(const std::string& text) {
@@ -39,7 +41,16 @@ std::unique_ptr<Communicator> make_communicator(CommBackend backend, MPI_Comm gr
     case CommBackend::mpi: return std::make_unique<MpiCommunicator>(group);
     case CommBackend::nccl:
 #ifdef FSDPP_HAVE_CUDA
-      return std::make_unique<NcclCommunicator>(group);
+    {
+      auto nccl = std::make_unique<NcclCommunicator>(group);
+#if defined(KOKKOS_ENABLE_CUDA)
+      // Collectives wait on an event recorded on the stream fsdpp's kernels run on, and kernels issued after a
+      // Work::wait() wait on the collective's completion event: ordered on the device, no global fence.
+      // Compile-checked only; not yet run on a GPU.
+      if (Kokkos::is_initialized()) nccl->set_compute_stream(Kokkos::Cuda().cuda_stream());
+#endif
+      return nccl;
+    }
 #else
       throw UsageError("communicator backend 'nccl' is not in this build: fsdpp was configured without CUDA/NCCL. "
                        "Rebuild with -DFSDPP_ENABLE_CUDA=ON on a machine with the CUDA toolkit and NCCL, "

@@ -5,8 +5,11 @@
 //     collective reads what earlier compute wrote;
 //   - Work::wait() makes the compute stream wait on the collective's completion event. The host does not
 //     block; the blocking forms (all_gather(), ...) do.
-// The compute stream is the legacy default stream unless set_compute_stream() names another (with Kokkos:
-// the execution space instance's cuda_stream()).
+// The compute stream is the legacy default stream unless set_compute_stream() names another; make_communicator
+// names Kokkos' default CUDA instance's stream (Kokkos::Cuda().cuda_stream()), which every fsdpp kernel runs
+// on, so callers need no global Kokkos::fence() before a collective (stream_ordered()).
+// NOT RUN ON A GPU YET: this ordering was compile-checked only (CUDA 13, Kokkos 4.6.01, no GPU on the build
+// machines); tests/gpu/run is the first thing to run on one.
 // An asynchronous NCCL failure (a dead peer, a network error) cannot be recovered from: it is printed, the
 // NCCL communicator is aborted and the job is ended with MPI_Abort, rather than left to hang.
 // Work handles must be waited on or destroyed before their communicator.
@@ -35,6 +38,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   CommBackend backend() const override { return CommBackend::nccl; }
+  bool stream_ordered() const override { return true; }
   std::string describe() const override;
 
   // Affects collectives started afterwards; handles already returned keep the stream they were started with.

@@ -57,6 +57,12 @@ void round_to(const View1<float>& x, DType dtype) {
                        KOKKOS_LAMBDA(const std::size_t i) { v(i) = bf16::from_float(v(i)).to_float(); });
 }
 
+// Before a collective reads what kernels wrote: a host fence for backends that read on the host or another
+// thread (MPI); nothing for stream-ordered ones (NCCL on Kokkos' stream orders itself with CUDA events).
+void fence_for(const Communicator& comm) {
+  if (!comm.stream_ordered()) Kokkos::fence();
+}
+
 template <class T> constexpr DType dtype_v = std::is_same_v<T, bf16> ? DType::bf16 : DType::f32;
 
 }  // namespace
@@ -75,8 +81,14 @@ FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions o
                   "got {}", module.display_name(), dtype_name(t));
   if (mesh.ndim() == 2) replicate_comm_ = &mesh.comm(0);
 #if defined(FSDPP_DEVICE_BUILD)
-  FSDPP_REQUIRE(!options.offload_policy.cpu, "fully_shard({}): CPU offload is implemented for host builds only so far; "
-                "this build computes on a GPU", module.display_name());
+  // Not implemented on GPU builds: a Parameter's shard, its gradient and the optimizer state are all View1 in
+  // the one device memory space (MemSpace), and the optimizers launch on the device execution space. CPU
+  // offload needs them in pinned host memory (Kokkos::SharedHostPinnedSpace) with the optimizer step on
+  // Kokkos::DefaultHostExecutionSpace, and the staging copies below on a side stream.
+  FSDPP_REQUIRE(!options.offload_policy.cpu, "fully_shard({}): fsdp.offload: cpu is not implemented on GPU builds yet "
+                "(shards, gradients and optimizer state would have to live in pinned host memory and the optimizer "
+                "step run on the host); use fsdp.offload: none on the GPU, or a CPU build of fsdpp for CPU offload",
+                module.display_name());
 #endif
   ranks_ = comm_.size();
   rank_ = comm_.rank();
@@ -244,7 +256,7 @@ template <class T> void FsdpGroup::all_gather_flat(Tracked<T>& flat, Tracked<T>&
     const std::int64_t count = kept.bytes / static_cast<std::int64_t>(sizeof(T));
     if (dry_) return;
     Kokkos::deep_copy(slice(flat.view, group.rank() * count, count), kept.view);
-    Kokkos::fence();
+    fence_for(group);
     pending_gather_ = group.all_gather_async(flat.view.data() + group.rank() * count, flat.view.data(),
                                              static_cast<std::size_t>(count), dtype_v<T>);
     return;
@@ -267,7 +279,7 @@ template <class T> void FsdpGroup::all_gather_flat(Tracked<T>& flat, Tracked<T>&
     pack_slot(flat.view, rank_, layout_, shard_value_);  // in place: this rank's shards go straight into its slot
   }
   if (ranks_ > 1 && !dry_) {
-    Kokkos::fence();  // the communication thread reads what the kernels above wrote
+    fence_for(comm_);  // the collective reads what the kernels above wrote
     pending_gather_ = comm_.all_gather_async(flat.view.data() + rank_ * layout_.slot, flat.view.data(),
                                              static_cast<std::size_t>(layout_.slot), dtype_v<T>);
   }
@@ -370,7 +382,7 @@ template <class T> void FsdpGroup::reduce_scatter_flat() {
   }
   const auto t0 = std::chrono::steady_clock::now();
   if (!dry_) {
-    Kokkos::fence();
+    fence_for(comm_);
     ReduceScatterOptions o;
     o.op = divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg;
     o.post_scale = divide_factor_ > 0 ? 1.0 / divide_factor_ : 1.0;
@@ -399,7 +411,7 @@ void FsdpGroup::all_reduce_whole_gradients() {
     if (!dry_) {
       const View1<float>& whole = full_grad_[i].view;
       if (replicate_comm_) {
-        Kokkos::fence();
+        fence_for(*replicate_comm_);
         replicate_comm_->all_reduce(whole.data(), whole.extent(0), DType::f32,
                                     divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg);
       }
@@ -431,7 +443,7 @@ void FsdpGroup::after_reduction(const View1<float>& reduced) {
     // Default: the mean over shards (reduce-scatter) then over replicas. A custom factor was applied whole in
     // the reduce-scatter, so the replicas are summed.
     if (!dry_) {
-      Kokkos::fence();
+      fence_for(*replicate_comm_);
       replicate_comm_->all_reduce(reduced.data(), reduced.extent(0), DType::f32,
                                   divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg);
     }

@@ -223,6 +223,20 @@ void Gpt::ensure_activations(int B, int T) {
   dx_ = uninitialized<float>("gpt.dx", N * C);
 }
 
+namespace {
+
+// The mean of the first n per-position losses. A free function: nvcc refuses an extended __host__ __device__
+// lambda (KOKKOS_LAMBDA) inside a protected or private member function such as Gpt::forward.
+double mean_loss(const View1<float>& losses, int n) {
+  double total = 0.0;
+  Kokkos::parallel_reduce(
+      "fsdpp::gpt_mean_loss", Kokkos::RangePolicy<ExecSpace>(0, n),
+      KOKKOS_LAMBDA(const int i, double& sum) { sum += losses(i); }, total);
+  return total / n;
+}
+
+}  // namespace
+
 void Gpt::forward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, V = config_.vocab_size, N = B * T;
   FSDPP_REQUIRE(T >= 1 && T <= config_.context_length, "sequence length {} exceeds model.context_length {}", T,
@@ -239,12 +253,7 @@ void Gpt::forward(Flow& flow) {
     crossentropy_forward_backward<float>(logits_, losses_, flow.targets, N, V, flow.loss_scale / static_cast<float>(N));
   else
     crossentropy_forward<float>(losses_, logits_, flow.targets, N, V);
-  double total = 0.0;
-  const auto losses = losses_;
-  Kokkos::parallel_reduce(
-      "fsdpp::gpt_mean_loss", Kokkos::RangePolicy<ExecSpace>(0, N),
-      KOKKOS_LAMBDA(const int i, double& sum) { sum += losses(i); }, total);
-  flow.loss = total / N;
+  flow.loss = mean_loss(losses_, N);
 }
 
 void Gpt::backward(Flow& flow) {

@@ -76,19 +76,6 @@ std::optional<std::string> find_shared_gpu(const std::vector<std::string>& gpu_i
 
 namespace {
 
-int count_visible_gpus() {
-#ifdef FSDPP_HAVE_CUDA
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device" error so later CUDA queries start clean
-    return 0;
-  }
-  return count;
-#else
-  return 0;
-#endif
-}
-
 // The PCI bus id of a CUDA device ("0000:3B:00.0"): the same physical GPU has the same id in every process,
 // whatever CUDA_VISIBLE_DEVICES renumbered it to. Empty for the host or when CUDA cannot say (error set).
 std::string pci_bus_id(int device, std::string& error) {
@@ -109,6 +96,37 @@ std::string pci_bus_id(int device, std::string& error) {
 #endif
 }
 
+std::string describe_device(int device);
+
+}  // namespace
+
+GpuProbe probe_gpus() {
+  GpuProbe probe;
+#ifdef FSDPP_HAVE_CUDA
+  const cudaError_t rc = cudaGetDeviceCount(&probe.count);
+  if (rc != cudaSuccess) {
+    cudaGetLastError();  // clear the "no device" error so later CUDA queries start clean
+    probe.count = 0;
+    probe.error = fmt::format("cudaGetDeviceCount: {} ({})", cudaGetErrorString(rc), cudaGetErrorName(rc));
+  } else if (probe.count == 0) {
+    probe.error = "cudaGetDeviceCount: 0 devices";
+  }
+#else
+  probe.error = "this build has no CUDA support";
+#endif
+  return probe;
+}
+
+std::string describe_visible_gpus() {
+  const GpuProbe probe = probe_gpus();
+  if (probe.count == 0) return "no usable GPU (" + probe.error + ")";
+  std::string text = fmt::format("{} CUDA GPU(s):", probe.count);
+  for (int d = 0; d < probe.count; ++d) text += (d ? ", " : " ") + describe_device(d);
+  return text;
+}
+
+namespace {
+
 std::string describe_device(int device) {
   if (device < 0) return "host";
 #ifdef FSDPP_HAVE_CUDA
@@ -124,10 +142,26 @@ std::string describe_device(int device) {
 }  // namespace
 
 DeviceChoice choose_device(MPI_Comm world, int local_rank, DevicePolicy policy,
-                           bool allow_sharing) {
+                           bool allow_sharing, const std::string& gpu_build) {
   DeviceChoice choice;
-  choice.visible_devices = count_visible_gpus();
-  DevicePlan plan = plan_device(local_rank, choice.visible_devices, policy);
+  const GpuProbe probe = probe_gpus();
+  choice.visible_devices = probe.count;
+  DevicePlan plan;
+  if (gpu_build.empty()) {
+    plan = plan_device(local_rank, choice.visible_devices, policy);
+  } else if (policy == DevicePolicy::host) {
+    plan.conflict = fmt::format("device 'host' was requested, but this fsdpp is a GPU build ({}) whose kernels run "
+                                "only on a GPU; use a CPU build of fsdpp for host runs", gpu_build);
+  } else {
+    plan = plan_device(local_rank, choice.visible_devices, DevicePolicy::automatic);
+    if (plan.device < 0)
+      plan.conflict = fmt::format(
+          "this fsdpp is a GPU build ({}) and this command computes on a GPU, but no usable GPU was found: {}. "
+          "Run it on a GPU node (with a GPU allocation such as srun --gpus-per-task=1) and check the GPU and its "
+          "driver there with nvidia-smi. Commands that need no GPU run anywhere: --version, plan, train --dry-run, "
+          "ckpt, report, tokenize, mesh --dry-run",
+          gpu_build, probe.error);
+  }
 
   int rank = 0;
   MPI_Comm_rank(world, &rank);

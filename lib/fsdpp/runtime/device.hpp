@@ -38,11 +38,24 @@ struct DeviceChoice {
   std::string name;         // "host" or "cuda:<d> (<gpu name>, <bus id>)"
 };
 
+// What the CUDA runtime says about this process's GPUs, without starting anything that needs one: safe to call
+// on a machine with no GPU or no driver (the error is cleared so later CUDA calls start clean).
+struct GpuProbe {
+  int count = 0;      // GPUs this process sees (0 when the query failed or in builds without CUDA)
+  std::string error;  // why none are usable, as the CUDA runtime said it ("" when the query worked)
+};
+GpuProbe probe_gpus();
+// One line for `fsdpp --version`: "2 CUDA GPU(s): cuda:0 (NVIDIA H200, 0000:3B:00.0), ..." or why there are none.
+std::string describe_visible_gpus();
+
 // Collective over `world`: each rank plans its device, the ranks of each node (MPI_COMM_TYPE_SHARED) exchange
 // the bus ids they chose, and every rank learns if any placement is refused; then every rank throws the same
 // UsageError (so the job exits cleanly instead of half the ranks hanging in NCCL init). local_rank is this
-// rank's place on its node, as the runtime computed it.
+// rank's place on its node, as the runtime computed it. `gpu_build` names the build's GPU target (Kokkos'
+// default execution space is a GPU one, "Kokkos Cuda backend, sm_90") when it cannot compute without one:
+// then 'auto' demands a GPU, 'host' is refused, and a rank without a GPU is refused with what the CUDA
+// runtime said (a missing driver, no device), naming the GPU that was expected.
 DeviceChoice choose_device(MPI_Comm world, int local_rank, DevicePolicy policy,
-                           bool allow_sharing);
+                           bool allow_sharing, const std::string& gpu_build = {});
 
 }  // namespace fsdpp

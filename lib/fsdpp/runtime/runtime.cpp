@@ -1,5 +1,6 @@
 #include "fsdpp/runtime/runtime.hpp"
 
+#include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
 #include "fsdpp/tensor/matmul.hpp"
@@ -16,6 +17,9 @@
 #include <vector>
 
 namespace fsdpp {
+#if defined(KOKKOS_ENABLE_CUDA)
+int cuda_driver_shim_anchor();  // cuda_driver_shim.cpp: keeps libcuda.so.1 off the executables' load-time needs
+#endif
 namespace {
 
 bool env_flag(const char* name, bool fallback) {
@@ -57,6 +61,9 @@ Runtime::Runtime(int& argc, char**& argv, RuntimeOptions options) {
   } else {
     MPI_Query_thread(&thread_level_);
   }
+  saved_argv0_ = argc > 0 && argv[0] ? argv[0] : "fsdpp";
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--kokkos-", 9) == 0) kokkos_flags_.emplace_back(argv[i]);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   Log::configure(rank_, size_, options.log);
@@ -72,17 +79,56 @@ Runtime::Runtime(int& argc, char**& argv, RuntimeOptions options) {
   MPI_Get_processor_name(host, &length);
   hostname_.assign(host, static_cast<std::size_t>(length));
 
+  options_ = options;
+#if defined(KOKKOS_ENABLE_CUDA)
+  (void)cuda_driver_shim_anchor();
+#endif
+  if (options.start_device) start_device();
+}
+
+std::string gpu_build_target() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  const char* arch =
+#if defined(KOKKOS_ARCH_BLACKWELL100)
+      "sm_100";
+#elif defined(KOKKOS_ARCH_HOPPER90)
+      "sm_90";
+#elif defined(KOKKOS_ARCH_ADA89)
+      "sm_89";
+#elif defined(KOKKOS_ARCH_AMPERE86)
+      "sm_86";
+#elif defined(KOKKOS_ARCH_AMPERE80)
+      "sm_80";
+#elif defined(KOKKOS_ARCH_VOLTA70)
+      "sm_70";
+#else
+      "the architecture Kokkos was configured for";
+#endif
+  return fmt::format("Kokkos {}.{}.{:02d} Cuda backend, {}", KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100,
+                     KOKKOS_VERSION % 100, arch);
+#elif defined(KOKKOS_ENABLE_HIP)
+  return "Kokkos HIP backend";
+#elif defined(KOKKOS_ENABLE_SYCL)
+  return "Kokkos SYCL backend";
+#else
+  return {};
+#endif
+}
+
+void Runtime::start_device() {
+  if (device_started_) return;
+  device_started_ = true;
   try {
-    device_ = choose_device(MPI_COMM_WORLD, local_rank_, options.device, options.allow_gpu_sharing);
+    device_ = choose_device(MPI_COMM_WORLD, local_rank_, options_.device, options_.allow_gpu_sharing,
+                            gpu_build_target());
   } catch (const std::exception& e) {
     fail(e);
   }
 
   if (!Kokkos::is_initialized()) {
     // Kokkos gets its own argv: the user's --kokkos-* flags plus the device id chosen above.
-    std::vector<std::string> kokkos_args{argc > 0 ? argv[0] : "fsdpp"};
-    for (int i = 1; i < argc; ++i)
-      if (std::strncmp(argv[i], "--kokkos-", 9) == 0) kokkos_args.emplace_back(argv[i]);
+    std::vector<std::string> kokkos_args{saved_argv0_};
+    kokkos_args.insert(kokkos_args.end(), kokkos_flags_.begin(), kokkos_flags_.end());
 #if defined(KOKKOS_ENABLE_CUDA)
     if (device_.device >= 0) kokkos_args.push_back("--kokkos-device-id=" + std::to_string(device_.device));
 #endif
@@ -90,8 +136,21 @@ Runtime::Runtime(int& argc, char**& argv, RuntimeOptions options) {
     for (auto& a : kokkos_args) kargv.push_back(a.data());
     kargv.push_back(nullptr);
     int kargc = static_cast<int>(kokkos_args.size());
-    Kokkos::initialize(kargc, kargv.data());
-    owns_kokkos_ = true;
+    // A GPU that is present but unusable (busy in exclusive mode, a driver mismatch) makes Kokkos throw; every
+    // rank hears of it and exits with code 2 rather than one aborting while the others wait.
+    std::string problem;
+    try {
+      Kokkos::initialize(kargc, kargv.data());
+      owns_kokkos_ = true;
+    } catch (const std::exception& e) {
+      problem = fmt::format("rank {} on host {}: Kokkos could not start on {}{}: {}", rank_, hostname_, device_.name,
+                            gpu_build_target().empty() ? "" : " (" + gpu_build_target() + ")", e.what());
+    }
+    try {
+      agree_on_error(MPI_COMM_WORLD, problem);
+    } catch (const std::exception& e) {
+      fail(e);
+    }
   }
   MemoryAccounting::install();  // before any View: the measured per-rank peaks count every allocation
   // fully_shard frees and reallocates its unsharded buffers every step. glibc serves large blocks with fresh
