@@ -147,7 +147,9 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   json header;
   try {
     header = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // Not only parse_error: a number too large for a double ("1e999") is an out_of_range (found by fuzzing,
+    // tests/fuzz/regressions/safetensors/).
     throw UsageError(fmt::format("{}: safetensors header is not valid JSON: {}{}", path, e.what(), kCorrupt));
   }
   FSDPP_REQUIRE(header.is_object(), "{}: safetensors header is a JSON {}, not an object{}", path, header.type_name(),
