@@ -107,7 +107,7 @@ void read_section(ParseState& st, const std::string& section, const YAML::Node& 
   }
 }
 
-// Where the first two documents of a YAML stream start, and where their root nodes are, from parser events.
+// Where the documents of a YAML stream start, and where their root nodes are, from parser events.
 class DocumentMarks : public YAML::EventHandler {
  public:
   struct Document {
