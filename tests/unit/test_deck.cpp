@@ -259,6 +259,16 @@ TEST_CASE("deck: YAML syntax errors and missing required keys") {
         "deck.yaml: missing required key 'steps' in 'train' (the deck has no 'train' section)");
 }
 
+// yaml-cpp 0.7's LoadAll loops, allocating, on a document that starts with ','; found by fuzzing
+// (tests/fuzz/regressions/deck/). Each case here ran out of memory before the fix.
+TEST_CASE("deck: a stray ',' where the deck starts is a syntax error, not a hang") {
+  const std::string unexpected = "YAML syntax error: unexpected ',' where a document should start";
+  CHECK(error_of(",train: {steps: 5}\n") == "deck.yaml:1:1: " + unexpected);
+  CHECK(error_of("# comment\n,\n") == "deck.yaml:2:1: " + unexpected);
+  CHECK(error_of("---\n, train: {steps: 5}\n") == "deck.yaml:2:1: " + unexpected);
+  CHECK(error_of("train: {steps: 5}\n---\n,\n") == "deck.yaml:3:1: " + unexpected);
+}
+
 TEST_CASE("deck: bad overrides") {
   CHECK(error_of(kMinimal, {"train.steps"}) == "override 'train.steps': expected key=value");
   CHECK(error_of(kMinimal, {"train.stepz=5"}) == "override 'train.stepz=5': unknown key 'stepz' in 'train' (did you mean 'steps'?)");

@@ -242,6 +242,23 @@ TEST_CASE("safetensors: rejects invalid JSON, quoting the parser") {
   CHECK(what.compare(what.size() - kCorrupt.size(), kCorrupt.size(), kCorrupt) == 0);
 }
 
+// nlohmann::json reports a number out of a double's range as out_of_range, not parse_error; it escaped the reader
+// until fuzzing found it.
+TEST_CASE("safetensors: rejects a header with a number too large for a double") {
+  for (const std::string header : {"1e999", "{\"t\": {\"shape\": [1e400]}}"}) {
+    TempPath tmp;
+    write_bytes(tmp.path, st_bytes(header, 0));
+    std::string what;
+    try {
+      SafetensorsReader r(tmp.path);
+    } catch (const UsageError& e) {
+      what = e.what();
+    }
+    CAPTURE(header);
+    CHECK(what.rfind(tmp.path + ": safetensors header is not valid JSON: [json.exception.out_of_range.406]", 0) == 0);
+  }
+}
+
 TEST_CASE("safetensors: rejects a header that is not an object") {
   check_rejects(st_bytes("[1, 2]", 0), "safetensors header is a JSON array, not an object" + kCorrupt);
 }

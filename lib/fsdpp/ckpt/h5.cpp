@@ -55,6 +55,18 @@ Handle open_attr(hid_t object, const std::string& name, const std::string& what)
   return Handle(a, Handle::Kind::attribute);
 }
 
+// An attribute read into one value must hold one value: H5Aread writes every element of the attribute, so an
+// array attribute read into a scalar would write past it (a stack overflow from a crafted checkpoint, found by
+// fuzzing: tests/fuzz/regressions/ckpt_meta/).
+Handle open_single_attr(hid_t object, const std::string& name, const std::string& what) {
+  Handle a = open_attr(object, name, what);
+  Handle space(H5Aget_space(a), Handle::Kind::dataspace);
+  const hssize_t n = space.get() >= 0 ? H5Sget_simple_extent_npoints(space) : -1;
+  FSDPP_REQUIRE(n == 1, "{}: attribute '{}' holds {} values where one is expected; the file is corrupt or was not "
+                "written by fsdpp", what, name, n);
+  return a;
+}
+
 Handle row_selection(hid_t dataset, std::uint64_t first, std::uint64_t rows, std::uint64_t row_size,
                      const std::string& what, Handle& memspace) {
   Handle filespace(checked(H5Dget_space(dataset), "H5Dget_space " + what), Handle::Kind::dataspace);
@@ -179,6 +191,18 @@ std::vector<std::string> children(hid_t group) {
   return names;
 }
 
+std::string object_key(hid_t object) {
+#if H5_VERSION_GE(1, 12, 0)
+  H5O_info2_t info;
+  checked(H5Oget_info3(object, &info, H5O_INFO_BASIC), "H5Oget_info3", 0);
+  return std::string(reinterpret_cast<const char*>(&info.token), sizeof info.token);
+#else
+  H5O_info_t info;
+  checked(H5Oget_info2(object, &info, H5O_INFO_BASIC), "H5Oget_info2", 0);
+  return std::string(reinterpret_cast<const char*>(&info.addr), sizeof info.addr);
+#endif
+}
+
 Handle create_dataset_f32(hid_t parent, const std::string& name, const std::vector<std::uint64_t>& dims,
                           const std::string& file) {
   std::vector<hsize_t> d(dims.begin(), dims.end());
@@ -204,6 +228,8 @@ std::vector<std::uint64_t> dataset_dims(hid_t dataset) {
   H5Sget_simple_extent_dims(space, d.data(), nullptr);
   return {d.begin(), d.end()};
 }
+
+std::uint64_t storage_bytes(hid_t dataset) { return static_cast<std::uint64_t>(H5Dget_storage_size(dataset)); }
 
 std::uint64_t file_offset(hid_t dataset) {
   const haddr_t at = H5Dget_offset(dataset);
@@ -252,8 +278,11 @@ void set_attr(hid_t object, const std::string& name, const std::vector<std::int6
 }
 
 std::string get_string(hid_t object, const std::string& name, const std::string& what) {
-  Handle a = open_attr(object, name, what);
+  Handle a = open_single_attr(object, name, what);
   Handle type(H5Aget_type(a), Handle::Kind::datatype);
+  FSDPP_REQUIRE(type.get() >= 0 && H5Tget_class(type) == H5T_STRING && H5Tis_variable_str(type) == 0,
+                "{}: attribute '{}' is not a fixed-length string; the file is corrupt or was not written by fsdpp",
+                what, name);
   std::string value(H5Tget_size(type), '\0');
   Handle mem = string_type(value.size());
   FSDPP_REQUIRE(H5Aread(a, mem, value.data()) >= 0, "{}: cannot read attribute '{}'", what, name);
@@ -263,7 +292,7 @@ std::string get_string(hid_t object, const std::string& name, const std::string&
 
 #define FSDPP_H5_GET(T, NAME, MEM_TYPE)                                                               \
   T NAME(hid_t object, const std::string& name, const std::string& what) {                            \
-    Handle a = open_attr(object, name, what);                                                          \
+    Handle a = open_single_attr(object, name, what);                                                   \
     T value{};                                                                                         \
     FSDPP_REQUIRE(H5Aread(a, MEM_TYPE, &value) >= 0, "{}: cannot read attribute '{}'", what, name);    \
     return value;                                                                                      \

@@ -65,12 +65,15 @@ Handle create_group(hid_t parent, const std::string& name, const std::string& fi
 Handle open_group(hid_t parent, const std::string& name, const std::string& file);
 bool exists(hid_t parent, const std::string& path);
 std::vector<std::string> children(hid_t group);  // link names, in creation order where known
+// The same bytes for every path to one object (hard links): to walk a file's groups without looping.
+std::string object_key(hid_t object);
 
 // A contiguous f32 dataset of `dims`, allocated at creation, never filled (its writer fills it).
 Handle create_dataset_f32(hid_t parent, const std::string& name, const std::vector<std::uint64_t>& dims,
                           const std::string& file);
 Handle open_dataset(hid_t parent, const std::string& name, const std::string& file);
 std::vector<std::uint64_t> dataset_dims(hid_t dataset);
+std::uint64_t storage_bytes(hid_t dataset);  // bytes the dataset's data takes in the file (0: none allocated)
 // Byte offset of a contiguous, allocated dataset's data in its file (raw writes may go there directly).
 std::uint64_t file_offset(hid_t dataset);
 

@@ -16,14 +16,18 @@ namespace {
 
 std::string list_text(const std::vector<std::int64_t>& v) { return fmt::format("[{}]", fmt::join(v, ",")); }
 
-void tensor_groups(hid_t file, const std::string& group, std::vector<std::string>& out, const std::string& path) {
+// Each group is visited once, whatever links lead to it: a hard link back to a parent would otherwise recurse
+// until the stack runs out (found by fuzzing, tests/fuzz/regressions/ckpt_meta/).
+void tensor_groups(hid_t file, const std::string& group, std::vector<std::string>& out, const std::string& path,
+                   std::set<std::string>& seen) {
   h5::Handle g = h5::open_group(file, group, path);
+  if (!seen.insert(h5::object_key(g)).second) return;
   if (h5::has_attr(g, "shards")) {
     out.push_back(group);
     return;
   }
   for (const std::string& child : h5::children(g))
-    if (child.rfind("shard_", 0) != 0) tensor_groups(file, group + "/" + child, out, path);
+    if (child.rfind("shard_", 0) != 0) tensor_groups(file, group + "/" + child, out, path, seen);
 }
 
 // Reads one attribute into the digest; a missing or unreadable one becomes a problem.
@@ -146,9 +150,10 @@ std::uint64_t LayoutDigest::value() const {
 }
 
 std::vector<std::string> checkpoint_tensor_groups(hid_t file, const std::string& path) {
+  std::set<std::string> seen;
   std::vector<std::string> out;
   for (const char* root : {"/model", "/optim"})
-    if (h5::exists(file, root)) tensor_groups(file, root, out, path);
+    if (h5::exists(file, root)) tensor_groups(file, root, out, path, seen);
   return out;
 }
 

@@ -164,7 +164,9 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   };
   try {
     header = json::parse(text, find_duplicates);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // Not only parse_error: a number too large for a double ("1e999") is an out_of_range (found by fuzzing,
+    // tests/fuzz/regressions/safetensors/).
     throw UsageError(fmt::format("{}: safetensors header is not valid JSON: {}{}", path, e.what(), kCorrupt));
   }
   FSDPP_REQUIRE(duplicate.empty(), "{}: {}; which one is meant is ambiguous{}", path, duplicate, kCorrupt);

@@ -5,9 +5,12 @@
 #include "fsdpp/runtime/error.hpp"
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <map>
+#include <sstream>
 #include <utility>
 
 namespace fsdpp {
@@ -104,17 +107,72 @@ void read_section(ParseState& st, const std::string& section, const YAML::Node& 
   }
 }
 
-void read_document(ParseState& st, const std::string& text) {
-  std::vector<YAML::Node> docs;
+// Where the documents of a YAML stream start, and where their root nodes are, from parser events.
+class DocumentMarks : public YAML::EventHandler {
+ public:
+  struct Document {
+    YAML::Mark start, root;
+    bool has_root = false;
+  };
+  std::vector<Document> docs;
+
+  void OnDocumentStart(const YAML::Mark& mark) override { docs.push_back({mark, mark, false}); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override { node(mark); }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void node(const YAML::Mark& mark) {
+    if (!docs.empty() && !docs.back().has_root) docs.back().root = mark, docs.back().has_root = true;
+  }
+};
+
+// The deck's one document. Not YAML::LoadAll: in yaml-cpp 0.7 it never returns on a document that starts with a
+// stray ',' (the parser yields an empty document there without consuming anything, again and again, until memory
+// runs out; jbeder/yaml-cpp#1040, fixed upstream by #1319). Found by fuzzing (tests/fuzz/regressions/deck/). The
+// parser is stepped through a few documents only, enough to see a second one (an error) or a document that
+// starts where the previous one did (that stuck parser).
+YAML::Node load_one_document(const ParseState& st, const std::string& text) {
+  YAML::Node root;
+  DocumentMarks marks;
+  bool stuck = false;
   try {
-    docs = YAML::LoadAll(text);
+    root = YAML::Load(text);
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    while (marks.docs.size() < 4 && parser.HandleNextDocument(marks)) {
+      const auto n = marks.docs.size();
+      if (n >= 2 && marks.docs[n - 1].start.pos == marks.docs[n - 2].start.pos) {
+        stuck = true;
+        break;
+      }
+    }
   } catch (const YAML::Exception& e) {
     reject("{}: YAML syntax error: {}", at(st.file, e.mark), e.msg);
   }
-  if (docs.size() > 1)
-    reject("{}: a deck is one YAML document, but a second one starts here", at(st.file, docs[1].Mark()));
-  if (docs.empty() || docs[0].IsNull()) return;
-  const YAML::Node& root = docs[0];
+  if (stuck) {
+    const YAML::Mark& mark = marks.docs.back().start;
+    const auto pos = static_cast<std::size_t>(std::max(mark.pos, 0));
+    reject("{}: YAML syntax error: unexpected '{}' where a document should start", at(st.file, mark),
+           pos < text.size() ? text.substr(pos, 1) : std::string());
+  }
+  if (marks.docs.size() > 1)
+    reject("{}: a deck is one YAML document, but a second one starts here", at(st.file, marks.docs[1].root));
+  return root;
+}
+
+void read_document(ParseState& st, const std::string& text) {
+  const YAML::Node root = load_one_document(st, text);
+  if (!root.IsDefined() || root.IsNull()) return;
   if (!root.IsMap())
     reject("{}: expected a map of sections (run, model, data, ...), got {}", at(st.file, root.Mark()),
            deck_detail::describe_node(root));
