@@ -26,6 +26,7 @@ AsyncCheckpointer::~AsyncCheckpointer() {
 
 void AsyncCheckpointer::start(CheckpointSnapshot snapshot, const std::string& dir, int keep_last) {
   wait();
+  started_ = std::chrono::steady_clock::now();
   snapshot_ = std::move(snapshot);
   try {
     save_ = prepare_checkpoint(comm_, dir, snapshot_, keep_last);
@@ -39,8 +40,10 @@ void AsyncCheckpointer::start(CheckpointSnapshot snapshot, const std::string& di
   writing_ = std::async(std::launch::async, [this]() -> std::string {
     // Training keeps the cores: the writer runs at a lower priority and uses what training leaves idle.
     setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), kWriterNice);
+    const auto t0 = std::chrono::steady_clock::now();
     try {
       write_shards(save_, snapshot_);
+      write_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       return {};
     } catch (const std::exception& e) {
       return e.what();
@@ -53,7 +56,13 @@ std::optional<SaveResult> AsyncCheckpointer::finish() {
   const std::int64_t step = snapshot_.progress.step;
   snapshot_ = CheckpointSnapshot{};  // release the host copies
   try {
-    return commit_checkpoint(comm_, save_, error);
+    const auto t0 = std::chrono::steady_clock::now();
+    SaveResult result = commit_checkpoint(comm_, save_, error);
+    const auto now = std::chrono::steady_clock::now();
+    result.commit_seconds = std::chrono::duration<double>(now - t0).count();
+    result.write_seconds = write_seconds_;
+    result.seconds = std::chrono::duration<double>(now - started_).count();
+    return result;
   } catch (const UsageError& e) {
     if (on_error_ == CheckpointOnError::abort) throw;
     report_failed_save(save_.dir, step, e.what());

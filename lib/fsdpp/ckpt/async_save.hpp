@@ -9,6 +9,7 @@
 // training goes on with the previous checkpoint kept.
 #include "fsdpp/ckpt/checkpoint.hpp"
 
+#include <chrono>
 #include <future>
 #include <optional>
 
@@ -39,6 +40,8 @@ class AsyncCheckpointer {
   CheckpointSnapshot snapshot_;
   PreparedSave save_;
   std::future<std::string> writing_;  // the background write's error text, empty on success
+  std::chrono::steady_clock::time_point started_;  // start(): the whole save is timed from here to its commit
+  double write_seconds_ = 0;          // set by the writer thread; read after writing_.get()
 };
 
 }  // namespace fsdpp

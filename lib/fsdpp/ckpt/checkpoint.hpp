@@ -65,6 +65,7 @@ struct SaveResult {
   std::string path;
   std::int64_t bytes = 0;          // tensor bytes written by all ranks
   double seconds = 0;
+  double write_seconds = 0, commit_seconds = 0;  // asynchronous saves: the background write, the commit
   std::string error;               // set when the save failed and on_error: continue kept training going
 };
 
