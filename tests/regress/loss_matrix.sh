@@ -29,24 +29,21 @@ configs=(
   "cpu_offload|fsdp.offload=cpu"
   "sgd_no_clip|optim.name=sgd optim.momentum=0.9 train.grad_clip=0"
 )
+# One run: NAME RANKS OVERRIDES...; prints "NAME np=RANKS: losses".
+run() {
+  local name=$1 np=$2 out="$work/$1-$2"
+  shift 2
+  mpiexec -n "$np" "$fsdpp" train "${common[@]}" "$@" run.output="$out" >"$out.log" 2>&1 ||
+    { echo "error: $name at $np ranks failed:" >&2; tail -20 "$out.log" >&2; exit 1; }
+  echo "$name np=$np: $(losses_of "$out/metrics.jsonl")"
+}
 for np in 1 2 3 4; do
   for entry in "${configs[@]}"; do
-    name=${entry%%|*}
     read -r -a extra <<<"${entry#*|}"
-    out="$work/$name-$np"
-    mpiexec -n "$np" "$fsdpp" train "${common[@]}" "${extra[@]}" run.output="$out" >"$out.log" 2>&1 ||
-      { echo "error: $name at $np ranks failed:" >&2; tail -20 "$out.log" >&2; exit 1; }
-    echo "$name np=$np: $(losses_of "$out/metrics.jsonl")"
+    run "${entry%%|*}" "$np" "${extra[@]}"
   done
 done
 # HSDP and reshard_after_forward=k need more than one rank in a dimension.
-for spec in "hsdp_2x1|2|fsdp.strategy=hybrid_shard mesh.dp_replicate=2" \
-            "hsdp_2x2|4|fsdp.strategy=hybrid_shard mesh.dp_replicate=2" \
-            "reshard_after_forward_2|4|fsdp.reshard_after_forward=2"; do
-  IFS='|' read -r name np extra_text <<<"$spec"
-  read -r -a extra <<<"$extra_text"
-  out="$work/$name"
-  mpiexec -n "$np" "$fsdpp" train "${common[@]}" "${extra[@]}" run.output="$out" >"$out.log" 2>&1 ||
-    { echo "error: $name failed:" >&2; tail -20 "$out.log" >&2; exit 1; }
-  echo "$name np=$np: $(losses_of "$out/metrics.jsonl")"
-done
+run hsdp_2x1 2 fsdp.strategy=hybrid_shard mesh.dp_replicate=2
+run hsdp_2x2 4 fsdp.strategy=hybrid_shard mesh.dp_replicate=2
+run reshard_after_forward_2 4 fsdp.reshard_after_forward=2
