@@ -6,16 +6,31 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace fsdpp {
 
-// The index of the first NaN or infinity in data[0, count), if any.
+// The index of the first NaN or infinity in data[0, count), if any. Checked a block at a time on the bits (a
+// float is NaN or infinite when its exponent bits are all ones): an OR over integers that compilers vectorize,
+// so checking a checkpoint's shards costs a small fraction of reading them. Only a bad block is searched.
 inline std::optional<std::size_t> first_non_finite(const float* data, std::size_t count) {
-  for (std::size_t i = 0; i < count; ++i)
-    if (!std::isfinite(data[i])) return i;
+  constexpr std::size_t kBlock = 4096;
+  constexpr std::uint32_t kExponent = 0x7f800000u;
+  for (std::size_t begin = 0; begin < count; begin += kBlock) {
+    const std::size_t end = begin + kBlock < count ? begin + kBlock : count;
+    std::uint32_t any = 0;
+    for (std::size_t i = begin; i < end; ++i) {
+      std::uint32_t bits;
+      std::memcpy(&bits, data + i, sizeof bits);
+      any |= static_cast<std::uint32_t>((bits & kExponent) == kExponent);
+    }
+    if (!any) continue;
+    for (std::size_t i = begin; i < end; ++i)
+      if (!std::isfinite(data[i])) return i;
+  }
   return std::nullopt;
 }
 
