@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every Kokkos kernel fsdpp launches has a label "fsdpp::<what>" of its own (docs/stack-notes.md §2.1): the
 # labels are what Kokkos Tools and nsys show, so a missing or reused one makes a profile ambiguous.
-#   1. Static: every parallel_for / parallel_reduce / parallel_scan under lib/ and app/ has a string-literal
+#   1. Static: every parallel_for / parallel_reduce / parallel_scan (and every for_each_index /
+#      reduce_over_index, tensor/offload.hpp's wrappers that launch on the host or the device) under lib/ and app/ has a string-literal
 #      label of the form fsdpp::<lower_snake_case>, used at no other launch site. Offenders are printed as
 #      file:line.
 #   2. Runtime: a real `fsdpp train` on 2 ranks (AdamW, bf16 all-gathers, clipping, evaluation, a checkpoint;
@@ -21,6 +22,8 @@ find "$src/lib" "$src/app" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*
     function where(line) { f = FILENAME; sub("^" root, "", f); return f ":" line }
     function check(rest, line) {
       sub(/^[ \t]*/, "", rest)
+      # The launch wrappers of tensor/offload.hpp: their definitions, and the label they forward.
+      if (rest ~ /^const char\*/ || (FILENAME ~ /tensor\/offload\.hpp$/ && rest ~ /^label,/)) return
       if (rest !~ /^"[^"]*"/) { print "BAD " where(line) ": no string-literal label (unlabelled, or a label built at run time)"; return }
       match(rest, /^"[^"]*"/)
       label = substr(rest, 2, RLENGTH - 2)
@@ -35,7 +38,7 @@ find "$src/lib" "$src/app" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*
         check(code, pending_line)
       }
       sub(/\/\/.*/, "", code)  # comments mention parallel_for too; labels never contain "//"
-      while (match(code, /parallel_(for|reduce|scan)[ \t]*\(/)) {
+      while (match(code, /(parallel_(for|reduce|scan)|for_each_index|reduce_over_index)[ \t]*\(/)) {
         rest = substr(code, RSTART + RLENGTH)
         code = rest
         if (rest ~ /^[ \t]*$/) { pending = 1; pending_line = FNR } else check(rest, FNR)

@@ -57,6 +57,12 @@ void round_to(const View1<float>& x, DType dtype) {
                        KOKKOS_LAMBDA(const std::size_t i) { v(i) = bf16::from_float(v(i)).to_float(); });
 }
 
+// dst[j] += src[j] on the host: accumulating reduced gradients into CPU-offloaded shards. (A free function:
+// nvcc refuses an extended lambda in a private member function.)
+void add_on_host(float* dst, const float* src, std::int64_t n) {
+  for_each_index("fsdpp::offload_accumulate_grad", true, n, KOKKOS_LAMBDA(const std::int64_t j) { dst[j] += src[j]; });
+}
+
 // Before a collective reads what kernels wrote: a host fence for backends that read on the host or another
 // thread (MPI); nothing for stream-ordered ones (NCCL on Kokkos' stream orders itself with CUDA events).
 void fence_for(const Communicator& comm) {
@@ -80,19 +86,12 @@ FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions o
     FSDPP_REQUIRE(t == DType::f32 || t == DType::bf16, "fully_shard({}): mixed-precision dtypes must be f32 or bf16, "
                   "got {}", module.display_name(), dtype_name(t));
   if (mesh.ndim() == 2) replicate_comm_ = &mesh.comm(0);
-#if defined(FSDPP_DEVICE_BUILD)
-  // Not implemented on GPU builds: a Parameter's shard, its gradient and the optimizer state are all View1 in
-  // the one device memory space (MemSpace), and the optimizers launch on the device execution space. CPU
-  // offload needs them in pinned host memory (Kokkos::SharedHostPinnedSpace) with the optimizer step on
-  // Kokkos::DefaultHostExecutionSpace, and the staging copies below on a side stream.
-  FSDPP_REQUIRE(!options.offload_policy.cpu, "fully_shard({}): fsdp.offload: cpu is not implemented on GPU builds yet "
-                "(shards, gradients and optimizer state would have to live in pinned host memory and the optimizer "
-                "step run on the host); use fsdp.offload: none on the GPU, or a CPU build of fsdpp for CPU offload",
-                module.display_name());
-#endif
   ranks_ = comm_.size();
   rank_ = comm_.rank();
   dry_ = mesh.is_planning();
+  // CPU offload: shards, gradients and optimizer state in offload memory (pinned host memory on GPU builds,
+  // tensor/offload.hpp); the copies to and from the device run on this instance's own stream.
+  if (options_.offload_policy.cpu && !dry_) offload_copies_ = side_instance();
   shard_is_whole_ = ranks_ == 1 && options_.mp_policy.param_dtype == DType::f32 && !options_.offload_policy.cpu;
 
   if (const int k = options_.reshard_after_forward_ranks; k > 0) {
@@ -126,11 +125,11 @@ FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions o
     layout_.piece.push_back(p->storage_numel());
     layout_.slot += p->storage_numel();
     if (materialized) {
-      // Already allocated (built without meta): keep only this rank's rows, padded.
-      View1<float> shard(p->name(), static_cast<std::size_t>(p->storage_numel()));
-      Kokkos::deep_copy(slice(shard, 0, p->local_numel()),
+      // Already allocated (built without meta): keep only this rank's rows, padded, in the shard's own
+      // storage (offload memory when offloaded).
+      p->allocate();
+      Kokkos::deep_copy(slice(p->value(), 0, p->local_numel()),
                         slice(whole, p->placement()->offset_rows * p->row_size(), p->local_numel()));
-      p->adopt(shard, View1<float>(p->name() + ".grad", shard.extent(0)));
     }
   }
   flat_numel_ = layout_.slot;
@@ -262,12 +261,14 @@ template <class T> void FsdpGroup::all_gather_flat(Tracked<T>& flat, Tracked<T>&
     return;
   }
   if (options_.offload_policy.cpu) {
-    // The shards live in host memory: stage them on the device, then copy in.
+    // The shards live in host memory: stage them on the device (cudaMemcpyAsync on the offload stream; the
+    // host finished the optimizer step that wrote them), wait for that stream only, then copy in.
     std::vector<Tracked<float>> staged(params_.size());
     for (std::size_t i = 0; i < params_.size(); ++i) {
       allocate(staged[i], FsdpBuffer::staged_shards, layout_.piece[i], params_[i]->name() + ".staged");
-      if (!dry_) Kokkos::deep_copy(staged[i].view, shard_value_[i]);
+      if (!dry_) Kokkos::deep_copy(offload_copies_, staged[i].view, shard_value_[i]);
     }
+    if (!dry_) offload_copies_.fence();
     if (context_) context_->stats.host_to_device_bytes += layout_.slot * 4;
     if (!dry_) {
       std::vector<View1<float>> pieces;
@@ -453,16 +454,32 @@ void FsdpGroup::after_reduction(const View1<float>& reduced) {
     }
   }
   if (dry_) return;
-  // Sharded gradients accumulate (local += new), as FSDP2's do across micro-batches; offloaded ones in host
-  // memory, after a copy back.
-  View1<float> source = reduced;
+  // Sharded gradients accumulate (local += new), as FSDP2's do across micro-batches; offloaded ones on the
+  // host, after a copy back.
   if (options_.offload_policy.cpu) {
-    auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), reduced);
-    source = View1<float>(host.data(), host.extent(0));  // host builds: the host mirror is device memory too
-    if (context_) context_->stats.device_to_host_bytes += layout_.slot * 4;
+    accumulate_offloaded_gradients(reduced);
+    return;
   }
   for (std::size_t i = 0; i < params_.size(); ++i)
-    copy_convert(shard_grad_[i], slice(source, layout_.offset[i], layout_.piece[i]), true);
+    copy_convert(shard_grad_[i], slice(reduced, layout_.offset[i], layout_.piece[i]), true);
+}
+
+void FsdpGroup::accumulate_offloaded_gradients(const View1<float>& reduced) {
+  if (context_) context_->stats.device_to_host_bytes += layout_.slot * 4;
+#if defined(FSDPP_DEVICE_BUILD)
+  // Device to pinned host memory on the offload stream, after the kernels that wrote `reduced`. The staging
+  // buffer is allocated once per group: pinned allocations are slow and synchronize the device.
+  if (offload_staging_.view.extent(0) != static_cast<std::size_t>(layout_.slot))
+    offload_staging_ = offload_buffer(module_.display_name() + ".reduced_host", static_cast<std::size_t>(layout_.slot));
+  ExecSpace().fence();
+  Kokkos::deep_copy(offload_copies_, offload_staging_.view, reduced);
+  offload_copies_.fence();
+  const float* source = offload_staging_.view.data();
+#else
+  const float* source = reduced.data();  // host builds: already in host memory
+#endif
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    add_on_host(shard_grad_[i].data(), source + layout_.offset[i], layout_.piece[i]);
 }
 
 void FsdpGroup::reduce_scatter_gradients() {

@@ -138,6 +138,7 @@ class FsdpGroup final : public ModuleHooks {
   template <class T> void reduce_scatter_flat();
   void all_reduce_whole_gradients();
   void after_reduction(const View1<float>& reduced);
+  void accumulate_offloaded_gradients(const View1<float>& reduced);  // CPU offload: into the host shards
   FsdpGroup* group_of(Module* m) const;
   void prefetch(const std::vector<Module*>& chosen, const std::vector<FsdpGroup*>& order, int step);
 
@@ -161,6 +162,8 @@ class FsdpGroup final : public ModuleHooks {
   Tracked<float> post_forward_f32_;                       // reshard_after_forward = k: this rank's ranks/k slots
   Tracked<bf16> post_forward_bf16_;
   Tracked<float> partial_reduction_;                      // HSDP with the all-reduce skipped: summed shards
+  ExecSpace offload_copies_;                              // CPU offload: copies on their own stream
+  OffloadBuffer offload_staging_;                         // CPU offload on GPUs: reduced shards, pinned
   std::vector<std::shared_ptr<FsdpMemoryListener>> listeners_;  // root: handed to the context at lazy init
   WorkHandle pending_gather_;
   bool gather_started_ = false;

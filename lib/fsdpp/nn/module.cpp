@@ -86,8 +86,16 @@ void Module::reset_parameters(std::uint64_t seed) {
 }
 
 void Module::zero_grad() {
-  for (Parameter* p : parameters())
-    if (p->grad().extent(0)) Kokkos::deep_copy(p->grad(), 0.0f);
+  for (Parameter* p : parameters()) {
+    if (!p->grad().extent(0)) continue;
+    if (p->host_resident()) {  // offloaded: a memset kernel would write host memory across PCIe
+      float* grad = p->grad().data();
+      for_each_index("fsdpp::zero_offloaded_grad", true, static_cast<std::int64_t>(p->grad().extent(0)),
+                     KOKKOS_LAMBDA(const std::int64_t j) { grad[j] = 0.0f; });
+    } else {
+      Kokkos::deep_copy(p->grad(), 0.0f);
+    }
+  }
 }
 
 }  // namespace fsdpp

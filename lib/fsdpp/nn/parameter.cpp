@@ -14,6 +14,13 @@ Parameter::Parameter(std::string local_name, std::vector<std::int64_t> shape, In
 
 void Parameter::allocate() {
   const auto n = static_cast<std::size_t>(storage_numel());
+  if (placement_ && placement_->offloaded) {
+    offloaded_value_ = offload_buffer(name_, n);
+    offloaded_grad_ = offload_buffer(name_ + ".grad", n);
+    value_ = offloaded_value_.view;
+    grad_ = offloaded_grad_.view;
+    return;
+  }
   value_ = View1<float>(name_, n);  // zero-filled: the padding rows of a shard stay zero
   grad_ = View1<float>(name_ + ".grad", n);
 }

@@ -2,6 +2,7 @@
 // Parameter: a named tensor with a global shape and an init rule that does not depend on where or how it is
 // stored. A model can therefore be built with no memory at all ("meta"), sharded, and only then given storage
 // (to_empty) and values (reset_parameters): element i of a tensor gets the same value however it is split.
+#include "fsdpp/tensor/offload.hpp"
 #include "fsdpp/tensor/types.hpp"
 
 #include <cstdint>
@@ -60,9 +61,13 @@ class Parameter {
   const View1<float>& value() const { return value_; }
   const View1<float>& grad() const { return grad_; }
   bool is_meta() const { return value_.extent(0) == 0 && storage_numel() > 0; }
+  // value() and grad() are offload memory (tensor/offload.hpp): the shard of a CPU-offloaded parameter
+  // between passes. Elementwise work on them belongs on the host.
+  bool host_resident() const { return placement_ && placement_->offloaded && !unsharded_; }
 
   // The only ways storage changes, each with one caller:
-  void allocate();                                    // Module::to_empty: zeroed, storage_numel() each
+  void allocate();                                    // Module::to_empty: zeroed, storage_numel() each,
+                                                      // in offload memory when the placement is offloaded
   void adopt(View1<float> value, View1<float> grad);  // storage made elsewhere (fully_shard keeping an
                                                       // allocated parameter's rows; tests)
   void place(ShardPlacement placement);               // fully_shard, once, before the shard has storage
@@ -80,6 +85,7 @@ class Parameter {
  private:
   friend class Module;
   View1<float> value_, grad_;
+  OffloadBuffer offloaded_value_, offloaded_grad_;  // owners of value_/grad_'s shard memory when offloaded
   std::optional<ShardPlacement> placement_;
   bool unsharded_ = false;
   std::string local_name_;

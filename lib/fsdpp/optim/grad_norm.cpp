@@ -2,6 +2,7 @@
 
 #include "fsdpp/comm/communicator.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/tensor/offload.hpp"
 
 #include <cmath>
 
@@ -10,13 +11,13 @@ namespace fsdpp {
 double grad_norm_squared_local(const std::vector<Parameter*>& params) {
   double total = 0.0;
   for (const Parameter* p : params) {
-    const View1<const float> grad = p->grad();
-    const std::int64_t n = static_cast<std::int64_t>(grad.extent(0));
+    const float* grad = p->grad().data();
+    const std::int64_t n = static_cast<std::int64_t>(p->grad().extent(0));
     double sum = 0.0;
-    Kokkos::parallel_reduce(
-        "fsdpp::grad_norm_squared", Kokkos::RangePolicy<ExecSpace>(0, n),
+    reduce_over_index(
+        "fsdpp::grad_norm_squared", p->host_resident(), n,
         KOKKOS_LAMBDA(const std::int64_t j, double& acc) {
-          const double g = grad(j);
+          const double g = grad[j];
           acc += g * g;
         },
         sum);
@@ -30,12 +31,12 @@ namespace {
 double local_max_abs(const std::vector<Parameter*>& params) {
   double result = 0.0;
   for (const Parameter* p : params) {
-    const View1<float> grad = p->grad();
+    const float* grad = p->grad().data();
     double m = 0.0;
-    Kokkos::parallel_reduce(
-        "fsdpp::grad_max_abs", Kokkos::RangePolicy<ExecSpace>(0, static_cast<std::int64_t>(grad.extent(0))),
+    reduce_over_index(
+        "fsdpp::grad_max_abs", p->host_resident(), static_cast<std::int64_t>(p->grad().extent(0)),
         KOKKOS_LAMBDA(const std::int64_t j, double& acc) {
-          const double a = grad(j) < 0 ? -static_cast<double>(grad(j)) : static_cast<double>(grad(j));
+          const double a = grad[j] < 0 ? -static_cast<double>(grad[j]) : static_cast<double>(grad[j]);
           if (a > acc || a != a) acc = a;  // NaN wins, so a broken gradient shows in the norm
         },
         Kokkos::Max<double>(m));
@@ -72,11 +73,9 @@ double global_grad_norm(const std::vector<Parameter*>& params, Communicator* sum
 
 void scale_grads(const std::vector<Parameter*>& params, float factor) {
   for (const Parameter* p : params) {
-    const View1<float> grad = p->grad();
-    const std::int64_t n = static_cast<std::int64_t>(grad.extent(0));
-    Kokkos::parallel_for(
-        "fsdpp::grad_scale", Kokkos::RangePolicy<ExecSpace>(0, n),
-        KOKKOS_LAMBDA(const std::int64_t j) { grad(j) *= factor; });
+    float* grad = p->grad().data();
+    const std::int64_t n = static_cast<std::int64_t>(p->grad().extent(0));
+    for_each_index("fsdpp::grad_scale", p->host_resident(), n, KOKKOS_LAMBDA(const std::int64_t j) { grad[j] *= factor; });
   }
 }
 

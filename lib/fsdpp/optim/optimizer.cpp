@@ -44,4 +44,11 @@ std::size_t Optimizer::index_of(const Parameter& p) const {
   throw UsageError(fmt::format("{}: parameter '{}' is not one of this optimizer's parameters", kind_, p.name()));
 }
 
+View1<float> Optimizer::state_tensor(const Parameter& p, const std::string& label) {
+  const auto n = static_cast<std::size_t>(p.value().extent(0));
+  if (!p.host_resident()) return View1<float>(label, n);
+  offloaded_state_.push_back(offload_buffer(label, n));
+  return offloaded_state_.back().view;
+}
+
 }  // namespace fsdpp

@@ -57,6 +57,9 @@ class Optimizer {
   void check_parameters() const;
   // Position of `p` in parameters(); throws UsageError when the optimizer does not hold it.
   std::size_t index_of(const Parameter& p) const;
+  // A zeroed state tensor with p's storage extent, where p lives: offload memory for a CPU-offloaded shard
+  // (FSDP2 keeps its optimizer state on the host and steps there), the compute space otherwise.
+  View1<float> state_tensor(const Parameter& p, const std::string& label);
 
   std::vector<Parameter*> params_;
   std::int64_t steps_ = 0;
@@ -65,6 +68,7 @@ class Optimizer {
   std::string kind_;
   std::vector<const float*> data_;    // value.data() at construction
   std::vector<std::size_t> extent_;   // value.extent(0) at construction
+  std::vector<OffloadBuffer> offloaded_state_;  // owners of the state tensors in offload memory
 };
 
 }  // namespace fsdpp

@@ -9,8 +9,7 @@ Sgd::Sgd(std::vector<Parameter*> params, SgdConfig config) : Optimizer(std::move
   FSDPP_REQUIRE(config.momentum >= 0.0f, "SGD: momentum must be >= 0, got {}", config.momentum);
   FSDPP_REQUIRE(config.weight_decay >= 0.0f, "SGD: weight_decay must be >= 0, got {}", config.weight_decay);
   for (const Parameter* p : params_)
-    buf_.emplace_back(config.momentum != 0.0f ? View1<float>("sgd.momentum_buffer:" + p->name(), p->value().extent(0))
-                                              : View1<float>());
+    buf_.push_back(config.momentum != 0.0f ? state_tensor(*p, "sgd.momentum_buffer:" + p->name()) : View1<float>());
 }
 
 bool Sgd::decays(const Parameter& p) const {
@@ -23,25 +22,25 @@ void Sgd::step(float lr) {
   const float keep = steps_ == 0 ? 0.0f : config_.momentum;
   const bool use_momentum = config_.momentum != 0.0f;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    const View1<float> param = params_[i]->value();
-    const View1<const float> grad = params_[i]->grad();
-    const View1<float> buf = buf_[i];
+    // Raw pointers: the same loop runs on the host for CPU-offloaded shards (tensor/offload.hpp).
+    float* param = params_[i]->value().data();
+    const float* grad = params_[i]->grad().data();
+    float* buf = buf_[i].data();
     const float wd = decays(*params_[i]) ? config_.weight_decay : 0.0f;
-    const std::int64_t n = static_cast<std::int64_t>(param.extent(0));
+    const std::int64_t n = static_cast<std::int64_t>(params_[i]->value().extent(0));
+    const bool on_host = params_[i]->host_resident();
     if (use_momentum) {
-      Kokkos::parallel_for(
-          "fsdpp::sgd_momentum_step", Kokkos::RangePolicy<ExecSpace>(0, n), KOKKOS_LAMBDA(const std::int64_t j) {
-            const float p = param(j);
-            const float b = keep * buf(j) + (grad(j) + wd * p);
-            buf(j) = b;
-            param(j) = p - lr * b;
-          });
+      for_each_index("fsdpp::sgd_momentum_step", on_host, n, KOKKOS_LAMBDA(const std::int64_t j) {
+        const float p = param[j];
+        const float b = keep * buf[j] + (grad[j] + wd * p);
+        buf[j] = b;
+        param[j] = p - lr * b;
+      });
     } else {
-      Kokkos::parallel_for(
-          "fsdpp::sgd_step", Kokkos::RangePolicy<ExecSpace>(0, n), KOKKOS_LAMBDA(const std::int64_t j) {
-            const float p = param(j);
-            param(j) = p - lr * (grad(j) + wd * p);
-          });
+      for_each_index("fsdpp::sgd_step", on_host, n, KOKKOS_LAMBDA(const std::int64_t j) {
+        const float p = param[j];
+        param[j] = p - lr * (grad[j] + wd * p);
+      });
     }
   }
   ++steps_;

@@ -1,6 +1,7 @@
 #include "fsdpp/train/nonfinite.hpp"
 
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/tensor/offload.hpp"
 
 #include <Kokkos_Core.hpp>
 
@@ -10,15 +11,16 @@
 namespace fsdpp {
 
 std::int64_t count_nonfinite(const Parameter& p, ParamTensor which) {
-  const View1<float> v = which == ParamTensor::value ? p.value() : p.grad();
+  const View1<float> view = which == ParamTensor::value ? p.value() : p.grad();
+  const float* v = view.data();
   // Sharded: the first local_numel elements are real, the rest padding. Unsharded or whole: every element.
-  const std::int64_t n = std::min<std::int64_t>(static_cast<std::int64_t>(v.extent(0)),
-                                                p.is_sharded() ? p.local_numel() : static_cast<std::int64_t>(v.extent(0)));
+  const auto extent = static_cast<std::int64_t>(view.extent(0));
+  const std::int64_t n = std::min<std::int64_t>(extent, p.is_sharded() ? p.local_numel() : extent);
   std::int64_t bad = 0;
-  Kokkos::parallel_reduce(
-      "fsdpp::count_nonfinite", Kokkos::RangePolicy<ExecSpace>(0, n),
+  reduce_over_index(
+      "fsdpp::count_nonfinite", p.host_resident(), n,
       KOKKOS_LAMBDA(const std::int64_t j, std::int64_t& acc) {
-        const float a = v(j);
+        const float a = v[j];
         // False for NaN (every comparison is) and for +-Inf; no isfinite needed on any backend.
         if (!(a >= -3.402823466e38f && a <= 3.402823466e38f)) ++acc;
       },
