@@ -25,6 +25,9 @@ Command add_tokenize_command(CLI::App& app) {
   cli->add_option("--tokenizer", args->options.tokenizer_path,
                   "Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen) or SentencePiece .model "
                   "(Llama 2, Mistral); default: byte-level tokens, vocab 256");
+  cli->add_option("--chunk-bytes", args->options.chunk_bytes,
+                  "Text tokenized at a time per rank (bounds the memory; default 16 MiB)")
+      ->check(CLI::PositiveNumber);
   cli->add_option("--progress-seconds", args->options.progress_seconds,
                   "Seconds between progress lines (0: none)")
       ->check(CLI::NonNegativeNumber);
