@@ -12,7 +12,8 @@
   tokenizer_reference.py encode TOKENIZER TEXT     print the reference ids' count and a checksum
   tokenizer_reference.py compare TOKENIZER TEXT BIN check that BIN (an llm.c .bin) holds exactly the reference ids
   tokenizer_reference.py bigtext TEXT MB OUT       a deterministic OUT of about MB megabytes built from TEXT
-  tokenizer_reference.py bench TOKENIZER TEXT      Python `tokenizers` throughput, MB/s (one JSON line)
+  tokenizer_reference.py bench TOKENIZER TEXT [BIN] Python `tokenizers` throughput, MB/s, of encode_batch (64-line
+      pieces) and encode (the whole text), and whether BIN holds the same ids (one JSON line)
 
 Reference ids: HF `tokenizers` Tokenizer.encode(text, add_special_tokens=False) on the whole text; SentencePiece
 encodes each line with its '\\n' (what fsdpp documents), concatenated.
@@ -144,21 +145,24 @@ def bigtext(text_path, megabytes, out_path):
             size += len(para.encode("utf-8"))
 
 
-def bench(tokenizer_path, text_path):
+def bench(tokenizer_path, text_path, bin_path=None):
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(tokenizer_path)
-    data = open(text_path, encoding="utf-8").read()
+    data = open(text_path, encoding="utf-8", newline="").read()
     nbytes = len(data.encode("utf-8"))
     lines = data.split("\n")
     batch = ["\n".join(lines[i:i + 64]) + "\n" for i in range(0, len(lines), 64)]
     t0 = time.perf_counter()
-    ids = sum(len(e.ids) for e in tok.encode_batch(batch, add_special_tokens=False))
+    tok.encode_batch(batch, add_special_tokens=False)
     batch_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    tok.encode(data, add_special_tokens=False)
+    ids = tok.encode(data, add_special_tokens=False).ids
     single_s = time.perf_counter() - t0
-    print(json.dumps({"bytes": nbytes, "tokens": ids, "batch_mb_per_s": nbytes / 1e6 / batch_s,
-                      "encode_mb_per_s": nbytes / 1e6 / single_s}))
+    result = {"bytes": nbytes, "tokens": len(ids), "batch_mb_per_s": nbytes / 1e6 / batch_s,
+              "encode_mb_per_s": nbytes / 1e6 / single_s}
+    if bin_path:
+        result["fsdpp_ids_identical"] = read_bin(bin_path)[0] == ids
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,9 @@ for name in gpt2.json gpt2_strings.json llama3.json qwen.json llama2.model unigr
   cmp "$work/$name.big1.bin" "$work/$name.big2.bin" || { echo "FAIL: $name: 2 ranks wrote another file than 1 rank"; exit 1; }
   python3 "$ref" compare "$tokenizer" "$work/big.txt" "$work/$name.big1.bin"
 done
+# Long inputs report progress (forced here by a tiny interval and chunk).
+"$fsdpp" tokenize --tokenizer "$work/tok/gpt2.json" --chunk-bytes 65536 --progress-seconds 0.000001 "$work/big.txt" \
+  "$work/progress.bin" | grep -E "^tokenize: [0-9.]+ of [0-9.]+ MiB \([0-9]+%\), [0-9.]+ MB/s, [0-9]+ tokens so far" | tail -n 1
 if ls "$work"/*.part* >/dev/null 2>&1; then echo "FAIL: part files left behind: $(ls "$work"/*.part*)"; exit 1; fi
 # A token file fsdpp wrote with uint32 ids trains (Llama 3 header), and one with ids past model.vocab_size does not.
 "$fsdpp" train data.source="$work/llama3.json.bin" model.vocab_size=128004 model.n_embd=16 model.n_head=2 \
