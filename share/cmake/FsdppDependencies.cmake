@@ -44,6 +44,12 @@ if(NOT FSDPP_SENTENCEPIECE_INCLUDE_DIR OR NOT FSDPP_SENTENCEPIECE_LIBRARY)
   message(FATAL_ERROR "SentencePiece not found (sentencepiece_processor.h: ${FSDPP_SENTENCEPIECE_INCLUDE_DIR}, "
                       "library: ${FSDPP_SENTENCEPIECE_LIBRARY}); install libsentencepiece-dev")
 endif()
+find_path(FSDPP_ICU_INCLUDE_DIR unicode/normalizer2.h DOC "Folder holding ICU's unicode/")
+find_library(FSDPP_ICU_UC_LIBRARY icuuc DOC "ICU's common library (NFC for tokenizer.json normalizers)")
+if(NOT FSDPP_ICU_INCLUDE_DIR OR NOT FSDPP_ICU_UC_LIBRARY)
+  message(FATAL_ERROR "ICU not found (unicode/normalizer2.h: ${FSDPP_ICU_INCLUDE_DIR}, library: "
+                      "${FSDPP_ICU_UC_LIBRARY}); install libicu-dev")
+endif()
 
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)                                   # libopenblas-dev

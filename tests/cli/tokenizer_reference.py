@@ -6,7 +6,7 @@
       gpt2_strings.json the same file with merges in the older "a b" string form
       llama3.json       Sequence[Split(Llama 3's regex, Isolated), ByteLevel(use_regex=False)], ignore_merges,
                         special tokens at ids 128000.. (so the token file needs uint32)
-      qwen.json         Sequence[Split(Qwen 2's regex), ByteLevel(use_regex=False)]
+      qwen.json         NFC normalizer, Sequence[Split(Qwen 2's regex), ByteLevel(use_regex=False)]
       llama2.model      SentencePiece BPE with byte fallback, identity normalization (Llama 2's settings)
       unigram.model     SentencePiece unigram with its default normalization (nmt_nfkc)
   tokenizer_reference.py encode TOKENIZER TEXT     print the reference ids' count and a checksum
@@ -81,7 +81,9 @@ def build(out_dir, text_path):
               lambda j: j["model"].update(merges=[" ".join(m) for m in j["model"]["merges"]]))
     train_bpe(text, LLAMA3_REGEX, os.path.join(out_dir, "llama3_trained.json"))
     edit_json(os.path.join(out_dir, "llama3_trained.json"), os.path.join(out_dir, "llama3.json"), llama3_edit)
-    train_bpe(text, QWEN_REGEX, os.path.join(out_dir, "qwen.json"))
+    train_bpe(text, QWEN_REGEX, os.path.join(out_dir, "qwen_trained.json"))
+    edit_json(os.path.join(out_dir, "qwen_trained.json"), os.path.join(out_dir, "qwen.json"),
+              lambda j: j.update(normalizer={"type": "NFC"}))
     lines = text.split("\n")
     common = dict(sentence_iterator=iter(lines), vocab_size=1000, character_coverage=1.0,
                   hard_vocab_limit=False, num_threads=1, minloglevel=2)

@@ -125,7 +125,7 @@ TEST_CASE("BPE: every unsupported or malformed tokenizer.json is refused with th
   };
   CHECK(usage_error_of([&] {
           bpe_tokenizer_from_json(replaced("\"normalizer\": null", R"("normalizer": {"type": "NFKC"})"), "t.json");
-        }) == "t.json: unsupported normalizer 'NFKC' (only a null normalizer is implemented)" + tail);
+        }) == "t.json: unsupported normalizer 'NFKC' (implemented: null, NFC)" + tail);
   CHECK(usage_error_of([&] {
           bpe_tokenizer_from_json(replaced("\"type\": \"ByteLevel\"", "\"type\": \"Metaspace\""), "t.json");
         }) == "t.json: unsupported pre_tokenizer 'Metaspace' (implemented: ByteLevel, or a Sequence of Split steps "

@@ -4,6 +4,8 @@
 #include "fsdpp/runtime/error.hpp"
 
 #include <nlohmann/json.hpp>
+#include <unicode/bytestream.h>
+#include <unicode/normalizer2.h>
 
 #include <algorithm>
 #include <optional>
@@ -19,6 +21,7 @@ using Json = nlohmann::json;
 // HF tokenizers' ByteLevel expression (GPT-2's, with \p classes).
 constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 constexpr std::size_t kMaxCachedPieces = 1 << 20;  // bounds the cache (~100 MB at worst); later pieces go uncached
+constexpr std::size_t kNormalizedLookahead = 64;    // bytes of following text normalized for the regexes to see
 
 void append_utf8(std::string& out, char32_t c) {
   if (c < 0x80) {
@@ -48,6 +51,7 @@ struct BpeModel {
   std::optional<std::uint32_t> unk_id;
   bool ignore_merges = false;
   bool add_prefix_space = false;
+  bool nfc = false;  // the NFC normalizer (Qwen): each segment between added tokens is NFC-normalized first
   std::vector<std::shared_ptr<const Pcre2Splitter>> splits;  // Split steps, then ByteLevel's own if use_regex
   std::vector<AddedToken> added;                             // longest first
   std::array<bool, 256> added_first_byte{};
@@ -70,10 +74,26 @@ const Json& member(const BpeModel& m, const Json& j, const char* key, const char
 
 bool flag(const Json& j, const char* key) { return j.contains(key) && j.at(key).is_boolean() && j.at(key).get<bool>(); }
 
-void read_normalizer(const BpeModel& m, const Json& root) {
+void read_normalizer(BpeModel& m, const Json& root) {
   if (!root.contains("normalizer") || root.at("normalizer").is_null()) return;
   const std::string type = root.at("normalizer").value("type", std::string("?"));
-  refuse(m, fmt::format("unsupported normalizer '{}' (only a null normalizer is implemented)", type));
+  if (type != "NFC") refuse(m, fmt::format("unsupported normalizer '{}' (implemented: null, NFC)", type));
+  m.nfc = true;
+}
+
+bool is_ascii(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+}
+
+// Appends NFC(text) to `out` (ICU; ASCII, the common case, is its own NFC and is copied).
+void append_nfc(std::string& out, std::string_view text) {
+  if (is_ascii(text)) return void(out.append(text));
+  UErrorCode error = U_ZERO_ERROR;
+  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(error);
+  icu::StringByteSink<std::string> sink(&out);
+  if (U_SUCCESS(error))
+    nfc->normalizeUTF8(0, icu::StringPiece(text.data(), static_cast<std::int32_t>(text.size())), sink, nullptr, error);
+  if (U_FAILURE(error)) throw Error(fmt::format("ICU NFC normalization failed: {}", u_errorName(error)));
 }
 
 void add_split(BpeModel& m, const Json& step) {
@@ -269,10 +289,24 @@ class BpeTokenizer final : public Tokenizer {
                       bool segment_starts, std::vector<std::uint32_t>& out) {
     if (begin >= end) return;
     std::string_view subject = window.substr(0, context_end);
-    std::string prefixed;
-    if (m_->add_prefix_space && segment_starts && window[begin] != ' ') {
-      prefixed = " " + std::string(window.substr(begin, context_end - begin));
-      subject = prefixed, end = end - begin + 1, begin = 0;
+    const bool prefix = m_->add_prefix_space && segment_starts && window[begin] != ' ';
+    if (prefix || m_->nfc) {  // the pre-tokenizer then runs on a rewritten copy of the segment and its lookahead
+      std::size_t lookahead_end = std::min(context_end, end + kNormalizedLookahead);
+      while (lookahead_end < context_end && (static_cast<unsigned char>(window[lookahead_end]) & 0xC0) == 0x80)
+        ++lookahead_end;  // a whole character
+      rewritten_.assign(prefix ? " " : "");
+      const std::string_view segment = window.substr(begin, end - begin);
+      const std::string_view lookahead = window.substr(end, lookahead_end - end);
+      if (m_->nfc) {
+        append_nfc(rewritten_, segment);
+        end = rewritten_.size();
+        append_nfc(rewritten_, lookahead);
+      } else {
+        rewritten_.append(segment);
+        end = rewritten_.size();
+        rewritten_.append(lookahead);
+      }
+      subject = rewritten_, begin = 0;
     }
     pieces_.assign(1, {begin, end});
     for (std::size_t s = 0; s < m_->splits.size(); ++s) {
@@ -357,7 +391,7 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<std::pair<std::size_t, std::size_t>> pieces_, next_pieces_;
   std::vector<Symbol> symbols_;
   std::unordered_map<std::string, std::vector<std::uint32_t>> cache_;
-  std::string key_;
+  std::string key_, rewritten_;
 };
 
 }  // namespace
