@@ -134,6 +134,35 @@ std::string part_path(const std::string& out_path, int rank, int ranks) {
   return fmt::format("{}.part{}of{}", out_path, rank, ranks);
 }
 
+// Writes the final .bin header into `out_path` (rank 0, after every rank has counted): over the placeholder of a
+// 1-rank run, or into a new file sized for the parts that the ranks then copy in.
+void finish_output(const std::string& out_path, bool from_parts, TokenFormat format, const TokenizeSummary& summary) {
+  const std::uint64_t header = format == TokenFormat::gpt2_bin ? kGpt2HeaderInts * 4 : 0;
+  File out = open_file(out_path, from_parts ? "wb" : "r+b", "token");
+  if (header) write_all(out.get(), out_path, gpt2_header(summary.tokens, summary.token_bytes).data(), header);
+  close_checked(std::move(out), out_path);
+  if (from_parts)
+    std::filesystem::resize_file(out_path, header + static_cast<std::uint64_t>(summary.tokens) * summary.token_bytes);
+}
+
+// Copies a rank's part file into the output at `offset`, then removes it.
+void copy_part_into(const std::string& part_path, const std::string& out_path, std::uint64_t offset) {
+  File part = open_file(part_path, "rb", "token"), out = open_file(out_path, "r+b", "token");
+  errno = 0;
+  if (fseeko(out.get(), static_cast<off_t>(offset), SEEK_SET) != 0)
+    throw UsageError(fmt::format("{}: cannot seek to byte {}: {}", out_path, offset, std::strerror(errno)));
+  std::vector<char> block(kCopyBytes);
+  for (std::uint64_t done = 0;;) {
+    const std::size_t got = read_at(part.get(), part_path, done, block.data(), block.size());
+    if (got == 0) break;
+    write_all(out.get(), out_path, block.data(), got);
+    done += got;
+  }
+  close_checked(std::move(out), out_path);
+  part.reset();
+  std::filesystem::remove(part_path);
+}
+
 // Runs `work` on every rank and turns any rank's exception into the same UsageError on all of them.
 template <class Work> void every_rank_does(MPI_Comm comm, Work&& work, const std::function<void()>& cleanup = {}) {
   std::string error;
@@ -231,34 +260,14 @@ TokenizeSummary tokenize_file(MPI_Comm comm, const std::string& text_path, const
           throw UsageError(fmt::format("{}: {} tokens exceed the .bin header's int32 count; write .u16/.u32, or "
                                        "split the text into shards",
                                        out_path, summary.tokens));
-        if (rank != 0) return;
-        File out = open_file(out_path, ranks == 1 ? "r+b" : "wb", "token");
-        if (header) write_all(out.get(), out_path, gpt2_header(summary.tokens, summary.token_bytes).data(), header);
-        close_checked(std::move(out), out_path);
-        if (ranks > 1)
-          std::filesystem::resize_file(out_path, header + static_cast<std::uint64_t>(summary.tokens) *
-                                                              summary.token_bytes);
+        if (rank == 0) finish_output(out_path, ranks > 1, format, summary);
       },
       remove_outputs);
   if (ranks > 1) {
     every_rank_does(
         comm,
         [&] {
-          File part = open_file(mine, "rb", "token"), out = open_file(out_path, "r+b", "token");
-          const std::uint64_t offset = header + static_cast<std::uint64_t>(before) * summary.token_bytes;
-          errno = 0;
-          if (fseeko(out.get(), static_cast<off_t>(offset), SEEK_SET) != 0)
-            throw UsageError(fmt::format("{}: cannot seek to byte {}: {}", out_path, offset, std::strerror(errno)));
-          std::vector<char> block(kCopyBytes);
-          for (std::uint64_t done = 0;;) {
-            const std::size_t got = read_at(part.get(), mine, done, block.data(), block.size());
-            if (got == 0) break;
-            write_all(out.get(), out_path, block.data(), got);
-            done += got;
-          }
-          close_checked(std::move(out), out_path);
-          part.reset();
-          std::filesystem::remove(mine);
+          copy_part_into(mine, out_path, header + static_cast<std::uint64_t>(before) * summary.token_bytes);
         },
         remove_outputs);
   }
