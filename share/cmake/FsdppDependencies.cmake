@@ -30,6 +30,27 @@ if(NOT FSDPP_XXHASH_INCLUDE_DIR OR NOT FSDPP_XXHASH_LIBRARY)
                       "install libxxhash-dev")
 endif()
 
+# fsdpp tokenize --tokenizer: PCRE2 runs the pre-tokenizer expressions of tokenizer.json files; SentencePiece
+# reads .model files. Found as plain paths (like xxHash) so the installed package needs no extra find module.
+find_path(FSDPP_PCRE2_INCLUDE_DIR pcre2.h DOC "Folder holding pcre2.h")  # libpcre2-dev
+find_library(FSDPP_PCRE2_LIBRARY pcre2-8 DOC "The 8-bit PCRE2 library (tokenizer.json regular expressions)")
+if(NOT FSDPP_PCRE2_INCLUDE_DIR OR NOT FSDPP_PCRE2_LIBRARY)
+  message(FATAL_ERROR "PCRE2 not found (pcre2.h: ${FSDPP_PCRE2_INCLUDE_DIR}, library: ${FSDPP_PCRE2_LIBRARY}); "
+                      "install libpcre2-dev")
+endif()
+find_path(FSDPP_SENTENCEPIECE_INCLUDE_DIR sentencepiece_processor.h DOC "Folder holding sentencepiece_processor.h")
+find_library(FSDPP_SENTENCEPIECE_LIBRARY sentencepiece DOC "The SentencePiece library (.model tokenizers)")
+if(NOT FSDPP_SENTENCEPIECE_INCLUDE_DIR OR NOT FSDPP_SENTENCEPIECE_LIBRARY)
+  message(FATAL_ERROR "SentencePiece not found (sentencepiece_processor.h: ${FSDPP_SENTENCEPIECE_INCLUDE_DIR}, "
+                      "library: ${FSDPP_SENTENCEPIECE_LIBRARY}); install libsentencepiece-dev")
+endif()
+find_path(FSDPP_ICU_INCLUDE_DIR unicode/normalizer2.h DOC "Folder holding ICU's unicode/")
+find_library(FSDPP_ICU_UC_LIBRARY icuuc DOC "ICU's common library (NFC for tokenizer.json normalizers)")
+if(NOT FSDPP_ICU_INCLUDE_DIR OR NOT FSDPP_ICU_UC_LIBRARY)
+  message(FATAL_ERROR "ICU not found (unicode/normalizer2.h: ${FSDPP_ICU_INCLUDE_DIR}, library: "
+                      "${FSDPP_ICU_UC_LIBRARY}); install libicu-dev")
+endif()
+
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)                                   # libopenblas-dev
 find_path(FSDPP_CBLAS_INCLUDE_DIR cblas.h

@@ -92,9 +92,21 @@ TEST_CASE("token files: every format round-trips, by extension and explicitly") 
   CHECK(load_tokens(dir.file("x.dat"), TokenFormat::gpt2_bin, 50257) == small);
   save_tokens(dir.file("e.bin"), {});
   CHECK(load_tokens(dir.file("e.bin"), 10).empty());
-  // llm.c's version 2 (uint32 tokens) is read too.
-  write_bytes(dir.file("v2.bin"), gpt2_file(kGpt2Magic, 2, 3, {1, 70000, 128000}, 4));
-  CHECK(load_tokens(dir.file("v2.bin"), 128256) == std::vector<std::uint32_t>{1, 70000, 128000});
+  // llm.c's Llama 3 files (magic 20240801, version 7, uint32 tokens) are read too, and written when a token needs it.
+  const std::vector<std::uint32_t> llama = {1, 70000, 128000};
+  write_bytes(dir.file("v7.bin"), gpt2_file(kLlama3Magic, kLlama3Version, 3, {1, 70000, 128000}, 4));
+  CHECK(load_tokens(dir.file("v7.bin"), 128256) == llama);
+  save_tokens(dir.file("wide.bin"), llama);
+  CHECK(fs::file_size(dir.file("wide.bin")) == 1024 + 4 * llama.size());
+  CHECK(load_tokens(dir.file("wide.bin"), 128256) == llama);
+  CHECK(gpt2_header(5, 2) == gpt2_file(kGpt2Magic, kGpt2Version, 5, {}));
+  CHECK(gpt2_header(5, 4) == gpt2_file(kLlama3Magic, kLlama3Version, 5, {}));
+  CHECK(token_bytes_for("a.bin", TokenFormat::gpt2_bin, 65536) == 2);
+  CHECK(token_bytes_for("a.bin", TokenFormat::gpt2_bin, 65537) == 4);
+  CHECK(token_bytes_for("a.u32", TokenFormat::raw_u32, 256) == 4);
+  CHECK(usage_error_of([] { token_bytes_for("a.u16", TokenFormat::raw_u16, 128256); }) ==
+        "a.u16: a vocabulary of 128256 ids does not fit the 16-bit raw uint16 (.u16) format; write .bin (uint32 "
+        "tokens under llm.c's Llama 3 header) or .u32");
 }
 
 TEST_CASE("token files: each malformed file gets an exact error naming the file") {
@@ -102,12 +114,16 @@ TEST_CASE("token files: each malformed file gets an exact error naming the file"
   const std::string bad_magic = dir.file("magic.bin"), version = dir.file("version.bin");
   write_bytes(bad_magic, gpt2_file(1234, 1, 2, {1, 2}));
   CHECK(usage_error_of([&] { load_tokens(bad_magic, 50257); }) ==
-        bad_magic + ": not a GPT-2 token file: magic 1234, expected 20240520 (raw token arrays need the extension "
-                    ".u16 or .u32)");
+        bad_magic + ": not a GPT-2 token file: magic 1234, expected 20240520 (or 20240801 for uint32 tokens; raw "
+                    "token arrays need the extension .u16 or .u32)");
   write_bytes(version, gpt2_file(kGpt2Magic, 7, 2, {1, 2}));
+  const std::string formats = " (llm.c's formats: magic 20240520 version 1 = uint16 tokens, magic 20240801 version 7 "
+                              "= uint32 tokens); re-create the file with 'fsdpp tokenize' or llm.c's scripts";
   CHECK(usage_error_of([&] { load_tokens(version, 50257); }) ==
-        version + ": unsupported GPT-2 token file version 7 (supported: 1 = uint16 tokens, 2 = uint32 tokens); "
-                  "re-create the file with 'fsdpp tokenize' or llm.c's scripts");
+        version + ": unsupported GPT-2 token file version 7" + formats);
+  write_bytes(version, gpt2_file(kLlama3Magic, 1, 2, {1, 2}, 4));
+  CHECK(usage_error_of([&] { load_tokens(version, 50257); }) ==
+        version + ": unsupported Llama 3 token file version 1" + formats);
 
   const std::string trunc = dir.file("trunc.bin"), longer = dir.file("long.bin"), stub = dir.file("stub.bin");
   write_bytes(trunc, gpt2_file(kGpt2Magic, 1, 10, {1, 2, 3, 4, 5, 6, 7}));

@@ -91,19 +91,22 @@ std::vector<std::uint32_t> load_gpt2_bin(const std::string& path, std::int64_t v
   read_exact(f.get(), path, header, head);
   auto header_int = [&](int i) { return static_cast<std::int32_t>(read_le(header + 4 * i, 4)); };
   // The magic is checked first even in a short file: a raw array misnamed .bin is the likelier mistake.
-  if (head >= 4 && header_int(0) != kGpt2Magic)
-    throw UsageError(fmt::format("{}: not a GPT-2 token file: magic {}, expected {} (raw token arrays need the "
-                                 "extension .u16 or .u32)",
-                                 path, header_int(0), kGpt2Magic));
+  if (head >= 4 && header_int(0) != kGpt2Magic && header_int(0) != kLlama3Magic)
+    throw UsageError(fmt::format("{}: not a GPT-2 token file: magic {}, expected {} (or {} for uint32 tokens; raw "
+                                 "token arrays need the extension .u16 or .u32)",
+                                 path, header_int(0), kGpt2Magic, kLlama3Magic));
   if (head < kHeaderBytes)
     throw UsageError(fmt::format("{}: truncated GPT-2 token file: {} bytes, shorter than its {}-byte header", path,
                                  size, kHeaderBytes));
-  const std::int32_t version = header_int(1);
-  if (version != 1 && version != 2)
-    throw UsageError(fmt::format("{}: unsupported GPT-2 token file version {} (supported: 1 = uint16 tokens, "
-                                 "2 = uint32 tokens); re-create the file with 'fsdpp tokenize' or llm.c's scripts",
-                                 path, version));
-  const int elem = version == 1 ? 2 : 4;
+  const std::int32_t magic = header_int(0), version = header_int(1);
+  const std::int32_t expected_version = magic == kGpt2Magic ? kGpt2Version : kLlama3Version;
+  if (version != expected_version)
+    throw UsageError(fmt::format("{}: unsupported {} token file version {} (llm.c's formats: magic {} version {} = "
+                                 "uint16 tokens, magic {} version {} = uint32 tokens); re-create the file with "
+                                 "'fsdpp tokenize' or llm.c's scripts",
+                                 path, magic == kGpt2Magic ? "GPT-2" : "Llama 3", version, kGpt2Magic, kGpt2Version,
+                                 kLlama3Magic, kLlama3Version));
+  const int elem = magic == kGpt2Magic ? 2 : 4;
   const std::int32_t declared = header_int(2);
   if (declared < 0)
     throw UsageError(fmt::format("{}: corrupt GPT-2 token file: negative token count {} in the header", path,
@@ -161,8 +164,39 @@ std::vector<std::uint32_t> load_tokens(const std::string& path, std::int64_t voc
   return load_tokens(path, token_format_for_path(path), vocab_size);
 }
 
+int token_bytes_for(const std::string& path, TokenFormat format, std::int64_t vocab_size) {
+  const bool fits16 = vocab_size <= 65536;
+  switch (format) {
+    case TokenFormat::gpt2_bin: return fits16 ? 2 : 4;
+    case TokenFormat::raw_u32: return 4;
+    case TokenFormat::raw_u16:
+      if (!fits16)
+        throw UsageError(fmt::format("{}: a vocabulary of {} ids does not fit the 16-bit {} format; write .bin "
+                                     "(uint32 tokens under llm.c's Llama 3 header) or .u32",
+                                     path, vocab_size, to_string(format)));
+      return 2;
+  }
+  return 4;
+}
+
+std::vector<unsigned char> gpt2_header(std::uint64_t count, int token_bytes) {
+  std::vector<unsigned char> header(kHeaderBytes, 0);
+  const bool wide = token_bytes == 4;
+  write_le(header.data() + 0, static_cast<std::uint32_t>(wide ? kLlama3Magic : kGpt2Magic), 4);
+  write_le(header.data() + 4, static_cast<std::uint32_t>(wide ? kLlama3Version : kGpt2Version), 4);
+  write_le(header.data() + 8, static_cast<std::uint32_t>(count), 4);
+  return header;
+}
+
+void append_token_bytes(std::vector<unsigned char>& out, const std::vector<std::uint32_t>& tokens, int token_bytes) {
+  const std::size_t at = out.size();
+  out.resize(at + tokens.size() * token_bytes);
+  for (std::size_t i = 0; i < tokens.size(); ++i) write_le(out.data() + at + i * token_bytes, tokens[i], token_bytes);
+}
+
 void save_tokens(const std::string& path, const std::vector<std::uint32_t>& tokens, TokenFormat format) {
-  const int elem = format == TokenFormat::raw_u32 ? 4 : 2;
+  const std::uint32_t largest = tokens.empty() ? 0 : *std::max_element(tokens.begin(), tokens.end());
+  const int elem = format == TokenFormat::raw_u32 || (format == TokenFormat::gpt2_bin && largest > 0xFFFF) ? 4 : 2;
   // Checked before the file is opened, so a failed save leaves no partial file behind.
   if (elem == 2) {
     const auto it = std::find_if(tokens.begin(), tokens.end(), [](std::uint32_t t) { return t > 0xFFFF; });
@@ -183,11 +217,8 @@ void save_tokens(const std::string& path, const std::vector<std::uint32_t>& toke
       throw UsageError(fmt::format("{}: write failed: {}", path, std::strerror(errno)));
   };
   if (format == TokenFormat::gpt2_bin) {
-    unsigned char header[kHeaderBytes] = {};
-    write_le(header + 0, static_cast<std::uint32_t>(kGpt2Magic), 4);
-    write_le(header + 4, 1, 4);
-    write_le(header + 8, static_cast<std::uint32_t>(tokens.size()), 4);
-    write(header, kHeaderBytes);
+    const auto header = gpt2_header(tokens.size(), elem);
+    write(header.data(), header.size());
   }
   std::vector<unsigned char> buf(std::min(tokens.size(), kChunkTokens) * elem);
   for (std::size_t start = 0; start < tokens.size(); start += kChunkTokens) {

@@ -4,9 +4,10 @@
 // rewritten while a run is going.
 //
 // Formats, chosen from the extension (token_format_for_path) or given explicitly:
-//   .bin  GPT-2 / llm.c: a header of 256 little-endian int32 {20240520, version, token count, 0, ...}, then the
-//         tokens. Version 1 = uint16 tokens (GPT-2, what save_tokens writes); version 2 = uint32 tokens (llm.c's
-//         Llama 3 files), read for compatibility. The file must hold exactly `count` tokens after the header.
+//   .bin  llm.c (dev/data/data_common.py): a header of 256 little-endian int32 {magic, version, token count, 0,
+//         ...}, then the tokens. {20240520, 1} = GPT-2, uint16 tokens; {20240801, 7} = Llama 3, uint32 tokens.
+//         Writers pick uint16 while every token fits (vocabulary <= 65536), uint32 otherwise. The file must hold
+//         exactly `count` tokens after the header.
 //   .u16  raw little-endian uint16 array, no header
 //   .u32  raw little-endian uint32 array, no header
 //
@@ -20,7 +21,10 @@ namespace fsdpp {
 
 enum class TokenFormat { gpt2_bin, raw_u16, raw_u32 };
 
-inline constexpr std::int32_t kGpt2Magic = 20240520;
+inline constexpr std::int32_t kGpt2Magic = 20240520;  // version 1, uint16 tokens
+inline constexpr std::int32_t kGpt2Version = 1;
+inline constexpr std::int32_t kLlama3Magic = 20240801;  // version 7, uint32 tokens
+inline constexpr std::int32_t kLlama3Version = 7;
 inline constexpr int kGpt2HeaderInts = 256;  // 1024 bytes
 
 const char* to_string(TokenFormat format);  // "GPT-2 .bin", "raw uint16 (.u16)", "raw uint32 (.u32)"
@@ -32,9 +36,19 @@ TokenFormat token_format_for_path(const std::string& path);
 std::vector<std::uint32_t> load_tokens(const std::string& path, TokenFormat format, std::int64_t vocab_size);
 std::vector<std::uint32_t> load_tokens(const std::string& path, std::int64_t vocab_size);  // format from path
 
-// Writes (replacing) the file. A token that does not fit the format's element (> 65535 for .bin / .u16) is a
-// UsageError naming its position; nothing is written then.
+// Writes (replacing) the file. .bin takes the uint16 GPT-2 header while every token fits, else the uint32 Llama 3
+// one. A token that does not fit .u16 is a UsageError naming its position; nothing is written then.
 void save_tokens(const std::string& path, const std::vector<std::uint32_t>& tokens, TokenFormat format);
 void save_tokens(const std::string& path, const std::vector<std::uint32_t>& tokens);  // format from path
+
+// Bytes per token a file of `format` uses for a vocabulary of `vocab_size` ids (.bin: 2 up to 65536, else 4).
+// .u16 with a vocabulary above 65536 is a UsageError naming `path` (use .bin or .u32).
+int token_bytes_for(const std::string& path, TokenFormat format, std::int64_t vocab_size);
+
+// The 1024-byte .bin header for `count` tokens of `token_bytes` (2: GPT-2, 4: Llama 3) each.
+std::vector<unsigned char> gpt2_header(std::uint64_t count, int token_bytes);
+
+// Little-endian token bytes, appended to `out`: the payload of every format.
+void append_token_bytes(std::vector<unsigned char>& out, const std::vector<std::uint32_t>& tokens, int token_bytes);
 
 }  // namespace fsdpp

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# tokenizers.sh FSDPP MPIEXEC WORKDIR: `fsdpp tokenize --tokenizer` against the reference Python implementations.
+# Small tokenizers are trained here from the committed multilingual text (tests/data/multilingual.txt; no
+# downloads): byte-level BPE tokenizer.json files in the GPT-2, Llama 3 (uint32 ids) and Qwen shapes, merges in
+# both JSON forms, and SentencePiece BPE (Llama 2 settings) and unigram .model files. For each, the token ids of
+# the committed text and of a larger generated one must equal Python's exactly, at 1 rank in small chunks and at
+# 2 ranks (byte-identical files). Python's `tokenizers` and `sentencepiece` are test-only tools, installed with pip
+# when missing; without them the test is skipped (exit 77) with one line saying why.
+set -euo pipefail
+fsdpp=$1 mpiexec=$2 work=$3
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+text=$here/../data/multilingual.txt
+ref=$here/tokenizer_reference.py
+rm -rf "$work" && mkdir -p "$work"
+
+# SentencePiece breaks some ties differently between its 0.1 and 0.2 series (unigram "0"+"000" vs "000"+"0"),
+# so the reference must be the series of the C++ library fsdpp links.
+sp_series=$(pkg-config --modversion sentencepiece 2>/dev/null | cut -d. -f1,2)
+sp_series=${sp_series:-0.1}
+sp_next=$(echo "$sp_series" | awk -F. '{printf "%d.%d", $1, $2 + 1}')
+have_refs() {
+  python3 - "$sp_series" <<'PY' 2>/dev/null
+import sys, tokenizers, sentencepiece
+sys.exit(0 if sentencepiece.__version__.startswith(sys.argv[1] + ".") else 1)
+PY
+}
+if ! have_refs; then
+  pip install --break-system-packages -q tokenizers "sentencepiece>=$sp_series,<$sp_next" >"$work/pip.log" 2>&1 || true
+  if ! have_refs; then
+    echo "SKIP: needs Python 'tokenizers' and 'sentencepiece' $sp_series.x (the C++ library's series) and pip could not install them: $(tail -n 1 "$work/pip.log")"
+    exit 77
+  fi
+fi
+
+python3 "$ref" build "$work/tok" "$text" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+python3 "$ref" bigtext "$text" 0.3 "$work/big.txt"
+for name in gpt2.json gpt2_strings.json llama3.json qwen.json llama2.model unigram.model; do
+  tokenizer=$work/tok/$name
+  "$fsdpp" tokenize --tokenizer "$tokenizer" "$text" "$work/$name.bin" | tail -n 1
+  python3 "$ref" compare "$tokenizer" "$text" "$work/$name.bin"
+  "$fsdpp" tokenize --tokenizer "$tokenizer" --chunk-bytes 4096 "$work/big.txt" "$work/$name.big1.bin" >/dev/null
+  "$mpiexec" -n 2 "$fsdpp" tokenize --tokenizer "$tokenizer" "$work/big.txt" "$work/$name.big2.bin" >/dev/null
+  cmp "$work/$name.big1.bin" "$work/$name.big2.bin" || { echo "FAIL: $name: 2 ranks wrote another file than 1 rank"; exit 1; }
+  python3 "$ref" compare "$tokenizer" "$work/big.txt" "$work/$name.big1.bin"
+done
+# Long inputs report progress (forced here by a tiny interval and chunk).
+"$fsdpp" tokenize --tokenizer "$work/tok/gpt2.json" --chunk-bytes 65536 --progress-seconds 0.000001 "$work/big.txt" \
+  "$work/progress.bin" | grep -E "^tokenize: [0-9.]+ of [0-9.]+ MiB \([0-9]+%\), [0-9.]+ MB/s, [0-9]+ tokens so far" | tail -n 1
+if ls "$work"/*.part* >/dev/null 2>&1; then echo "FAIL: part files left behind: $(ls "$work"/*.part*)"; exit 1; fi
+# A token file fsdpp wrote with uint32 ids trains (Llama 3 header), and one with ids past model.vocab_size does not.
+"$fsdpp" train data.source="$work/llama3.json.bin" model.vocab_size=128004 model.n_embd=16 model.n_head=2 \
+  model.n_layer=1 model.context_length=16 train.global_batch=2 train.micro_batch=2 train.steps=2 schedule.warmup_steps=0 \
+  train.eval_interval=0 run.output="$work/run" | grep -E "Loop time of"
+if "$fsdpp" train data.source="$work/llama3.json.bin" model.vocab_size=1200 train.steps=1 schedule.warmup_steps=0 \
+     run.output="$work/run2" >"$work/refused.log" 2>&1; then
+  echo "FAIL: training accepted token ids past model.vocab_size"; exit 1
+fi
+grep -E "outside the vocabulary" "$work/refused.log"
+echo "tokenizers: every id identical to the Python reference"

@@ -1,0 +1,193 @@
+// The tokenizers of `fsdpp tokenize`: GPT-2's byte-to-unicode table, BPE merges by rank (both JSON forms, ties,
+// ignore_merges), added tokens, chunk boundaries, streaming in chunks, and the exact error of each refused file.
+// Parity with the Python implementations on real-sized tokenizers is tests/cli/tokenizers.sh.
+#include <doctest/doctest.h>
+
+#include "fsdpp/data/bpe_tokenizer.hpp"
+#include "fsdpp/data/token_file.hpp"
+#include "fsdpp/data/tokenize.hpp"
+#include "fsdpp/runtime/error.hpp"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+namespace fs = std::filesystem;
+using namespace fsdpp;
+
+namespace {
+
+template <class F> std::string usage_error_of(F&& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(no UsageError)";
+}
+
+// A tiny byte-level BPE tokenizer.json: the letters a, b, c and the space (Ġ), merges as given.
+std::string tiny_json(const std::string& merges, const std::string& extra_model = "",
+                      const std::string& added = "", const std::string& pre = "") {
+  const std::string pre_tokenizer =
+      pre.empty() ? R"({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true})"
+                  : pre;
+  return fmt::format(R"({{"version": "1.0", "normalizer": null, "pre_tokenizer": {},
+    "added_tokens": [{}],
+    "model": {{"type": "BPE", "dropout": null, "unk_token": null, {}
+      "vocab": {{"a": 0, "b": 1, "c": 2, "Ġ": 3, "ab": 4, "bc": 5, "abc": 6, "aa": 7, "Ġa": 8, "<|end|>": 9}},
+      "merges": [{}]}}}})",
+                     pre_tokenizer, added, extra_model, merges);
+}
+
+std::vector<std::uint32_t> encode(Tokenizer& t, std::string_view text) {
+  std::vector<std::uint32_t> ids;
+  t.encode(text, text.size(), true, ids);
+  return ids;
+}
+
+using Ids = std::vector<std::uint32_t>;
+
+}  // namespace
+
+TEST_CASE("byte_to_unicode: GPT-2's bijection of the 256 bytes onto printable code points") {
+  const auto& table = byte_to_unicode();
+  CHECK(std::set<char32_t>(table.begin(), table.end()).size() == 256);
+  for (int b = '!'; b <= '~'; ++b) CHECK(table[b] == static_cast<char32_t>(b));  // printable ASCII is itself
+  CHECK(table[' '] == U'\u0120');   // Ġ: the 33rd unprintable byte (0..32 come first)
+  CHECK(table['\n'] == U'\u010A');  // Ċ
+  CHECK(table[0] == U'\u0100');
+  CHECK(table[0xAD] == U'\u0143');  // the soft hyphen is the last byte moved
+  CHECK(byte_level_string("hello world\n") == "hello\xC4\xA0world\xC4\x8A");
+  CHECK(byte_level_string("\xC3\xA9") == "\xC3\x83\xC2\xA9");  // é's two bytes, each a Latin-1 letter
+}
+
+TEST_CASE("BPE: merges apply by rank, lowest first, leftmost among equal ranks") {
+  auto bc_first = bpe_tokenizer_from_json(tiny_json(R"(["b", "c"], ["a", "b"])"), "t.json");
+  auto ab_first = bpe_tokenizer_from_json(tiny_json(R"(["a", "b"], ["b", "c"])"), "t.json");
+  CHECK(encode(*bc_first, "abc") == Ids{0, 5});  // a + bc
+  CHECK(encode(*ab_first, "abc") == Ids{4, 2});  // ab + c
+  auto both = bpe_tokenizer_from_json(tiny_json(R"(["b", "c"], ["a", "bc"])"), "t.json");
+  CHECK(encode(*both, "abc") == Ids{6});
+  auto aa = bpe_tokenizer_from_json(tiny_json(R"(["a", "a"])"), "t.json");
+  CHECK(encode(*aa, "aaa") == Ids{7, 0});  // the leftmost pair merges first
+  CHECK(encode(*aa, "aaaa") == Ids{7, 7});
+  // The older "a b" string form reads the same as the [a, b] pairs; the pre-tokenizer keeps words apart.
+  auto strings = bpe_tokenizer_from_json(tiny_json(R"("b c", "a b", "Ġ a")"), "t.json");
+  CHECK(encode(*strings, "abc abc") == Ids{0, 5, 8, 5});
+  CHECK(strings->vocab_size() == 10);
+  // ignore_merges: a piece that is itself in the vocabulary is one token, whatever the merges would make.
+  auto whole = bpe_tokenizer_from_json(tiny_json(R"(["a", "b"])", R"("ignore_merges": true,)"), "t.json");
+  CHECK(encode(*whole, "abc") == Ids{6});
+  CHECK(encode(*ab_first, "abc") == Ids{4, 2});
+  // Characters without a vocabulary entry are dropped when there is no unk_token, as HF does.
+  CHECK(encode(*ab_first, "abxc") == Ids{4, 2});
+}
+
+TEST_CASE("BPE: added tokens are matched first, leftmost-longest, with lstrip; new ones get HF's ids") {
+  const std::string added =
+      R"({"id": 9, "content": "<|end|>", "single_word": false, "lstrip": true, "rstrip": false,
+          "normalized": false, "special": true},
+         {"id": 5000, "content": "<|end|>x", "single_word": false, "lstrip": false, "rstrip": false,
+          "normalized": false, "special": true})";
+  auto t = bpe_tokenizer_from_json(tiny_json(R"(["a", "b"])", "", added), "t.json");
+  CHECK(encode(*t, "ab<|end|>ab") == Ids{4, 9, 4});
+  CHECK(encode(*t, "ab  <|end|>ab") == Ids{4, 9, 4});  // lstrip takes the spaces before it
+  // "<|end|>x" is not in the vocabulary: HF gives it the next id after the vocabulary's 10 entries, not 5000.
+  CHECK(encode(*t, "a<|end|>xb") == Ids{0, 10, 1});
+  CHECK(t->vocab_size() == 11);
+  CHECK(encode(*t, "<|end|") == Ids{});  // a partial special token is ordinary text (here: no vocabulary entries)
+}
+
+TEST_CASE("BPE: a Sequence of Split and ByteLevel, as Llama 3 and Qwen files have") {
+  const std::string pre = R"({"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex": "\\p{L}{1,2}|\\s+"}, "behavior": "Isolated", "invert": false},
+      {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]})";
+  auto t = bpe_tokenizer_from_json(tiny_json(R"(["b", "c"], ["a", "b"])", "", "", pre), "t.json");
+  CHECK(encode(*t, "abc") == Ids{4, 2});  // pieces "ab" and "c": the Split limits what merges can reach
+  CHECK(encode(*t, "bc a") == Ids{5, 3, 0});
+}
+
+TEST_CASE("BPE: every unsupported or malformed tokenizer.json is refused with the component named") {
+  const std::string tail = "; fsdpp reads byte-level BPE tokenizer.json files (GPT-2, Llama 3, Qwen style) and "
+                           "SentencePiece .model files";
+  CHECK(usage_error_of([] { bpe_tokenizer_from_json("{\"model\": ", "bad.json"); }).rfind(
+            "bad.json: not valid JSON (byte 11): ", 0) == 0);
+  std::string json = tiny_json(R"(["a", "b"])");
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string j = json;
+    j.replace(j.find(from), from.size(), to);
+    return j;
+  };
+  CHECK(usage_error_of([&] {
+          bpe_tokenizer_from_json(replaced("\"normalizer\": null", R"("normalizer": {"type": "NFKC"})"), "t.json");
+        }) == "t.json: unsupported normalizer 'NFKC' (implemented: null, NFC)" + tail);
+  CHECK(usage_error_of([&] {
+          bpe_tokenizer_from_json(replaced("\"type\": \"ByteLevel\"", "\"type\": \"Metaspace\""), "t.json");
+        }) == "t.json: unsupported pre_tokenizer 'Metaspace' (implemented: ByteLevel, or a Sequence of Split steps "
+              "ending in ByteLevel)" + tail);
+  CHECK(usage_error_of([&] {
+          bpe_tokenizer_from_json(replaced("\"type\": \"BPE\"", "\"type\": \"WordPiece\""), "t.json");
+        }) == "t.json: unsupported model type 'WordPiece' (only BPE is implemented)" + tail);
+  CHECK(usage_error_of([&] { bpe_tokenizer_from_json(replaced("[\"a\", \"b\"]", "[\"a\", \"q\"]"), "t.json"); }) ==
+        "t.json: merge 0 uses 'q', which is not in the vocabulary (a corrupt file?)" + tail);
+  CHECK(usage_error_of([&] { bpe_tokenizer_from_json(replaced("[\"a\", \"b\"]", "\"a b c\""), "t.json"); }) ==
+        "t.json: merge 0 'a b c' is not two tokens separated by one space" + tail);
+  CHECK(usage_error_of([&] {
+          bpe_tokenizer_from_json(tiny_json("", "", "", R"({"type": "Sequence", "pretokenizers": [
+              {"type": "Split", "pattern": {"Regex": "(a"}, "behavior": "Isolated", "invert": false},
+              {"type": "ByteLevel", "use_regex": false}]})"),
+                                  "t.json");
+        }) == "t.json: the pre_tokenizer's regular expression '(a' does not compile (PCRE2, at offset 2): missing "
+              "closing parenthesis");
+  CHECK(usage_error_of([&] {
+          bpe_tokenizer_from_json(tiny_json("", "", "", R"({"type": "Sequence", "pretokenizers": [
+              {"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Removed", "invert": false},
+              {"type": "ByteLevel", "use_regex": false}]})"),
+                                  "t.json");
+        }) == "t.json: unsupported Split behavior 'Removed' in pre_tokenizer (only 'Isolated' is implemented)" + tail);
+  CHECK(usage_error_of([] { load_tokenizer("/no/such/tokenizer.json"); }) ==
+        "/no/such/tokenizer.json: cannot open the tokenizer file: No such file or directory (--tokenizer takes a "
+        "Hugging Face tokenizer.json or a SentencePiece .model)");
+}
+
+TEST_CASE("chunk boundaries: after a newline, before an ASCII letter or digit") {
+  const std::string text = "ab\n cd\n\nEf\n9\n";
+  CHECK(next_chunk_boundary(text, 0) == 8);  // not before " cd" or the empty line: "Ef" starts at 8
+  CHECK(next_chunk_boundary(text, 8) == 8);
+  CHECK(next_chunk_boundary(text, 9) == 11);
+  CHECK(next_chunk_boundary(text, 12) == text.size());  // none: the end
+  CHECK(next_chunk_boundary("", 0) == 0);
+}
+
+TEST_CASE("tokenize_file: any chunk size writes the same file as one chunk") {
+  const auto dir = fs::temp_directory_path() /
+                   fmt::format("fsdpp_test_tok_{}_{}", ::getpid(), std::chrono::steady_clock::now().time_since_epoch().count());
+  fs::create_directories(dir);
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += fmt::format("abc ab{}c  \n{}aab cab\n\n", i % 3 ? "" : " ", i % 7 ? "" : " ");
+  std::ofstream((dir / "in.txt").string(), std::ios::binary) << text;
+  std::ofstream((dir / "tok.json").string()) << tiny_json(R"(["b", "c"], ["a", "b"], ["Ġ", "a"], ["a", "a"])");
+  TokenizeOptions one, small;
+  one.tokenizer_path = small.tokenizer_path = (dir / "tok.json").string();
+  small.chunk_bytes = 7;
+  const auto a = tokenize_file(MPI_COMM_SELF, (dir / "in.txt").string(), (dir / "one.bin").string(), one);
+  const auto b = tokenize_file(MPI_COMM_SELF, (dir / "in.txt").string(), (dir / "small.bin").string(), small);
+  CHECK(a.tokens == b.tokens);
+  CHECK(a.vocab_size == 10);
+  CHECK(a.token_bytes == 2);
+  CHECK(a.bytes == static_cast<std::int64_t>(text.size()));
+  CHECK(load_tokens((dir / "one.bin").string(), 10) == load_tokens((dir / "small.bin").string(), 10));
+  auto whole = bpe_tokenizer_from_json(tiny_json(R"(["b", "c"], ["a", "b"], ["Ġ", "a"], ["a", "a"])"), "t");
+  CHECK(load_tokens((dir / "one.bin").string(), 10) == encode(*whole, text));
+  CHECK(usage_error_of([&] {
+          TokenizeOptions wide = one;
+          wide.tokenizer_path = (dir / "nope.json").string();
+          tokenize_file(MPI_COMM_SELF, (dir / "in.txt").string(), (dir / "x.bin").string(), wide);
+        }).find("nope.json: cannot open the tokenizer file") != std::string::npos);
+  fs::remove_all(dir);
+}
