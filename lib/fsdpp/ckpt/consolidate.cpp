@@ -3,7 +3,7 @@
 #include "fsdpp/ckpt/finite.hpp"
 #include "fsdpp/ckpt/h5.hpp"
 #include "fsdpp/ckpt/layout.hpp"
-#include "fsdpp/ckpt/hf_gpt2.hpp"
+#include "fsdpp/ckpt/hf_convert.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/version.hpp"
