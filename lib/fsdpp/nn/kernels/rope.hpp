@@ -31,37 +31,35 @@ inline void rope_table(std::vector<double>& cos_t, std::vector<double>& sin_t, i
 }
 
 namespace detail {
-// Rotates heads [0, heads) of every row by +angle (sign 1, forward) or -angle (sign -1, backward).
+// Rotates heads [0, heads) of one row at position t by +angle (sign 1, forward) or -angle (sign -1, backward).
 template <class T>
-void rope_rotate(const char* label, const View1<T>& x, const View1<const T>& cos_t, const View1<const T>& sin_t,
-                 int N, int T_len, int row_width, int heads, int hs, T sign) {
+KOKKOS_INLINE_FUNCTION void rope_rotate_row(T* row, const T* c, const T* s, int heads, int hs, T sign) {
   const int half = hs / 2;
-  Kokkos::parallel_for(
-      label, Kokkos::RangePolicy<ExecSpace>(0, N), KOKKOS_LAMBDA(const int n) {
-        const int t = n % T_len;
-        const T* c = cos_t.data() + static_cast<std::int64_t>(t) * half;
-        const T* s = sin_t.data() + static_cast<std::int64_t>(t) * half;
-        T* row = x.data() + static_cast<std::int64_t>(n) * row_width;
-        for (int h = 0; h < heads; ++h) {
-          T* x1 = row + h * hs;
-          T* x2 = x1 + half;
-          for (int i = 0; i < half; ++i) {
-            const T a = x1[i], b = x2[i], si = sign * s[i];
-            x1[i] = a * c[i] - b * si;
-            x2[i] = b * c[i] + a * si;
-          }
-        }
-      });
+  for (int h = 0; h < heads; ++h) {
+    T* x1 = row + h * hs;
+    T* x2 = x1 + half;
+    for (int i = 0; i < half; ++i) {
+      const T a = x1[i], b = x2[i], si = sign * s[i];
+      x1[i] = a * c[i] - b * si;
+      x2[i] = b * c[i] + a * si;
+    }
+  }
 }
 }  // namespace detail
 
-// x <- rope(x): rows n = b*T + t of x (N = B*T rows of row_width), heads [0, heads) of hs channels each.
+// x <- rope(x): rows n = b*T + t of x (B*T rows of row_width), heads [0, heads) of hs channels each.
 template <class T>
 void rope_forward(const View1<T>& x,              // x (B,T,row_width), in place
                   const View1<const T>& cos_t,    // cos (>= T, hs/2)
                   const View1<const T>& sin_t,    // sin (>= T, hs/2)
                   int B, int T_len, int row_width, int heads, int hs) {
-  detail::rope_rotate<T>("fsdpp::rope_forward", x, cos_t, sin_t, B * T_len, T_len, row_width, heads, hs, T(1));
+  const int half = hs / 2;
+  Kokkos::parallel_for(
+      "fsdpp::rope_forward", Kokkos::RangePolicy<ExecSpace>(0, B * T_len), KOKKOS_LAMBDA(const int n) {
+        const std::int64_t t = n % T_len;
+        detail::rope_rotate_row(x.data() + static_cast<std::int64_t>(n) * row_width, cos_t.data() + t * half,
+                                sin_t.data() + t * half, heads, hs, T(1));
+      });
 }
 
 // dx <- rope^T(dx): the gradient with respect to the input of rope_forward, given the gradient of its output.
@@ -70,7 +68,13 @@ void rope_backward(const View1<T>& dx,            // dx (B,T,row_width), in plac
                    const View1<const T>& cos_t,   // cos (>= T, hs/2)
                    const View1<const T>& sin_t,   // sin (>= T, hs/2)
                    int B, int T_len, int row_width, int heads, int hs) {
-  detail::rope_rotate<T>("fsdpp::rope_backward", dx, cos_t, sin_t, B * T_len, T_len, row_width, heads, hs, T(-1));
+  const int half = hs / 2;
+  Kokkos::parallel_for(
+      "fsdpp::rope_backward", Kokkos::RangePolicy<ExecSpace>(0, B * T_len), KOKKOS_LAMBDA(const int n) {
+        const std::int64_t t = n % T_len;
+        detail::rope_rotate_row(dx.data() + static_cast<std::int64_t>(n) * row_width, cos_t.data() + t * half,
+                                sin_t.data() + t * half, heads, hs, T(-1));
+      });
 }
 
 }  // namespace fsdpp::kernels
