@@ -1,10 +1,10 @@
-// Llama's kernels (rmsnorm, rope, swiglu, embedding) and grouped-query attention: forward against plain double
-// references, backward against central finite differences of L = sum(out * R) in double, float against double.
+// Llama's row kernels (rmsnorm, rope, swiglu, embedding): forward against plain double references, backward
+// against central finite differences of L = sum(out * R) in double, float against double. Grouped-query
+// attention and RoPE inside attention are checked in test_kernels_attention.cpp.
 // As in test_kernels_rows.cpp, gradient buffers start at random G0 and the analytic gradient is (result - G0),
 // which checks the += as well as the values.
 #include "mpi_test.hpp"
 
-#include "fsdpp/nn/kernels/attention.hpp"
 #include "fsdpp/nn/kernels/embedding.hpp"
 #include "fsdpp/nn/kernels/rmsnorm.hpp"
 #include "fsdpp/nn/kernels/rope.hpp"
@@ -220,114 +220,4 @@ TEST_CASE("embedding forward gathers rows, backward sums repeated tokens (finite
   auto dwte = to_view<double>(dwte0);
   kernels::embedding_backward<double>(dwte, to_view<double>(R), tok, N, C);
   CHECK(rel_err(minus(to_vec(dwte), dwte0), fd_grad(wte, [&] { return dot(forward(), R); })) < 1e-8);
-}
-
-// ---------------------------------------------------------------------------------- grouped-query attention
-namespace {
-
-// Naive double GQA: query head h reads kv head h / (NH/NKV); rows packed [q | k | v].
-Vec reference_gqa(const kernels::AttentionShape& s, const Vec& inp) {
-  const int W = s.row_width(), C = s.q_width(), G = s.group();
-  Vec out(static_cast<std::size_t>(s.B) * s.T * C, 0.0);
-  for (int b = 0; b < s.B; ++b)
-    for (int h = 0; h < s.NH; ++h)
-      for (int t = 0; t < s.T; ++t) {
-        const int g = h / G;
-        std::vector<double> score(t + 1);
-        double maxv = -1e300;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          double d = 0;
-          for (int i = 0; i < s.hs; ++i)
-            d += inp[(b * s.T + t) * W + h * s.hs + i] * inp[(b * s.T + t2) * W + C + g * s.hs + i];
-          score[t2] = d / std::sqrt(double(s.hs));
-          maxv = std::max(maxv, score[t2]);
-        }
-        double sum = 0;
-        for (double& x : score) sum += (x = std::exp(x - maxv));
-        for (int t2 = 0; t2 <= t; ++t2)
-          for (int i = 0; i < s.hs; ++i)
-            out[(b * s.T + t) * C + h * s.hs + i] +=
-                score[t2] / sum * inp[(b * s.T + t2) * W + C + s.NKV * s.hs + g * s.hs + i];
-      }
-  return out;
-}
-
-template <class Real> Vec gqa_forward(const kernels::AttentionShape& s, const Vec& inp, int row_block) {
-  View1<Real> out("out", static_cast<std::size_t>(s.B) * s.T * s.q_width());
-  View1<Real> att("att", static_cast<std::size_t>(s.B) * s.NH * s.T * s.T);
-  kernels::attention_forward<Real>(out, att, to_view<Real>(inp), s, row_block);
-  return to_vec(out);
-}
-
-template <class Real>
-Vec gqa_backward(const kernels::AttentionShape& s, const Vec& inp, const Vec& dout, const Vec& dinp0, int row_block) {
-  View1<Real> out("out", static_cast<std::size_t>(s.B) * s.T * s.q_width());
-  View1<Real> att("att", static_cast<std::size_t>(s.B) * s.NH * s.T * s.T);
-  auto inp_v = to_view<Real>(inp);
-  kernels::attention_forward<Real>(out, att, inp_v, s, row_block);
-  auto dinp = to_view<Real>(dinp0);
-  auto datt = to_view<Real>(Vec(att.extent(0), std::numeric_limits<double>::quiet_NaN()));
-  kernels::attention_backward<Real>(dinp, datt, to_view<Real>(dout), inp_v, att, s, row_block);
-  return minus(to_vec(dinp), dinp0);
-}
-
-}  // namespace
-
-TEST_CASE("grouped-query attention matches a naive reference and finite differences (dK/dV summed over groups)") {
-  using kernels::AttentionShape;
-  for (const AttentionShape& s : {AttentionShape{2, 5, 4, 2, 3}, AttentionShape{2, 5, 6, 1, 2},
-                                  AttentionShape{1, 4, 3, 3, 2}})
-    for (int rb : {kernels::kAttentionRowBlock, 2}) {
-      CAPTURE(s.NH);
-      CAPTURE(s.NKV);
-      CAPTURE(rb);
-      Vec inp = random_vec(static_cast<std::size_t>(s.B) * s.T * s.row_width(), 51);
-      const Vec R = random_vec(static_cast<std::size_t>(s.B) * s.T * s.q_width(), 52);
-      const Vec dinp0 = random_vec(inp.size(), 53);
-      CHECK(rel_err(gqa_forward<double>(s, inp, rb), reference_gqa(s, inp)) < 1e-12);
-      const Vec analytic = gqa_backward<double>(s, inp, R, dinp0, rb);
-      const Vec numeric = fd_grad(inp, [&] { return dot(gqa_forward<double>(s, inp, rb), R); });
-      CHECK(rel_err(analytic, numeric) < 1e-6);
-      CHECK(rel_err(gqa_backward<float>(s, inp, R, dinp0, rb), analytic) < 1e-5);
-    }
-}
-
-TEST_CASE("attention with NKV = NH is bitwise the GPT-2 call") {
-  const kernels::AttentionShape s{2, 7, 4, 4, 3};
-  const Vec inp = random_vec(static_cast<std::size_t>(s.B) * s.T * s.row_width(), 61);
-  View1<float> out("out", s.B * s.T * s.q_width()), att("att", s.B * s.NH * s.T * s.T);
-  kernels::attention_forward<float>(out, att, to_view<float>(inp), s.B, s.T, s.q_width(), s.NH, 2);
-  CHECK(to_vec(out) == gqa_forward<float>(s, inp, 2));
-}
-
-TEST_CASE("rope then attention: scores depend on relative position only") {
-  // After RoPE, q(t).k(t2) depends on t - t2 only: the same content one position later (a zero row in front)
-  // gives the same scores among the content rows, so the same ratios att[t,t2] / att[t,t].
-  const kernels::AttentionShape s{1, 4, 2, 1, 4};
-  const int W = s.row_width();
-  Vec ch, sh;
-  kernels::rope_table(ch, sh, 8, s.hs, 10000.0);
-  const Vec content = random_vec(static_cast<std::size_t>(s.T) * W, 71);
-  auto probabilities = [&](int shift) {
-    // A sequence of T + shift positions whose last T rows are `content`; its attention probabilities.
-    const int T = s.T + shift;
-    Vec x(static_cast<std::size_t>(T) * W, 0.0);
-    std::copy(content.begin(), content.end(), x.begin() + static_cast<std::ptrdiff_t>(shift) * W);
-    auto xv = to_view<double>(x);
-    kernels::rope_forward<double>(xv, to_view<double>(ch), to_view<double>(sh), 1, T, W, s.NH + s.NKV, s.hs);
-    kernels::AttentionShape st = s;
-    st.T = T;
-    View1<double> out("out", static_cast<std::size_t>(T) * s.q_width()), att("att", s.NH * T * T);
-    kernels::attention_forward<double>(out, att, xv, st);
-    return to_vec(att);
-  };
-  const Vec a0 = probabilities(0), a1 = probabilities(1);
-  const int T0 = s.T, T1 = s.T + 1;
-  for (int h = 0; h < s.NH; ++h)
-    for (int t = 0; t < T0; ++t)
-      for (int t2 = 0; t2 <= t; ++t2) {
-        const double r0 = a0[(h * T0 + t) * T0 + t2] / a0[(h * T0 + t) * T0 + t];
-        const double r1 = a1[(h * T1 + t + 1) * T1 + t2 + 1] / a1[(h * T1 + t + 1) * T1 + t + 1];
-        CHECK(std::fabs(r0 - r1) < 1e-12 * std::max(1.0, std::fabs(r0)));
-      }
 }
