@@ -404,7 +404,7 @@ std::vector<Field> make_fields() {
 const std::vector<Section>& deck_sections() {
   static const std::vector<Section> sections = {
       {"run", "Name, seed and output folder of the run."},
-      {"model", "GPT-2 architecture; the defaults are GPT-2 small (124M)."},
+      {"model", "The architecture (model.arch: gpt2 or llama) and its shape; the defaults are GPT-2 small (124M)."},
       {"data", "Training tokens."},
       {"optim", "Optimizer."},
       {"schedule", "Learning-rate schedule."},
