@@ -2,7 +2,7 @@
 #include "commands.hpp"
 
 #include "fsdpp/ckpt/checkpoint.hpp"
-#include "fsdpp/ckpt/hf_gpt2.hpp"
+#include "fsdpp/ckpt/hf_convert.hpp"
 #include "fsdpp/ckpt/layout.hpp"
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
@@ -23,11 +23,11 @@ Command add_ckpt_command(CLI::App& app) {
   auto* consolidate = cli->add_subcommand("consolidate", "Write one plain HDF5 file with whole tensors at /model/<name>");
   for (auto* sub : {inspect, verify, consolidate}) sub->add_option("checkpoint", *path, "A step_<N>.h5 file")->required();
   consolidate->add_option("out", *out, "The HDF5 file to write")->required();
-  auto* import = cli->add_subcommand("import", "Hugging Face GPT-2 safetensors -> an fsdpp weights file (for init_from)");
-  auto* exporter = cli->add_subcommand("export", "An fsdpp checkpoint or weights file -> Hugging Face GPT-2 safetensors");
+  auto* import = cli->add_subcommand("import", "Hugging Face GPT-2 or Llama safetensors -> an fsdpp weights file (for init_from)");
+  auto* exporter = cli->add_subcommand("export", "An fsdpp checkpoint or weights file -> Hugging Face GPT-2 or Llama safetensors");
   auto deck_path = std::make_shared<std::string>();
   auto dtype = std::make_shared<std::string>("F32");
-  import->add_option("safetensors", *path, "model.safetensors (GPT-2, HF layout)")->required();
+  import->add_option("safetensors", *path, "model.safetensors (GPT-2 or Llama, HF layout)")->required();
   import->add_option("out", *out, "The fsdpp weights file to write (.h5)")->required();
   import->add_option("--deck", *deck_path, "The deck whose model the weights must fit")->required();
   exporter->add_option("checkpoint", *path, "A step_<N>.h5 checkpoint or a weights file")->required();
@@ -35,8 +35,11 @@ Command add_ckpt_command(CLI::App& app) {
   exporter->add_option("--dtype", *dtype, "F32 or BF16")->check(CLI::IsMember({"F32", "BF16"}));
   return {cli, [path, out, inspect, consolidate, import, exporter, deck_path, dtype](Runtime& rt) {
             // Every rank parses the deck (a bad deck is reported once); rank 0 converts.
-            GptConfig config;
-            if (*import) config = model_config(parse_deck(read_deck_everywhere(rt.world(), *deck_path), *deck_path).model);
+            ShapeMap expected;  // the deck's model, on meta: its parameter names and shapes
+            if (*import) {
+              const auto model = make_model(parse_deck(read_deck_everywhere(rt.world(), *deck_path), *deck_path).model);
+              for (Parameter* p : model->parameters()) expected[p->name()] = p->shape();
+            }
             // Serial reads on rank 0; a failure is the same error (exit code 2) on every rank, and the verdict is
             // shared so every rank exits alike.
             std::string output;
@@ -45,12 +48,12 @@ Command add_ckpt_command(CLI::App& app) {
               if (*inspect) {
                 output = inspect_checkpoint(*path);
               } else if (*import) {
-                import_hf_gpt2(*path, *out, config);
-                output = fmt::format("wrote {}: GPT-2 weights in fsdpp layout; train from them with "
-                                     "checkpoint.init_from={}", *out, *out);
+                const char* model = import_hf(*path, *out, expected);
+                output = fmt::format("wrote {}: {} weights in fsdpp layout; train from them with "
+                                     "checkpoint.init_from={}", *out, model, *out);
               } else if (*exporter) {
-                export_hf_gpt2(*path, *out, *dtype);
-                output = fmt::format("wrote {}: Hugging Face GPT-2 layout, {}", *out, *dtype);
+                const char* model = export_hf(*path, *out, *dtype);
+                output = fmt::format("wrote {}: Hugging Face {} layout, {}", *out, model, *dtype);
               } else if (*consolidate) {
                 consolidate_checkpoint(*path, *out);
                 output = fmt::format("wrote {}: whole tensors at /model/<name> (h5dump -d /model/wte.weight {})", *out, *out);

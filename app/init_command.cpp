@@ -20,7 +20,7 @@ Command add_init_command(CLI::App& app) {
             if (memory_check_enabled(rt.world())) check_memory_before_allocation(rt.world(), deck, MemoryUse::init);
             write_seed_checkpoint(rt.world(), deck, *out);
             Log::info("wrote the initial weights of {} (seed {}, {} parameters) to {}; train from them with "
-                      "checkpoint.init_from={}", deck.run.name, deck.run.seed, model_config(deck.model).parameter_count(),
+                      "checkpoint.init_from={}", deck.run.name, deck.run.seed, make_model(deck.model)->parameter_count(),
                       *out, *out);
             return 0;
           }};

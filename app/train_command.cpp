@@ -75,11 +75,10 @@ int run_train(Runtime& rt, const TrainArgs& args) {
   }
   if (args.dry_run) {
     const MemoryPlan plan = plan_memory(deck, rt.size());
-    const GptConfig c = model_config(deck.model);
     Log::info("---- resolved deck ----\n{}-----------------------", resolved_deck_yaml(deck));
     Log::info("{}", format_memory_plan(deck, plan, std::nullopt));
     Log::info("dry run: {} parameters, {} rank(s) x {} micro-batch(es) of {} sequences; nothing was trained",
-              c.parameter_count(), rt.size(), plan.accum_steps, deck.train.micro_batch);
+              make_model(deck.model)->parameter_count(), rt.size(), plan.accum_steps, deck.train.micro_batch);
     return 0;
   }
   // Tests only: a fault injected at a named point of a checkpoint save (fsdpp/ckpt/save_faults.hpp).

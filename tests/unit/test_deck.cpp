@@ -5,6 +5,7 @@
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/runtime/error.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -141,10 +142,13 @@ TEST_CASE("deck: the resolved deck parses back to the same deck") {
   CHECK(again.mesh.dp_replicate == -1);
   CHECK(again.mesh.dp_shard == 4);
   CHECK(again.checkpoint.dir == "/scratch/ckpt");
-  // Every key is written out, in table order.
+  // Every key is written out, in table order, but the Llama-only keys of this gpt2 deck.
+  const std::vector<std::string> llama_only = {"model.n_kv_head",       "model.ffn_hidden", "model.ffn_multiplier",
+                                               "model.ffn_multiple_of", "model.rope_theta", "model.norm_eps"};
   for (const auto& key : fsdpp::deck_keys()) {
     CAPTURE(key);
-    CHECK(yaml.find("  " + key.substr(key.find('.') + 1) + ": ") != std::string::npos);
+    const bool written = yaml.find("  " + key.substr(key.find('.') + 1) + ": ") != std::string::npos;
+    CHECK(written == (std::find(llama_only.begin(), llama_only.end(), key) == llama_only.end()));
   }
   CHECK(yaml.find("run:\n  name: \"odd: name #1\"\n  seed: 1337\n") != std::string::npos);
   // Numbers keep a '.' so that YAML 1.1 readers (PyYAML) read floats as floats.
@@ -326,4 +330,45 @@ TEST_CASE("deck: checkpoint.on_error is abort or continue, abort by default") {
   CHECK(parse_deck(resolved_deck_yaml(d), "deck.yaml").checkpoint.on_error == fsdpp::CheckpointOnError::keep_going);
   CHECK(error_of("train: {steps: 5}\ncheckpoint: {on_error: retry}\n").find("checkpoint.on_error") != std::string::npos);
   CHECK(fsdpp::deck_help().find("  checkpoint.on_error ") != std::string::npos);
+}
+
+TEST_CASE("deck: model.arch llama fills its derived keys, echoes them, and parses back to the same deck") {
+  const Deck d = parse_deck("model: {arch: llama, n_embd: 4096, n_head: 32, n_kv_head: 8, n_layer: 2, "
+                            "ffn_multiplier: 1.3, ffn_multiple_of: 1024, rope_theta: 500000}\ntrain: {steps: 1}\n",
+                            "deck.yaml", {});
+  CHECK(d.model.arch == fsdpp::ModelArch::llama);
+  CHECK(d.model.ffn_hidden == 14336);       // Llama 3 8B's width from Meta's rule
+  CHECK(d.model.tie_embeddings == false);   // llama's default
+  CHECK(d.model.norm_eps == 1e-5);
+  const std::string yaml = fsdpp::resolved_deck_yaml(d);
+  for (const char* line : {"  arch: llama\n", "  n_kv_head: 8\n", "  ffn_hidden: 14336\n", "  rope_theta: 500000.0\n",
+                           "  tie_embeddings: false\n"})
+    CHECK_MESSAGE(yaml.find(line) != std::string::npos, line);
+  CHECK(fsdpp::resolved_deck_yaml(parse_deck(yaml, "resolved.yaml", {})) == yaml);
+
+  const Deck plain = parse_deck("model: {arch: llama, n_head: 12}\ntrain: {steps: 1}\n", "deck.yaml", {});
+  CHECK(plain.model.n_kv_head == 12);  // multi-head attention unless n_kv_head is given
+  CHECK(parse_deck("model: {arch: llama, tie_embeddings: true, ffn_hidden: 100}\ntrain: {steps: 1}\n", "d.yaml", {})
+            .model.ffn_hidden == 100);  // given: no rule
+  CHECK(parse_deck(kMinimal, "deck.yaml", {}).model.arch == fsdpp::ModelArch::gpt2);
+}
+
+TEST_CASE("deck: Llama keys are refused for gpt2, and Llama shapes are checked") {
+  CHECK(error_of("train: {steps: 5}\nmodel:\n  n_kv_head: 4\n") ==
+        "deck.yaml:3:14: model.n_kv_head applies to Llama models only, but model.arch is gpt2: remove "
+        "model.n_kv_head or set model.arch: llama");
+  CHECK(error_of("train: {steps: 5}\nmodel: {arch: gpt2}\n", {"model.rope_theta=5e5"}) ==
+        "override 'model.rope_theta=5e5': model.rope_theta applies to Llama models only, but model.arch is gpt2: "
+        "remove model.rope_theta or set model.arch: llama");
+  CHECK(error_of("train: {steps: 5}\nmodel:\n  arch: llama\n  n_head: 12\n  n_kv_head: 5\n") ==
+        "deck.yaml:5:14: model.n_kv_head (5) must divide model.n_head (12): each key/value head serves n_head / "
+        "n_kv_head query heads");
+  CHECK(error_of("train: {steps: 5}\nmodel:\n  arch: llama\n  n_embd: 100\n  n_head: 12\n") ==
+        "deck.yaml:5:11: model.n_embd (100) must be a multiple of model.n_head (12)");
+  CHECK(error_of("train: {steps: 5}\nmodel:\n  arch: llama\n  n_embd: 36\n  n_head: 12\n") ==
+        "deck.yaml:5:11: the head size model.n_embd / model.n_head (36 / 12 = 3) must be even: RoPE rotates "
+        "channel pairs");
+  CHECK(error_of("train: {steps: 5}\nmodel: {arch: mamba}\n").find("model.arch") != std::string::npos);
+  CHECK(error_of("train: {steps: 5}\nmodel: {arch: llama, norm_eps: 0}\n").find("model.norm_eps") !=
+        std::string::npos);
 }

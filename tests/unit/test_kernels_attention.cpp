@@ -1,10 +1,12 @@
 // Causal self-attention kernels: forward against plain double loops, backward against central finite
-// differences of L = sum(out * R), causality, float against double, and a timed run at small.yaml's shape.
+// differences of L = sum(out * R), causality, float against double, and a timed run at small.yaml's shape;
+// grouped-query attention (Llama) the same ways, and RoPE before attention (scores by relative position).
 // Each check runs with full-size products and with row blocks that split T unevenly, so the blocked GEMMs
 // that skip the upper triangle are exercised too.
 #include "mpi_test.hpp"
 
 #include "fsdpp/nn/kernels/attention.hpp"
+#include "fsdpp/nn/kernels/rope.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -243,4 +245,145 @@ TEST_CASE("attention timing at B=8 T=256 C=256 NH=4") {
     results[k] = o;
   }
   CHECK(rel_err(results[0], results[1]) < 1e-5);
+}
+
+// ---------------------------------------------------------------------------------- grouped-query attention
+namespace {
+
+std::vector<double> minus(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> d(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+  return d;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Central differences of loss() with respect to every element of x.
+template <class F> std::vector<double> fd_grad(std::vector<double>& x, F loss) {
+  std::vector<double> g(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i], h = 1e-6 * std::max(1.0, std::abs(saved));
+    x[i] = saved + h;
+    const double lp = loss();
+    x[i] = saved - h;
+    const double lm = loss();
+    x[i] = saved;
+    g[i] = (lp - lm) / (2 * h);
+  }
+  return g;
+}
+
+}  // namespace
+
+namespace {
+
+// Naive double GQA: query head h reads kv head h / (NH/NKV); rows packed [q | k | v].
+std::vector<double> reference_gqa(const kernels::AttentionShape& s, const std::vector<double>& inp) {
+  const int W = s.row_width(), C = s.q_width(), G = s.group();
+  std::vector<double> out(static_cast<std::size_t>(s.B) * s.T * C, 0.0);
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.NH; ++h)
+      for (int t = 0; t < s.T; ++t) {
+        const int g = h / G;
+        std::vector<double> score(t + 1);
+        double maxv = -1e300;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          double d = 0;
+          for (int i = 0; i < s.hs; ++i)
+            d += inp[(b * s.T + t) * W + h * s.hs + i] * inp[(b * s.T + t2) * W + C + g * s.hs + i];
+          score[t2] = d / std::sqrt(double(s.hs));
+          maxv = std::max(maxv, score[t2]);
+        }
+        double sum = 0;
+        for (double& x : score) sum += (x = std::exp(x - maxv));
+        for (int t2 = 0; t2 <= t; ++t2)
+          for (int i = 0; i < s.hs; ++i)
+            out[(b * s.T + t) * C + h * s.hs + i] +=
+                score[t2] / sum * inp[(b * s.T + t2) * W + C + s.NKV * s.hs + g * s.hs + i];
+      }
+  return out;
+}
+
+template <class Real> std::vector<double> gqa_forward(const kernels::AttentionShape& s, const std::vector<double>& inp, int row_block) {
+  View1<Real> out("out", static_cast<std::size_t>(s.B) * s.T * s.q_width());
+  View1<Real> att("att", static_cast<std::size_t>(s.B) * s.NH * s.T * s.T);
+  kernels::attention_forward<Real>(out, att, to_view<Real>(inp), s, row_block);
+  return to_vector(out);
+}
+
+template <class Real>
+std::vector<double> gqa_backward(const kernels::AttentionShape& s, const std::vector<double>& inp, const std::vector<double>& dout, const std::vector<double>& dinp0, int row_block) {
+  View1<Real> out("out", static_cast<std::size_t>(s.B) * s.T * s.q_width());
+  View1<Real> att("att", static_cast<std::size_t>(s.B) * s.NH * s.T * s.T);
+  auto inp_v = to_view<Real>(inp);
+  kernels::attention_forward<Real>(out, att, inp_v, s, row_block);
+  auto dinp = to_view<Real>(dinp0);
+  auto datt = to_view<Real>(std::vector<double>(att.extent(0), std::numeric_limits<double>::quiet_NaN()));
+  kernels::attention_backward<Real>(dinp, datt, to_view<Real>(dout), inp_v, att, s, row_block);
+  return minus(to_vector(dinp), dinp0);
+}
+
+}  // namespace
+
+TEST_CASE("grouped-query attention matches a naive reference and finite differences (dK/dV summed over groups)") {
+  using kernels::AttentionShape;
+  for (const AttentionShape& s : {AttentionShape{2, 5, 4, 2, 3}, AttentionShape{2, 5, 6, 1, 2},
+                                  AttentionShape{1, 4, 3, 3, 2}})
+    for (int rb : {kernels::kAttentionRowBlock, 2}) {
+      CAPTURE(s.NH);
+      CAPTURE(s.NKV);
+      CAPTURE(rb);
+      std::vector<double> inp = random_vector(static_cast<std::size_t>(s.B) * s.T * s.row_width(), 51);
+      const std::vector<double> R = random_vector(static_cast<std::size_t>(s.B) * s.T * s.q_width(), 52);
+      const std::vector<double> dinp0 = random_vector(inp.size(), 53);
+      CHECK(rel_err(gqa_forward<double>(s, inp, rb), reference_gqa(s, inp)) < 1e-12);
+      const std::vector<double> analytic = gqa_backward<double>(s, inp, R, dinp0, rb);
+      const std::vector<double> numeric = fd_grad(inp, [&] { return dot(gqa_forward<double>(s, inp, rb), R); });
+      CHECK(rel_err(analytic, numeric) < 1e-6);
+      CHECK(rel_err(gqa_backward<float>(s, inp, R, dinp0, rb), analytic) < 1e-5);
+    }
+}
+
+TEST_CASE("attention with NKV = NH is bitwise the GPT-2 call") {
+  const kernels::AttentionShape s{2, 7, 4, 4, 3};
+  const std::vector<double> inp = random_vector(static_cast<std::size_t>(s.B) * s.T * s.row_width(), 61);
+  View1<float> out("out", s.B * s.T * s.q_width()), att("att", s.B * s.NH * s.T * s.T);
+  kernels::attention_forward<float>(out, att, to_view<float>(inp), s.B, s.T, s.q_width(), s.NH, 2);
+  CHECK(to_vector(out) == gqa_forward<float>(s, inp, 2));
+}
+
+TEST_CASE("rope then attention: scores depend on relative position only") {
+  // After RoPE, q(t).k(t2) depends on t - t2 only: the same content one position later (a zero row in front)
+  // gives the same scores among the content rows, so the same ratios att[t,t2] / att[t,t].
+  const kernels::AttentionShape s{1, 4, 2, 1, 4};
+  const int W = s.row_width();
+  std::vector<double> ch, sh;
+  kernels::rope_table(ch, sh, 8, s.hs, 10000.0);
+  const std::vector<double> content = random_vector(static_cast<std::size_t>(s.T) * W, 71);
+  auto probabilities = [&](int shift) {
+    // A sequence of T + shift positions whose last T rows are `content`; its attention probabilities.
+    const int T = s.T + shift;
+    std::vector<double> x(static_cast<std::size_t>(T) * W, 0.0);
+    std::copy(content.begin(), content.end(), x.begin() + static_cast<std::ptrdiff_t>(shift) * W);
+    auto xv = to_view<double>(x);
+    kernels::rope_forward<double>(xv, to_view<double>(ch), to_view<double>(sh), 1, T, W, s.NH + s.NKV, s.hs);
+    kernels::AttentionShape st = s;
+    st.T = T;
+    View1<double> out("out", static_cast<std::size_t>(T) * s.q_width()), att("att", s.NH * T * T);
+    kernels::attention_forward<double>(out, att, xv, st);
+    return to_vector(att);
+  };
+  const std::vector<double> a0 = probabilities(0), a1 = probabilities(1);
+  const int T0 = s.T, T1 = s.T + 1;
+  for (int h = 0; h < s.NH; ++h)
+    for (int t = 0; t < T0; ++t)
+      for (int t2 = 0; t2 <= t; ++t2) {
+        const double r0 = a0[(h * T0 + t) * T0 + t2] / a0[(h * T0 + t) * T0 + t];
+        const double r1 = a1[(h * T1 + t + 1) * T1 + t2 + 1] / a1[(h * T1 + t + 1) * T1 + t + 1];
+        CHECK(std::fabs(r0 - r1) < 1e-12 * std::max(1.0, std::fabs(r0)));
+      }
 }

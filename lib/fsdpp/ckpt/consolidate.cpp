@@ -3,7 +3,7 @@
 #include "fsdpp/ckpt/finite.hpp"
 #include "fsdpp/ckpt/h5.hpp"
 #include "fsdpp/ckpt/layout.hpp"
-#include "fsdpp/ckpt/hf_gpt2.hpp"
+#include "fsdpp/ckpt/hf_convert.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/version.hpp"
@@ -128,7 +128,8 @@ void load_consolidated(MPI_Comm comm, const std::string& path, const std::vector
     }
   }
   problems = broadcast_string(comm, std::move(problems));
-  FSDPP_REQUIRE(problems.empty(), "{} does not match the model:{}", path, problems);
+  FSDPP_REQUIRE(problems.empty(), "{} does not match the model:{}\nthe weights are another model's: check model.arch "
+                "and the model.* shapes of the deck against the model that wrote them", path, problems);
 
   for (Parameter* p : params) {
     std::vector<float> whole(static_cast<std::size_t>(p->numel()));

@@ -1,19 +1,7 @@
 #include "fsdpp/ckpt/hf_gpt2.hpp"
 
-#include "fsdpp/ckpt/checkpoint.hpp"
-#include "fsdpp/ckpt/finite.hpp"
-#include "fsdpp/ckpt/h5.hpp"
-#include "fsdpp/ckpt/layout.hpp"
-#include "fsdpp/ckpt/safetensors.hpp"
-#include "fsdpp/runtime/collective_errors.hpp"
+#include "fsdpp/ckpt/hf_convert.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/version.hpp"
-
-#include <fmt/format.h>
-
-#include <climits>
-#include <filesystem>
-#include <map>
 
 namespace fsdpp {
 namespace {
@@ -21,63 +9,6 @@ namespace {
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
-
-std::string shape_text(const std::vector<std::int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ",")); }
-
-// [rows, cols] -> [cols, rows]
-std::vector<float> transposed(const std::vector<float>& in, std::int64_t rows, std::int64_t cols) {
-  std::vector<float> out(in.size());
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c) out[static_cast<std::size_t>(c * rows + r)] = in[static_cast<std::size_t>(r * cols + c)];
-  return out;
-}
-
-// Expected fsdpp names and shapes of a model, from a model built on meta (no storage).
-std::map<std::string, std::vector<std::int64_t>> expected_shapes(const GptConfig& config) {
-  Gpt model(config);
-  std::map<std::string, std::vector<std::int64_t>> out;
-  for (Parameter* p : model.parameters()) out[p->name()] = p->shape();
-  return out;
-}
-
-// The HF tensors of `path`, mapped to fsdpp names (validated against `expected`), read lazily.
-struct HfFile {
-  SafetensorsReader reader;
-  std::map<std::string, const SafetensorInfo*> by_name;
-  explicit HfFile(const std::string& path, const std::map<std::string, std::vector<std::int64_t>>& expected)
-      : reader(path) {
-    std::string problems;
-    for (const SafetensorInfo& t : reader.tensors()) {
-      const auto name = fsdpp_name_of_hf_key(t.name);
-      if (!name) continue;
-      if (*name == "lm_head.weight" && !expected.count(*name)) continue;  // tied: wte serves as the head
-      const auto it = expected.find(*name);
-      if (it == expected.end()) {
-        problems += fmt::format("\n  {}: not a parameter of this model", t.name);
-        continue;
-      }
-      auto shape = t.shape;
-      if (stored_transposed_by_hf(*name) && shape.size() == 2) std::swap(shape[0], shape[1]);
-      if (shape != it->second)
-        problems += fmt::format("\n  {}: file shape {} (as {}), model {}", t.name, shape_text(t.shape), shape_text(shape),
-                                shape_text(it->second));
-      by_name[*name] = &t;
-    }
-    for (const auto& [name, shape] : expected)
-      if (!by_name.count(name)) problems += fmt::format("\n  missing from the file: {} ({})", hf_key_of(name), shape_text(shape));
-    FSDPP_REQUIRE(problems.empty(), "{} does not match the deck's GPT-2 model:{}", path, problems);
-  }
-  // The tensor in fsdpp's layout.
-  std::vector<float> read(const std::string& name) const {
-    const SafetensorInfo& t = *by_name.at(name);
-    std::vector<float> data = reader.read_f32(t);
-    if (const auto bad = first_non_finite(data.data(), data.size()))
-      throw UsageError(fmt::format("{}: tensor '{}' {}: GPT-2 weights must be finite; refusing to import or start "
-                                   "from them", reader.path(), t.name, describe_non_finite(*bad, t.shape, data[*bad])));
-    if (stored_transposed_by_hf(name) && t.shape.size() == 2) data = transposed(data, t.shape[0], t.shape[1]);
-    return data;
-  }
-};
 
 }  // namespace
 
@@ -96,82 +27,22 @@ bool stored_transposed_by_hf(const std::string& fsdpp_name) {
          ends_with(fsdpp_name, "mlp.c_fc.weight") || ends_with(fsdpp_name, "mlp.c_proj.weight");
 }
 
+const HfNaming& hf_gpt2_naming() {
+  static const HfNaming naming{"GPT-2", fsdpp_name_of_hf_key, hf_key_of, stored_transposed_by_hf, true};
+  return naming;
+}
+
 void import_hf_gpt2(const std::string& safetensors, const std::string& out, const GptConfig& config) {
-  const auto expected = expected_shapes(config);
-  const HfFile file(safetensors, expected);
-  try {
-    ConsolidatedWriter writer(out, safetensors, 0);
-    for (const auto& [name, shape] : expected) writer.add(name, shape, file.read(name).data());
-  } catch (const std::exception&) {
-    std::error_code ec;
-    std::filesystem::remove(out, ec);  // no half-written weights file for init_from to pick up
-    throw;
-  }
+  Gpt model(config);  // on meta: names and shapes only
+  ShapeMap expected;
+  for (Parameter* p : model.parameters()) expected[p->name()] = p->shape();
+  import_hf(safetensors, out, expected);
 }
 
 void export_hf_gpt2(const std::string& weights, const std::string& out, const std::string& dtype) {
-  FSDPP_REQUIRE(dtype == "F32" || dtype == "BF16", "export dtype '{}': expected F32 or BF16", dtype);
-  h5::Handle file = h5::open_file(weights, MPI_COMM_NULL);
-  const std::string format = h5::get_string(h5::open_group(file, "/meta", weights), "format", weights + " /meta");
-  const bool consolidated = format == "fsdpp-consolidated";
-  FSDPP_REQUIRE(consolidated || format == "fsdpp-checkpoint", "{}: not an fsdpp checkpoint or weights file", weights);
-  if (!consolidated) require_sound_layout(weights);  // the offsets and rows below are trusted only after this
-  h5::Handle model = h5::open_group(file, "/model", weights);
-  const std::vector<std::string> names = h5::children(model);
-  // Shapes first: the safetensors header precedes the data.
-  std::vector<std::vector<std::int64_t>> shapes;
-  for (const std::string& name : names) {
-    std::vector<std::int64_t> shape;
-    if (consolidated) {
-      for (auto d : h5::dataset_dims(h5::open_dataset(model, name, weights))) shape.push_back(static_cast<std::int64_t>(d));
-    } else {
-      shape = h5::get_ints(h5::open_group(model, name, weights), "global_shape", weights + " /model/" + name);
-    }
-    shapes.push_back(shape);
-  }
-  SafetensorsWriter writer(out, {{"format", "pt"}, {"producer", fmt::format("fsdpp {}", FSDPP_VERSION)},
-                                 {"source", weights}});
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    auto shape = shapes[i];
-    if (stored_transposed_by_hf(names[i])) std::swap(shape[0], shape[1]);
-    writer.declare(hf_key_of(names[i]), shape, dtype);
-  }
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    const auto& shape = shapes[i];
-    std::int64_t row = 1;
-    for (std::size_t d = 1; d < shape.size(); ++d) row *= shape[d];
-    std::vector<float> whole(static_cast<std::size_t>(shape.front() * row));
-    if (consolidated) {
-      h5::read_rows(h5::open_dataset(model, names[i], weights), 0, static_cast<std::uint64_t>(shape.front()),
-                    static_cast<std::uint64_t>(row), whole.data(), weights + " /model/" + names[i]);
-    } else {
-      h5::Handle g = h5::open_group(model, names[i], weights);
-      for (std::int64_t k = 0, shards = h5::get_int(g, "shards", weights); k < shards; ++k) {
-        h5::Handle ds = h5::open_dataset(g, fmt::format("shard_{}", k), weights);
-        const std::int64_t offset = h5::get_int(ds, "offset", weights), rows = h5::get_int(ds, "rows", weights);
-        h5::read_rows(ds, 0, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(row), whole.data() + offset * row,
-                      weights + " /model/" + names[i]);
-      }
-    }
-    if (stored_transposed_by_hf(names[i])) whole = transposed(whole, shape[0], shape[1]);
-    writer.write(hf_key_of(names[i]), whole.data(), whole.size());
-  }
-  writer.finish();
-}
-
-void load_hf_safetensors(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  std::map<std::string, std::vector<std::int64_t>> expected;
-  for (const Parameter* p : params) expected[p->name()] = p->shape();
-  std::unique_ptr<HfFile> file;
-  root_does(comm, [&] { file = std::make_unique<HfFile>(path, expected); });
-  for (Parameter* p : params) {
-    std::vector<float> whole(static_cast<std::size_t>(p->numel()));
-    // Every rank hears whether rank 0's read worked before the broadcast it would otherwise wait in.
-    root_does(comm, [&] { whole = file->read(p->name()); });
-    broadcast_into_shard(comm, whole, *p);
-  }
+  const std::string model = export_hf(weights, out, dtype);
+  FSDPP_REQUIRE(model == hf_gpt2_naming().model, "{} holds {} weights, not GPT-2's: export them with fsdpp ckpt "
+                "export, which follows the file", weights, model);
 }
 
 }  // namespace fsdpp

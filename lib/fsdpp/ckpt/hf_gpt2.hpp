@@ -3,6 +3,7 @@
 // and its Conv1D layers (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj weights) store [in, out] where fsdpp
 // stores [out, in]: those are transposed both ways. HF's lm_head.weight is the tied wte and is dropped when
 // embeddings are tied; the attention-mask buffers (attn.bias, attn.masked_bias) of older files are ignored.
+#include "fsdpp/ckpt/hf_convert.hpp"  // load_hf_safetensors, export_hf
 #include "fsdpp/nn/gpt.hpp"
 
 #include <mpi.h>
@@ -22,11 +23,11 @@ bool stored_transposed_by_hf(const std::string& fsdpp_name);  // a Conv1D weight
 // load it with checkpoint.init_from). Validates every shape against `config`, listing every mismatch. Serial.
 void import_hf_gpt2(const std::string& safetensors, const std::string& out, const GptConfig& config);
 
-// `fsdpp ckpt export`: an fsdpp checkpoint or weights file into HF GPT-2 safetensors (dtype F32 or BF16), one
+// `fsdpp ckpt export` (export_hf): an fsdpp checkpoint or weights file into HF GPT-2 safetensors (dtype F32 or BF16), one
 // tensor at a time. Serial.
 void export_hf_gpt2(const std::string& weights, const std::string& out, const std::string& dtype);
 
-// checkpoint.init_from with a .safetensors file: rank 0 reads and maps each tensor, every rank keeps its rows.
-void load_hf_safetensors(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params);
+struct HfNaming;
+const HfNaming& hf_gpt2_naming();  // the three functions above, for hf_convert.hpp
 
 }  // namespace fsdpp

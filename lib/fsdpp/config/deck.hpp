@@ -18,6 +18,7 @@
 
 namespace fsdpp {
 
+enum class ModelArch { gpt2, llama };
 enum class OptimizerKind { adamw, sgd };
 enum class ScheduleKind { constant, cosine };
 enum class DataFormat { automatic, gpt2, uint16, uint32 };
@@ -44,12 +45,21 @@ struct RunConfig {
 
 // Defaults are GPT-2 small (124M): the one architecture everyone can check against.
 struct ModelConfig {
+  ModelArch arch = ModelArch::gpt2;
   int vocab_size = 50257;  // V
   int context_length = 1024;  // T (maximum sequence length, rows of wpe)
   int n_embd = 768;   // C
   int n_layer = 12;   // L
   int n_head = 12;    // NH
-  bool tie_embeddings = true;
+  bool tie_embeddings = true;  // llama: false unless set
+  // Llama only (a gpt2 deck that sets one is refused). parse_deck fills n_kv_head (n_head) and ffn_hidden
+  // (ffn_hidden_for the multiplier) when they are not given.
+  int n_kv_head = 0;            // NKV, dividing NH
+  int ffn_hidden = 0;           // F, the SwiGLU width
+  double ffn_multiplier = 1.0;  // Meta's ffn_dim_multiplier, when ffn_hidden is not given
+  int ffn_multiple_of = 256;    // Meta's multiple_of, likewise
+  double rope_theta = 10000.0;  // RoPE base
+  double norm_eps = 1e-5;       // RMSNorm eps
 };
 
 struct DataConfig {
@@ -159,10 +169,15 @@ std::string deck_help();
 // Every key's path ("train.steps"), in table order.
 std::vector<std::string> deck_keys();
 
+// Meta's rule for the Llama MLP width: 2/3 of 4C, times the multiplier, rounded up to a multiple of multiple_of
+// (Llama 3 8B: C 4096, 1.3, 1024 -> 14336; Llama 3.2 1B: C 2048, 1.5, 256 -> 8192).
+int llama_ffn_hidden(int n_embd, double multiplier, int multiple_of);
+
 // Micro-batches each rank runs per optimizer step: global_batch / (micro_batch x dp_size). Known only at
 // launch, so checked here rather than in parse_deck; UsageError when it does not divide.
 int grad_accum_steps(const TrainConfig& train, int dp_size);
 
+std::string_view to_string(ModelArch v);
 std::string_view to_string(OptimizerKind v);
 std::string_view to_string(ScheduleKind v);
 std::string_view to_string(DataFormat v);

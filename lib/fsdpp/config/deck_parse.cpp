@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <utility>
@@ -237,12 +238,29 @@ std::string file_stem(const std::string& file) {
 
 // Defaults that depend on other keys, filled after the overrides so that an override of run.name moves the
 // output folder with it.
+}  // namespace
+
+int llama_ffn_hidden(int n_embd, double multiplier, int multiple_of) {
+  std::int64_t hidden = 2 * (4 * std::int64_t{n_embd}) / 3;
+  hidden = static_cast<std::int64_t>(multiplier * static_cast<double>(hidden));
+  hidden = multiple_of * ((hidden + multiple_of - 1) / multiple_of);
+  return static_cast<int>(std::min<std::int64_t>(hidden, std::numeric_limits<int>::max()));
+}
+
+namespace {
+
 void fill_derived(ParseState& st) {
   Deck& d = st.deck;
   if (!st.origins.count("run.name")) d.run.name = file_stem(st.file);
   if (!st.origins.count("run.output")) d.run.output = "runs/" + d.run.name;
   if (!st.origins.count("checkpoint.dir")) d.checkpoint.dir = d.run.output + "/checkpoints";
   if (!st.origins.count("train.micro_batch")) d.train.micro_batch = d.train.global_batch;
+  if (d.model.arch == ModelArch::llama) {
+    if (!st.origins.count("model.tie_embeddings")) d.model.tie_embeddings = false;
+    if (!st.origins.count("model.n_kv_head")) d.model.n_kv_head = d.model.n_head;
+    if (!st.origins.count("model.ffn_hidden"))
+      d.model.ffn_hidden = llama_ffn_hidden(d.model.n_embd, d.model.ffn_multiplier, d.model.ffn_multiple_of);
+  }
 }
 
 [[noreturn]] void inconsistent(const ParseState& st, std::initializer_list<const char*> paths,
@@ -255,12 +273,36 @@ void fill_derived(ParseState& st) {
   reject("{}: {}", last ? last->where : st.file, message);
 }
 
+// The keys only a Llama model reads (deck.hpp), refused in a gpt2 deck rather than silently ignored.
+constexpr const char* kLlamaOnlyKeys[] = {"model.n_kv_head",      "model.ffn_hidden", "model.ffn_multiplier",
+                                          "model.ffn_multiple_of", "model.rope_theta", "model.norm_eps"};
+
+void check_model(const ParseState& st) {
+  const ModelConfig& m = st.deck.model;
+  if (m.n_embd % m.n_head != 0)
+    inconsistent(st, {"model.n_embd", "model.n_head"},
+                 fmt::format("model.n_embd ({}) must be a multiple of model.n_head ({})", m.n_embd, m.n_head));
+  if (m.arch == ModelArch::gpt2) {
+    for (const char* key : kLlamaOnlyKeys)
+      if (st.origins.count(key))
+        inconsistent(st, {key, "model.arch"},
+                     fmt::format("{} applies to Llama models only, but model.arch is gpt2: remove {} or set "
+                                 "model.arch: llama", key, key));
+    return;
+  }
+  if (m.n_head % m.n_kv_head != 0)
+    inconsistent(st, {"model.n_kv_head", "model.n_head"},
+                 fmt::format("model.n_kv_head ({}) must divide model.n_head ({}): each key/value head serves "
+                             "n_head / n_kv_head query heads", m.n_kv_head, m.n_head));
+  if ((m.n_embd / m.n_head) % 2 != 0)
+    inconsistent(st, {"model.n_embd", "model.n_head"},
+                 fmt::format("the head size model.n_embd / model.n_head ({} / {} = {}) must be even: RoPE rotates "
+                             "channel pairs", m.n_embd, m.n_head, m.n_embd / m.n_head));
+}
+
 void check_consistency(const ParseState& st) {
   const Deck& d = st.deck;
-  if (d.model.n_embd % d.model.n_head != 0)
-    inconsistent(st, {"model.n_embd", "model.n_head"},
-                 fmt::format("model.n_embd ({}) must be a multiple of model.n_head ({})", d.model.n_embd,
-                             d.model.n_head));
+  check_model(st);
   if (d.train.micro_batch > d.train.global_batch)
     inconsistent(st, {"train.micro_batch", "train.global_batch"},
                  fmt::format("train.micro_batch ({}) must be <= train.global_batch ({})", d.train.micro_batch,

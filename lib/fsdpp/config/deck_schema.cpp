@@ -245,6 +245,14 @@ Field mesh_dim(std::string_view path, int MeshConfig::*member, std::string doc) 
   return f;
 }
 
+// A key only Llama reads: left out of a gpt2 deck's echo (so the echo parses back), its default documented.
+Field llama_only(Field f, std::string default_doc) {
+  const auto get = f.get;
+  f.get = [get](const Deck& d) { return d.model.arch == ModelArch::llama ? get(d) : std::string(); };
+  f.default_doc = std::move(default_doc);
+  return f;
+}
+
 std::vector<Field> make_fields() {
   std::vector<Field> f;
   f.push_back(text("run.name", &Deck::run, &RunConfig::name, "Name of the run; names the output folder.", true));
@@ -255,6 +263,10 @@ std::vector<Field> make_fields() {
                    "Folder for the log copy, the resolved deck and metrics.jsonl."));
   f.back().default_doc = "runs/<run.name>";
 
+  f.push_back(choice("model.arch", &Deck::model, &ModelConfig::arch, kArchs,
+                     "gpt2: GPT-2 (LayerNorm, learned positions, GELU MLP, biases); llama: Llama 2/3 (RMSNorm, "
+                     "RoPE, grouped-query attention, SwiGLU MLP, no biases, untied lm_head unless "
+                     "model.tie_embeddings is set). The model.* keys marked 'llama only' are refused for gpt2."));
   f.push_back(integer("model.vocab_size", &Deck::model, &ModelConfig::vocab_size, 1, "Vocabulary size V."));
   f.push_back(integer("model.context_length", &Deck::model, &ModelConfig::context_length, 1,
                       "Sequence length T (rows of wpe)."));
@@ -263,7 +275,23 @@ std::vector<Field> make_fields() {
   f.push_back(integer("model.n_layer", &Deck::model, &ModelConfig::n_layer, 1, "Transformer blocks L."));
   f.push_back(integer("model.n_head", &Deck::model, &ModelConfig::n_head, 1, "Attention heads NH."));
   f.push_back(boolean("model.tie_embeddings", &Deck::model, &ModelConfig::tie_embeddings,
-                      "LM head shares wte; false adds a separate lm_head [V, C]."));
+                      "LM head shares wte; false adds a separate lm_head [V, C]. Default true for gpt2, false "
+                      "for llama."));
+  f.push_back(llama_only(integer("model.n_kv_head", &Deck::model, &ModelConfig::n_kv_head, 1,
+                                 "llama only: key/value heads NKV (grouped-query attention); must divide "
+                                 "model.n_head."), "model.n_head"));
+  f.push_back(llama_only(integer("model.ffn_hidden", &Deck::model, &ModelConfig::ffn_hidden, 1,
+                                 "llama only: SwiGLU MLP width F."), "from model.ffn_multiplier"));
+  f.push_back(llama_only(real("model.ffn_multiplier", &Deck::model, &ModelConfig::ffn_multiplier, kPositive,
+                              "llama only, when model.ffn_hidden is not given: F = ffn_multiplier x 8C/3 rounded "
+                              "up to a multiple of model.ffn_multiple_of (Meta's rule; Llama 3 8B: 1.3, 1024)."),
+                         "1"));
+  f.push_back(llama_only(integer("model.ffn_multiple_of", &Deck::model, &ModelConfig::ffn_multiple_of, 1,
+                                 "llama only: see model.ffn_multiplier."), "256"));
+  f.push_back(llama_only(real("model.rope_theta", &Deck::model, &ModelConfig::rope_theta, kPositive,
+                              "llama only: RoPE base theta (Llama 2: 10000, Llama 3: 500000)."), "10000"));
+  f.push_back(llama_only(real("model.norm_eps", &Deck::model, &ModelConfig::norm_eps, kPositive,
+                              "llama only: RMSNorm epsilon (Llama 2: 1e-5 or 1e-6, Llama 3: 1e-5)."), "1e-05"));
 
   f.push_back(text("data.source", &Deck::data, &DataConfig::source,
                    "'synthetic' (the built-in corpus) or the path of a token file."));
@@ -376,7 +404,7 @@ std::vector<Field> make_fields() {
 const std::vector<Section>& deck_sections() {
   static const std::vector<Section> sections = {
       {"run", "Name, seed and output folder of the run."},
-      {"model", "GPT-2 architecture; the defaults are GPT-2 small (124M)."},
+      {"model", "The architecture (model.arch: gpt2 or llama) and its shape; the defaults are GPT-2 small (124M)."},
       {"data", "Training tokens."},
       {"optim", "Optimizer."},
       {"schedule", "Learning-rate schedule."},

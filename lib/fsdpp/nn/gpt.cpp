@@ -9,6 +9,8 @@
 #include "fsdpp/nn/kernels/residual.hpp"
 #include "fsdpp/runtime/error.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 namespace fsdpp {
@@ -171,7 +173,7 @@ void Block::backward(Flow& flow) {
 // Gpt: tokens -> wte + wpe -> blocks -> ln_f -> logits = x wte^T (or lm_head) -> cross-entropy
 
 Gpt::Gpt(const GptConfig& c)
-    : Module("GPT"),
+    : LanguageModel("GPT"),
       wte(add_parameter("wte.weight", {c.vocab_size, c.n_embd}, InitRule::normal(kStd), ParamRole::embedding)),
       wpe(add_parameter("wpe.weight", {c.context_length, c.n_embd}, InitRule::normal(kStd), ParamRole::embedding)),
       ln_f_weight(add_parameter("ln_f.weight", {c.n_embd}, InitRule::ones(), ParamRole::norm)),
@@ -192,6 +194,18 @@ std::vector<Block*> Gpt::blocks() const {
   std::vector<Block*> out;
   for (const auto& b : blocks_) out.push_back(b.get());
   return out;
+}
+
+std::vector<Module*> Gpt::block_modules() const {
+  std::vector<Module*> out;
+  for (const auto& b : blocks_) out.push_back(b.get());
+  return out;
+}
+
+std::string Gpt::describe() const {
+  const GptConfig& c = config_;
+  return fmt::format("GPT-2, V {} T {} C {} L {} NH {} ({} embeddings)", c.vocab_size, c.context_length, c.n_embd,
+                     c.n_layer, c.n_head, c.tie_embeddings ? "tied" : "untied");
 }
 
 std::int64_t Gpt::activation_bytes() const {

@@ -6,7 +6,7 @@
 // The model is a tree of Modules: the root GPT owns the embeddings, ln_f and the LM head; each transformer
 // block h.<l> is a child Module, the unit fully_shard wraps. Dimensions: B batch, T sequence, C channels,
 // NH heads, hs = C/NH, V vocabulary, L layers, N = B*T rows.
-#include "fsdpp/nn/module.hpp"
+#include "fsdpp/nn/language_model.hpp"
 
 #include <memory>
 #include <vector>
@@ -73,7 +73,7 @@ class Block final : public Module {
   View1<float> out_;                 // (B,T,C) block output (also holds c_proj output before the residual add)
 };
 
-class Gpt final : public Module {
+class Gpt final : public LanguageModel {
  public:
   explicit Gpt(const GptConfig& config);  // on "meta": shapes and init rules only, no storage
   const GptConfig& config() const { return config_; }
@@ -85,12 +85,19 @@ class Gpt final : public Module {
   Parameter& ln_f_bias;   // (C)
   Parameter* lm_head;     // (V, C) when embeddings are untied, else nullptr (wte serves)
 
-  // Per-position losses of the last forward, (B*T), for evaluation code that wants more than the mean.
-  View1<float> losses() const { return losses_; }
-  // Activations and backward scratch held for the last batch shape, over the whole model.
-  std::int64_t activation_bytes() const;
-  // What activation_bytes() will be after a forward and backward of B sequences of T tokens, computed from
-  // the shapes alone (fsdpp plan): saved activations, logits, and the backward scratch the blocks share.
+  // LanguageModel
+  std::vector<Module*> block_modules() const override;
+  View1<float> losses() const override { return losses_; }
+  std::int64_t activation_bytes() const override;
+  std::int64_t activation_bytes_for(int B, int T) const override { return activation_bytes_for(config_, B, T); }
+  std::int64_t parameter_count() const override { return config_.parameter_count(); }
+  double flops_per_token(int T) const override { return config_.flops_per_token(T); }
+  int vocab_size() const override { return config_.vocab_size; }
+  int context_length() const override { return config_.context_length; }
+  std::string describe() const override;
+
+  // activation_bytes_for from a config alone: saved activations, logits, and the backward scratch the
+  // blocks share.
   static std::int64_t activation_bytes_for(const GptConfig& config, int B, int T);
 
  protected:

@@ -136,10 +136,10 @@ std::vector<std::string> Parallelism::banner(const std::string& optimizer_state,
 
 namespace {
 
-std::unique_ptr<Parallelism> shard(Gpt& model, ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh, MPI_Comm world) {
+std::unique_ptr<Parallelism> shard(LanguageModel& model, ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh, MPI_Comm world) {
   auto par = std::make_unique<Parallelism>(std::move(layout), std::move(mesh), world);
   const ParallelLayout& l = par->layout();
-  for (Block* block : model.blocks()) fully_shard(*block, par->mesh(), l.block_options);
+  for (Module* block : model.block_modules()) fully_shard(*block, par->mesh(), l.block_options);
   FsdpGroup& root = fully_shard(model, par->mesh(), l.root_options);
   if (l.gradient_divide_factor > 0)
     for (Module* m : model.modules())
@@ -150,7 +150,7 @@ std::unique_ptr<Parallelism> shard(Gpt& model, ParallelLayout layout, std::uniqu
 
 }  // namespace
 
-std::unique_ptr<Parallelism> parallelize(Gpt& model, const Deck& deck, MPI_Comm world) {
+std::unique_ptr<Parallelism> parallelize(LanguageModel& model, const Deck& deck, MPI_Comm world) {
   int ranks = 1;
   MPI_Comm_size(world, &ranks);
   ParallelLayout layout = parallel_layout(deck, ranks);
@@ -158,7 +158,7 @@ std::unique_ptr<Parallelism> parallelize(Gpt& model, const Deck& deck, MPI_Comm 
   return shard(model, std::move(layout), std::move(mesh), world);
 }
 
-std::unique_ptr<Parallelism> parallelize_for_planning(Gpt& model, const Deck& deck, int world_size) {
+std::unique_ptr<Parallelism> parallelize_for_planning(LanguageModel& model, const Deck& deck, int world_size) {
   FSDPP_REQUIRE(world_size >= 1, "--ranks is {}; it must be at least 1", world_size);
   ParallelLayout layout = parallel_layout(deck, world_size);
   auto mesh = std::make_unique<DeviceMesh>(DeviceMesh::planning(layout.mesh, world_size, 0, layout.backend));

@@ -21,7 +21,7 @@
 #include "fsdpp/comm/mpi_communicator.hpp"
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/fsdp/fully_shard.hpp"
-#include "fsdpp/nn/gpt.hpp"
+#include "fsdpp/nn/language_model.hpp"
 
 #include <mpi.h>
 
@@ -106,9 +106,9 @@ class Parallelism {
 };
 
 // Collective over `world`. The model must be on meta; it is sharded but not given storage.
-std::unique_ptr<Parallelism> parallelize(Gpt& model, const Deck& deck, MPI_Comm world);
+std::unique_ptr<Parallelism> parallelize(LanguageModel& model, const Deck& deck, MPI_Comm world);
 // The same sharding for a launch of `world_size` ranks, seen from rank 0, on a planning mesh: no MPI, and
 // fully_shard runs dry (memory events only).
-std::unique_ptr<Parallelism> parallelize_for_planning(Gpt& model, const Deck& deck, int world_size);
+std::unique_ptr<Parallelism> parallelize_for_planning(LanguageModel& model, const Deck& deck, int world_size);
 
 }  // namespace fsdpp

@@ -16,11 +16,34 @@ GptConfig model_config(const ModelConfig& m) {
   return c;
 }
 
+LlamaConfig llama_config(const ModelConfig& m) {
+  LlamaConfig c;
+  c.vocab_size = m.vocab_size;
+  c.context_length = m.context_length;
+  c.n_embd = m.n_embd;
+  c.n_layer = m.n_layer;
+  c.n_head = m.n_head;
+  c.n_kv_head = m.n_kv_head;
+  c.ffn_hidden = m.ffn_hidden;
+  c.rope_theta = m.rope_theta;
+  c.norm_eps = m.norm_eps;
+  c.tie_embeddings = m.tie_embeddings;
+  return c;
+}
+
+std::unique_ptr<LanguageModel> make_model(const ModelConfig& m) {
+  switch (m.arch) {
+    case ModelArch::gpt2: return std::make_unique<Gpt>(model_config(m));
+    case ModelArch::llama: return std::make_unique<Llama>(llama_config(m));
+  }
+  throw UsageError(fmt::format("model.arch {} is not a model fsdpp builds", static_cast<int>(m.arch)));
+}
+
 std::vector<float> TrainModel::whole(const Parameter& p) const { return gather_full_parameter(p, parallel->mesh()); }
 
 TrainModel build_model(MPI_Comm comm, const Deck& deck) {
   TrainModel t;
-  t.model = std::make_unique<Gpt>(model_config(deck.model));
+  t.model = make_model(deck.model);
   t.parallel = parallelize(*t.model, deck, comm);
   t.model->to_empty();
   t.model->reset_parameters(deck.run.seed);

@@ -5,6 +5,7 @@
 // run.seed.
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/nn/gpt.hpp"
+#include "fsdpp/nn/llama.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 
 #include <memory>
@@ -12,13 +13,16 @@
 namespace fsdpp {
 
 struct TrainModel {
-  std::unique_ptr<Gpt> model;
+  std::unique_ptr<LanguageModel> model;
   std::unique_ptr<Parallelism> parallel;
   // The whole tensor of `p` on every rank (gathered from the shards). Collective over the shard group.
   std::vector<float> whole(const Parameter& p) const;
 };
 
-GptConfig model_config(const ModelConfig& m);
+GptConfig model_config(const ModelConfig& m);     // model.arch gpt2
+LlamaConfig llama_config(const ModelConfig& m);  // model.arch llama
+// The model the deck's model.arch names, on meta: the one place that chooses the architecture.
+std::unique_ptr<LanguageModel> make_model(const ModelConfig& m);
 TrainModel build_model(MPI_Comm comm, const Deck& deck);  // collective
 
 // `fsdpp init`: writes the initial weights as a consolidated file (whole tensors), the same for any number of

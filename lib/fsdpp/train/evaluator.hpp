@@ -1,7 +1,7 @@
 #pragma once
 // The validation loss: train.eval_batches fixed validation micro-batches per rank, averaged over the job.
 // Forward only; the root group, which keeps its parameters after forward for a backward, is resharded after.
-#include "fsdpp/nn/gpt.hpp"
+#include "fsdpp/nn/language_model.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/train/data_feed.hpp"
 
@@ -9,7 +9,7 @@ namespace fsdpp {
 
 class Evaluator {
  public:
-  Evaluator(Gpt& model, Parallelism& parallel, DataFeed& data, const TrainConfig& train)
+  Evaluator(LanguageModel& model, Parallelism& parallel, DataFeed& data, const TrainConfig& train)
       : model_(model), parallel_(parallel), data_(data), interval_(train.eval_interval),
         batches_(std::max(1, train.eval_batches)) {}
 
@@ -18,7 +18,7 @@ class Evaluator {
   double run();  // collective
 
  private:
-  Gpt& model_;
+  LanguageModel& model_;
   Parallelism& parallel_;
   DataFeed& data_;
   std::int64_t interval_;

@@ -1,6 +1,5 @@
 #include "fsdpp/train/memory_plan.hpp"
 
-#include "fsdpp/nn/gpt.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/train/build_model.hpp"
@@ -65,8 +64,8 @@ std::int64_t MemoryPlan::largest_micro_batch(std::int64_t bytes) const {
 MemoryPlan plan_memory(const Deck& deck, int ranks) {
   FSDPP_REQUIRE(ranks >= 1, "--ranks is {}; it must be at least 1", ranks);
   // Shapes only: a model on meta allocates nothing, and its groups run dry on a planning mesh.
-  Gpt shapes(model_config(deck.model));
-  const std::unique_ptr<Parallelism> par = parallelize_for_planning(shapes, deck, ranks);
+  const std::unique_ptr<LanguageModel> shapes = make_model(deck.model);
+  const std::unique_ptr<Parallelism> par = parallelize_for_planning(*shapes, deck, ranks);
   MemoryPlan plan;
   plan.ranks = ranks;
   plan.strategy = std::string(to_string(deck.fsdp.strategy));
@@ -89,9 +88,9 @@ MemoryPlan plan_memory(const Deck& deck, int ranks) {
   m.optimizer = deck.optim.name == OptimizerKind::adamw ? 2 * m.parameters
                                                         : (deck.optim.momentum != 0 ? m.parameters : 0);
   const int T = deck.model.context_length;
-  m.activations = Gpt::activation_bytes_for(shapes.config(), plan.micro_batch, T);
+  m.activations = shapes->activation_bytes_for(plan.micro_batch, T);
   m.batch = std::int64_t{2} * plan.micro_batch * T * 4;
-  plan.per_sequence_bytes = Gpt::activation_bytes_for(shapes.config(), 1, T) + std::int64_t{2} * T * 4;
+  plan.per_sequence_bytes = shapes->activation_bytes_for(1, T) + std::int64_t{2} * T * 4;
 
   // One training step of fully_shard's real schedule, dry: its events are the unsharded memory.
   auto peak = std::make_shared<PeakOfEvents>();
@@ -101,8 +100,8 @@ MemoryPlan plan_memory(const Deck& deck, int ranks) {
   flow.T = T;
   for (int a = 0; a < plan.accum_steps; ++a) {
     par->before_micro_batch(a, plan.accum_steps);
-    shapes.dry_run(flow, Pass::forward);
-    shapes.dry_run(flow, Pass::backward);
+    shapes->dry_run(flow, Pass::forward);
+    shapes->dry_run(flow, Pass::backward);
   }
   m.unsharded_parameters = peak->unsharded_parameters();
   m.unsharded_gradients = peak->unsharded_gradients();
@@ -154,20 +153,19 @@ std::string largest_micro_batch_text(const Deck& deck, const MemoryPlan& plan, s
 }
 
 std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::optional<std::int64_t> mem_per_rank) {
-  const GptConfig c = model_config(deck.model);
+  const int T = deck.model.context_length;
   std::string out;
   auto line = [&out](const std::string& s) { out += s + "\n"; };
   std::int64_t parameters = 0;
   for (const PlannedUnit& u : plan.units) parameters += u.parameters;
-  line(fmt::format("model: GPT-2, V {} T {} C {} L {} NH {} ({} embeddings), {} parameters", c.vocab_size,
-                   c.context_length, c.n_embd, c.n_layer, c.n_head, c.tie_embeddings ? "tied" : "untied", parameters));
+  line(fmt::format("model: {}, {} parameters", make_model(deck.model)->describe(), parameters));
   std::string mesh;
   for (const MeshDim& d : plan.mesh) mesh += fmt::format("{}{}={}", mesh.empty() ? "" : " x ", d.name, d.size);
   line(fmt::format("mesh: {} ({} ranks, fsdp.strategy {}, reshard_after_forward {}, param {} / reduce {})",
                    mesh.empty() ? "none" : mesh, plan.ranks, plan.strategy, to_string(deck.fsdp.reshard_after_forward),
                    dtype_name(deck.fsdp.param_dtype), dtype_name(deck.fsdp.reduce_dtype)));
   line(fmt::format("batch: {} sequences x {} tokens per step; {} rank(s) x {} micro-batch(es) of {}",
-                   deck.train.global_batch, c.context_length, plan.ranks, plan.accum_steps, plan.micro_batch));
+                   deck.train.global_batch, T, plan.ranks, plan.accum_steps, plan.micro_batch));
   line("");
   line(plan.shard_ranks == 1 && plan.ranks > 1 ? "Units (no_shard: replicated on every rank, DDP), per rank:"
                                                : "FSDP units (fully_shard per block, then the root), per rank:");
@@ -194,8 +192,8 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
   line(fmt::format("  {:<52} {:>10.1f}{}", "total per rank", mib(m.total()), verdict));
   line(fmt::format("peak: {}", plan.peak_moment));
   line(fmt::format("each sequence per micro-batch adds {:.2f} MiB (activations {:.2f} MiB, tokens {:.3f} MiB)",
-                   mib(plan.per_sequence_bytes), mib(plan.per_sequence_bytes - 2 * c.context_length * 4),
-                   mib(2 * c.context_length * 4)));
+                   mib(plan.per_sequence_bytes), mib(plan.per_sequence_bytes - 2 * T * 4),
+                   mib(2 * T * 4)));
   if (mem_per_rank) line(largest_micro_batch_text(deck, plan, *mem_per_rank));
   line("Not counted: host memory for the data (token windows), MPI's own buffers, checkpoint staging, and the CUDA "
        "context on GPU builds.");

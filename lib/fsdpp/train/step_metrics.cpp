@@ -34,18 +34,15 @@ StepMetrics::StepMetrics(MPI_Comm comm, const Deck& deck, const Parallelism& par
   if (measure_peak) summary_.sgemm_gflops = parallel_.mean_over_ranks(measure_sgemm_gflops(1024, 3));
 }
 
-void StepMetrics::banner(const Gpt& model, const DataFeed& data, const Optimizer& optimizer) {
-  const GptConfig config = model.config();
+void StepMetrics::banner(const LanguageModel& model, const DataFeed& data, const Optimizer& optimizer) {
   const int T = deck_.model.context_length;
   summary_.loss_floor = data.entropy_floor();
-  summary_.flops_per_token = config.flops_per_token(T);
+  summary_.flops_per_token = model.flops_per_token(T);
   if (!speaks_) return;
   Log::info("{}", format_build_info());
   Log::info("matmul: {}, BLAS threads per rank: {}", matmul_backend(), blas_threads());
   Log::info("---- resolved deck ----\n{}-----------------------", resolved_deck_yaml(deck_));
-  Log::info("model: GPT-2, V {} T {} C {} L {} NH {} ({} embeddings), {} parameters", config.vocab_size, T,
-            config.n_embd, config.n_layer, config.n_head, config.tie_embeddings ? "tied" : "untied",
-            config.parameter_count());
+  Log::info("model: {}, {} parameters", model.describe(), model.parameter_count());
   Log::info("data: {}", data.description());
   Log::info("batch: {} sequences x {} tokens = {:.0f} tokens per step; {} rank(s) x {} micro-batch(es) of {}",
             deck_.train.global_batch, T, tokens_per_step_, data.data_parallel_size(), data.accumulation_steps(),
@@ -100,7 +97,7 @@ void StepMetrics::after_step(std::int64_t done, const StepResult& r, const FsdpS
   timers_.mark(kOther);
 }
 
-TrainSummary StepMetrics::finish(Gpt& model, std::optional<double> loss_floor) {
+TrainSummary StepMetrics::finish(LanguageModel& model, std::optional<double> loss_floor) {
   TrainSummary& s = summary_;
   s.loss_floor = loss_floor;
   s.steps = static_cast<std::int64_t>(s.losses.size());

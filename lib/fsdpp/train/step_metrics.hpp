@@ -5,7 +5,7 @@
 // min/avg/max breakdowns over ranks and the per-rank peak memory. Rank 0 prints; the reductions behind the
 // tables are collective, so every rank calls every method.
 #include "fsdpp/config/deck.hpp"
-#include "fsdpp/nn/gpt.hpp"
+#include "fsdpp/nn/language_model.hpp"
 #include "fsdpp/optim/optimizer.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/runtime/timers.hpp"
@@ -27,7 +27,7 @@ class StepMetrics {
 
   bool speaks() const { return speaks_; }
   SectionTimers& timers() { return timers_; }
-  void banner(const Gpt& model, const DataFeed& data, const Optimizer& optimizer);
+  void banner(const LanguageModel& model, const DataFeed& data, const Optimizer& optimizer);
 
   void start_loop(std::int64_t first_step);
   // After each step: adds its communication times; every log.interval steps (and the first and last) writes
@@ -36,7 +36,7 @@ class StepMetrics {
                   std::optional<double> val, bool last);
   void add_eval_seconds(double seconds) { eval_seconds_ += seconds; }
   // The end-of-run report (collective); fills the summary's figures.
-  TrainSummary finish(Gpt& model, std::optional<double> loss_floor);
+  TrainSummary finish(LanguageModel& model, std::optional<double> loss_floor);
 
  private:
   MPI_Comm comm_;

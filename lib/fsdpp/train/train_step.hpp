@@ -10,7 +10,7 @@
 // out the optimizer update (the sampler still advances, so the next step sees new data) and reports it in the
 // result, and the (train.max_skipped_steps + 1)-th non-finite step in a row stops the run as abort would.
 #include "fsdpp/config/deck.hpp"
-#include "fsdpp/nn/gpt.hpp"
+#include "fsdpp/nn/language_model.hpp"
 #include "fsdpp/optim/optimizer.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/runtime/timers.hpp"
@@ -35,7 +35,7 @@ struct StepResult {
 class TrainStep {
  public:
   // Collective over `comm`, the job's ranks (the non-finite guard's search).
-  TrainStep(MPI_Comm comm, Gpt& model, Parallelism& parallel, Optimizer& optimizer, DataFeed& data,
+  TrainStep(MPI_Comm comm, LanguageModel& model, Parallelism& parallel, Optimizer& optimizer, DataFeed& data,
             const TrainConfig& train, SectionTimers& timers)
       : comm_(comm), model_(model), parallel_(parallel), optimizer_(optimizer), data_(data), train_(train),
         timers_(timers) {}
@@ -49,7 +49,7 @@ class TrainStep {
   std::string guard(std::int64_t step, const StepResult& r);
 
   MPI_Comm comm_;
-  Gpt& model_;
+  LanguageModel& model_;
   Parallelism& parallel_;
   Optimizer& optimizer_;
   DataFeed& data_;

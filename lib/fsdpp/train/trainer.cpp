@@ -82,7 +82,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   // Built on meta, parallelized, then given storage and values: no rank ever holds the whole model, and
   // element i of every tensor gets the same value on any number of ranks.
   TrainModel built = build_model(comm, deck);
-  Gpt& model = *built.model;
+  LanguageModel& model = *built.model;
   Parallelism& parallel = *built.parallel;
   DataFeed data(deck, parallel.data_parallel_size(), parallel.data_parallel_rank());
   if (deck.checkpoint.init_from != "none") {

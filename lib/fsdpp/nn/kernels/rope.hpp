@@ -1,0 +1,80 @@
+#pragma once
+// Rotary position embeddings (RoFormer; Llama), in Hugging Face's half-split convention: within a head of hs
+// channels, channel i < hs/2 pairs with channel i + hs/2 (rotate_half), not with its neighbour 2i+1 as in
+// Meta's original interleaved layout. Hugging Face's conversion permutes the q_proj/k_proj rows into this
+// layout, so with it fsdpp's q/k weights ARE Hugging Face's and import/export copies them unchanged.
+//
+// At position t, pair (x1, x2) = (x[i], x[i + hs/2]) rotates by the angle t * theta^(-2i/hs):
+//   x1' = x1 cos - x2 sin,   x2' = x2 cos + x1 sin
+// The rotation is linear and orthogonal, so backward is the transposed rotation of the gradient and needs no
+// saved input. Both run IN PLACE on rows of a packed buffer: `heads` heads of hs channels at the start of each
+// row of `row_width` (Llama rotates the NH query heads and the NKV key heads of a packed [q | k | v] row).
+#include "fsdpp/tensor/types.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace fsdpp::kernels {
+
+// The angle table, cos and sin (max_T, hs/2) as row-major host vectors, computed in double and rounded once.
+inline void rope_table(std::vector<double>& cos_t, std::vector<double>& sin_t, int max_T, int hs, double theta) {
+  const int half = hs / 2;
+  cos_t.assign(static_cast<std::size_t>(max_T) * half, 0.0);
+  sin_t.assign(cos_t.size(), 0.0);
+  for (int t = 0; t < max_T; ++t)
+    for (int i = 0; i < half; ++i) {
+      const double angle = t * std::pow(theta, -2.0 * i / hs);
+      cos_t[static_cast<std::size_t>(t) * half + i] = std::cos(angle);
+      sin_t[static_cast<std::size_t>(t) * half + i] = std::sin(angle);
+    }
+}
+
+namespace detail {
+// Rotates heads [0, heads) of one row at position t by +angle (sign 1, forward) or -angle (sign -1, backward).
+template <class T>
+KOKKOS_INLINE_FUNCTION void rope_rotate_row(T* row, const T* c, const T* s, int heads, int hs, T sign) {
+  const int half = hs / 2;
+  for (int h = 0; h < heads; ++h) {
+    T* x1 = row + h * hs;
+    T* x2 = x1 + half;
+    for (int i = 0; i < half; ++i) {
+      const T a = x1[i], b = x2[i], si = sign * s[i];
+      x1[i] = a * c[i] - b * si;
+      x2[i] = b * c[i] + a * si;
+    }
+  }
+}
+}  // namespace detail
+
+// x <- rope(x): rows n = b*T + t of x (B*T rows of row_width), heads [0, heads) of hs channels each.
+template <class T>
+void rope_forward(const View1<T>& x,              // x (B,T,row_width), in place
+                  const View1<const T>& cos_t,    // cos (>= T, hs/2)
+                  const View1<const T>& sin_t,    // sin (>= T, hs/2)
+                  int B, int T_len, int row_width, int heads, int hs) {
+  const int half = hs / 2;
+  Kokkos::parallel_for(
+      "fsdpp::rope_forward", Kokkos::RangePolicy<ExecSpace>(0, B * T_len), KOKKOS_LAMBDA(const int n) {
+        const std::int64_t t = n % T_len;
+        detail::rope_rotate_row(x.data() + static_cast<std::int64_t>(n) * row_width, cos_t.data() + t * half,
+                                sin_t.data() + t * half, heads, hs, T(1));
+      });
+}
+
+// dx <- rope^T(dx): the gradient with respect to the input of rope_forward, given the gradient of its output.
+template <class T>
+void rope_backward(const View1<T>& dx,            // dx (B,T,row_width), in place
+                   const View1<const T>& cos_t,   // cos (>= T, hs/2)
+                   const View1<const T>& sin_t,   // sin (>= T, hs/2)
+                   int B, int T_len, int row_width, int heads, int hs) {
+  const int half = hs / 2;
+  Kokkos::parallel_for(
+      "fsdpp::rope_backward", Kokkos::RangePolicy<ExecSpace>(0, B * T_len), KOKKOS_LAMBDA(const int n) {
+        const std::int64_t t = n % T_len;
+        detail::rope_rotate_row(dx.data() + static_cast<std::int64_t>(n) * row_width, cos_t.data() + t * half,
+                                sin_t.data() + t * half, heads, hs, T(-1));
+      });
+}
+
+}  // namespace fsdpp::kernels

@@ -1,0 +1,41 @@
+#pragma once
+// LanguageModel: what the trainer, the parallelizer, the planner, the evaluator and the checkpoint code need
+// from a causal language model, whatever its architecture (GPT-2: gpt.hpp, Llama: llama.hpp). Code outside
+// nn/ holds a LanguageModel& and never asks which architecture it is; build_model.hpp's make_model is the one
+// place that reads model.arch.
+//
+// The model is a Module tree: the root owns the embeddings, the final norm and the LM head; each transformer
+// block is a child, the unit fully_shard wraps. Forward takes tokens and targets in a Flow and leaves the mean
+// loss in it; backward leaves every parameter's gradient.
+#include "fsdpp/nn/module.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fsdpp {
+
+class LanguageModel : public Module {
+ public:
+  using Module::Module;
+
+  // The transformer blocks in forward order: fully_shard wraps each, then the root.
+  virtual std::vector<Module*> block_modules() const = 0;
+  // Per-position losses of the last forward, (B*T), for evaluation code that wants more than the mean.
+  virtual View1<float> losses() const = 0;
+  // Activations and backward scratch held for the last batch shape, over the whole model.
+  virtual std::int64_t activation_bytes() const = 0;
+  // What activation_bytes() will be after a forward and backward of B sequences of T tokens, from the shapes
+  // alone (fsdpp plan; exact, the plan is checked against measured peaks).
+  virtual std::int64_t activation_bytes_for(int B, int T) const = 0;
+  virtual std::int64_t parameter_count() const = 0;
+  // Training FLOPs per token at sequence length T: 6 x the parameters that multiply + 12 x L x T x C (the
+  // attention products), the convention MFU is quoted in.
+  virtual double flops_per_token(int T) const = 0;
+  virtual int vocab_size() const = 0;
+  virtual int context_length() const = 0;
+  // One line for banners and plans, e.g. "GPT-2, V 50257 T 1024 C 768 L 12 NH 12 (tied embeddings)".
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace fsdpp

@@ -1,0 +1,141 @@
+#pragma once
+// Llama (Llama 2 / Llama 3 family): token embedding, L pre-RMSNorm blocks (grouped-query causal self-attention
+// with rotary position embeddings, and a SwiGLU MLP, each with a residual add), a final RMSNorm and an LM head,
+// untied by default. No biases, no position table.
+//
+// Parameter names are Hugging Face's LlamaForCausalLM names without the leading "model." (lm_head.weight keeps
+// its own), so import/export maps them 1:1 (ckpt/hf_llama.hpp):
+//   embed_tokens.weight                      (V, C)
+//   layers.<l>.input_layernorm.weight        (C)
+//   layers.<l>.self_attn.q_proj.weight       (NH*hs, C)     hs = C/NH
+//   layers.<l>.self_attn.k_proj.weight       (NKV*hs, C)
+//   layers.<l>.self_attn.v_proj.weight       (NKV*hs, C)
+//   layers.<l>.self_attn.o_proj.weight       (C, NH*hs)
+//   layers.<l>.post_attention_layernorm.weight (C)
+//   layers.<l>.mlp.gate_proj.weight          (F, C)
+//   layers.<l>.mlp.up_proj.weight            (F, C)
+//   layers.<l>.mlp.down_proj.weight          (C, F)
+//   norm.weight                              (C)
+//   lm_head.weight                           (V, C), absent when tie_embeddings
+// RoPE uses Hugging Face's half-split convention (kernels/rope.hpp), so q_proj and k_proj rows are stored
+// exactly as Hugging Face stores them. Dimensions: B batch, T sequence, C channels, NH query heads, NKV key/value
+// heads, F the MLP width, V vocabulary, L layers, N = B*T rows.
+#include "fsdpp/nn/language_model.hpp"
+
+#include <memory>
+#include <vector>
+
+namespace fsdpp {
+
+struct LlamaConfig {
+  int vocab_size = 256;         // V
+  int context_length = 64;      // maximum T (rows of the RoPE tables)
+  int n_embd = 64;              // C
+  int n_layer = 2;              // L
+  int n_head = 4;               // NH
+  int n_kv_head = 2;            // NKV, dividing NH
+  int ffn_hidden = 176;         // F (the deck: model.ffn_hidden, or llama_ffn_hidden in config/deck.hpp)
+  double rope_theta = 10000.0;  // RoPE base
+  double norm_eps = 1e-5;       // RMSNorm eps
+  bool tie_embeddings = false;  // LM head shares embed_tokens.weight
+
+  int head_size() const { return n_embd / n_head; }
+  int kv_width() const { return n_kv_head * head_size(); }
+  std::int64_t parameter_count() const;
+  // Training FLOPs per token: 6 x the matmul parameters (the projections and the LM head; the embedding is a
+  // lookup unless it is the tied head, the norms are not matmuls) + 12 x L x T x C for the attention products.
+  double flops_per_token(int T) const;
+  void validate() const;  // UsageError naming the field when the shape is impossible
+};
+
+struct LlamaScratch;  // gradient buffers of the blocks' backward passes, shared: blocks run one at a time
+struct RopeTables;    // cos and sin (context_length, hs/2), shared by the blocks
+
+class LlamaBlock final : public Module {
+ public:
+  LlamaBlock(const LlamaConfig& config, std::shared_ptr<LlamaScratch> scratch, std::shared_ptr<RopeTables> rope);
+  std::int64_t activation_bytes() const;  // saved activations and output of the last forward
+
+  Parameter& input_layernorm;           // (C)
+  Parameter& q_proj;                    // (C, C)
+  Parameter& k_proj;                    // (NKV*hs, C)
+  Parameter& v_proj;                    // (NKV*hs, C)
+  Parameter& o_proj;                    // (C, C)
+  Parameter& post_attention_layernorm;  // (C)
+  Parameter& gate_proj;                 // (F, C)
+  Parameter& up_proj;                   // (F, C)
+  Parameter& down_proj;                 // (C, F)
+
+  // What backward needs from forward, all recomputable from the block's input: allocated together, so that
+  // activation checkpointing can drop and recompute them as one set. The block output is held apart (out_).
+  struct Activations {
+    View1<float> ln1, ln1_rstd;  // (B,T,C), (B,T)
+    View1<float> qkv;            // (B,T,C+2*NKV*hs) packed [q | k | v], q and k after RoPE
+    View1<float> att;            // (B,NH,T,T) attention probabilities
+    View1<float> atty;           // (B,T,C) attention output before o_proj
+    View1<float> res2;           // (B,T,C) residual after attention
+    View1<float> ln2, ln2_rstd;  // (B,T,C), (B,T)
+    View1<float> gate, up, h;    // (B,T,F) gate_proj and up_proj outputs, silu(gate) * up
+    std::int64_t bytes() const;
+  };
+
+ protected:
+  void forward(Flow& flow) override;
+  void backward(Flow& flow) override;
+
+ private:
+  void ensure_activations(int B, int T);
+
+  LlamaConfig config_;
+  std::shared_ptr<LlamaScratch> scratch_;
+  std::shared_ptr<RopeTables> rope_;
+  int B_ = 0, T_ = 0;
+  View1<float> in_;   // (B,T,C) residual input (the previous module's output, not a copy)
+  Activations act_;
+  View1<float> out_;  // (B,T,C) block output (also holds o_proj's output before the residual add)
+};
+
+class Llama final : public LanguageModel {
+ public:
+  explicit Llama(const LlamaConfig& config);  // on "meta": shapes and init rules only, no storage
+  const LlamaConfig& config() const { return config_; }
+  std::vector<LlamaBlock*> blocks() const;
+
+  Parameter& embed_tokens;  // (V, C)
+  Parameter& norm;          // (C)
+  Parameter* lm_head;       // (V, C) unless tied (embed_tokens serves)
+
+  // LanguageModel
+  std::vector<Module*> block_modules() const override;
+  View1<float> losses() const override { return losses_; }
+  std::int64_t activation_bytes() const override;
+  std::int64_t activation_bytes_for(int B, int T) const override;
+  std::int64_t parameter_count() const override { return config_.parameter_count(); }
+  double flops_per_token(int T) const override { return config_.flops_per_token(T); }
+  int vocab_size() const override { return config_.vocab_size; }
+  int context_length() const override { return config_.context_length; }
+  std::string describe() const override;
+
+ protected:
+  void forward(Flow& flow) override;
+  void backward(Flow& flow) override;
+
+ private:
+  void ensure_activations(int B, int T);
+  Parameter& head() { return lm_head ? *lm_head : embed_tokens; }
+
+  LlamaConfig config_;
+  std::shared_ptr<LlamaScratch> scratch_;
+  std::shared_ptr<RopeTables> rope_;
+  std::vector<std::unique_ptr<LlamaBlock>> blocks_;
+  int B_ = 0, T_ = 0;
+  View1<float> x0_;                // (B,T,C) embedding output
+  View1<float> lnf_, lnf_rstd_;    // (B,T,C), (B,T)
+  View1<float> final_x_;           // (B,T,C) alias of the last block's output
+  View1<float> logits_;            // (B*T,V); holds dlogits after a training forward
+  View1<float> losses_;            // (B*T)
+  View1<float> dlnf_;              // (B,T,C)
+  View1<float> dx_;                // (B,T,C) gradient of the residual stream
+};
+
+}  // namespace fsdpp

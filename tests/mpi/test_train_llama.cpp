@@ -1,0 +1,153 @@
+// Llama end to end through everything GPT-2 goes through: llama-tiny.yaml learns the synthetic corpus, the same
+// losses on 1, 2, 3 and 4 ranks under every strategy (HSDP and bf16 parameters included), the planner's peak
+// against the measured one, a checkpoint saved on 2 ranks resumed on 3, and seed files / init_from.
+#include "input_decks.hpp"
+#include "mpi_test.hpp"
+
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/runtime/error.hpp"
+#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/train/memory_plan.hpp"
+#include "fsdpp/train/trainer.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <unistd.h>
+
+using namespace fsdpp;
+
+namespace {
+
+Deck llama_deck(const std::vector<std::string>& overrides) { return test::input_deck("llama-tiny.yaml", overrides); }
+
+TrainOptions quiet() {
+  TrainOptions o;
+  o.quiet = true;
+  o.measure_peak = false;
+  return o;
+}
+
+// The deck on the first `n` ranks of test_comm (the rest wait); the loss of every step, on every rank.
+std::vector<double> losses_on(MPI_Comm test_comm, int test_rank, int n, const Deck& deck, std::int64_t stop_after = 0) {
+  MPI_Comm group;
+  MPI_Comm_split(test_comm, test_rank < n ? 0 : MPI_UNDEFINED, test_rank, &group);
+  std::vector<double> losses(static_cast<std::size_t>(deck.train.steps));
+  if (group != MPI_COMM_NULL) {
+    TrainOptions o = quiet();
+    o.stop_after_step = stop_after;
+    const auto run = train(group, deck, o).losses;
+    std::copy(run.begin(), run.end(), losses.begin());
+    MPI_Comm_free(&group);
+  }
+  MPI_Bcast(losses.data(), static_cast<int>(losses.size()), MPI_DOUBLE, 0, test_comm);
+  return losses;
+}
+
+void check_same_losses(const std::vector<double>& got, const std::vector<double>& want, double tolerance = 1e-5) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t s = 0; s < got.size(); ++s) {
+    CAPTURE(s);
+    CHECK(got[s] == doctest::Approx(want[s]).epsilon(tolerance));
+  }
+}
+
+std::string shared_temp_dir(MPI_Comm comm, int rank, const std::string& stem) {
+  char name[256] = {0};
+  if (rank == 0) {
+    const auto dir = std::filesystem::temp_directory_path() / (stem + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::snprintf(name, sizeof name, "%s", dir.c_str());
+  }
+  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm);
+  return name;
+}
+
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& extra) {
+  base.insert(base.end(), extra.begin(), extra.end());
+  return base;
+}
+
+}  // namespace
+
+MPI_TEST_CASE("llama: llama-tiny.yaml learns the synthetic corpus to within 10% of its entropy floor", 1) {
+  const Deck deck = llama_deck({});
+  const TrainSummary s = train(test_comm, deck, quiet());
+  REQUIRE(s.loss_floor);
+  REQUIRE(s.final_val_loss);
+  CHECK(s.first_loss > 0.9 * std::log(deck.model.vocab_size));
+  CHECK(*s.final_val_loss <= 1.10 * *s.loss_floor);
+  CHECK(*s.final_val_loss >= 0.95 * *s.loss_floor);
+}
+
+MPI_TEST_CASE("llama: 1, 2, 3 and 4 ranks under every strategy train the same model as 1 rank", 4) {
+  // global_batch 12 splits over 1, 2, 3 and 4 ranks; micro_batch 1 fits them all.
+  const std::vector<std::string> common = {"train.steps=8", "train.eval_interval=0", "schedule.warmup_steps=2",
+                                           "train.global_batch=12", "train.micro_batch=1"};
+  const auto one = losses_on(test_comm, test_rank, 1, llama_deck(common));
+  for (int n : {2, 3, 4}) {
+    CAPTURE(n);
+    check_same_losses(losses_on(test_comm, test_rank, n, llama_deck(common)), one);
+  }
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"fsdp.strategy=shard_grad_op"}, {"fsdp.strategy=no_shard"},
+        {"fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2", "mesh.dp_shard=2"}, {"fsdp.reshard_after_forward=2"},
+        {"fsdp.accumulate=unsharded"}}) {
+    CAPTURE(extra.front());
+    check_same_losses(losses_on(test_comm, test_rank, 4, llama_deck(with(common, extra))), one);
+  }
+  // bf16 parameters: every rank count computes with the same rounded weights; close to f32 overall.
+  const auto bf16_one = losses_on(test_comm, test_rank, 1, llama_deck(with(common, {"fsdp.param_dtype=bf16"})));
+  check_same_losses(losses_on(test_comm, test_rank, 4, llama_deck(with(common, {"fsdp.param_dtype=bf16"}))), bf16_one,
+                    1e-4);
+  check_same_losses(bf16_one, one, 2e-2);
+}
+
+MPI_TEST_CASE("llama: fsdpp plan predicts the measured per-rank peak", 4) {
+  const std::vector<std::string> common = {"train.steps=2", "train.eval_interval=0", "schedule.warmup_steps=1",
+                                           "train.micro_batch=2"};
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"fsdp.strategy=full_shard"}, {"fsdp.strategy=no_shard"},
+        {"fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2", "mesh.dp_shard=2"},
+        {"fsdp.param_dtype=bf16", "fsdp.reduce_dtype=bf16"}, {"model.tie_embeddings=true"}}) {
+    const Deck deck = llama_deck(with(common, extra));
+    CAPTURE(extra.front());
+    const std::int64_t planned = plan_memory(deck, test_nb_procs).memory.total();
+    const std::int64_t measured = train(test_comm, deck, quiet()).measured_peak_bytes;
+    CAPTURE(planned);
+    CAPTURE(measured);
+    CHECK(std::abs(static_cast<double>(planned - measured)) <= 0.01 * static_cast<double>(measured));
+  }
+}
+
+MPI_TEST_CASE("llama: a checkpoint saved on 2 ranks resumes on 3 within fp32 tolerance", 3) {
+  const std::string dir = shared_temp_dir(test_comm, test_rank, "fsdpp-llama-resume");
+  const std::vector<std::string> common = {"train.eval_interval=0", "schedule.warmup_steps=3", "train.steps=12",
+                                           "train.global_batch=12", "train.micro_batch=2"};
+  const auto straight = losses_on(test_comm, test_rank, 2, llama_deck(common));
+  losses_on(test_comm, test_rank, 2, llama_deck(with(common, {"checkpoint.interval=6", "checkpoint.dir=" + dir})), 6);
+  auto three = losses_on(test_comm, test_rank, 3,
+                         llama_deck(with(common, {"checkpoint.resume=true", "checkpoint.dir=" + dir})));
+  three.resize(6);
+  check_same_losses(three, std::vector<double>(straight.begin() + 6, straight.end()));
+  if (test_rank == 0) std::filesystem::remove_all(dir);
+}
+
+MPI_TEST_CASE("llama: fsdpp init seed files give the first loss of a self-seeded run through init_from", 2) {
+  const std::string dir = shared_temp_dir(test_comm, test_rank, "fsdpp-llama-seed");
+  if (test_rank == 0) std::filesystem::create_directories(dir);
+  MPI_Barrier(test_comm);
+  const Deck deck = llama_deck({"train.steps=2", "train.eval_interval=0", "schedule.warmup_steps=1"});
+  write_seed_checkpoint(test_comm, deck, dir + "/seed.h5");
+  const auto self = losses_on(test_comm, test_rank, 2, deck);
+  Deck from_seed = deck;
+  from_seed.checkpoint.init_from = dir + "/seed.h5";
+  CHECK(losses_on(test_comm, test_rank, 1, from_seed)[0] == doctest::Approx(self[0]).epsilon(1e-6));
+  // A GPT-2 deck refuses Llama weights, naming what does not match.
+  Deck gpt = test::input_deck("tiny.yaml", {"train.steps=1", "train.eval_interval=0", "schedule.warmup_steps=0"});
+  gpt.checkpoint.init_from = dir + "/seed.h5";
+  CHECK_THROWS_WITH_AS(train(test_comm, gpt, quiet()), doctest::Contains("missing from the file: wte.weight"), UsageError);
+  CHECK_THROWS_WITH_AS(train(test_comm, gpt, quiet()), doctest::Contains("check model.arch"), UsageError);
+  MPI_Barrier(test_comm);
+  if (test_rank == 0) std::filesystem::remove_all(dir);
+}

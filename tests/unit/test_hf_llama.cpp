@@ -1,0 +1,265 @@
+// Hugging Face Llama interchange: an imported model computes what an independent double-precision Llama forward,
+// written here from the HF tensors with HF's rotate_half RoPE, computes (per-position losses within 1e-5);
+// Meta's interleaved RoPE with HF's q/k row permutation is the same model; export -> import -> export is bitwise.
+#include "mpi_test.hpp"
+
+#include "fsdpp/ckpt/checkpoint.hpp"
+#include "fsdpp/ckpt/hf_llama.hpp"
+#include "fsdpp/ckpt/safetensors.hpp"
+#include "fsdpp/nn/llama.hpp"
+#include "fsdpp/runtime/error.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <unistd.h>
+
+using namespace fsdpp;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int V = 13, T = 6, C = 16, L = 2, NH = 4, NKV = 2, F = 24, HS = C / NH;
+constexpr double kTheta = 500.0, kEps = 1e-6;
+
+LlamaConfig config(bool tied = false) {
+  LlamaConfig c;
+  c.vocab_size = V, c.context_length = T, c.n_embd = C, c.n_layer = L, c.n_head = NH, c.n_kv_head = NKV;
+  c.ffn_hidden = F, c.rope_theta = kTheta, c.norm_eps = kEps, c.tie_embeddings = tied;
+  return c;
+}
+
+using Tensors = std::map<std::string, std::pair<std::vector<std::int64_t>, std::vector<float>>>;
+
+// A random Llama in HF's names and layout, with an old-style rotary buffer HF files may carry.
+Tensors random_hf_llama(bool tied = false) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> n(0.0f, 0.3f);
+  Tensors t;
+  auto add = [&](const std::string& name, std::vector<std::int64_t> shape, float mean = 0.0f) {
+    std::int64_t count = 1;
+    for (auto d : shape) count *= d;
+    std::vector<float> v(static_cast<std::size_t>(count));
+    for (auto& x : v) x = mean + n(rng);
+    t[name] = {shape, v};
+  };
+  add("model.embed_tokens.weight", {V, C});
+  for (int l = 0; l < L; ++l) {
+    const std::string h = "model.layers." + std::to_string(l) + ".";
+    add(h + "input_layernorm.weight", {C}, 1.0f);
+    add(h + "self_attn.q_proj.weight", {NH * HS, C});
+    add(h + "self_attn.k_proj.weight", {NKV * HS, C});
+    add(h + "self_attn.v_proj.weight", {NKV * HS, C});
+    add(h + "self_attn.o_proj.weight", {C, NH * HS});
+    add(h + "self_attn.rotary_emb.inv_freq", {HS / 2});  // a buffer, not a parameter
+    add(h + "post_attention_layernorm.weight", {C}, 1.0f);
+    add(h + "mlp.gate_proj.weight", {F, C});
+    add(h + "mlp.up_proj.weight", {F, C});
+    add(h + "mlp.down_proj.weight", {C, F});
+  }
+  add("model.norm.weight", {C}, 1.0f);
+  if (!tied) add("lm_head.weight", {V, C});
+  return t;
+}
+
+void write_safetensors(const std::string& path, const Tensors& t) {
+  SafetensorsWriter w(path, {{"format", "pt"}});
+  for (const auto& [name, st] : t) w.declare(name, st.first, "F32");
+  for (const auto& [name, st] : t) w.write(name, st.second.data(), st.second.size());
+  w.finish();
+}
+
+using Rows = std::vector<std::vector<double>>;
+
+// y = W x for nn.Linear's [out, in] weight.
+std::vector<double> linear(const std::vector<float>& w, const std::vector<double>& x, int out) {
+  std::vector<double> y(out, 0.0);
+  const int in = static_cast<int>(x.size());
+  for (int o = 0; o < out; ++o)
+    for (int i = 0; i < in; ++i) y[o] += w[static_cast<std::size_t>(o) * in + i] * x[i];
+  return y;
+}
+
+// RoPE on one head at position p: HF's rotate_half (pairs i, i + hs/2), or Meta's interleaved (2i, 2i+1).
+void rotate(double* x, int p, bool interleaved) {
+  std::vector<double> out(HS);
+  for (int i = 0; i < HS / 2; ++i) {
+    const double angle = p * std::pow(kTheta, -2.0 * i / HS), c = std::cos(angle), s = std::sin(angle);
+    const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + HS / 2;
+    out[a] = x[a] * c - x[b] * s;
+    out[b] = x[b] * c + x[a] * s;
+  }
+  std::copy(out.begin(), out.end(), x);
+}
+
+// Llama forward in double, from tensors with HF's names: the per-position cross-entropy losses.
+std::vector<double> reference_losses(const Tensors& t, const std::vector<int>& tokens, const std::vector<int>& targets,
+                                     bool interleaved_rope = false) {
+  auto W = [&](const std::string& n) -> const std::vector<float>& { return t.at(n).second; };
+  const int n_pos = static_cast<int>(tokens.size());
+  Rows x(n_pos, std::vector<double>(C));
+  for (int p = 0; p < n_pos; ++p)
+    for (int c = 0; c < C; ++c) x[p][c] = W("model.embed_tokens.weight")[tokens[p] * C + c];
+  auto rmsnorm = [&](const std::vector<double>& v, const std::string& name) {
+    double ms = 0;
+    for (double a : v) ms += a * a / C;
+    std::vector<double> out(C);
+    for (int c = 0; c < C; ++c) out[c] = v[c] / std::sqrt(ms + kEps) * W(name)[c];
+    return out;
+  };
+  for (int l = 0; l < L; ++l) {
+    const std::string h = "model.layers." + std::to_string(l) + ".";
+    Rows q(n_pos), k(n_pos), v(n_pos), y(n_pos, std::vector<double>(C, 0.0));
+    for (int p = 0; p < n_pos; ++p) {
+      const auto a = rmsnorm(x[p], h + "input_layernorm.weight");
+      q[p] = linear(W(h + "self_attn.q_proj.weight"), a, NH * HS);
+      k[p] = linear(W(h + "self_attn.k_proj.weight"), a, NKV * HS);
+      v[p] = linear(W(h + "self_attn.v_proj.weight"), a, NKV * HS);
+      for (int head = 0; head < NH; ++head) rotate(&q[p][head * HS], p, interleaved_rope);
+      for (int head = 0; head < NKV; ++head) rotate(&k[p][head * HS], p, interleaved_rope);
+    }
+    for (int head = 0; head < NH; ++head) {
+      const int kv = head / (NH / NKV);  // HF's repeat_kv
+      for (int p = 0; p < n_pos; ++p) {
+        std::vector<double> score(p + 1);
+        double mx = -1e300, sum = 0;
+        for (int r = 0; r <= p; ++r) {
+          double s = 0;
+          for (int i = 0; i < HS; ++i) s += q[p][head * HS + i] * k[r][kv * HS + i];
+          mx = std::max(mx, score[r] = s / std::sqrt(double(HS)));
+        }
+        for (auto& s : score) sum += (s = std::exp(s - mx));
+        for (int r = 0; r <= p; ++r)
+          for (int i = 0; i < HS; ++i) y[p][head * HS + i] += score[r] / sum * v[r][kv * HS + i];
+      }
+    }
+    for (int p = 0; p < n_pos; ++p) {
+      const auto o = linear(W(h + "self_attn.o_proj.weight"), y[p], C);
+      for (int c = 0; c < C; ++c) x[p][c] += o[c];
+      const auto a = rmsnorm(x[p], h + "post_attention_layernorm.weight");
+      auto g = linear(W(h + "mlp.gate_proj.weight"), a, F);
+      const auto u = linear(W(h + "mlp.up_proj.weight"), a, F);
+      for (int i = 0; i < F; ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+      const auto d = linear(W(h + "mlp.down_proj.weight"), g, C);
+      for (int c = 0; c < C; ++c) x[p][c] += d[c];
+    }
+  }
+  const auto& head = t.count("lm_head.weight") ? W("lm_head.weight") : W("model.embed_tokens.weight");
+  std::vector<double> losses;
+  for (int p = 0; p < n_pos; ++p) {
+    const auto logits = linear(head, rmsnorm(x[p], "model.norm.weight"), V);
+    double mx = -1e300, sum = 0;
+    for (double lg : logits) mx = std::max(mx, lg);
+    for (double lg : logits) sum += std::exp(lg - mx);
+    losses.push_back(mx + std::log(sum) - logits[targets[p]]);
+  }
+  return losses;
+}
+
+// HF's convert_llama_weights_to_hf.py permute(): Meta's interleaved q/k rows -> rotate_half rows, per head:
+// w.view(n_heads, hs/2, 2, C).transpose(1, 2).reshape(n_heads * hs, C).
+std::vector<float> permute_for_rotate_half(const std::vector<float>& w, int heads) {
+  std::vector<float> out(w.size());
+  for (int h = 0; h < heads; ++h)
+    for (int half = 0; half < 2; ++half)
+      for (int i = 0; i < HS / 2; ++i)
+        for (int c = 0; c < C; ++c)
+          out[(static_cast<std::size_t>(h) * HS + half * (HS / 2) + i) * C + c] =
+              w[(static_cast<std::size_t>(h) * HS + 2 * i + half) * C + c];
+  return out;
+}
+
+std::string temp_path(const std::string& name) {
+  return (fs::temp_directory_path() / ("fsdpp-hfl-" + std::to_string(::getpid()) + "-" + name)).string();
+}
+
+std::vector<float> model_losses(Llama& model, const std::vector<int>& tokens, const std::vector<int>& targets) {
+  std::vector<std::int32_t> in(tokens.begin(), tokens.end()), tg(targets.begin(), targets.end());
+  View1<std::int32_t> tv("tokens", in.size()), gv("targets", tg.size());
+  Kokkos::deep_copy(tv, HostView1<std::int32_t>(in.data(), in.size()));
+  Kokkos::deep_copy(gv, HostView1<std::int32_t>(tg.data(), tg.size()));
+  Flow flow;
+  flow.B = 1, flow.T = static_cast<int>(tokens.size()), flow.tokens = tv, flow.targets = gv, flow.training = false;
+  model(flow);
+  std::vector<float> got(tokens.size());
+  Kokkos::deep_copy(HostView1<float>(got.data(), got.size()), model.losses());
+  return got;
+}
+
+const std::vector<int> kTokens = {3, 1, 12, 7, 0, 9}, kTargets = {1, 12, 7, 0, 5, 2};
+
+}  // namespace
+
+TEST_CASE("hf llama: an imported model computes what an independent HF Llama forward computes (GQA, RoPE, tied)") {
+  for (bool tied : {false, true}) {
+    CAPTURE(tied);
+    const Tensors hf = random_hf_llama(tied);
+    const std::string st = temp_path("model.safetensors"), weights = temp_path("weights.h5");
+    write_safetensors(st, hf);
+    import_hf_llama(st, weights, config(tied));
+    const auto want = reference_losses(hf, kTokens, kTargets);
+    for (const std::string& source : {weights, st}) {  // via the weights file, and straight from safetensors
+      CAPTURE(source);
+      Llama model(config(tied));
+      model.to_empty();
+      load_weights(MPI_COMM_WORLD, source, model.parameters());
+      const auto got = model_losses(model, kTokens, kTargets);
+      for (int p = 0; p < T; ++p) CHECK(std::fabs(got[p] - want[p]) <= 1e-5 * std::max(1.0, std::fabs(want[p])));
+    }
+    fs::remove(st);
+    fs::remove(weights);
+  }
+}
+
+TEST_CASE("hf llama: Meta's interleaved RoPE with HF's q/k row permutation is the rotate_half model") {
+  // The reference run two ways: Meta-layout weights with interleaved pairs, and the same weights permuted as
+  // HF's conversion does with rotate_half pairs. Equal losses: HF files need no permutation for fsdpp.
+  Tensors meta = random_hf_llama();
+  Tensors hf = meta;
+  for (int l = 0; l < L; ++l) {
+    const std::string h = "model.layers." + std::to_string(l) + ".self_attn.";
+    hf[h + "q_proj.weight"].second = permute_for_rotate_half(meta[h + "q_proj.weight"].second, NH);
+    hf[h + "k_proj.weight"].second = permute_for_rotate_half(meta[h + "k_proj.weight"].second, NKV);
+  }
+  const auto interleaved = reference_losses(meta, kTokens, kTargets, true);
+  const auto half_split = reference_losses(hf, kTokens, kTargets, false);
+  for (int p = 0; p < T; ++p) CHECK(half_split[p] == doctest::Approx(interleaved[p]).epsilon(1e-12));
+  // And the unpermuted weights under rotate_half are a different model (the check has teeth).
+  const auto wrong = reference_losses(meta, kTokens, kTargets, false);
+  double diff = 0;
+  for (int p = 1; p < T; ++p) diff = std::max(diff, std::fabs(wrong[p] - interleaved[p]));
+  CHECK(diff > 1e-3);
+}
+
+TEST_CASE("hf llama: export -> import -> export gives bitwise-identical tensors; mismatches are listed") {
+  const std::string st = temp_path("a.safetensors"), weights = temp_path("w.h5"), again = temp_path("b.safetensors");
+  const std::string weights2 = temp_path("w2.h5"), third = temp_path("c.safetensors");
+  write_safetensors(st, random_hf_llama());
+  import_hf_llama(st, weights, config());
+  CHECK(std::string(export_hf(weights, again, "F32")) == "Llama");
+  import_hf_llama(again, weights2, config());
+  export_hf(weights2, third, "F32");
+  SafetensorsReader first(again), second(third), original(st);
+  CHECK(first.tensors().size() == original.tensors().size() - L);  // the rotary buffers are not parameters
+  for (const auto& t : first.tensors()) {
+    CAPTURE(t.name);
+    const SafetensorInfo* u = second.find(t.name);
+    REQUIRE(u != nullptr);
+    CHECK(first.read_f32(t) == second.read_f32(*u));
+    CHECK(first.read_f32(t) == original.read_f32(*original.find(t.name)));  // HF's names and layout, exactly
+  }
+  // A deck with fewer key/value heads: every mismatching tensor in one error, in HF's names.
+  LlamaConfig mqa = config();
+  mqa.n_kv_head = 1;
+  CHECK_THROWS_WITH_AS(import_hf_llama(st, weights, mqa),
+                       doctest::Contains("model.layers.1.self_attn.v_proj.weight: file shape [8,16] (as [8,16]), "
+                                         "model [4,16]"),
+                       UsageError);
+  // An untied file for a tied deck: its lm_head is not the embedding, so it is refused, saying what to set.
+  CHECK_THROWS_WITH_AS(import_hf_llama(st, weights, config(true)),
+                       doctest::Contains("lm_head.weight: the file's model has its own LM head, the deck's shares the "
+                                         "embedding (set model.tie_embeddings: false)"),
+                       UsageError);
+  for (const auto& p : {st, weights, again, weights2, third}) fs::remove(p);
+}
