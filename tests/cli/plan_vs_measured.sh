@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# fsdpp plan against measurement: for input/small.yaml on 1, 2 and 4 ranks (and no_shard on 2, HSDP 2x2 on 4),
+# fsdpp plan against measurement: for input/small.yaml on 1, 2 and 4 ranks (and no_shard on 2, HSDP 2x2 on 4,
+# activation checkpointing full and every_2 on 1 and 2 ranks),
 # the planned per-rank total must be within 1% of the peak the trainer measures (Views counted by
 # MemoryAccounting, largest over ranks). The plan runs fully_shard's own schedule dry, so it should agree to
 # the byte but for what MemoryAccounting sees outside FSDP's buffers.
@@ -11,7 +12,9 @@ args=(train.micro_batch=2)  # 8 sequences per step: 4, 2 and 1 micro-batches per
 status=0
 printf '%-6s %-9s %12s %14s %9s %20s %20s\n' ranks layout plan_MiB measured_MiB error plan_sharded_MiB plan_unsharded_MiB
 for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
-            "4 hsdp2x2 fsdp.strategy=hybrid_shard mesh.dp_replicate=2"; do
+            "4 hsdp2x2 fsdp.strategy=hybrid_shard mesh.dp_replicate=2" \
+            "1 ac_full train.activation_checkpointing=full" "2 ac_full train.activation_checkpointing=full" \
+            "1 ac_every2 train.activation_checkpointing=every_2" "2 ac_every2 train.activation_checkpointing=every_2"; do
   read -r n layout extra <<<"$spec"
   read -r -a more <<<"${extra:-}"
   json=$("$fsdpp" plan "$deck" "${args[@]}" "${more[@]}" --ranks "$n" --json) || { echo "FAIL: fsdpp plan --ranks $n $extra"; exit 1; }
@@ -31,4 +34,4 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
   case "$line" in *OUT) status=1 ;; esac
 done
 [ "$status" = 0 ] || { echo "FAIL: fsdpp plan is more than 1% from the measured peak"; exit 1; }
-echo "plan_vs_measured: within 1% on 1, 2 and 4 ranks, no_shard and HSDP"
+echo "plan_vs_measured: within 1% on 1, 2 and 4 ranks, no_shard, HSDP and activation checkpointing (full, every_2)"

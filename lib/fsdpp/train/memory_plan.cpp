@@ -199,7 +199,7 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
   line(fmt::format("peak: {}", plan.peak_moment));
   if (plan.recomputing_blocks > 0)
     line(fmt::format("activation checkpointing {} ({} of {} blocks recompute in backward): activations {:.1f} MiB "
-                     "instead of {:.1f} MiB, {:.1f} MiB saved, for about one more forward of compute",
+                     "instead of {:.1f} MiB, {:.1f} MiB saved; their forward runs again in backward",
                      to_string(deck.train.activation_checkpointing), plan.recomputing_blocks, c.n_layer,
                      mib(m.activations), mib(plan.activations_without_checkpointing),
                      mib(plan.activations_without_checkpointing - m.activations)));
