@@ -153,9 +153,10 @@ void Block::forward(Flow& flow) {
   layernorm_forward<float>(a.ln1, a.ln1_mean, a.ln1_rstd, in_, ln_1_weight.value(), ln_1_bias.value(), N, C);
   linear_forward<float>(a.qkv, a.ln1, c_attn_weight.value(), c_attn_bias.value(), N, C, 3 * C);
   attention_forward<float>(a.atty, a.att, a.qkv, B, T, C, NH);
-  // A recomputation rebuilds the activations and stops: the output (the next block's input, already through
-  // that block's backward) is not needed again, and keeping it as forward left it (after the forward hooks'
-  // rounding) costs nothing. The attention projection goes to the scratch d(res2), unused until backward.
+  // A recomputation rebuilds what backward reads and stops there: the MLP's c_proj and the last residual add
+  // only make the output, which backward does not read (the next block, whose input it is, is already through
+  // its backward). So out_ stays as forward left it, and the attention projection goes to the scratch d(res2),
+  // which backward overwrites before it reads it.
   const View1<float> proj = is_recomputing() ? scratch_for(B, T).dres2 : out_;
   linear_forward<float>(proj, a.atty, attn_proj_weight.value(), attn_proj_bias.value(), N, C, C);
   residual_forward<float>(a.res2, in_, proj, N * C);

@@ -29,7 +29,8 @@
 // A module that does not recompute uses a set of its own; every module that does draws from the one set the
 // model shares among them (only one module's backward runs at a time, and each rebuilds the set first), so L
 // checkpointed blocks hold one block's activations instead of L. What the module hands on (its output) it
-// keeps in its own buffers either way. `apply_activation_checkpointing` (parallel/parallelize.hpp) sets the
+// keeps in its own buffers either way; while is_recomputing() it may skip the work that only makes that output.
+// `apply_activation_checkpointing` (parallel/parallelize.hpp) sets the
 // flag on the blocks from the deck; dry_run has nothing to replay (recomputation changes no hook's schedule).
 #include "fsdpp/nn/parameter.hpp"
 
