@@ -29,7 +29,7 @@ void Module::operator()(Flow& flow, Pass pass) {
 // (the same batch) with the residual stream it was given in forward. What the replay leaves in the flow is
 // dropped: backward's flow is the caller's.
 void Module::recompute(const Flow& flow) {
-  FSDPP_CHECK(checkpoint_input_.extent(0) > 0 || flow.B * flow.T == 0,
+  FSDPP_CHECK(checkpoint_input_.data() != nullptr,
               "backward of {} (recompute_in_backward) without a forward since it was set: there is no input to "
               "recompute its activations from", display_name());
   Flow replay = flow;

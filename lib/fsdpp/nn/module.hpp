@@ -30,8 +30,9 @@
 // model shares among them (only one module's backward runs at a time, and each rebuilds the set first), so L
 // checkpointed blocks hold one block's activations instead of L. What the module hands on (its output) it
 // keeps in its own buffers either way; while is_recomputing() it may skip the work that only makes that output.
-// `apply_activation_checkpointing` (parallel/parallelize.hpp) sets the
-// flag on the blocks from the deck; dry_run has nothing to replay (recomputation changes no hook's schedule).
+// `apply_activation_checkpointing` (parallel/parallelize.hpp) sets the flag on the blocks from the deck.
+// dry_run has nothing to replay: a recomputation changes no hook's schedule, so `fsdpp plan`'s events stand;
+// only the activation bytes change (count the shared set once).
 #include "fsdpp/nn/parameter.hpp"
 
 #include <deque>

@@ -143,8 +143,8 @@ int apply_activation_checkpointing(Gpt& model, const ActivationCheckpointing& ac
 
 namespace {
 
-// "activation checkpointing: every_2 (h.1, h.3 of 4 blocks recompute in backward): activations 40.1 MiB per
-// micro-batch of 8 instead of 75.3 MiB", or empty when no block recomputes.
+// "activation checkpointing: every_2 (h.1, h.3 of 4 blocks recompute in backward): activations 198.1 MiB per
+// micro-batch of 8 instead of 236.1 MiB (38.0 MiB saved)", or empty when no block recomputes.
 std::string activation_checkpointing_summary(const Gpt& model, const Deck& deck) {
   const int recomputing = model.recomputing_blocks();
   if (recomputing == 0) return {};
