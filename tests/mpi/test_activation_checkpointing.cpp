@@ -1,6 +1,6 @@
 // Activation checkpointing (train.activation_checkpointing): blocks that recompute their forward in backward
 // give bitwise the losses and gradients of blocks that keep their activations, on 1, 2 and 3 ranks (3: uneven
-// shards) under every strategy; fully_shard's collectives per step are FSDP2 + checkpoint_wrapper's (the
+// shards) under every strategy, and HSDP on 4; fully_shard's collectives per step are FSDP2 + checkpoint_wrapper's (the
 // recomputation adds no all-gather); and fsdpp plan predicts the measured peak with checkpointing too.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
@@ -73,6 +73,17 @@ MPI_TEST_CASE("activation checkpointing: losses are bitwise those without it on 
       CHECK(std::isfinite(runs[0].back()));
     }
   }
+}
+
+MPI_TEST_CASE("activation checkpointing: HSDP (2 x 2) losses are bitwise those without it", 4) {
+  std::vector<std::vector<double>> runs;
+  for (const char* mode : kModes)
+    runs.push_back(losses_on(test_comm, test_rank, 4,
+                             tiny_deck({"train.steps=3", "train.eval_interval=0", "schedule.warmup_steps=1",
+                                        "train.global_batch=8", "train.micro_batch=2", "fsdp.strategy=hybrid_shard",
+                                        "mesh.dp_replicate=2", "mesh.dp_shard=2", mode})));
+  CHECK(runs[1] == runs[0]);
+  CHECK(runs[2] == runs[0]);
 }
 
 namespace {
