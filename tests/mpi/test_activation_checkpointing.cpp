@@ -1,7 +1,8 @@
 // Activation checkpointing (train.activation_checkpointing): blocks that recompute their forward in backward
 // give bitwise the losses and gradients of blocks that keep their activations, on 1, 2 and 3 ranks (3: uneven
-// shards) under every strategy, and HSDP on 4; fully_shard's collectives per step are FSDP2 + checkpoint_wrapper's (the
-// recomputation adds no all-gather); and fsdpp plan predicts the measured peak with checkpointing too.
+// shards) under every strategy, and HSDP on 4; fully_shard's collectives per step are FSDP2 +
+// checkpoint_wrapper's (the recomputation adds no all-gather); and fsdpp plan predicts the measured peak with
+// checkpointing too.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
 
