@@ -32,7 +32,9 @@ nlohmann::json plan_json(const MemoryPlan& plan, std::optional<std::int64_t> mem
                                           {"unsharded_gradients", m.unsharded_gradients},
                                           {"comm_buffers", m.comm_buffers}, {"activations", m.activations},
                                           {"batch", m.batch}, {"total", m.total()}}},
-                      {"per_sequence_bytes", plan.per_sequence_bytes}, {"peak", plan.peak_moment}};
+                      {"per_sequence_bytes", plan.per_sequence_bytes}, {"peak", plan.peak_moment},
+                      {"recomputing_blocks", plan.recomputing_blocks},
+                      {"activations_without_checkpointing", plan.activations_without_checkpointing}};
   if (mem) {
     j["mem_per_rank"] = *mem;
     j["fits"] = m.total() <= *mem;

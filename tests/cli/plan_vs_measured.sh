@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# fsdpp plan against measurement: for input/small.yaml on 1, 2 and 4 ranks (and no_shard on 2, HSDP 2x2 on 4),
-# and for a Llama of small.yaml's size (layouts named llama-*: input/llama-tiny.yaml widened, so that activations,
-# not the sgemm peak measurement's 12 MiB of matrices, set the peak) on 1 rank and HSDP 2x2 on 4,
+# fsdpp plan against measurement: for input/small.yaml on 1, 2 and 4 ranks (and no_shard on 2, HSDP 2x2 on 4,
+# activation checkpointing full and every_2 on 1 and 2 ranks), and for a Llama of small.yaml's size (layouts
+# named llama-*: input/llama-tiny.yaml widened, so that activations, not the sgemm peak measurement's 12 MiB of
+# matrices, set the peak) on 1 rank, HSDP 2x2 on 4 and with activation checkpointing on 2,
 # the planned per-rank total must be within 1% of the peak the trainer measures (Views counted by
 # MemoryAccounting, largest over ranks). The plan runs fully_shard's own schedule dry, so it should agree to
 # the byte but for what MemoryAccounting sees outside FSDP's buffers.
@@ -15,7 +16,10 @@ status=0
 printf '%-6s %-9s %12s %14s %9s %20s %20s\n' ranks layout plan_MiB measured_MiB error plan_sharded_MiB plan_unsharded_MiB
 for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
             "4 hsdp2x2 fsdp.strategy=hybrid_shard mesh.dp_replicate=2" "1 llama-fsdp" \
-            "4 llama-hsdp fsdp.strategy=hybrid_shard mesh.dp_replicate=2"; do
+            "4 llama-hsdp fsdp.strategy=hybrid_shard mesh.dp_replicate=2" \
+            "1 ac_full train.activation_checkpointing=full" "2 ac_full train.activation_checkpointing=full" \
+            "1 ac_every2 train.activation_checkpointing=every_2" "2 ac_every2 train.activation_checkpointing=every_2" \
+            "2 llama-ac_full train.activation_checkpointing=full"; do
   read -r n layout extra <<<"$spec"
   read -r -a more <<<"${extra:-}"
   case "$layout" in
@@ -39,4 +43,4 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
   case "$line" in *OUT) status=1 ;; esac
 done
 [ "$status" = 0 ] || { echo "FAIL: fsdpp plan is more than 1% from the measured peak"; exit 1; }
-echo "plan_vs_measured: within 1% on 1, 2 and 4 ranks, no_shard and HSDP, GPT-2 and Llama"
+echo "plan_vs_measured: within 1% on 1, 2 and 4 ranks, no_shard, HSDP, GPT-2 and Llama, and activation checkpointing"

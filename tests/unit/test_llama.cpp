@@ -121,9 +121,23 @@ TEST_CASE("llama: model.arch chooses the model; activation_bytes_for matches a r
   flow.tokens = tokens, flow.targets = tokens;
   (*model)(flow);
   (*model)(flow, Pass::backward);
-  CHECK(model->activation_bytes() == model->activation_bytes_for(3, 10));
+  CHECK(model->activation_bytes() == model->activation_bytes_for(3, 10, 0));
   CHECK(std::isfinite(flow.loss));
   CHECK(flow.loss == doctest::Approx(std::log(50.0)).epsilon(0.05));  // near-uniform at init
+  const double loss = flow.loss;
+
+  // Activation checkpointing: the recomputing blocks share one set, and the formula still holds; the
+  // loss is bitwise unchanged.
+  const auto checkpointed = make_model(deck.model);
+  for (Module* b : checkpointed->block_modules()) b->set_recompute_in_backward(true);
+  checkpointed->to_empty();
+  checkpointed->reset_parameters(3);
+  (*checkpointed)(flow);
+  (*checkpointed)(flow, Pass::backward);
+  CHECK(checkpointed->recomputing_blocks() == 2);
+  CHECK(checkpointed->activation_bytes() == checkpointed->activation_bytes_for(3, 10, 2));
+  CHECK(checkpointed->activation_bytes() < model->activation_bytes());
+  CHECK(flow.loss == loss);
 }
 
 TEST_CASE("llama: gradients through the whole model match central differences (f32, tied and untied)") {

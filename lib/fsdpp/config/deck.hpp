@@ -37,6 +37,16 @@ struct ReshardAfterForward {
   int group_size = 0;  // Kind::group: keep a 1/group_size slice after forward (FSDP2's int k; >= 2)
 };
 
+// train.activation_checkpointing: which transformer blocks recompute their forward in backward instead of
+// keeping their activations (torchtitan's apply_ac: full, or layer-selective every k-th block).
+struct ActivationCheckpointing {
+  enum class Kind { none, full, every } kind = Kind::none;
+  int every = 0;  // Kind::every: k >= 2; blocks k-1, 2k-1, ... (every k-th, counting from 1) recompute
+  bool recomputes(int block) const {
+    return kind == Kind::full || (kind == Kind::every && (block + 1) % every == 0);
+  }
+};
+
 struct RunConfig {
   std::string name;    // default: the deck file's name without its extension
   std::uint64_t seed = 1337;
@@ -100,6 +110,7 @@ struct TrainConfig {
   // max_skipped_steps skipped steps in a row, the run stops as abort would.
   NonFinitePolicy on_nonfinite = NonFinitePolicy::abort;
   int max_skipped_steps = 10;
+  ActivationCheckpointing activation_checkpointing;
 };
 
 struct LogConfig {
@@ -190,5 +201,6 @@ std::string_view to_string(CommBackendChoice v);
 std::string_view to_string(CheckpointOnError v);
 std::string_view to_string(NonFinitePolicy v);
 std::string to_string(const ReshardAfterForward& v);
+std::string to_string(const ActivationCheckpointing& v);  // none | full | every_<k>
 
 }  // namespace fsdpp

@@ -331,6 +331,12 @@ void check_consistency(const ParseState& st) {
     inconsistent(st, {"fsdp.strategy", "mesh.dp_shard"},
                  "fsdp.strategy hybrid_shard needs a mesh.dp_replicate dimension, e.g. mesh: {dp_replicate: 2, "
                  "dp_shard: -1}");
+  const ActivationCheckpointing& ac = d.train.activation_checkpointing;
+  if (ac.kind == ActivationCheckpointing::Kind::every && ac.every > d.model.n_layer)
+    inconsistent(st, {"train.activation_checkpointing", "model.n_layer"},
+                 fmt::format("train.activation_checkpointing every_{} checkpoints blocks h.{}, h.{}, ..., but the "
+                             "model has only {} (model.n_layer): none would be; use every_<k> with k <= {}, or full",
+                             ac.every, ac.every - 1, 2 * ac.every - 1, d.model.n_layer, d.model.n_layer));
   const auto reshard = d.fsdp.reshard_after_forward.kind;
   const bool reshards = reshard == ReshardAfterForward::Kind::yes || reshard == ReshardAfterForward::Kind::group;
   if (reshards && (d.fsdp.strategy == ShardStrategy::shard_grad_op || d.fsdp.strategy == ShardStrategy::no_shard))

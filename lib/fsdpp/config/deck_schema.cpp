@@ -186,6 +186,34 @@ Field reshard_after_forward() {
   return f;
 }
 
+Field activation_checkpointing() {
+  Field f = base("train.activation_checkpointing",
+                 "Blocks that keep only their output in forward and recompute the rest in backward (less activation "
+                 "memory, about one more forward of time): none; full, every block; every_<k>, every k-th block "
+                 "(h.<k-1>, h.<2k-1>, ...; 2 <= k <= model.n_layer). Losses are bitwise those without it.");
+  f.type = "none|full|every_<k>";
+  f.set = [](Deck& d, const YAML::Node& v, const std::string& where) {
+    const std::string s = scalar_or_fail(v, where, "none, full or every_<k>");
+    const std::string expected = fmt::format("expected none, full or every_<k> with an integer k >= 2 (every_2 "
+                                             "checkpoints every second block), got '{}'", s);
+    ActivationCheckpointing ac;
+    if (s == "full") {
+      ac.kind = ActivationCheckpointing::Kind::full;
+    } else if (s.rfind("every_", 0) == 0) {
+      const IntText n = parse_integer(s.substr(6));
+      if (!n.is_integer || n.overflow || n.value < 1 || n.value > std::numeric_limits<int>::max()) fail(where, expected);
+      // every_1 is every block: full, named once.
+      ac.kind = n.value == 1 ? ActivationCheckpointing::Kind::full : ActivationCheckpointing::Kind::every;
+      ac.every = n.value == 1 ? 0 : static_cast<int>(n.value);
+    } else if (s != "none") {
+      fail(where, expected);
+    }
+    d.train.activation_checkpointing = ac;
+  };
+  f.get = [](const Deck& d) { return to_string(d.train.activation_checkpointing); };
+  return f;
+}
+
 // A boolean that also takes "auto", "none" or a checkpoint file, so it reads yes/no/on/off like every other
 // boolean and a requeued job can name exactly what to continue from.
 Field resume() {
@@ -347,6 +375,7 @@ std::vector<Field> make_fields() {
                      "weights as they were (the data still advances) and logs the step."));
   f.push_back(integer("train.max_skipped_steps", &Deck::train, &TrainConfig::max_skipped_steps, 1,
                       "With on_nonfinite: skip, stop with an error after this many skipped steps in a row."));
+  f.push_back(activation_checkpointing());
 
   f.push_back(integer("log.interval", &Deck::log, &LogConfig::interval, 1,
                       "Print a step-table row every this many steps."));

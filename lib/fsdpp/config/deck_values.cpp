@@ -61,6 +61,15 @@ std::string to_string(const ReshardAfterForward& v) {
   return "?";
 }
 
+std::string to_string(const ActivationCheckpointing& v) {
+  switch (v.kind) {
+    case ActivationCheckpointing::Kind::none: return "none";
+    case ActivationCheckpointing::Kind::full: return "full";
+    case ActivationCheckpointing::Kind::every: return "every_" + std::to_string(v.every);
+  }
+  return "?";
+}
+
 std::vector<MeshDim> MeshConfig::dims() const {
   std::vector<MeshDim> out;
   if (dp_replicate != 0) out.push_back({"dp_replicate", dp_replicate});

@@ -80,7 +80,7 @@ namespace {
 const float kStd = 0.02f;
 }
 
-Block::Block(const GptConfig& c, std::shared_ptr<BlockScratch> scratch)
+Block::Block(const GptConfig& c, std::shared_ptr<BlockScratch> scratch, std::shared_ptr<BlockActivations> recomputed)
     : Module("Block"),
       ln_1_weight(add_parameter("ln_1.weight", {c.n_embd}, InitRule::ones(), ParamRole::norm)),
       ln_1_bias(add_parameter("ln_1.bias", {c.n_embd}, InitRule::zeros(), ParamRole::bias)),
@@ -98,75 +98,105 @@ Block::Block(const GptConfig& c, std::shared_ptr<BlockScratch> scratch)
                                     InitRule::normal(kStd / std::sqrt(2.0f * c.n_layer)), ParamRole::weight)),
       mlp_proj_bias(add_parameter("mlp.c_proj.bias", {c.n_embd}, InitRule::zeros(), ParamRole::bias)),
       config_(c),
-      scratch_(std::move(scratch)) {}
+      scratch_(std::move(scratch)),
+      acts_(std::move(recomputed)) {}
 
-std::int64_t Block::activation_bytes() const {
-  return bytes_of({&ln1_, &ln1_mean_, &ln1_rstd_, &qkv_, &att_, &atty_, &res2_, &ln2_, &ln2_mean_, &ln2_rstd_, &fch_,
-                   &fch_gelu_, &out_});
+void BlockActivations::ensure(const std::string& label, const GptConfig& c, int B, int T) {
+  const std::size_t N = static_cast<std::size_t>(B) * T, C = c.n_embd;
+  const std::size_t attention = static_cast<std::size_t>(B) * c.n_head * T * T;
+  struct Member { View1<float> BlockActivations::*view; const char* name; std::size_t count; };
+  const Member members[] = {{&BlockActivations::ln1, "ln1", N * C},       {&BlockActivations::ln1_mean, "ln1_mean", N},
+                            {&BlockActivations::ln1_rstd, "ln1_rstd", N}, {&BlockActivations::qkv, "qkv", N * 3 * C},
+                            {&BlockActivations::att, "att", attention},   {&BlockActivations::atty, "atty", N * C},
+                            {&BlockActivations::res2, "res2", N * C},     {&BlockActivations::ln2, "ln2", N * C},
+                            {&BlockActivations::ln2_mean, "ln2_mean", N}, {&BlockActivations::ln2_rstd, "ln2_rstd", N},
+                            {&BlockActivations::fch, "fch", N * 4 * C},   {&BlockActivations::fch_gelu, "fch_gelu", N * 4 * C}};
+  storage_.resize(std::size(members));
+  for (std::size_t i = 0; i < std::size(members); ++i) {
+    const Member& m = members[i];
+    if ((this->*m.view).data() && (this->*m.view).extent(0) == m.count) continue;  // the usual case: the same shape again
+    if (storage_[i].extent(0) < m.count) storage_[i] = uninitialized<float>(label + "." + m.name, m.count);
+    // The front of the allocation: the same alignment, so the same kernels give the same bits.
+    this->*m.view = Kokkos::subview(storage_[i], std::make_pair(std::size_t{0}, m.count));
+  }
 }
 
-void Block::ensure_activations(int B, int T) {
+std::int64_t BlockActivations::bytes() const {
+  std::int64_t total = 0;
+  for (const auto& v : storage_) total += static_cast<std::int64_t>(v.extent(0)) * 4;
+  return total;
+}
+
+std::int64_t BlockActivations::bytes_for(const GptConfig& c, int B, int T) {
+  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, attention = std::int64_t{B} * c.n_head * T * T;
+  return 4 * (15 * N * C + 4 * N + attention);
+}
+
+std::int64_t Block::activation_bytes() const {
+  return acts_.own_bytes() + static_cast<std::int64_t>(out_.extent(0)) * 4;
+}
+
+BlockScratch& Block::scratch_for(int B, int T) {
+  scratch_->ensure(config_, B, T);
+  return *scratch_;
+}
+
+void Block::ensure_output(int B, int T) {
   if (B == B_ && T == T_) return;
   B_ = B, T_ = T;
-  const std::size_t N = static_cast<std::size_t>(B) * T, C = config_.n_embd;
-  ln1_ = uninitialized<float>(path() + ".ln1", N * C);
-  ln1_mean_ = uninitialized<float>(path() + ".ln1_mean", N);
-  ln1_rstd_ = uninitialized<float>(path() + ".ln1_rstd", N);
-  qkv_ = uninitialized<float>(path() + ".qkv", N * 3 * C);
-  att_ = uninitialized<float>(path() + ".att", static_cast<std::size_t>(B) * config_.n_head * T * T);
-  atty_ = uninitialized<float>(path() + ".atty", N * C);
-  res2_ = uninitialized<float>(path() + ".res2", N * C);
-  ln2_ = uninitialized<float>(path() + ".ln2", N * C);
-  ln2_mean_ = uninitialized<float>(path() + ".ln2_mean", N);
-  ln2_rstd_ = uninitialized<float>(path() + ".ln2_rstd", N);
-  fch_ = uninitialized<float>(path() + ".fch", N * 4 * C);
-  fch_gelu_ = uninitialized<float>(path() + ".fch_gelu", N * 4 * C);
-  out_ = uninitialized<float>(path() + ".out", N * C);
+  out_ = uninitialized<float>(path() + ".out", static_cast<std::size_t>(B) * T * config_.n_embd);
 }
 
 void Block::forward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, NH = config_.n_head, N = B * T;
-  ensure_activations(B, T);
+  BlockActivations& a = acts_.get(*this, config_, B, T);
+  ensure_output(B, T);
   in_ = flow.x;
-  layernorm_forward<float>(ln1_, ln1_mean_, ln1_rstd_, in_, ln_1_weight.value(), ln_1_bias.value(), N, C);
-  linear_forward<float>(qkv_, ln1_, c_attn_weight.value(), c_attn_bias.value(), N, C, 3 * C);
-  attention_forward<float>(atty_, att_, qkv_, B, T, C, NH);
-  linear_forward<float>(out_, atty_, attn_proj_weight.value(), attn_proj_bias.value(), N, C, C);
-  residual_forward<float>(res2_, in_, out_, N * C);
-  layernorm_forward<float>(ln2_, ln2_mean_, ln2_rstd_, res2_, ln_2_weight.value(), ln_2_bias.value(), N, C);
-  linear_forward<float>(fch_, ln2_, c_fc_weight.value(), c_fc_bias.value(), N, C, 4 * C);
-  gelu_forward<float>(fch_gelu_, fch_, N * 4 * C);
-  linear_forward<float>(out_, fch_gelu_, mlp_proj_weight.value(), mlp_proj_bias.value(), N, 4 * C, C);
-  residual_forward<float>(out_, res2_, out_, N * C);
+  layernorm_forward<float>(a.ln1, a.ln1_mean, a.ln1_rstd, in_, ln_1_weight.value(), ln_1_bias.value(), N, C);
+  linear_forward<float>(a.qkv, a.ln1, c_attn_weight.value(), c_attn_bias.value(), N, C, 3 * C);
+  attention_forward<float>(a.atty, a.att, a.qkv, B, T, C, NH);
+  // A recomputation rebuilds what backward reads and stops there: the MLP's c_proj and the last residual add
+  // only make the output, which backward does not read (the next block, whose input it is, is already through
+  // its backward). So out_ stays as forward left it, and the attention projection goes to the scratch d(res2),
+  // which backward overwrites before it reads it.
+  const View1<float> proj = is_recomputing() ? scratch_for(B, T).dres2 : out_;
+  linear_forward<float>(proj, a.atty, attn_proj_weight.value(), attn_proj_bias.value(), N, C, C);
+  residual_forward<float>(a.res2, in_, proj, N * C);
+  layernorm_forward<float>(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, ln_2_weight.value(), ln_2_bias.value(), N, C);
+  linear_forward<float>(a.fch, a.ln2, c_fc_weight.value(), c_fc_bias.value(), N, C, 4 * C);
+  gelu_forward<float>(a.fch_gelu, a.fch, N * 4 * C);
+  if (is_recomputing()) return;
+  linear_forward<float>(out_, a.fch_gelu, mlp_proj_weight.value(), mlp_proj_bias.value(), N, 4 * C, C);
+  residual_forward<float>(out_, a.res2, out_, N * C);
   flow.x = out_;
 }
 
 // flow.dx holds d(out) on entry and d(in) on exit, in the same buffer (see Gpt::backward).
 void Block::backward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, NH = config_.n_head, N = B * T;
-  BlockScratch& s = *scratch_;
-  s.ensure(config_, B, T);
+  BlockScratch& s = scratch_for(B, T);
+  const BlockActivations& a = acts_.get(*this, config_, B, T);
   const View1<float>& dout = flow.dx;
 
   // MLP: out = res2 + c_proj(gelu(c_fc(ln_2(res2))))
   Kokkos::deep_copy(s.dfch_gelu, 0.0f);
-  linear_backward<float>(s.dfch_gelu, mlp_proj_weight.grad(), mlp_proj_bias.grad(), dout, fch_gelu_, mlp_proj_weight.value(), N, 4 * C, C);
+  linear_backward<float>(s.dfch_gelu, mlp_proj_weight.grad(), mlp_proj_bias.grad(), dout, a.fch_gelu, mlp_proj_weight.value(), N, 4 * C, C);
   Kokkos::deep_copy(s.dfch, 0.0f);
-  gelu_backward<float>(s.dfch, fch_, s.dfch_gelu, N * 4 * C);
+  gelu_backward<float>(s.dfch, a.fch, s.dfch_gelu, N * 4 * C);
   Kokkos::deep_copy(s.dln, 0.0f);
-  linear_backward<float>(s.dln, c_fc_weight.grad(), c_fc_bias.grad(), s.dfch, ln2_, c_fc_weight.value(), N, C, 4 * C);
+  linear_backward<float>(s.dln, c_fc_weight.grad(), c_fc_bias.grad(), s.dfch, a.ln2, c_fc_weight.value(), N, C, 4 * C);
   Kokkos::deep_copy(s.dres2, dout);  // the residual path
-  layernorm_backward<float>(s.dres2, ln_2_weight.grad(), ln_2_bias.grad(), s.dln, res2_, ln_2_weight.value(), ln2_mean_, ln2_rstd_, N, C);
+  layernorm_backward<float>(s.dres2, ln_2_weight.grad(), ln_2_bias.grad(), s.dln, a.res2, ln_2_weight.value(), a.ln2_mean, a.ln2_rstd, N, C);
 
   // Attention: res2 = in + c_proj(attn(c_attn(ln_1(in))))
   Kokkos::deep_copy(s.datty, 0.0f);
-  linear_backward<float>(s.datty, attn_proj_weight.grad(), attn_proj_bias.grad(), s.dres2, atty_, attn_proj_weight.value(), N, C, C);
+  linear_backward<float>(s.datty, attn_proj_weight.grad(), attn_proj_bias.grad(), s.dres2, a.atty, attn_proj_weight.value(), N, C, C);
   Kokkos::deep_copy(s.dqkv, 0.0f);
-  attention_backward<float>(s.dqkv, s.datt, s.datty, qkv_, att_, B, T, C, NH);
+  attention_backward<float>(s.dqkv, s.datt, s.datty, a.qkv, a.att, B, T, C, NH);
   Kokkos::deep_copy(s.dln, 0.0f);
-  linear_backward<float>(s.dln, c_attn_weight.grad(), c_attn_bias.grad(), s.dqkv, ln1_, c_attn_weight.value(), N, C, 3 * C);
+  linear_backward<float>(s.dln, c_attn_weight.grad(), c_attn_bias.grad(), s.dqkv, a.ln1, c_attn_weight.value(), N, C, 3 * C);
   Kokkos::deep_copy(dout, s.dres2);  // the residual path, into the caller's buffer: d(out) is no longer needed
-  layernorm_backward<float>(dout, ln_1_weight.grad(), ln_1_bias.grad(), s.dln, in_, ln_1_weight.value(), ln1_mean_, ln1_rstd_, N, C);
+  layernorm_backward<float>(dout, ln_1_weight.grad(), ln_1_bias.grad(), s.dln, in_, ln_1_weight.value(), a.ln1_mean, a.ln1_rstd, N, C);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -182,10 +212,11 @@ Gpt::Gpt(const GptConfig& c)
                                : &add_parameter("lm_head.weight", {c.vocab_size, c.n_embd}, InitRule::normal(kStd),
                                                 ParamRole::weight)),
       config_(c),
-      scratch_(std::make_shared<BlockScratch>()) {
+      scratch_(std::make_shared<BlockScratch>()),
+      recomputed_(std::make_shared<BlockActivations>()) {
   c.validate();
   for (int l = 0; l < c.n_layer; ++l) {
-    blocks_.push_back(std::make_unique<Block>(c, scratch_));
+    blocks_.push_back(std::make_unique<Block>(c, scratch_, recomputed_));
     add_child(*blocks_.back(), "h." + std::to_string(l));
   }
 }
@@ -211,16 +242,19 @@ std::string Gpt::describe() const {
 std::int64_t Gpt::activation_bytes() const {
   std::int64_t total = bytes_of({&x0_, &lnf_, &lnf_mean_, &lnf_rstd_, &logits_, &losses_, &dlnf_, &dx_});
   for (const auto& b : blocks_) total += b->activation_bytes();
+  total += recomputed_->bytes();
   const BlockScratch& s = *scratch_;
   return total + bytes_of({&s.dres2, &s.dln, &s.dqkv, &s.datty, &s.datt, &s.dfch, &s.dfch_gelu});
 }
 
-std::int64_t Gpt::activation_bytes_for(const GptConfig& c, int B, int T) {
+std::int64_t Gpt::activation_bytes_for(const GptConfig& c, int B, int T, int recomputing_blocks) {
   const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, V = c.vocab_size, attention = std::int64_t{B} * c.n_head * T * T;
-  const std::int64_t per_block = 16 * N * C + 4 * N + attention;  // Block::ensure_activations
-  const std::int64_t head = 4 * N * C + 3 * N + N * V;            // Gpt::ensure_activations
-  const std::int64_t scratch = 14 * N * C + attention;            // BlockScratch::ensure, shared by the blocks
-  return 4 * (c.n_layer * per_block + head + scratch);
+  const std::int64_t outputs = 4 * c.n_layer * N * C;                   // Block::ensure_output, every block
+  const std::int64_t recomputable = BlockActivations::bytes_for(c, B, T);  // per block that keeps its own...
+  const std::int64_t sets = c.n_layer - recomputing_blocks + (recomputing_blocks > 0 ? 1 : 0);  // ...+ one shared
+  const std::int64_t head = 4 * (4 * N * C + 3 * N + N * V);            // Gpt::ensure_activations
+  const std::int64_t scratch = 4 * (14 * N * C + attention);            // BlockScratch::ensure, shared by the blocks
+  return outputs + sets * recomputable + head + scratch;
 }
 
 void Gpt::ensure_activations(int B, int T) {

@@ -32,10 +32,32 @@ struct GptConfig {
 // Gradient buffers of the blocks' backward passes; blocks run one at a time, so they share one set.
 struct BlockScratch;
 
+// What a block's backward needs that its forward can rebuild (module.hpp, "Activation checkpointing"): a
+// block's own, or, for blocks that recompute in backward, one set the model shares among them. Grow-only:
+// allocated for the largest batch shape seen, the views cut to the current one.
+struct BlockActivations {
+  View1<float> ln1, ln1_mean, ln1_rstd;  // (B,T,C), (B,T), (B,T)
+  View1<float> qkv;                      // (B,T,3C)
+  View1<float> att;                      // (B,NH,T,T) attention probabilities
+  View1<float> atty;                     // (B,T,C) attention output before c_proj
+  View1<float> res2;                     // (B,T,C) residual after attention
+  View1<float> ln2, ln2_mean, ln2_rstd;  // (B,T,C), (B,T), (B,T)
+  View1<float> fch, fch_gelu;            // (B,T,4C)
+
+  void ensure(const std::string& label, const GptConfig& config, int B, int T);
+  std::int64_t bytes() const;  // allocated
+  static std::int64_t bytes_for(const GptConfig& config, int B, int T);
+
+ private:
+  std::vector<View1<float>> storage_;  // the allocations behind the views, in member order
+};
+
 class Block final : public Module {
  public:
-  Block(const GptConfig& config, std::shared_ptr<BlockScratch> scratch);
-  std::int64_t activation_bytes() const;  // saved activations of the last forward
+  // `recomputed`: the set every block of the model that recomputes in backward draws from.
+  Block(const GptConfig& config, std::shared_ptr<BlockScratch> scratch, std::shared_ptr<BlockActivations> recomputed);
+  // Activations held by this block: its output, and its own recomputable set unless it recomputes.
+  std::int64_t activation_bytes() const;
 
   // Parameters, shapes (out, in) as GPT-2 stores Linear weights.
   Parameter& ln_1_weight;     // (C)
@@ -56,21 +78,15 @@ class Block final : public Module {
   void backward(Flow& flow) override;
 
  private:
-  void ensure_activations(int B, int T);
+  void ensure_output(int B, int T);
+  BlockScratch& scratch_for(int B, int T);
 
   GptConfig config_;
   std::shared_ptr<BlockScratch> scratch_;
+  RecomputableActivations<BlockActivations> acts_;
   int B_ = 0, T_ = 0;
-  // Saved activations of the last forward: what backward needs.
-  View1<float> in_;                  // (B,T,C) residual input (the previous module's output, not a copy)
-  View1<float> ln1_, ln1_mean_, ln1_rstd_;  // (B,T,C), (B,T), (B,T)
-  View1<float> qkv_;                 // (B,T,3C)
-  View1<float> att_;                 // (B,NH,T,T) attention probabilities
-  View1<float> atty_;                // (B,T,C) attention output before c_proj
-  View1<float> res2_;                // (B,T,C) residual after attention
-  View1<float> ln2_, ln2_mean_, ln2_rstd_;
-  View1<float> fch_, fch_gelu_;      // (B,T,4C)
-  View1<float> out_;                 // (B,T,C) block output (also holds c_proj output before the residual add)
+  View1<float> in_;   // (B,T,C) residual input (the previous module's output, not a copy)
+  View1<float> out_;  // (B,T,C) block output, the next block's input (also holds c_proj output before the residual add)
 };
 
 class Gpt final : public LanguageModel {
@@ -89,7 +105,9 @@ class Gpt final : public LanguageModel {
   std::vector<Module*> block_modules() const override;
   View1<float> losses() const override { return losses_; }
   std::int64_t activation_bytes() const override;
-  std::int64_t activation_bytes_for(int B, int T) const override { return activation_bytes_for(config_, B, T); }
+  std::int64_t activation_bytes_for(int B, int T, int recomputing_blocks) const override {
+    return activation_bytes_for(config_, B, T, recomputing_blocks);
+  }
   std::int64_t parameter_count() const override { return config_.parameter_count(); }
   double flops_per_token(int T) const override { return config_.flops_per_token(T); }
   int vocab_size() const override { return config_.vocab_size; }
@@ -97,8 +115,8 @@ class Gpt final : public LanguageModel {
   std::string describe() const override;
 
   // activation_bytes_for from a config alone: saved activations, logits, and the backward scratch the
-  // blocks share.
-  static std::int64_t activation_bytes_for(const GptConfig& config, int B, int T);
+  // blocks share; `recomputing_blocks` of the L blocks recompute in backward and share one recomputable set.
+  static std::int64_t activation_bytes_for(const GptConfig& config, int B, int T, int recomputing_blocks = 0);
 
  protected:
   void forward(Flow& flow) override;
@@ -110,6 +128,7 @@ class Gpt final : public LanguageModel {
 
   GptConfig config_;
   std::shared_ptr<BlockScratch> scratch_;
+  std::shared_ptr<BlockActivations> recomputed_;  // shared by the blocks that recompute in backward
   std::vector<std::unique_ptr<Block>> blocks_;
   int B_ = 0, T_ = 0;
   View1<float> x0_;                          // (B,T,C) embedding output

@@ -25,9 +25,16 @@ class LanguageModel : public Module {
   virtual View1<float> losses() const = 0;
   // Activations and backward scratch held for the last batch shape, over the whole model.
   virtual std::int64_t activation_bytes() const = 0;
-  // What activation_bytes() will be after a forward and backward of B sequences of T tokens, from the shapes
-  // alone (fsdpp plan; exact, the plan is checked against measured peaks).
-  virtual std::int64_t activation_bytes_for(int B, int T) const = 0;
+  // What activation_bytes() will be after a forward and backward of B sequences of T tokens when
+  // `recomputing_blocks` of the blocks recompute in backward (activation checkpointing, module.hpp), from the
+  // shapes alone (fsdpp plan; exact, the plan is checked against measured peaks).
+  virtual std::int64_t activation_bytes_for(int B, int T, int recomputing_blocks) const = 0;
+  // Blocks set to recompute in backward (parallelize's apply_activation_checkpointing sets them).
+  int recomputing_blocks() const {
+    int n = 0;
+    for (const Module* b : block_modules()) n += b->recomputes_in_backward() ? 1 : 0;
+    return n;
+  }
   virtual std::int64_t parameter_count() const = 0;
   // Training FLOPs per token at sequence length T: 6 x the parameters that multiply + 12 x L x T x C (the
   // attention products), the convention MFU is quoted in.

@@ -128,7 +128,8 @@ void project_backward(const View1<float>& dinp, const View1<float>& dweight, con
 // ---------------------------------------------------------------------------------------------------------
 // LlamaBlock: x -> x + o_proj(attn(rope(qkv(rms_1(x))))) -> (that) + down(silu(gate(rms_2(that))) * up(rms_2(that)))
 
-LlamaBlock::LlamaBlock(const LlamaConfig& c, std::shared_ptr<LlamaScratch> scratch, std::shared_ptr<RopeTables> rope)
+LlamaBlock::LlamaBlock(const LlamaConfig& c, std::shared_ptr<LlamaScratch> scratch, std::shared_ptr<RopeTables> rope,
+                       std::shared_ptr<LlamaActivations> recomputed)
     : Module("LlamaBlock"),
       input_layernorm(add_parameter("input_layernorm.weight", {c.n_embd}, InitRule::ones(), ParamRole::norm)),
       q_proj(add_parameter("self_attn.q_proj.weight", {c.n_embd, c.n_embd}, InitRule::normal(kStd), ParamRole::weight)),
@@ -144,41 +145,57 @@ LlamaBlock::LlamaBlock(const LlamaConfig& c, std::shared_ptr<LlamaScratch> scrat
                               InitRule::normal(kStd / std::sqrt(2.0f * c.n_layer)), ParamRole::weight)),
       config_(c),
       scratch_(std::move(scratch)),
-      rope_(std::move(rope)) {}
+      rope_(std::move(rope)),
+      acts_(std::move(recomputed)) {}
 
-std::int64_t LlamaBlock::Activations::bytes() const {
-  return bytes_of({&ln1, &ln1_rstd, &qkv, &att, &atty, &res2, &ln2, &ln2_rstd, &gate, &up, &h});
+void LlamaActivations::ensure(const std::string& label, const LlamaConfig& c, int B, int T) {
+  const std::size_t N = static_cast<std::size_t>(B) * T, C = c.n_embd, F = c.ffn_hidden;
+  const std::size_t W = C + 2 * static_cast<std::size_t>(c.kv_width());
+  const std::size_t attention = static_cast<std::size_t>(B) * c.n_head * T * T;
+  struct Member { View1<float> LlamaActivations::*view; const char* name; std::size_t count; };
+  const Member members[] = {{&LlamaActivations::ln1, "ln1", N * C},   {&LlamaActivations::ln1_rstd, "ln1_rstd", N},
+                            {&LlamaActivations::qkv, "qkv", N * W},   {&LlamaActivations::att, "att", attention},
+                            {&LlamaActivations::atty, "atty", N * C}, {&LlamaActivations::res2, "res2", N * C},
+                            {&LlamaActivations::ln2, "ln2", N * C},   {&LlamaActivations::ln2_rstd, "ln2_rstd", N},
+                            {&LlamaActivations::gate, "gate", N * F}, {&LlamaActivations::up, "up", N * F},
+                            {&LlamaActivations::h, "h", N * F}};
+  storage_.resize(std::size(members));
+  for (std::size_t i = 0; i < std::size(members); ++i) {
+    const Member& m = members[i];
+    if ((this->*m.view).data() && (this->*m.view).extent(0) == m.count) continue;  // the same shape again
+    if (storage_[i].extent(0) < m.count) storage_[i] = uninitialized<float>(label + "." + m.name, m.count);
+    // The front of the allocation: the same alignment, so the same kernels give the same bits.
+    this->*m.view = Kokkos::subview(storage_[i], std::make_pair(std::size_t{0}, m.count));
+  }
 }
 
-std::int64_t LlamaBlock::activation_bytes() const { return act_.bytes() + bytes_of({&out_}); }
+std::int64_t LlamaActivations::bytes() const {
+  std::int64_t total = 0;
+  for (const auto& v : storage_) total += static_cast<std::int64_t>(v.extent(0)) * 4;
+  return total;
+}
 
-void LlamaBlock::ensure_activations(int B, int T) {
+std::int64_t LlamaActivations::bytes_for(const LlamaConfig& c, int B, int T) {
+  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, F = c.ffn_hidden;
+  const std::int64_t W = C + 2 * std::int64_t{c.kv_width()}, attention = std::int64_t{B} * c.n_head * T * T;
+  return 4 * (4 * N * C + 2 * N + N * W + attention + 3 * N * F);
+}
+
+std::int64_t LlamaBlock::activation_bytes() const { return acts_.own_bytes() + bytes_of({&out_}); }
+
+void LlamaBlock::ensure_output(int B, int T) {
   if (B == B_ && T == T_) return;
   B_ = B, T_ = T;
-  const std::size_t N = static_cast<std::size_t>(B) * T, C = config_.n_embd, F = config_.ffn_hidden;
-  const std::size_t W = C + 2 * static_cast<std::size_t>(config_.kv_width());
-  const std::string p = path();
-  act_.ln1 = uninitialized<float>(p + ".ln1", N * C);
-  act_.ln1_rstd = uninitialized<float>(p + ".ln1_rstd", N);
-  act_.qkv = uninitialized<float>(p + ".qkv", N * W);
-  act_.att = uninitialized<float>(p + ".att", static_cast<std::size_t>(B) * config_.n_head * T * T);
-  act_.atty = uninitialized<float>(p + ".atty", N * C);
-  act_.res2 = uninitialized<float>(p + ".res2", N * C);
-  act_.ln2 = uninitialized<float>(p + ".ln2", N * C);
-  act_.ln2_rstd = uninitialized<float>(p + ".ln2_rstd", N);
-  act_.gate = uninitialized<float>(p + ".gate", N * F);
-  act_.up = uninitialized<float>(p + ".up", N * F);
-  act_.h = uninitialized<float>(p + ".h", N * F);
-  out_ = uninitialized<float>(p + ".out", N * C);
+  out_ = uninitialized<float>(path() + ".out", static_cast<std::size_t>(B) * T * config_.n_embd);
 }
 
 void LlamaBlock::forward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, KC = config_.kv_width(), F = config_.ffn_hidden, N = B * T;
   const int NH = config_.n_head, NKV = config_.n_kv_head, hs = config_.head_size(), W = C + 2 * KC;
   const double eps = config_.norm_eps;
-  ensure_activations(B, T);
+  LlamaActivations& a = acts_.get(*this, config_, B, T);
+  ensure_output(B, T);
   rope_->ensure(config_);
-  Activations& a = act_;
   in_ = flow.x;
   rmsnorm_forward<float>(a.ln1, a.ln1_rstd, in_, input_layernorm.value(), N, C, eps);
   project_forward(a.qkv, W, 0, a.ln1, q_proj.value(), N, C, C);
@@ -186,12 +203,21 @@ void LlamaBlock::forward(Flow& flow) {
   project_forward(a.qkv, W, C + KC, a.ln1, v_proj.value(), N, C, KC);
   rope_forward<float>(a.qkv, rope_->cos, rope_->sin, B, T, W, NH + NKV, hs);  // q heads, then k heads
   attention_forward<float>(a.atty, a.att, a.qkv, AttentionShape{B, T, NH, NKV, hs});
-  linear_forward<float>(out_, a.atty, o_proj.value(), View1<float>(), N, C, C);
-  residual_forward<float>(a.res2, in_, out_, N * C);
+  // A recomputation rebuilds what backward reads and stops there (as GPT's Block): down_proj and the last
+  // residual add only make the output, which backward does not read, so out_ stays as forward left it and
+  // o_proj's output goes to the scratch d(res2), which backward overwrites before it reads it.
+  View1<float> proj = out_;
+  if (is_recomputing()) {
+    scratch_->ensure(config_, B, T);
+    proj = scratch_->dres2;
+  }
+  linear_forward<float>(proj, a.atty, o_proj.value(), View1<float>(), N, C, C);
+  residual_forward<float>(a.res2, in_, proj, N * C);
   rmsnorm_forward<float>(a.ln2, a.ln2_rstd, a.res2, post_attention_layernorm.value(), N, C, eps);
   linear_forward<float>(a.gate, a.ln2, gate_proj.value(), View1<float>(), N, C, F);
   linear_forward<float>(a.up, a.ln2, up_proj.value(), View1<float>(), N, C, F);
   swiglu_forward<float>(a.h, a.gate, a.up, std::int64_t{N} * F);
+  if (is_recomputing()) return;
   linear_forward<float>(out_, a.h, down_proj.value(), View1<float>(), N, F, C);
   residual_forward<float>(out_, a.res2, out_, N * C);
   flow.x = out_;
@@ -203,7 +229,7 @@ void LlamaBlock::backward(Flow& flow) {
   const int NH = config_.n_head, NKV = config_.n_kv_head, hs = config_.head_size(), W = C + 2 * KC;
   LlamaScratch& s = *scratch_;
   s.ensure(config_, B, T);
-  const Activations& a = act_;
+  const LlamaActivations& a = acts_.get(*this, config_, B, T);
   const View1<float>& dout = flow.dx;
   const View1<float> none;
 
@@ -247,10 +273,11 @@ Llama::Llama(const LlamaConfig& c)
                                                 ParamRole::weight)),
       config_(c),
       scratch_(std::make_shared<LlamaScratch>()),
-      rope_(std::make_shared<RopeTables>()) {
+      rope_(std::make_shared<RopeTables>()),
+      recomputed_(std::make_shared<LlamaActivations>()) {
   c.validate();
   for (int l = 0; l < c.n_layer; ++l) {
-    blocks_.push_back(std::make_unique<LlamaBlock>(c, scratch_, rope_));
+    blocks_.push_back(std::make_unique<LlamaBlock>(c, scratch_, rope_, recomputed_));
     add_child(*blocks_.back(), "layers." + std::to_string(l));
   }
 }
@@ -277,18 +304,20 @@ std::string Llama::describe() const {
 std::int64_t Llama::activation_bytes() const {
   std::int64_t total = bytes_of({&x0_, &lnf_, &lnf_rstd_, &logits_, &losses_, &dlnf_, &dx_});
   for (const auto& b : blocks_) total += b->activation_bytes();
-  return total + scratch_->bytes() + rope_->bytes();
+  return total + recomputed_->bytes() + scratch_->bytes() + rope_->bytes();
 }
 
-std::int64_t Llama::activation_bytes_for(int B, int T) const {
+std::int64_t Llama::activation_bytes_for(int B, int T, int recomputing_blocks) const {
   const LlamaConfig& c = config_;
   const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, V = c.vocab_size, F = c.ffn_hidden;
   const std::int64_t W = C + 2 * std::int64_t{c.kv_width()}, attention = std::int64_t{B} * c.n_head * T * T;
-  const std::int64_t per_block = 5 * N * C + 2 * N + N * W + attention + 3 * N * F;  // LlamaBlock::ensure_activations
-  const std::int64_t head = 4 * N * C + 2 * N + N * V;                               // Llama::ensure_activations
-  const std::int64_t scratch = 3 * N * C + N * W + attention + 3 * N * F;            // LlamaScratch::ensure
-  const std::int64_t rope = std::int64_t{c.context_length} * (c.head_size() / 2) * 2;  // RopeTables
-  return 4 * (c.n_layer * per_block + head + scratch + rope);
+  const std::int64_t outputs = 4 * c.n_layer * N * C;                         // LlamaBlock::ensure_output
+  const std::int64_t recomputable = LlamaActivations::bytes_for(c, B, T);     // per block that keeps its own...
+  const std::int64_t sets = c.n_layer - recomputing_blocks + (recomputing_blocks > 0 ? 1 : 0);  // ...+ one shared
+  const std::int64_t head = 4 * (4 * N * C + 2 * N + N * V);                  // Llama::ensure_activations
+  const std::int64_t scratch = 4 * (3 * N * C + N * W + attention + 3 * N * F);  // LlamaScratch::ensure
+  const std::int64_t rope = 4 * std::int64_t{c.context_length} * (c.head_size() / 2) * 2;  // RopeTables
+  return outputs + sets * recomputable + head + scratch + rope;
 }
 
 void Llama::ensure_activations(int B, int T) {

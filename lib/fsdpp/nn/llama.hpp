@@ -51,10 +51,34 @@ struct LlamaConfig {
 struct LlamaScratch;  // gradient buffers of the blocks' backward passes, shared: blocks run one at a time
 struct RopeTables;    // cos and sin (context_length, hs/2), shared by the blocks
 
+// What a block's backward needs that its forward can rebuild from the block's input (module.hpp, "Activation
+// checkpointing"): a block's own, or, for blocks that recompute in backward, one set the model shares among
+// them. Grow-only: allocated for the largest batch shape seen, the views cut to the current one. The block
+// output is held apart (LlamaBlock::out_).
+struct LlamaActivations {
+  View1<float> ln1, ln1_rstd;  // (B,T,C), (B,T)
+  View1<float> qkv;            // (B,T,C+2*NKV*hs) packed [q | k | v], q and k after RoPE
+  View1<float> att;            // (B,NH,T,T) attention probabilities
+  View1<float> atty;           // (B,T,C) attention output before o_proj
+  View1<float> res2;           // (B,T,C) residual after attention
+  View1<float> ln2, ln2_rstd;  // (B,T,C), (B,T)
+  View1<float> gate, up, h;    // (B,T,F) gate_proj and up_proj outputs, silu(gate) * up
+
+  void ensure(const std::string& label, const LlamaConfig& config, int B, int T);
+  std::int64_t bytes() const;  // allocated
+  static std::int64_t bytes_for(const LlamaConfig& config, int B, int T);
+
+ private:
+  std::vector<View1<float>> storage_;  // the allocations behind the views, in member order
+};
+
 class LlamaBlock final : public Module {
  public:
-  LlamaBlock(const LlamaConfig& config, std::shared_ptr<LlamaScratch> scratch, std::shared_ptr<RopeTables> rope);
-  std::int64_t activation_bytes() const;  // saved activations and output of the last forward
+  // `recomputed`: the set every block of the model that recomputes in backward draws from.
+  LlamaBlock(const LlamaConfig& config, std::shared_ptr<LlamaScratch> scratch, std::shared_ptr<RopeTables> rope,
+             std::shared_ptr<LlamaActivations> recomputed);
+  // Activations held by this block: its output, and its own recomputable set unless it recomputes.
+  std::int64_t activation_bytes() const;
 
   Parameter& input_layernorm;           // (C)
   Parameter& q_proj;                    // (C, C)
@@ -66,32 +90,20 @@ class LlamaBlock final : public Module {
   Parameter& up_proj;                   // (F, C)
   Parameter& down_proj;                 // (C, F)
 
-  // What backward needs from forward, all recomputable from the block's input: allocated together, so that
-  // activation checkpointing can drop and recompute them as one set. The block output is held apart (out_).
-  struct Activations {
-    View1<float> ln1, ln1_rstd;  // (B,T,C), (B,T)
-    View1<float> qkv;            // (B,T,C+2*NKV*hs) packed [q | k | v], q and k after RoPE
-    View1<float> att;            // (B,NH,T,T) attention probabilities
-    View1<float> atty;           // (B,T,C) attention output before o_proj
-    View1<float> res2;           // (B,T,C) residual after attention
-    View1<float> ln2, ln2_rstd;  // (B,T,C), (B,T)
-    View1<float> gate, up, h;    // (B,T,F) gate_proj and up_proj outputs, silu(gate) * up
-    std::int64_t bytes() const;
-  };
 
  protected:
   void forward(Flow& flow) override;
   void backward(Flow& flow) override;
 
  private:
-  void ensure_activations(int B, int T);
+  void ensure_output(int B, int T);
 
   LlamaConfig config_;
   std::shared_ptr<LlamaScratch> scratch_;
   std::shared_ptr<RopeTables> rope_;
   int B_ = 0, T_ = 0;
   View1<float> in_;   // (B,T,C) residual input (the previous module's output, not a copy)
-  Activations act_;
+  RecomputableActivations<LlamaActivations> acts_;
   View1<float> out_;  // (B,T,C) block output (also holds o_proj's output before the residual add)
 };
 
@@ -109,7 +121,7 @@ class Llama final : public LanguageModel {
   std::vector<Module*> block_modules() const override;
   View1<float> losses() const override { return losses_; }
   std::int64_t activation_bytes() const override;
-  std::int64_t activation_bytes_for(int B, int T) const override;
+  std::int64_t activation_bytes_for(int B, int T, int recomputing_blocks) const override;
   std::int64_t parameter_count() const override { return config_.parameter_count(); }
   double flops_per_token(int T) const override { return config_.flops_per_token(T); }
   int vocab_size() const override { return config_.vocab_size; }
@@ -127,6 +139,7 @@ class Llama final : public LanguageModel {
   LlamaConfig config_;
   std::shared_ptr<LlamaScratch> scratch_;
   std::shared_ptr<RopeTables> rope_;
+  std::shared_ptr<LlamaActivations> recomputed_;  // shared by the blocks that recompute in backward
   std::vector<std::unique_ptr<LlamaBlock>> blocks_;
   int B_ = 0, T_ = 0;
   View1<float> x0_;                // (B,T,C) embedding output

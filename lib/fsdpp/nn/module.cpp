@@ -14,10 +14,34 @@ void Module::operator()(Flow& flow, Pass pass) {
           "model through its root module, whose fully_shard hooks unshard each group, or call unshard() first",
           pass == Pass::forward ? "forward" : "backward", display_name(), p.name(), p.placement()->offset_rows,
           p.placement()->offset_rows + p.placement()->local_rows, p.rows()));
-  if (pass == Pass::forward) forward(flow);
-  else backward(flow);
+  if (pass == Pass::forward) {
+    if (recompute_in_backward_) checkpoint_input_ = flow.x;  // after the hooks: what forward() reads
+    forward(flow);
+  } else {
+    if (recompute_in_backward_) recompute(flow);
+    backward(flow);
+  }
   // After-hooks run in reverse registration order, so hooks nest like scopes.
   for (auto it = hooks_.rbegin(); it != hooks_.rend(); ++it) (*it)->after(*this, pass, flow);
+}
+
+// The replay of forward() that rebuilds the activations of a checkpointed module, on the flow of its backward
+// (the same batch) with the residual stream it was given in forward. What the replay leaves in the flow is
+// dropped: backward's flow is the caller's.
+void Module::recompute(const Flow& flow) {
+  FSDPP_CHECK(checkpoint_input_.data() != nullptr,
+              "backward of {} (recompute_in_backward) without a forward since it was set: there is no input to "
+              "recompute its activations from", display_name());
+  Flow replay = flow;
+  replay.x = checkpoint_input_;
+  recomputing_ = true;
+  try {
+    forward(replay);
+  } catch (...) {
+    recomputing_ = false;
+    throw;
+  }
+  recomputing_ = false;
 }
 
 void Module::dry_run(Flow& flow, Pass pass) {

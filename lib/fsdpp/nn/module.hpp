@@ -6,6 +6,33 @@
 // There is no autograd: each module implements forward and backward side by side and keeps the activations
 // its backward needs. Hooks registered on a module run before and after each pass; fully_shard uses them to
 // all-gather parameters before a pass and reshard / reduce-scatter gradients after it.
+//
+// Activation checkpointing (torch's checkpoint_wrapper): a module set to recompute in backward keeps only its
+// input from forward; its backward pass first re-runs its own forward() on that input, to rebuild the
+// activations, then runs backward(). Only forward() is re-run, not the forward hooks: in backward, the
+// pre-backward hooks (fully_shard's all-gather) have already run, so the recomputation costs FLOPs but no
+// communication, as under FSDP2 + checkpoint_wrapper. The replay is the same kernels on the same inputs, so
+// the gradients are bitwise those without checkpointing. The input must stay untouched from forward to
+// backward: in a residual stack it is the previous module's output, which that module keeps anyway.
+//
+// The saving comes from where the module keeps its recomputable activations. The pattern, in a few lines:
+//   struct MyActivations {                       // everything backward needs that forward can rebuild
+//     View1<float> h, ...;
+//     void ensure(const std::string& label, int B, int T);   // grow-only: allocate once for the largest shape
+//     std::int64_t bytes() const;
+//   };
+//   class MyBlock : public Module {
+//     RecomputableActivations<MyActivations> acts_;   // built with the model's one shared_ptr<MyActivations>
+//     void forward(Flow& f) override  { MyActivations& a = acts_.get(*this, f.B, f.T); ... }
+//     void backward(Flow& f) override { MyActivations& a = acts_.get(*this, f.B, f.T); ... }
+//   };
+// A module that does not recompute uses a set of its own; every module that does draws from the one set the
+// model shares among them (only one module's backward runs at a time, and each rebuilds the set first), so L
+// checkpointed blocks hold one block's activations instead of L. What the module hands on (its output) it
+// keeps in its own buffers either way; while is_recomputing() it may skip the work that only makes that output.
+// `apply_activation_checkpointing` (parallel/parallelize.hpp) sets the flag on the blocks from the deck.
+// dry_run has nothing to replay: a recomputation changes no hook's schedule, so `fsdpp plan`'s events stand;
+// only the activation bytes change (count the shared set once).
 #include "fsdpp/nn/parameter.hpp"
 
 #include <deque>
@@ -72,6 +99,11 @@ class Module {
   std::vector<Parameter*> local_parameters() { return parameters(false); }
   void clear_hooks() { hooks_.clear(); }
 
+  // Activation checkpointing (above): forward keeps only the input; backward re-runs forward() first.
+  void set_recompute_in_backward(bool on) { recompute_in_backward_ = on; }
+  bool recomputes_in_backward() const { return recompute_in_backward_; }
+  bool is_recomputing() const { return recomputing_; }  // inside backward's replay of forward()
+
   // Storage and values for every parameter that has none yet (see parameter.hpp). Gradients start at zero.
   void to_empty();
   void reset_parameters(std::uint64_t seed);
@@ -86,6 +118,7 @@ class Module {
 
  private:
   void set_path(const std::string& path);
+  void recompute(const Flow& flow);
 
   std::string type_name_;
   std::string path_;
@@ -93,6 +126,28 @@ class Module {
   std::deque<Parameter> parameters_;  // deque: parameter addresses stay valid as more are added
   std::vector<Module*> children_;
   std::vector<std::shared_ptr<ModuleHooks>> hooks_;
+  bool recompute_in_backward_ = false;
+  bool recomputing_ = false;
+  View1<float> checkpoint_input_;  // recompute_in_backward_: forward's flow.x, after the forward hooks
+};
+
+// Where a module keeps the activations its backward needs and forward can rebuild (see the top of this file):
+// its own set, or, while it recomputes in backward, the one set shared by every module that does.
+// `Set` has ensure(label, shape...) (grow-only) and bytes().
+template <class Set> class RecomputableActivations {
+ public:
+  explicit RecomputableActivations(std::shared_ptr<Set> shared) : shared_(std::move(shared)) {}
+  template <class... Shape> Set& get(const Module& m, const Shape&... shape) {
+    const bool shared = m.recomputes_in_backward();
+    Set& set = shared ? *shared_ : own_;
+    set.ensure(shared ? "recomputed" : m.path(), shape...);
+    return set;
+  }
+  std::int64_t own_bytes() const { return own_.bytes(); }  // the shared set is the model's to count, once
+
+ private:
+  std::shared_ptr<Set> shared_;
+  Set own_;
 };
 
 }  // namespace fsdpp

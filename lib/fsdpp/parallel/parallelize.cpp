@@ -131,13 +131,43 @@ std::vector<std::string> Parallelism::banner(const std::string& optimizer_state,
   lines.push_back(fmt::format("bytes per rank: parameters {:.2f} MiB, gradients {:.2f} MiB, {} {:.2f} MiB (f32 "
                               "shards, padded); largest unsharded group {:.2f} MiB", local * mib, local * mib,
                               optimizer_state, optimizer_state_copies * local * mib, largest_unsharded * mib));
+  if (!ac_summary_.empty()) lines.push_back(ac_summary_);
   return lines;
+}
+
+int apply_activation_checkpointing(LanguageModel& model, const ActivationCheckpointing& ac) {
+  const std::vector<Module*> blocks = model.block_modules();
+  for (std::size_t l = 0; l < blocks.size(); ++l) blocks[l]->set_recompute_in_backward(ac.recomputes(static_cast<int>(l)));
+  return model.recomputing_blocks();
 }
 
 namespace {
 
-std::unique_ptr<Parallelism> shard(LanguageModel& model, ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh, MPI_Comm world) {
+// "activation checkpointing: every_2 (h.1, h.3 of 4 blocks recompute in backward): activations 198.1 MiB per
+// micro-batch of 8 instead of 236.1 MiB (38.0 MiB saved)", or empty when no block recomputes.
+std::string activation_checkpointing_summary(const LanguageModel& model, const Deck& deck) {
+  const int recomputing = model.recomputing_blocks();
+  if (recomputing == 0) return {};
+  std::string names;
+  const std::vector<Module*> blocks = model.block_modules();
+  for (const Module* b : blocks)
+    if (b->recomputes_in_backward()) names += (names.empty() ? "" : ", ") + b->path();
+  const int B = deck.train.micro_batch, T = deck.model.context_length;
+  const double with = model.activation_bytes_for(B, T, recomputing) / 1048576.0;
+  const double without = model.activation_bytes_for(B, T, 0) / 1048576.0;
+  return fmt::format("activation checkpointing: {} ({} of {} blocks recompute in backward): activations {:.1f} MiB "
+                     "per micro-batch of {} instead of {:.1f} MiB ({:.1f} MiB saved)",
+                     to_string(deck.train.activation_checkpointing), names, blocks.size(), with, B, without,
+                     without - with);
+}
+
+std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, ParallelLayout layout,
+                                   std::unique_ptr<DeviceMesh> mesh, MPI_Comm world) {
   auto par = std::make_unique<Parallelism>(std::move(layout), std::move(mesh), world);
+  // Before fully_shard, as torchtitan applies AC before FSDP: recomputation happens inside each block's
+  // backward, after fully_shard's pre-backward all-gather.
+  apply_activation_checkpointing(model, deck.train.activation_checkpointing);
+  par->set_activation_checkpointing_summary(activation_checkpointing_summary(model, deck));
   const ParallelLayout& l = par->layout();
   for (Module* block : model.block_modules()) fully_shard(*block, par->mesh(), l.block_options);
   FsdpGroup& root = fully_shard(model, par->mesh(), l.root_options);
@@ -155,14 +185,14 @@ std::unique_ptr<Parallelism> parallelize(LanguageModel& model, const Deck& deck,
   MPI_Comm_size(world, &ranks);
   ParallelLayout layout = parallel_layout(deck, ranks);
   auto mesh = std::make_unique<DeviceMesh>(world, layout.mesh, layout.backend);
-  return shard(model, std::move(layout), std::move(mesh), world);
+  return shard(model, deck, std::move(layout), std::move(mesh), world);
 }
 
 std::unique_ptr<Parallelism> parallelize_for_planning(LanguageModel& model, const Deck& deck, int world_size) {
   FSDPP_REQUIRE(world_size >= 1, "--ranks is {}; it must be at least 1", world_size);
   ParallelLayout layout = parallel_layout(deck, world_size);
   auto mesh = std::make_unique<DeviceMesh>(DeviceMesh::planning(layout.mesh, world_size, 0, layout.backend));
-  return shard(model, std::move(layout), std::move(mesh), MPI_COMM_NULL);
+  return shard(model, deck, std::move(layout), std::move(mesh), MPI_COMM_NULL);
 }
 
 }  // namespace fsdpp

@@ -8,6 +8,8 @@
 //   - the mesh: (dp_replicate x) dp_shard from `mesh`; fsdp.strategy no_shard is a (ranks x 1) mesh, DDP;
 //   - the communicator backend of every mesh dimension: `comm.backend` (auto: NCCL when Kokkos computes on a
 //     GPU, MPI otherwise);
+//   - activation checkpointing (train.activation_checkpointing): which blocks recompute in backward, set
+//     before fully_shard as torchtitan's apply_ac wraps blocks before apply_fsdp;
 //   - fully_shard per block, then the root, with FullyShardOptions from the `fsdp` section. Every strategy is
 //     a mode of that one machinery: full_shard and hybrid_shard as FSDP2 has them, shard_grad_op as
 //     reshard_after_forward false, no_shard as a shard group of one rank whose gradients are all-reduced over
@@ -92,6 +94,9 @@ class Parallelism {
   std::vector<UnitSummary> units() const;
   std::vector<std::string> banner(const std::string& optimizer_state, int optimizer_state_copies) const;
 
+  // "activation checkpointing: ..." for the banner: which blocks, and the activation bytes it saves.
+  void set_activation_checkpointing_summary(std::string line) { ac_summary_ = std::move(line); }
+
   void attach(Module& model, FsdpGroup& root) {
     model_ = &model;
     root_ = &root;
@@ -103,7 +108,11 @@ class Parallelism {
   std::unique_ptr<MpiCommunicator> host_world_;  // host scalars; null on a planning mesh
   Module* model_ = nullptr;
   FsdpGroup* root_ = nullptr;
+  std::string ac_summary_;  // empty: no activation checkpointing
 };
+
+// Sets recompute_in_backward on the blocks `ac` names (module.hpp, "Activation checkpointing"); returns how many.
+int apply_activation_checkpointing(LanguageModel& model, const ActivationCheckpointing& ac);
 
 // Collective over `world`. The model must be on meta; it is sharded but not given storage.
 std::unique_ptr<Parallelism> parallelize(LanguageModel& model, const Deck& deck, MPI_Comm world);

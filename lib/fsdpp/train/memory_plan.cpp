@@ -88,9 +88,12 @@ MemoryPlan plan_memory(const Deck& deck, int ranks) {
   m.optimizer = deck.optim.name == OptimizerKind::adamw ? 2 * m.parameters
                                                         : (deck.optim.momentum != 0 ? m.parameters : 0);
   const int T = deck.model.context_length;
-  m.activations = shapes->activation_bytes_for(plan.micro_batch, T);
+  // parallelize_for_planning set which blocks recompute in backward, as training will.
+  plan.recomputing_blocks = shapes->recomputing_blocks();
+  m.activations = shapes->activation_bytes_for(plan.micro_batch, T, plan.recomputing_blocks);
+  plan.activations_without_checkpointing = shapes->activation_bytes_for(plan.micro_batch, T, 0);
   m.batch = std::int64_t{2} * plan.micro_batch * T * 4;
-  plan.per_sequence_bytes = shapes->activation_bytes_for(1, T) + std::int64_t{2} * T * 4;
+  plan.per_sequence_bytes = shapes->activation_bytes_for(1, T, plan.recomputing_blocks) + std::int64_t{2} * T * 4;
 
   // One training step of fully_shard's real schedule, dry: its events are the unsharded memory.
   auto peak = std::make_shared<PeakOfEvents>();
@@ -191,6 +194,12 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
                           m.total() <= *mem_per_rank ? "fits" : "DOES NOT FIT", 100.0 * m.total() / *mem_per_rank);
   line(fmt::format("  {:<52} {:>10.1f}{}", "total per rank", mib(m.total()), verdict));
   line(fmt::format("peak: {}", plan.peak_moment));
+  if (plan.recomputing_blocks > 0)
+    line(fmt::format("activation checkpointing {} ({} of {} blocks recompute in backward): activations {:.1f} MiB "
+                     "instead of {:.1f} MiB, {:.1f} MiB saved; their forward runs again in backward",
+                     to_string(deck.train.activation_checkpointing), plan.recomputing_blocks, deck.model.n_layer,
+                     mib(m.activations), mib(plan.activations_without_checkpointing),
+                     mib(plan.activations_without_checkpointing - m.activations)));
   line(fmt::format("each sequence per micro-batch adds {:.2f} MiB (activations {:.2f} MiB, tokens {:.3f} MiB)",
                    mib(plan.per_sequence_bytes), mib(plan.per_sequence_bytes - 2 * T * 4),
                    mib(2 * T * 4)));

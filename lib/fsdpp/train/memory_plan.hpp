@@ -50,6 +50,8 @@ struct MemoryPlan {
   PlannedMemory memory;
   std::string peak_moment;              // where in the step the peak falls
   std::int64_t per_sequence_bytes = 0;  // what one more sequence per micro-batch adds
+  int recomputing_blocks = 0;           // train.activation_checkpointing: blocks that recompute in backward
+  std::int64_t activations_without_checkpointing = 0;  // memory.activations had no block recomputed
   std::int64_t fixed_bytes() const { return memory.total() - micro_batch * per_sequence_bytes; }
   // The most sequences per micro-batch that fit in `bytes` (0: not even one).
   std::int64_t largest_micro_batch(std::int64_t bytes) const;
