@@ -37,11 +37,12 @@ MPI_TEST_CASE("train: param_dtype bf16 with bf16 GEMMs learns tiny.yaml like f32
   CHECK(*bf.final_val_loss <= 1.10 * *bf.loss_floor);
   CHECK(*bf.final_val_loss >= 0.95 * *bf.loss_floor);
   // The GEMMs really ran in bf16: the losses differ, but by little. At step 0 only the forward's rounding
-  // separates them (bf16 inputs: ~2^-8 relative per product term); the final validation losses agree to 2%.
+  // separates them (measured: 7e-7 relative; bound 1e-3); the final validation losses agree to 0.5%
+  // (measured: 4e-5 relative, 1.10738 vs 1.10734 against a floor of about 1.09).
   REQUIRE(bf.losses.size() == f.losses.size());
   bool any_differs = false;
   for (std::size_t s = 0; s < bf.losses.size(); ++s) any_differs = any_differs || bf.losses[s] != f.losses[s];
   CHECK(any_differs);
-  CHECK(std::fabs(bf.losses[0] - f.losses[0]) <= 1e-2 * f.losses[0]);
-  CHECK(std::fabs(*bf.final_val_loss - *f.final_val_loss) <= 0.02 * *f.final_val_loss);
+  CHECK(std::fabs(bf.losses[0] - f.losses[0]) <= 1e-3 * f.losses[0]);
+  CHECK(std::fabs(*bf.final_val_loss - *f.final_val_loss) <= 0.005 * *f.final_val_loss);
 }
