@@ -112,8 +112,6 @@ cublasOperation_t op(Trans t) { return t == Trans::T ? CUBLAS_OP_T : CUBLAS_OP_N
 void check(cublasStatus_t status, const char* call) {
   FSDPP_CHECK(status == CUBLAS_STATUS_SUCCESS, "{} failed with cuBLAS status {}", call, static_cast<int>(status));
 }
-// cuBLAS is column-major: a row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so the
-// operands swap places and M, N swap roles.
 // TF32 is a cuBLAS math mode: set before each single-precision call (cheap, host-side), so the handle
 // always matches the precision in force. Double products ignore it.
 void apply_math_mode() {
@@ -121,24 +119,28 @@ void apply_math_mode() {
                           g_precision == GemmPrecision::tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
         "cublasSetMathMode");
 }
+// cuBLAS is column-major: a row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so the
+// operands swap places and M, N swap roles.
 template <class T> void device_gemm(Trans ta, Trans tb, int M, int N, int K, T alpha, const T* A, int lda,
                                     const T* B, int ldb, T beta, T* C, int ldc) {
-  if constexpr (std::is_same_v<T, float>) apply_math_mode();
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
+    apply_math_mode();
     check(cublasSgemm(cublas_handle(), op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc), "cublasSgemm");
-  else
+  } else {
     check(cublasDgemm(cublas_handle(), op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc), "cublasDgemm");
+  }
 }
 template <class T> void device_gemm_batched(Trans ta, Trans tb, int M, int N, int K, T alpha, const T* A, int lda,
                                             std::int64_t sa, const T* B, int ldb, std::int64_t sb, T beta, T* C,
                                             int ldc, std::int64_t sc, int batch) {
-  if constexpr (std::is_same_v<T, float>) apply_math_mode();
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
+    apply_math_mode();
     check(cublasSgemmStridedBatched(cublas_handle(), op(tb), op(ta), N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta,
                                     C, ldc, sc, batch), "cublasSgemmStridedBatched");
-  else
+  } else {
     check(cublasDgemmStridedBatched(cublas_handle(), op(tb), op(ta), N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta,
                                     C, ldc, sc, batch), "cublasDgemmStridedBatched");
+  }
 }
 #else
 CBLAS_TRANSPOSE op(Trans t) { return t == Trans::T ? CblasTrans : CblasNoTrans; }
