@@ -34,20 +34,32 @@ using Packed = float;
 void pack_rounded(GemmPrecision precision, const float* src, int rows, int cols, int ld, std::int64_t stride,
                   int batch, Packed* dst) {
   const std::int64_t per_block = std::int64_t(rows) * cols;
-  const bool tf32 = precision == GemmPrecision::tf32;
+#if defined(KOKKOS_ENABLE_CUDA)
+  // GPUs do TF32 in cuBLAS: only bf16 is packed. One thread per element, neighbours on neighbouring columns.
+  (void)precision;
   Kokkos::parallel_for(
-      "fsdpp::gemm_pack_rounded", Kokkos::RangePolicy<ExecSpace>(0, per_block * batch),
+      "fsdpp::gemm_pack_bf16", Kokkos::RangePolicy<ExecSpace>(0, per_block * batch),
       KOKKOS_LAMBDA(const std::int64_t i) {
         const std::int64_t b = i / per_block, in_block = i - b * per_block;
         const std::int64_t r = in_block / cols, c = in_block - r * cols;
-        const float x = src[b * stride + r * ld + c];
-#if defined(KOKKOS_ENABLE_CUDA)
-        (void)tf32;  // GPUs do TF32 in cuBLAS; only bf16 is packed
-        dst[i] = bf16::from_float(x);
-#else
-        dst[i] = tf32 ? round_to_tf32(x) : round_to_bf16(x);
-#endif
+        dst[i] = bf16::from_float(src[b * stride + r * ld + c]);
       });
+#else
+  // One iteration per row, its columns in a division-free inner loop: per-element index arithmetic would cost
+  // more than the rounding.
+  const bool tf32 = precision == GemmPrecision::tf32;
+  Kokkos::parallel_for(
+      "fsdpp::gemm_pack_rounded_rows", Kokkos::RangePolicy<ExecSpace>(0, std::int64_t(batch) * rows),
+      KOKKOS_LAMBDA(const std::int64_t row) {
+        const std::int64_t b = row / rows, r = row - b * rows;
+        const float* in = src + b * stride + r * ld;
+        Packed* out = dst + b * per_block + r * cols;
+        if (tf32)
+          for (int c = 0; c < cols; ++c) out[c] = round_to_tf32(in[c]);
+        else
+          for (int c = 0; c < cols; ++c) out[c] = round_to_bf16(in[c]);
+      });
+#endif
 }
 
 }  // namespace gemm_detail
