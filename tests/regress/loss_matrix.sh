@@ -14,6 +14,12 @@ trap 'rm -rf "$work"' EXIT
 # ranks); every 64-row matrix is padded at 3 ranks.
 common=(train.steps=6 train.global_batch=48 train.micro_batch=4 train.eval_interval=3 train.eval_batches=2
         model.n_layer=3 schedule.warmup_steps=2 log.interval=1)
+# Builds with a GEMM precision setting (matmul.*) would compute the bf16 runs' GEMMs in bf16 (matmul.precision
+# auto) and, on GPU builds, f32 GEMMs in TF32: pin exact f32 GEMMs so the matrix stays comparable, bit for bit,
+# with builds from before that setting (bf16 GEMMs are tested in tests/mpi/test_train_gemm_precision.cpp).
+if "$fsdpp" train --help-deck 2>/dev/null | grep -q '^  matmul\.precision '; then
+  common+=(matmul.precision=f32 matmul.tf32=false)
+fi
 # One line of losses: "loss[/val_loss]" per step, repr() keeps every digit.
 losses_of() {
   python3 -c 'import json, sys

@@ -101,3 +101,27 @@ TEST_CASE("bf16: random floats match the reference rounding") {
   }
   CHECK(mismatches == 0);
 }
+
+// TF32 (8 exponent, 10 mantissa bits) against the same kind of reference: the nearer of the two TF32
+// neighbours in double arithmetic, ties to the one with an even last mantissa bit.
+TEST_CASE("tf32: random floats round to the nearest TF32 value, ties to even") {
+  std::mt19937 gen(20261130);
+  std::uniform_int_distribution<std::uint32_t> bits(0, 0x7f7fffffu);  // finite, positive; sign is symmetric
+  int mismatches = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const float f = from_bits(bits(gen));
+    if (to_bits(f) >= 0x7f7ff000u) continue;  // rounds past the largest TF32 to Inf: checked below
+    const std::uint32_t lo = to_bits(f) & 0xffffe000u, hi = lo + 0x2000u;
+    const double dlo = double(f) - double(from_bits(lo)), dhi = double(from_bits(hi)) - double(f);
+    const std::uint32_t want = dlo < dhi ? lo : dhi < dlo ? hi : ((lo & 0x2000u) ? hi : lo);
+    mismatches += to_bits(fsdpp::round_to_tf32(f)) != want;
+    mismatches += to_bits(fsdpp::round_to_tf32(-f)) != (want | 0x80000000u);
+  }
+  CHECK(mismatches == 0);
+  CHECK(fsdpp::round_to_tf32(1.0f + std::ldexp(1.0f, -11)) == 1.0f);  // a tie goes to the even neighbour
+  CHECK(fsdpp::round_to_tf32(1.0f + 3 * std::ldexp(1.0f, -11)) == 1.0f + std::ldexp(1.0f, -9));
+  CHECK(std::isinf(fsdpp::round_to_tf32(std::numeric_limits<float>::infinity())));
+  CHECK(std::isnan(fsdpp::round_to_tf32(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(std::isinf(fsdpp::round_to_tf32(std::numeric_limits<float>::max())));  // past the largest TF32
+  CHECK(fsdpp::round_to_bf16(1.0f + std::ldexp(1.0f, -8)) == 1.0f);
+}

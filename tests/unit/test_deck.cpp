@@ -372,3 +372,36 @@ TEST_CASE("deck: Llama keys are refused for gpt2, and Llama shapes are checked")
   CHECK(error_of("train: {steps: 5}\nmodel: {arch: llama, norm_eps: 0}\n").find("model.norm_eps") !=
         std::string::npos);
 }
+
+TEST_CASE("deck: matmul.precision and matmul.tf32 choose the GEMM precision") {
+  using fsdpp::GemmPrecision;
+  using fsdpp::resolved_gemm_precision;
+  const Deck defaults = parse_deck(kMinimal, "deck.yaml");
+  CHECK(defaults.matmul.precision == fsdpp::MatmulPrecisionChoice::automatic);
+  CHECK(defaults.matmul.tf32 == fsdpp::tf32_is_native());  // on by default only where tensor cores do it
+  const GemmPrecision f32_default = fsdpp::tf32_is_native() ? GemmPrecision::tf32 : GemmPrecision::f32;
+  CHECK(resolved_gemm_precision(defaults) == f32_default);
+  // auto follows fsdp.param_dtype: bf16 parameters compute bf16 GEMMs, as FSDP2's mixed precision does.
+  CHECK(resolved_gemm_precision(parse_deck(kMinimal, "deck.yaml", {"fsdp.param_dtype=bf16"})) ==
+        GemmPrecision::bf16);
+  CHECK(resolved_gemm_precision(parse_deck(kMinimal, "deck.yaml", {"fsdp.param_dtype=bf16", "matmul.precision=f32",
+                                                                   "matmul.tf32=false"})) == GemmPrecision::f32);
+  CHECK(resolved_gemm_precision(parse_deck(kMinimal, "deck.yaml", {"matmul.precision=bf16"})) == GemmPrecision::bf16);
+  CHECK(resolved_gemm_precision(parse_deck(kMinimal, "deck.yaml", {"matmul.tf32=true"})) == GemmPrecision::tf32);
+  CHECK(resolved_gemm_precision(parse_deck("train: {steps: 5}\nmatmul: {precision: bf16, tf32: true}\n",
+                                           "deck.yaml")) == GemmPrecision::bf16);  // bf16 wins over tf32
+
+  const Deck d = parse_deck("train: {steps: 5}\nmatmul: {precision: bf16, tf32: true}\n", "deck.yaml");
+  const Deck again = parse_deck(fsdpp::resolved_deck_yaml(d), "resolved.yaml");
+  CHECK(again.matmul.precision == fsdpp::MatmulPrecisionChoice::bf16);
+  CHECK(again.matmul.tf32);
+  CHECK(fsdpp::resolved_deck_yaml(d).find("matmul:\n  precision: bf16\n  tf32: true\n") != std::string::npos);
+
+  CHECK(error_of("train: {steps: 5}\nmatmul: {precision: fp8}\n") ==
+        "deck.yaml:2:21: matmul.precision: expected auto|f32|bf16, got 'fp8'");
+  CHECK(error_of("train: {steps: 5}\nmatmul: {tf32: maybe}\n").find("matmul.tf32") != std::string::npos);
+  CHECK(error_of(kMinimal, {"matmul.precison=bf16"}).find("did you mean 'precision'") != std::string::npos);
+  const std::string help = fsdpp::deck_help();
+  CHECK(help.find("matmul.precision            auto|f32|bf16                  default: auto") != std::string::npos);
+  CHECK(help.find("default: true on GPU builds, false on CPU builds") != std::string::npos);
+}

@@ -10,6 +10,7 @@
 // detection, the help text and the resolved-deck echo at once.
 #include "fsdpp/mesh/device_mesh.hpp"
 #include "fsdpp/tensor/dtype.hpp"
+#include "fsdpp/tensor/matmul.hpp"
 
 #include <cstdint>
 #include <string>
@@ -29,7 +30,8 @@ enum class GradAccumulation { unsharded, sharded };
 enum class ResumeMode { off, on, automatic, path };
 enum class CommBackendChoice { automatic, mpi, nccl };  // automatic: NCCL when Kokkos computes on a GPU
 enum class CheckpointOnError { abort, keep_going };  // deck names: abort | continue
-enum class NonFinitePolicy { abort, skip };  // what a step with a NaN/Inf loss or gradient norm does
+enum class NonFinitePolicy { abort, skip };
+enum class MatmulPrecisionChoice { automatic, f32, bf16 };  // automatic: bf16 GEMMs when fsdp.param_dtype is bf16  // what a step with a NaN/Inf loss or gradient norm does
 
 // FSDP2's reshard_after_forward: None | bool | int. "automatic" is None: true for every group but the root.
 struct ReshardAfterForward {
@@ -136,6 +138,13 @@ struct MeshConfig {
   std::vector<MeshDim> dims() const;
 };
 
+// The precision of every float GEMM (tensor/matmul.hpp); master weights, gradient reduction and optimizer
+// state are not affected.
+struct MatmulConfig {
+  MatmulPrecisionChoice precision = MatmulPrecisionChoice::automatic;
+  bool tf32 = tf32_is_native();  // f32 GEMMs in TF32: on by default where tensor cores do it (GPU builds)
+};
+
 struct CommConfig {
   CommBackendChoice backend = CommBackendChoice::automatic;
   double timeout_s = 600;  // collective watchdog: abort the job when an MPI collective takes longer; 0: off
@@ -161,6 +170,7 @@ struct Deck {
   TrainConfig train;
   LogConfig log;
   FsdpConfig fsdp;
+  MatmulConfig matmul;
   MeshConfig mesh;
   CommConfig comm;
   CheckpointConfig checkpoint;
@@ -200,6 +210,11 @@ std::string_view to_string(ResumeMode v);
 std::string_view to_string(CommBackendChoice v);
 std::string_view to_string(CheckpointOnError v);
 std::string_view to_string(NonFinitePolicy v);
+std::string_view to_string(MatmulPrecisionChoice v);
+
+// The precision the deck's GEMMs run in: matmul.precision bf16, or auto with fsdp.param_dtype bf16, gives bf16;
+// otherwise tf32 when matmul.tf32 is true, else f32.
+GemmPrecision resolved_gemm_precision(const Deck& deck);
 std::string to_string(const ReshardAfterForward& v);
 std::string to_string(const ActivationCheckpointing& v);  // none | full | every_<k>
 

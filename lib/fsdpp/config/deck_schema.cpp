@@ -398,6 +398,16 @@ std::vector<Field> make_fields() {
                      "Gradient accumulation: sharded reduce-scatters every micro-batch (sharded memory); "
                      "unsharded keeps full gradients and reduce-scatters once per step (less communication)."));
 
+  f.push_back(choice("matmul.precision", &Deck::matmul, &MatmulConfig::precision, kMatmulPrecisions,
+                     "Precision of every float GEMM (linear layers, attention products, lm_head; forward and "
+                     "backward): bf16 rounds the inputs to bf16 and accumulates in f32 (tensor cores on GPUs); "
+                     "f32 computes in single precision (see matmul.tf32); auto is bf16 when fsdp.param_dtype is "
+                     "bf16, else f32. Master weights, gradient reduction and optimizer state stay f32."));
+  f.push_back(boolean("matmul.tf32", &Deck::matmul, &MatmulConfig::tf32,
+                      "f32 GEMMs read their inputs as TF32 (10 mantissa bits, f32 accumulation): tensor cores on "
+                      "GPU builds; CPU builds emulate it by rounding the inputs (same numbers, slower)."));
+  f.back().default_doc = "true on GPU builds, false on CPU builds";
+
   f.push_back(mesh_dim("mesh.dp_replicate", &MeshConfig::dp_replicate,
                        "Replicas (outer mesh dimension; for hybrid_shard). Absent: no replicate dimension."));
   f.back().default_doc = "absent";
@@ -440,6 +450,7 @@ const std::vector<Section>& deck_sections() {
       {"train", "Length and batch sizes."},
       {"log", "Step table."},
       {"fsdp", "Fully sharded data parallelism (FSDP2's fully_shard)."},
+      {"matmul", "Precision of the matrix products (TF32, bf16 tensor cores)."},
       {"mesh", "Device mesh: dimension name -> size, outermost first."},
       {"comm", "Communicators of the mesh."},
       {"checkpoint", "Distributed checkpoints."}};

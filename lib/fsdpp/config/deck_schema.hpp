@@ -67,6 +67,7 @@ extern const EnumNames<GradAccumulation> kAccumulations;
 extern const EnumNames<ResumeMode> kResumes;
 extern const EnumNames<CheckpointOnError> kOnErrors;
 extern const EnumNames<NonFinitePolicy> kNonFinite;
+extern const EnumNames<MatmulPrecisionChoice> kMatmulPrecisions;
 extern const EnumNames<DType> kFloatTypes;  // f32|bf16: the types mixed precision chooses between
 
 template <class E> std::string_view name_of(const EnumNames<E>& names, E value) {

@@ -33,6 +33,9 @@ const EnumNames<CommBackendChoice> kBackends = {{"auto", CommBackendChoice::auto
 const EnumNames<CheckpointOnError> kOnErrors = {{"abort", CheckpointOnError::abort},
                                               {"continue", CheckpointOnError::keep_going}};
 const EnumNames<NonFinitePolicy> kNonFinite = {{"abort", NonFinitePolicy::abort}, {"skip", NonFinitePolicy::skip}};
+const EnumNames<MatmulPrecisionChoice> kMatmulPrecisions = {{"auto", MatmulPrecisionChoice::automatic},
+                                                          {"f32", MatmulPrecisionChoice::f32},
+                                                          {"bf16", MatmulPrecisionChoice::bf16}};
 const EnumNames<DType> kFloatTypes = {{"f32", DType::f32}, {"bf16", DType::bf16}};
 
 }  // namespace deck_detail
@@ -51,6 +54,15 @@ std::string_view to_string(ResumeMode v) { return name_of(deck_detail::kResumes,
 std::string_view to_string(CommBackendChoice v) { return name_of(deck_detail::kBackends, v); }
 std::string_view to_string(CheckpointOnError v) { return name_of(deck_detail::kOnErrors, v); }
 std::string_view to_string(NonFinitePolicy v) { return name_of(deck_detail::kNonFinite, v); }
+std::string_view to_string(MatmulPrecisionChoice v) { return name_of(deck_detail::kMatmulPrecisions, v); }
+
+GemmPrecision resolved_gemm_precision(const Deck& deck) {
+  const bool bf16 = deck.matmul.precision == MatmulPrecisionChoice::bf16 ||
+                    (deck.matmul.precision == MatmulPrecisionChoice::automatic && deck.fsdp.param_dtype == DType::bf16);
+  if (bf16) return GemmPrecision::bf16;
+  return deck.matmul.tf32 ? GemmPrecision::tf32 : GemmPrecision::f32;
+}
+
 std::string to_string(const ReshardAfterForward& v) {
   switch (v.kind) {
     case ReshardAfterForward::Kind::automatic: return "auto";

@@ -1,5 +1,6 @@
 #include "fsdpp/runtime/build_info.hpp"
 
+#include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/version.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -65,6 +66,9 @@ std::vector<std::pair<std::string, std::string>> build_info() {
 #endif
   rows.emplace_back("HDF5", fmt::format("{}.{}.{} ({})", h5_major, h5_minor, h5_release, h5_kind));
   rows.emplace_back("BLAS", blas_description());
+  // The GEMM precisions this build offers (deck: matmul.precision, matmul.tf32); the run banner names the one in use.
+  rows.emplace_back("GEMM", fmt::format("{}: f32, tf32{}, bf16 (bf16 inputs, f32 accumulation)", matmul_backend(),
+                                        tf32_is_native() ? " (tensor cores)" : " (emulated)"));
 #ifdef FSDPP_HAVE_CUDA
   rows.emplace_back("CUDA/NCCL", nccl_version_string());
 #else

@@ -45,4 +45,21 @@ static_assert(sizeof(bf16) == 2, "bf16 must be 2 bytes: it is sent over the wire
 KOKKOS_INLINE_FUNCTION bool operator==(bf16 a, bf16 b) { return a.bits == b.bits; }
 KOKKOS_INLINE_FUNCTION bool operator!=(bf16 a, bf16 b) { return a.bits != b.bits; }
 
+// `f` rounded to the nearest bf16 value (ties to even), kept as a float.
+KOKKOS_INLINE_FUNCTION float round_to_bf16(float f) { return bf16::from_float(f).to_float(); }
+
+// `f` rounded to the nearest TF32 value (8 exponent, 10 mantissa bits; ties to even), kept as a float: what
+// tensor cores read of an f32 input in TF32 mode. NaN and Inf pass through; values past the largest TF32
+// round to Inf, as for bf16.
+KOKKOS_INLINE_FUNCTION float round_to_tf32(float f) {
+  std::uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7f800000u) != 0x7f800000u) {  // finite: add half an ulp of TF32 (ties to even), drop 13 bits
+    u += 0x0fffu + ((u >> 13) & 1u);
+    u &= 0xffffe000u;
+  }
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 }  // namespace fsdpp

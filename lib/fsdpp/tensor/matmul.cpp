@@ -1,6 +1,7 @@
 #include "fsdpp/tensor/matmul.hpp"
 
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/tensor/bf16.hpp"
 #include "fsdpp/tensor/types.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -16,7 +17,97 @@
 #endif
 
 namespace fsdpp {
+
+namespace gemm_detail {
+
+// What a rounded product's inputs are packed as: bf16 storage for cublasGemmEx on GPUs; on hosts, floats
+// holding the rounded values, for sgemm.
+#if defined(KOKKOS_ENABLE_CUDA)
+using Packed = bf16;
+#else
+using Packed = float;
+#endif
+
+// Copies `batch` rows x cols blocks (row-major, leading dimension ld, block i at src + i * stride) into dst,
+// contiguous (leading dimension cols, block i at dst + i * rows * cols), rounding each value for `precision`.
+// A free function with external linkage: nvcc needs that of a KOKKOS_LAMBDA's enclosing function.
+void pack_rounded(GemmPrecision precision, const float* src, int rows, int cols, int ld, std::int64_t stride,
+                  int batch, Packed* dst) {
+  const std::int64_t per_block = std::int64_t(rows) * cols;
+#if defined(KOKKOS_ENABLE_CUDA)
+  // GPUs do TF32 in cuBLAS: only bf16 is packed. One thread per element, neighbours on neighbouring columns.
+  (void)precision;
+  Kokkos::parallel_for(
+      "fsdpp::gemm_pack_bf16", Kokkos::RangePolicy<ExecSpace>(0, per_block * batch),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        const std::int64_t b = i / per_block, in_block = i - b * per_block;
+        const std::int64_t r = in_block / cols, c = in_block - r * cols;
+        dst[i] = bf16::from_float(src[b * stride + r * ld + c]);
+      });
+#else
+  // One iteration per row, its columns in a division-free inner loop: per-element index arithmetic would cost
+  // more than the rounding.
+  const bool tf32 = precision == GemmPrecision::tf32;
+  Kokkos::parallel_for(
+      "fsdpp::gemm_pack_rounded_rows", Kokkos::RangePolicy<ExecSpace>(0, std::int64_t(batch) * rows),
+      KOKKOS_LAMBDA(const std::int64_t row) {
+        const std::int64_t b = row / rows, r = row - b * rows;
+        const float* in = src + b * stride + r * ld;
+        Packed* out = dst + b * per_block + r * cols;
+        if (tf32)
+          for (int c = 0; c < cols; ++c) out[c] = round_to_tf32(in[c]);
+        else
+          for (int c = 0; c < cols; ++c) out[c] = round_to_bf16(in[c]);
+      });
+#endif
+}
+
+}  // namespace gemm_detail
+
 namespace {
+
+using gemm_detail::Packed;
+
+GemmPrecision g_precision = GemmPrecision::f32;
+
+// Rounded products run over K in panels of this width, so the packed copies of the inputs stay bounded at
+// (M + N) x kPanelK per batch entry: lm_head's backward would otherwise pack its whole (B*T, V) gradient.
+// OpenBLAS blocks K at a few hundred itself, so the split costs it little; the partial sums stay f32 in C.
+constexpr int kPanelK = 512;
+
+// Scratch for the packed A and B panels: grows to the largest panel seen, then is reused. Released at
+// Kokkos::finalize (a View must not outlive Kokkos).
+Packed* packed_scratch(int which, std::size_t elements) {
+  static View1<Packed> buffers[2];
+  static bool release_hooked = false;
+  if (buffers[which].extent(0) < elements) {
+    buffers[which] = View1<Packed>();  // free first: the old and new buffer need not coexist
+    buffers[which] = uninitialized<Packed>(which == 0 ? "fsdpp::gemm_packed_a" : "fsdpp::gemm_packed_b", elements);
+    if (!release_hooked) {
+      Kokkos::push_finalize_hook([] {
+        buffers[0] = View1<Packed>();
+        buffers[1] = View1<Packed>();
+        release_hooked = false;
+      });
+      release_hooked = true;
+    }
+  }
+  return buffers[which].data();
+}
+
+// Where the K-panel [k0, k0 + kb) of op(X) lies in the stored row-major X: `offset` elements in, a rows x cols
+// block with leading dimension ld. op(A) is (M,K): its panel is columns of A, or rows of a transposed A.
+// op(B) is (K,N): rows of B, or columns of a transposed B.
+struct Panel {
+  std::int64_t offset;
+  int rows, cols, ld;
+};
+Panel a_panel(Trans ta, int M, int k0, int kb, int lda) {
+  return ta == Trans::N ? Panel{k0, M, kb, lda} : Panel{std::int64_t(k0) * lda, kb, M, lda};
+}
+Panel b_panel(Trans tb, int N, int k0, int kb, int ldb) {
+  return tb == Trans::N ? Panel{std::int64_t(k0) * ldb, kb, N, ldb} : Panel{k0, N, kb, ldb};
+}
 
 #if defined(KOKKOS_ENABLE_CUDA)
 // One handle per process, bound to Kokkos's default stream so products are ordered with the kernels.
@@ -33,24 +124,35 @@ cublasOperation_t op(Trans t) { return t == Trans::T ? CUBLAS_OP_T : CUBLAS_OP_N
 void check(cublasStatus_t status, const char* call) {
   FSDPP_CHECK(status == CUBLAS_STATUS_SUCCESS, "{} failed with cuBLAS status {}", call, static_cast<int>(status));
 }
+// TF32 is a cuBLAS math mode: set before each single-precision call (cheap, host-side), so the handle
+// always matches the precision in force. Double products ignore it.
+void apply_math_mode() {
+  check(cublasSetMathMode(cublas_handle(),
+                          g_precision == GemmPrecision::tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+        "cublasSetMathMode");
+}
 // cuBLAS is column-major: a row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so the
 // operands swap places and M, N swap roles.
 template <class T> void device_gemm(Trans ta, Trans tb, int M, int N, int K, T alpha, const T* A, int lda,
                                     const T* B, int ldb, T beta, T* C, int ldc) {
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
+    apply_math_mode();
     check(cublasSgemm(cublas_handle(), op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc), "cublasSgemm");
-  else
+  } else {
     check(cublasDgemm(cublas_handle(), op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc), "cublasDgemm");
+  }
 }
 template <class T> void device_gemm_batched(Trans ta, Trans tb, int M, int N, int K, T alpha, const T* A, int lda,
                                             std::int64_t sa, const T* B, int ldb, std::int64_t sb, T beta, T* C,
                                             int ldc, std::int64_t sc, int batch) {
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
+    apply_math_mode();
     check(cublasSgemmStridedBatched(cublas_handle(), op(tb), op(ta), N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta,
                                     C, ldc, sc, batch), "cublasSgemmStridedBatched");
-  else
+  } else {
     check(cublasDgemmStridedBatched(cublas_handle(), op(tb), op(ta), N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta,
                                     C, ldc, sc, batch), "cublasDgemmStridedBatched");
+  }
 }
 #else
 CBLAS_TRANSPOSE op(Trans t) { return t == Trans::T ? CblasTrans : CblasNoTrans; }
@@ -63,12 +165,62 @@ template <class T> void host_gemm(Trans ta, Trans tb, int M, int N, int K, T alp
 }
 #endif
 
+// The product of packed (rounded) panels, f32 accumulation into C: a packed A block is (rows x lda_p) with
+// stride sa_p between batch entries, likewise B.
+void packed_product(Trans ta, Trans tb, int M, int N, int kb, float alpha, const Packed* a, int lda_p,
+                    std::int64_t sa_p, const Packed* b, int ldb_p, std::int64_t sb_p, float beta, float* C, int ldc,
+                    std::int64_t sc, int batch) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  // Column-major swap as in device_gemm. bf16 A and B, f32 C, f32 compute: tensor cores with f32 accumulation.
+  check(cublasGemmStridedBatchedEx(cublas_handle(), op(tb), op(ta), N, M, kb, &alpha, b, CUDA_R_16BF, ldb_p, sb_p, a,
+                                   CUDA_R_16BF, lda_p, sa_p, &beta, C, CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT),
+        "cublasGemmStridedBatchedEx (bf16 inputs, f32 accumulation)");
+#else
+  for (int i = 0; i < batch; ++i)
+    cblas_sgemm(CblasRowMajor, op(ta), op(tb), M, N, kb, alpha, a + i * sa_p, lda_p, b + i * sb_p, ldb_p, beta,
+                C + i * sc, ldc);
+#endif
+}
+
+// Whether float products go through packed, rounded inputs: bf16 everywhere; tf32 only on hosts (cuBLAS
+// does TF32 itself through its math mode).
+bool packs_inputs() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return g_precision == GemmPrecision::bf16;
+#else
+  return g_precision != GemmPrecision::f32;
+#endif
+}
+
+// gemm_batched<float> with the inputs rounded for g_precision, K-panel by K-panel: each panel of op(A) and
+// op(B) is packed (rounded) into scratch, and the panel products accumulate in C (beta only on the first).
+void rounded_gemm_batched(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
+                          std::int64_t sa, const float* B, int ldb, std::int64_t sb, float beta, float* C, int ldc,
+                          std::int64_t sc, int batch) {
+  for (int k0 = 0; k0 < K; k0 += kPanelK) {
+    const int kb = std::min(kPanelK, K - k0);
+    const Panel pa = a_panel(ta, M, k0, kb, lda), pb = b_panel(tb, N, k0, kb, ldb);
+    const std::int64_t a_block = std::int64_t(pa.rows) * pa.cols, b_block = std::int64_t(pb.rows) * pb.cols;
+    Packed* a = packed_scratch(0, static_cast<std::size_t>(a_block * batch));
+    Packed* b = packed_scratch(1, static_cast<std::size_t>(b_block * batch));
+    gemm_detail::pack_rounded(g_precision, A + pa.offset, pa.rows, pa.cols, pa.ld, sa, batch, a);
+    gemm_detail::pack_rounded(g_precision, B + pb.offset, pb.rows, pb.cols, pb.ld, sb, batch, b);
+    packed_product(ta, tb, M, N, kb, alpha, a, pa.cols, a_block, b, pb.cols, b_block, k0 == 0 ? beta : 1.0f, C, ldc,
+                   sc, batch);
+  }
+}
+
 }  // namespace
 
 template <class T>
 void gemm(Trans ta, Trans tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb, T beta, T* C,
           int ldc) {
   if (M == 0 || N == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (K > 0 && packs_inputs())
+      return rounded_gemm_batched(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+  }
 #if defined(KOKKOS_ENABLE_CUDA)
   device_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #else
@@ -80,6 +232,10 @@ template <class T>
 void gemm_batched(Trans ta, Trans tb, int M, int N, int K, T alpha, const T* A, int lda, std::int64_t sa, const T* B,
                   int ldb, std::int64_t sb, T beta, T* C, int ldc, std::int64_t sc, int batch) {
   if (M == 0 || N == 0 || batch == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (K > 0 && packs_inputs())
+      return rounded_gemm_batched(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
+  }
 #if defined(KOKKOS_ENABLE_CUDA)
   device_gemm_batched(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
 #else
@@ -107,7 +263,64 @@ int set_blas_threads(int threads) {
 #endif
 }
 
+void set_gemm_precision(GemmPrecision precision) { g_precision = precision; }
+GemmPrecision gemm_precision() { return g_precision; }
+
+bool tf32_is_native() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string_view gemm_precision_name(GemmPrecision precision) {
+  switch (precision) {
+    case GemmPrecision::f32: return "f32";
+    case GemmPrecision::tf32: return "tf32";
+    case GemmPrecision::bf16: return "bf16";
+  }
+  return "?";
+}
+
+std::string gemm_precision_description(GemmPrecision precision) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  switch (precision) {
+    case GemmPrecision::f32: return "f32 (cuBLAS default math, no tensor cores)";
+    case GemmPrecision::tf32: return "tf32 (cuBLAS TF32 tensor-op math, f32 accumulation)";
+    case GemmPrecision::bf16: return "bf16 (cublasGemmEx: bf16 inputs, f32 accumulation)";
+  }
+#else
+  switch (precision) {
+    case GemmPrecision::f32: return "f32 (OpenBLAS sgemm)";
+    case GemmPrecision::tf32: return "tf32 (emulated: inputs rounded to TF32, f32 accumulation, OpenBLAS sgemm)";
+    case GemmPrecision::bf16: return "bf16 (inputs rounded to bf16, f32 accumulation, OpenBLAS sgemm)";
+  }
+#endif
+  return "?";
+}
+
+double measure_gemm_gflops(int M, int N, int K, GemmPrecision precision, int repeats) {
+  const ScopedGemmPrecision scoped(precision);
+  View1<float> inp = uninitialized<float>("gemm_rate.inp", static_cast<std::size_t>(M) * K);
+  View1<float> weight = uninitialized<float>("gemm_rate.weight", static_cast<std::size_t>(N) * K);
+  View1<float> out = uninitialized<float>("gemm_rate.out", static_cast<std::size_t>(M) * N);
+  Kokkos::deep_copy(inp, 0.5f);
+  Kokkos::deep_copy(weight, 0.25f);
+  std::vector<double> seconds;
+  for (int r = 0; r < repeats + 1; ++r) {  // the first run warms caches, BLAS buffers and the packing scratch
+    Kokkos::fence();
+    const auto t0 = std::chrono::steady_clock::now();
+    gemm<float>(Trans::N, Trans::T, M, N, K, 1.0f, inp.data(), K, weight.data(), K, 0.0f, out.data(), N);
+    Kokkos::fence();
+    if (r > 0) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return 2.0 * M * static_cast<double>(N) * K / seconds[seconds.size() / 2] / 1e9;
+}
+
 double measure_sgemm_gflops(int n, int repeats) {
+  const ScopedGemmPrecision exact(GemmPrecision::f32);
   View1<float> a = uninitialized<float>("sgemm_peak.a", static_cast<std::size_t>(n) * n);
   View1<float> b = uninitialized<float>("sgemm_peak.b", static_cast<std::size_t>(n) * n);
   View1<float> c = uninitialized<float>("sgemm_peak.c", static_cast<std::size_t>(n) * n);

@@ -1,13 +1,52 @@
 #pragma once
 // Matrix products go through here and nowhere else: OpenBLAS (cblas) in host builds, cuBLAS when Kokkos
 // runs on CUDA. Row-major throughout; leading dimensions are in elements. The rest of the code never knows
-// which library ran.
+// which library ran, nor in which precision: that is a property of this entry point (set_gemm_precision),
+// so every float product (linear layers, attention, lm_head, forward and backward) follows one setting.
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace fsdpp {
 
 enum class Trans { N, T };
+
+// How gemm<float> and gemm_batched<float> compute; double products are always exact.
+//   f32   IEEE single products and sums (bitwise what the BLAS gives).
+//   tf32  inputs rounded to 10 mantissa bits (TF32), f32 accumulation. GPU builds: cuBLAS tensor-op math
+//         (CUBLAS_TF32_TENSOR_OP_MATH). Host builds emulate it, rounding the inputs to nearest-even TF32
+//         values before OpenBLAS's sgemm: the same numbers, but slower than f32, not faster.
+//   bf16  inputs rounded to bf16, f32 accumulation. GPU builds: cublasGemmEx with bf16 A/B, f32 C,
+//         CUBLAS_COMPUTE_32F (tensor cores). Host builds round the inputs to bf16 values and run sgemm: a
+//         product of two bf16 values is exact in f32, so this is the same math as a bf16 GEMM with f32
+//         accumulation. (Debian 12's OpenBLAS 0.3.21 declares cblas_sbgemm in cblas.h but is built without
+//         it: libopenblas.so.0 exports no sbgemm symbol.)
+// The rounded inputs are packed in K-panels into scratch buffers that grow to the largest panel seen and are
+// then reused, so a training step allocates nothing once the first step has run.
+enum class GemmPrecision { f32, tf32, bf16 };
+
+void set_gemm_precision(GemmPrecision precision);  // process-wide; not thread-safe against running products
+GemmPrecision gemm_precision();
+std::string_view gemm_precision_name(GemmPrecision precision);  // "f32", "tf32", "bf16"
+// One line for banners: the precision and how this build computes it, e.g.
+// "bf16 (inputs rounded to bf16, f32 accumulation, OpenBLAS sgemm)".
+std::string gemm_precision_description(GemmPrecision precision);
+// Whether TF32 runs natively (tensor cores, GPU builds); host builds only emulate it.
+bool tf32_is_native();
+
+// Sets a precision for a scope and restores the previous one on exit (train(), tests, benchmarks).
+class ScopedGemmPrecision {
+ public:
+  explicit ScopedGemmPrecision(GemmPrecision precision) : previous_(gemm_precision()) {
+    set_gemm_precision(precision);
+  }
+  ~ScopedGemmPrecision() { set_gemm_precision(previous_); }
+  ScopedGemmPrecision(const ScopedGemmPrecision&) = delete;
+  ScopedGemmPrecision& operator=(const ScopedGemmPrecision&) = delete;
+
+ private:
+  GemmPrecision previous_;
+};
 
 // C (M,N) = alpha * op(A) * op(B) + beta * C, with op(A) (M,K) and op(B) (K,N).
 template <class T>
@@ -26,6 +65,11 @@ int blas_threads();  // 0 where the library does not say (cuBLAS)
 std::string matmul_backend();  // "OpenBLAS (cblas)" or "cuBLAS"
 
 // Median GFLOP/s of an n x n x n single-precision product over `repeats` runs: the peak MFU is quoted against.
+// Always f32, whatever the precision set.
 double measure_sgemm_gflops(int n, int repeats);
+
+// Median GFLOP/s of gemm<float>(N, T) with out (M,N) = inp (M,K) . weight (N,K)^T, a linear layer's forward
+// shape, in `precision` (rounding of the inputs included: it is part of what a caller pays).
+double measure_gemm_gflops(int M, int N, int K, GemmPrecision precision, int repeats);
 
 }  // namespace fsdpp

@@ -40,7 +40,8 @@ void StepMetrics::banner(const LanguageModel& model, const DataFeed& data, const
   summary_.flops_per_token = model.flops_per_token(T);
   if (!speaks_) return;
   Log::info("{}", format_build_info());
-  Log::info("matmul: {}, BLAS threads per rank: {}", matmul_backend(), blas_threads());
+  Log::info("matmul: {}, GEMM precision {}, BLAS threads per rank: {}", matmul_backend(),
+            gemm_precision_description(gemm_precision()), blas_threads());
   Log::info("---- resolved deck ----\n{}-----------------------", resolved_deck_yaml(deck_));
   Log::info("model: {}, {} parameters", model.describe(), model.parameter_count());
   Log::info("data: {}", data.description());

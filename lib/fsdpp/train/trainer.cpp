@@ -76,6 +76,9 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   MemoryAccounting::install();  // already done by the Runtime; harmless again
   MemoryAccounting::reset_peak();
   prepare_output(rank, deck);
+  // Every float GEMM of this run (training and evaluation) follows the deck; the previous setting returns
+  // afterwards, so runs in one process do not leak precision into each other.
+  const ScopedGemmPrecision gemm_precision(resolved_gemm_precision(deck));
   // One run saves into a checkpoint folder at a time; a second one stops here, on every rank.
   const CheckpointDirLock checkpoint_lock(comm, deck.checkpoint.dir, deck.checkpoint.interval > 0);
 
