@@ -7,6 +7,7 @@
 // its backward needs. Hooks registered on a module run before and after each pass; fully_shard uses them to
 // all-gather parameters before a pass and reshard / reduce-scatter gradients after it.
 #include "fsdpp/nn/parameter.hpp"
+#include "fsdpp/tensor/piece_batch.hpp"
 
 #include <deque>
 #include <functional>
@@ -75,6 +76,7 @@ class Module {
   // Storage and values for every parameter that has none yet (see parameter.hpp). Gradients start at zero.
   void to_empty();
   void reset_parameters(std::uint64_t seed);
+  // Every gradient to zero: one kernel for all the device gradients (offloaded ones on the host).
   void zero_grad();
 
  protected:
@@ -93,6 +95,7 @@ class Module {
   std::deque<Parameter> parameters_;  // deque: parameter addresses stay valid as more are added
   std::vector<Module*> children_;
   std::vector<std::shared_ptr<ModuleHooks>> hooks_;
+  PieceBatch<float, float> zero_grads_;  // zero_grad's table of gradients, reused every step
 };
 
 }  // namespace fsdpp
