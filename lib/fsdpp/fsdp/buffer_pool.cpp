@@ -5,23 +5,25 @@
 
 namespace fsdpp {
 
-bool PoolRule::take(std::int64_t bytes) {
+std::int64_t PoolRule::take(std::int64_t bytes, bool& reused) {
   live_ += bytes;
   peak_live_ = std::max(peak_live_, live_);
-  const auto it = free_.find(bytes);
-  if (it != free_.end() && it->second > 0) {
+  auto it = free_.lower_bound(bytes);  // exact size first, else the smallest larger block
+  reused = it != free_.end() && it->first <= 2 * bytes;
+  if (reused) {
+    const std::int64_t size = it->first;
     if (--it->second == 0) free_.erase(it);
-    return true;
+    return size;
   }
   reserved_ += bytes;
   peak_reserved_ = std::max(peak_reserved_, reserved_);
   ++allocations_;
-  return false;
+  return bytes;
 }
 
-void PoolRule::give_back(std::int64_t bytes) {
-  live_ -= bytes;
-  ++free_[bytes];
+void PoolRule::give_back(std::int64_t block_bytes, std::int64_t requested_bytes) {
+  live_ -= requested_bytes;
+  ++free_[block_bytes];
 }
 
 void PoolRule::clear() {
@@ -30,24 +32,27 @@ void PoolRule::clear() {
 }
 
 PoolBlock BufferPool::take(std::int64_t bytes, const std::string& label) {
-  if (rule_.take(bytes)) {
-    auto& cached = free_.at(bytes);
-    PoolBlock block = std::move(cached.back());
-    cached.pop_back();
-    if (cached.empty()) free_.erase(bytes);
-    return block;
-  }
+  bool reused = false;
+  const std::int64_t size = rule_.take(bytes, reused);
   PoolBlock block;
-  block.bytes = bytes;
-  block.storage = decltype(block.storage)(Kokkos::view_alloc(Kokkos::WithoutInitializing, label),
-                                          static_cast<std::size_t>(bytes));
+  if (reused && !dry_) {
+    auto& cached = free_.at(size);
+    block = std::move(cached.back());
+    cached.pop_back();
+    if (cached.empty()) free_.erase(size);
+  }
+  block.bytes = size;
+  block.requested = bytes;
+  if (!reused && !dry_)
+    block.storage = decltype(block.storage)(Kokkos::view_alloc(Kokkos::WithoutInitializing, label),
+                                            static_cast<std::size_t>(size));
   return block;
 }
 
 void BufferPool::give_back(PoolBlock block) {
   if (!block.bytes) return;
-  rule_.give_back(block.bytes);
-  free_[block.bytes].push_back(std::move(block));
+  rule_.give_back(block.bytes, block.requested);
+  if (!dry_) free_[block.bytes].push_back(std::move(block));
 }
 
 void BufferPool::clear() {

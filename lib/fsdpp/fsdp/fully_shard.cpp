@@ -87,7 +87,7 @@ template <class T> constexpr DType dtype_v = std::is_same_v<T, bf16> ? DType::bf
 
 FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions options)
     : module_(module), unit_name_(module.display_name()), mesh_(mesh), comm_(mesh.comm(mesh.ndim() - 1)),
-      options_(options), pool_(std::make_shared<BufferPool>()) {
+      options_(options), pool_(std::make_shared<BufferPool>(mesh.is_planning())) {
   FSDPP_REQUIRE(mesh.ndim() == 1 || mesh.ndim() == 2,
                 "fully_shard({}): mesh {} has {} dimensions; pass a 1-D shard mesh, or a 2-D (replicate, shard) mesh "
                 "for HSDP", module.display_name(), mesh.describe(), mesh.ndim());
@@ -166,9 +166,9 @@ void FsdpGroup::add_memory_listener(std::shared_ptr<FsdpMemoryListener> listener
 template <class T>
 void FsdpGroup::allocate(Tracked<T>& buffer, FsdpBuffer kind, std::int64_t count, const std::string& label, bool zeroed) {
   buffer.bytes = count * static_cast<std::int64_t>(sizeof(T));
+  // From the pool (dry: its rule only): after the first step every request finds a free block.
+  buffer.block = pool_->take(buffer.bytes, label);
   if (!dry_) {
-    // From the pool: after the first step every request finds a free block of its size (no allocation).
-    buffer.block = pool_->take(buffer.bytes, label);
     buffer.view = View1<T>(reinterpret_cast<T*>(buffer.block.storage.data()), static_cast<std::size_t>(count));
     if (zeroed) fill_zero(buffer.view);
   }
@@ -290,6 +290,9 @@ template <class T> void FsdpGroup::all_gather_flat(Tracked<T>& flat, Tracked<T>&
     // The shards live in host memory: stage them on the device (cudaMemcpyAsync on the offload stream; the
     // host finished the optimizer step that wrote them), wait for that stream only, then copy in.
     std::vector<Tracked<float>> staged(params_.size());
+    // Pooled blocks may still be read by kernels queued on the compute stream (a block freed moments ago):
+    // the side stream's copies into them start after that stream drains (a fence of that stream only).
+    if (!dry_) ExecSpace().fence();
     for (std::size_t i = 0; i < params_.size(); ++i) {
       allocate(staged[i], FsdpBuffer::staged_shards, layout_.piece[i], params_[i]->name() + ".staged");
       if (!dry_) Kokkos::deep_copy(offload_copies_, staged[i].view, shard_value_[i]);
@@ -611,6 +614,7 @@ FsdpStats fsdp_stats(Module& root) {
   s.pool_live_bytes = pool.live_bytes();
   s.pool_reserved_bytes = pool.reserved_bytes();
   s.pool_peak_reserved_bytes = pool.peak_reserved_bytes();
+  s.pool_peak_live_bytes = pool.peak_live_bytes();
   s.pool_allocations = pool.allocations();
   return s;
 }

@@ -74,9 +74,9 @@ struct FsdpStats {
   std::int64_t unsharded_grad_bytes = 0, peak_unsharded_grad_bytes = 0;
   std::int64_t peak_unsharded_bytes = 0;  // of the sum
   // The caching pool those buffers come from (buffer_pool.hpp), shared by the groups under the root: bytes
-  // handed out now, bytes it holds from Kokkos (live plus cached), and the Kokkos allocations it has made since
-  // the model was sharded (constant after the first step).
-  std::int64_t pool_live_bytes = 0, pool_reserved_bytes = 0, pool_peak_reserved_bytes = 0;
+  // handed out now, bytes it holds from Kokkos (in use or cached), their peaks since the model was sharded,
+  // and the Kokkos allocations it has made (constant after the first step).
+  std::int64_t pool_live_bytes = 0, pool_reserved_bytes = 0, pool_peak_live_bytes = 0, pool_peak_reserved_bytes = 0;
   std::int64_t pool_allocations = 0;
   double exposed_comm_s() const { return all_gather_wait_s + reduce_scatter_s + all_reduce_s; }
 };

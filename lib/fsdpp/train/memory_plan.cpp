@@ -1,6 +1,5 @@
 #include "fsdpp/train/memory_plan.hpp"
 
-#include "fsdpp/fsdp/buffer_pool.hpp"
 #include "fsdpp/nn/gpt.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -17,13 +16,10 @@ namespace fsdpp {
 namespace {
 
 // Sums fully_shard's memory events over a dry step, and keeps the high-water mark of the transient buffers
-// with what it was made of and when it happened. The same events replayed on the buffer pool's rule give what
-// the pool reserves from Kokkos: the live peak plus the free blocks it caches.
+// with what it was made of and when it happened.
 class PeakOfEvents final : public FsdpMemoryListener {
  public:
   void on_memory(const FsdpMemoryEvent& e) override {
-    if (e.bytes > 0) pool_.take(e.bytes);
-    else pool_.give_back(-e.bytes);
     live_[category(e.buffer)] += e.bytes;
     const std::int64_t total = live_[0] + live_[1] + live_[2];
     if (e.bytes > 0 && total > peak_) {
@@ -37,7 +33,6 @@ class PeakOfEvents final : public FsdpMemoryListener {
   std::int64_t unsharded_gradients() const { return at_peak_[1]; }
   std::int64_t comm_buffers() const { return at_peak_[2]; }
   const std::string& moment() const { return moment_; }
-  std::int64_t pool_cached() const { return pool_.peak_reserved_bytes() - pool_.peak_live_bytes(); }
 
  private:
   static int category(FsdpBuffer b) {
@@ -51,7 +46,6 @@ class PeakOfEvents final : public FsdpMemoryListener {
   std::array<std::int64_t, 3> live_{}, at_peak_{};
   std::int64_t peak_ = 0;
   std::string moment_ = "no unsharded memory";
-  PoolRule pool_;
 };
 
 double mib(std::int64_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
@@ -113,7 +107,9 @@ MemoryPlan plan_memory(const Deck& deck, int ranks) {
   m.unsharded_parameters = peak->unsharded_parameters();
   m.unsharded_gradients = peak->unsharded_gradients();
   m.comm_buffers = peak->comm_buffers();
-  m.pool_cached = peak->pool_cached();
+  // The dry groups ran the buffer pool's rule too: what it reserves beyond the live peak is cached free blocks.
+  const FsdpStats pool = fsdp_stats(par->root().module());
+  m.pool_cached = pool.pool_peak_reserved_bytes - pool.pool_peak_live_bytes;
   plan.peak_moment = peak->moment();
   return plan;
 }
