@@ -280,7 +280,7 @@ template <class T> void FsdpGroup::all_gather_flat(Tracked<T>& flat, Tracked<T>&
     Communicator& group = post_forward_mesh_->comm(1);
     const std::int64_t count = kept.bytes / static_cast<std::int64_t>(sizeof(T));
     if (dry_) return;
-    Kokkos::deep_copy(slice(flat.view, group.rank() * count, count), kept.view);
+    Kokkos::deep_copy(ExecSpace(), slice(flat.view, group.rank() * count, count), kept.view);  // on the stream
     fence_for(group);
     pending_gather_ = group.all_gather_async(flat.view.data() + group.rank() * count, flat.view.data(),
                                              static_cast<std::size_t>(count), dtype_v<T>);
