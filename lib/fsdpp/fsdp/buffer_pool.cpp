@@ -5,20 +5,27 @@
 
 namespace fsdpp {
 
+namespace {
+// Kokkos sizes every View allocation in whole 8-byte words; blocks are sized the same way, so that what the
+// pool reserves is exactly what Kokkos (and MemoryAccounting) counts.
+constexpr std::int64_t kWord = 8;
+}  // namespace
+
 std::int64_t PoolRule::take(std::int64_t bytes, bool& reused) {
   live_ += bytes;
   peak_live_ = std::max(peak_live_, live_);
-  auto it = free_.lower_bound(bytes);  // exact size first, else the smallest larger block
-  reused = it != free_.end() && it->first <= 2 * bytes;
+  const std::int64_t words = (bytes + kWord - 1) / kWord * kWord;
+  auto it = free_.lower_bound(words);  // exact size first, else the smallest larger block
+  reused = it != free_.end() && it->first <= 2 * words;
   if (reused) {
     const std::int64_t size = it->first;
     if (--it->second == 0) free_.erase(it);
     return size;
   }
-  reserved_ += bytes;
+  reserved_ += words;
   peak_reserved_ = std::max(peak_reserved_, reserved_);
   ++allocations_;
-  return bytes;
+  return words;
 }
 
 void PoolRule::give_back(std::int64_t block_bytes, std::int64_t requested_bytes) {

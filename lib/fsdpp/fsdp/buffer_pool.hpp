@@ -5,9 +5,10 @@
 // allocates nothing (no cudaMalloc, no cudaFree, which synchronizes the device); memory returns to Kokkos only
 // when the pool is cleared (empty_fsdp_cache, or when the model goes).
 //
-// The rule (PoolRule), on sizes alone: a request of n bytes takes a free block of exactly n bytes if there is
-// one (the most recently freed), else the smallest free block of at most 2n bytes (blocks are never split, so
-// a larger one would waste more than it saves), else a new block of n bytes. It is deterministic and blind to
+// The rule (PoolRule), on sizes alone: a request of n bytes (rounded up to whole 8-byte words, as Kokkos sizes
+// allocations) takes a free block of exactly that size if there is one (the most recently freed), else the
+// smallest free block of at most twice it (blocks are never split, so a larger one would waste more than it
+// saves), else a new block of that size. It is deterministic and blind to
 // addresses: the same sequence of requests always reserves the same bytes. Groups that run dry (`fsdpp plan`)
 // apply the same rule without storage, so the plan predicts what the pool reserves, which is what Kokkos (and
 // MemoryAccounting) sees.
