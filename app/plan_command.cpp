@@ -30,8 +30,8 @@ nlohmann::json plan_json(const MemoryPlan& plan, std::optional<std::int64_t> mem
                       {"bytes_per_rank", {{"parameters", m.parameters}, {"gradients", m.gradients},
                                           {"optimizer", m.optimizer}, {"unsharded_parameters", m.unsharded_parameters},
                                           {"unsharded_gradients", m.unsharded_gradients},
-                                          {"comm_buffers", m.comm_buffers}, {"activations", m.activations},
-                                          {"batch", m.batch}, {"total", m.total()}}},
+                                          {"comm_buffers", m.comm_buffers}, {"pool_cached", m.pool_cached},
+                                          {"activations", m.activations}, {"batch", m.batch}, {"total", m.total()}}},
                       {"per_sequence_bytes", plan.per_sequence_bytes}, {"peak", plan.peak_moment},
                       {"recomputing_blocks", plan.recomputing_blocks},
                       {"activations_without_checkpointing", plan.activations_without_checkpointing}};

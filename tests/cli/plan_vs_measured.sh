@@ -30,7 +30,7 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
   field() { echo "$json" | grep -o "\"$1\":[0-9]*" | head -1 | cut -d: -f2; }
   planned=$(field total)
   sharded=$(( $(field parameters) + $(field gradients) + $(field optimizer) ))
-  unsharded=$(( $(field unsharded_parameters) + $(field unsharded_gradients) + $(field comm_buffers) ))
+  unsharded=$(( $(field unsharded_parameters) + $(field unsharded_gradients) + $(field comm_buffers) + $(field pool_cached) ))
   "$mpirun" -n "$n" "$fsdpp" train "$deck" "${args[@]}" "${more[@]}" train.steps=3 schedule.warmup_steps=1 train.eval_interval=0 \
     "run.output=$dir/run-$n-$layout" > "$dir/train-$n-$layout.log" 2>&1 || { cat "$dir/train-$n-$layout.log"; echo "FAIL: training on $n ranks ($layout)"; exit 1; }
   # "Host allocations | min | avg | max | total" (Cuda allocations on GPU builds), in MiB.

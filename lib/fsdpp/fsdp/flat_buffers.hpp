@@ -3,16 +3,13 @@
 // buffer has one slot per rank; slot q holds piece q (the padded chunk q) of every parameter, in group order.
 // Element types may differ between the buffer (param_dtype / reduce_dtype) and the f32 tensors.
 #include "fsdpp/tensor/bf16.hpp"
+#include "fsdpp/tensor/piece_batch.hpp"
 #include "fsdpp/tensor/types.hpp"
 
 #include <type_traits>
 #include <vector>
 
 namespace fsdpp::fsdp_detail {
-
-template <class To, class From> KOKKOS_INLINE_FUNCTION To convert(From x) { return static_cast<To>(x); }
-template <> KOKKOS_INLINE_FUNCTION bf16 convert<bf16, float>(float x) { return bf16::from_float(x); }
-template <> KOKKOS_INLINE_FUNCTION float convert<float, bf16>(bf16 x) { return x.to_float(); }
 
 // dst[i] = src[i] (converted), or dst[i] += src[i] with `accumulate` (arithmetic destinations only).
 template <class To, class From>
@@ -44,27 +41,31 @@ struct FlatLayout {
 
 // Slot `q` of `flat` <- the pieces (one per parameter).
 template <class T>
-void pack_slot(const View1<T>& flat, int q, const FlatLayout& layout, const std::vector<View1<float>>& pieces) {
+void pack_slot(PieceBatch<T, float>& batch, const View1<T>& flat, int q, const FlatLayout& layout,
+               const std::vector<View1<float>>& pieces) {
   for (std::size_t i = 0; i < pieces.size(); ++i)
-    copy_convert(slice(flat, q * layout.slot + layout.offset[i], layout.piece[i]), pieces[i]);
+    batch.add(flat.data() + q * layout.slot + layout.offset[i], pieces[i].data(), layout.piece[i]);
+  batch.run();
 }
 
 // Every slot of `flat` <- piece q of each whole (padded) tensor: the reduce-scatter copy-in.
 template <class T>
-void pack_all_slots(const View1<T>& flat, int slots, const FlatLayout& layout, const std::vector<View1<float>>& whole) {
+void pack_all_slots(PieceBatch<T, float>& batch, const View1<T>& flat, int slots, const FlatLayout& layout,
+                    const std::vector<View1<float>>& whole) {
   for (std::size_t i = 0; i < whole.size(); ++i)
     for (int q = 0; q < slots; ++q)
-      copy_convert(slice(flat, q * layout.slot + layout.offset[i], layout.piece[i]),
-                   slice(whole[i], q * layout.piece[i], layout.piece[i]));
+      batch.add(flat.data() + q * layout.slot + layout.offset[i], whole[i].data() + q * layout.piece[i], layout.piece[i]);
+  batch.run();
 }
 
 // Each whole (padded) tensor <- piece q from every slot q of `flat`: the all-gather copy-out.
 template <class T>
-void unpack_all_slots(const std::vector<View1<float>>& whole, int slots, const FlatLayout& layout, const View1<T>& flat) {
+void unpack_all_slots(PieceBatch<float, T>& batch, const std::vector<View1<float>>& whole, int slots,
+                      const FlatLayout& layout, const View1<T>& flat) {
   for (std::size_t i = 0; i < whole.size(); ++i)
     for (int q = 0; q < slots; ++q)
-      copy_convert(slice(whole[i], q * layout.piece[i], layout.piece[i]),
-                   slice(flat, q * layout.slot + layout.offset[i], layout.piece[i]));
+      batch.add(whole[i].data() + q * layout.piece[i], flat.data() + q * layout.slot + layout.offset[i], layout.piece[i]);
+  batch.run();
 }
 
 }  // namespace fsdpp::fsdp_detail

@@ -69,6 +69,15 @@ void fence_for(const Communicator& comm) {
   if (!comm.stream_ordered()) Kokkos::fence();
 }
 
+// A pooled buffer that must start at zero (whole gradients, the partial reduction): the block is reused, so
+// it is cleared on the stream, without a fence.
+template <class T> void fill_zero(const View1<T>& x) {
+  if (x.extent(0) == 0) return;
+  const auto v = x;
+  Kokkos::parallel_for("fsdpp::fsdp_zero_pooled", Kokkos::RangePolicy<ExecSpace>(0, x.extent(0)),
+                       KOKKOS_LAMBDA(const std::size_t i) { v(i) = T(); });
+}
+
 template <class T> constexpr DType dtype_v = std::is_same_v<T, bf16> ? DType::bf16 : DType::f32;
 
 }  // namespace
@@ -78,7 +87,7 @@ template <class T> constexpr DType dtype_v = std::is_same_v<T, bf16> ? DType::bf
 
 FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions options)
     : module_(module), unit_name_(module.display_name()), mesh_(mesh), comm_(mesh.comm(mesh.ndim() - 1)),
-      options_(options) {
+      options_(options), pool_(std::make_shared<BufferPool>(mesh.is_planning())) {
   FSDPP_REQUIRE(mesh.ndim() == 1 || mesh.ndim() == 2,
                 "fully_shard({}): mesh {} has {} dimensions; pass a 1-D shard mesh, or a 2-D (replicate, shard) mesh "
                 "for HSDP", module.display_name(), mesh.describe(), mesh.ndim());
@@ -157,15 +166,21 @@ void FsdpGroup::add_memory_listener(std::shared_ptr<FsdpMemoryListener> listener
 template <class T>
 void FsdpGroup::allocate(Tracked<T>& buffer, FsdpBuffer kind, std::int64_t count, const std::string& label, bool zeroed) {
   buffer.bytes = count * static_cast<std::int64_t>(sizeof(T));
-  if (!dry_)
-    buffer.view = zeroed ? View1<T>(label, static_cast<std::size_t>(count))
-                         : View1<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), static_cast<std::size_t>(count));
+  // From the pool (dry: its rule only): after the first step every request finds a free block.
+  buffer.block = pool_->take(buffer.bytes, label);
+  if (!dry_) {
+    buffer.view = View1<T>(reinterpret_cast<T*>(buffer.block.storage.data()), static_cast<std::size_t>(count));
+    if (zeroed) fill_zero(buffer.view);
+  }
   note(kind, buffer.bytes);
 }
 
 template <class T> void FsdpGroup::release(Tracked<T>& buffer, FsdpBuffer kind) {
   const std::int64_t bytes = buffer.bytes;
-  buffer = Tracked<T>();  // frees the View (when nothing else holds it)
+  // Back to the pool. Kernels still queued on the stream may read the block; the next user's kernels are
+  // queued after them on the same stream, and collectives fence (fence_for) before they touch it.
+  pool_->give_back(std::move(buffer.block));
+  buffer = Tracked<T>();
   if (bytes) note(kind, -bytes);
 }
 
@@ -228,6 +243,7 @@ void FsdpGroup::lazy_init() {
   context->listeners = listeners_;
   for (FsdpGroup* g : context->groups) {
     g->context_ = context;
+    if (!g->pool_->rule().live_bytes()) g->pool_ = pool_;  // one pool for the root (blocks out stay with theirs)
     g->initialized_ = true;
     g->is_root_ = g == this;
     if (!g->options_.reshard_after_forward) g->options_.reshard_after_forward = !g->is_root_;
@@ -243,6 +259,16 @@ void FsdpGroup::lazy_init() {
               "fully_shard to each block first, then to the root", module_.display_name(), params_.size());
 }
 
+template <class T> PieceBatch<T, float>& FsdpGroup::copy_in() {
+  if constexpr (std::is_same_v<T, bf16>) return pieces_to_bf16_;
+  else return pieces_f32_;
+}
+
+template <class T> PieceBatch<float, T>& FsdpGroup::copy_out() {
+  if constexpr (std::is_same_v<T, bf16>) return pieces_from_bf16_;
+  else return pieces_f32_;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Unshard: one all-gather per group, in param_dtype, then copy-out into whole tensors.
 
@@ -254,7 +280,7 @@ template <class T> void FsdpGroup::all_gather_flat(Tracked<T>& flat, Tracked<T>&
     Communicator& group = post_forward_mesh_->comm(1);
     const std::int64_t count = kept.bytes / static_cast<std::int64_t>(sizeof(T));
     if (dry_) return;
-    Kokkos::deep_copy(slice(flat.view, group.rank() * count, count), kept.view);
+    Kokkos::deep_copy(ExecSpace(), slice(flat.view, group.rank() * count, count), kept.view);  // on the stream
     fence_for(group);
     pending_gather_ = group.all_gather_async(flat.view.data() + group.rank() * count, flat.view.data(),
                                              static_cast<std::size_t>(count), dtype_v<T>);
@@ -264,6 +290,9 @@ template <class T> void FsdpGroup::all_gather_flat(Tracked<T>& flat, Tracked<T>&
     // The shards live in host memory: stage them on the device (cudaMemcpyAsync on the offload stream; the
     // host finished the optimizer step that wrote them), wait for that stream only, then copy in.
     std::vector<Tracked<float>> staged(params_.size());
+    // Pooled blocks may still be read by kernels queued on the compute stream (a block freed moments ago):
+    // the side stream's copies into them start after that stream drains (a fence of that stream only).
+    if (!dry_) ExecSpace().fence();
     for (std::size_t i = 0; i < params_.size(); ++i) {
       allocate(staged[i], FsdpBuffer::staged_shards, layout_.piece[i], params_[i]->name() + ".staged");
       if (!dry_) Kokkos::deep_copy(offload_copies_, staged[i].view, shard_value_[i]);
@@ -273,11 +302,11 @@ template <class T> void FsdpGroup::all_gather_flat(Tracked<T>& flat, Tracked<T>&
     if (!dry_) {
       std::vector<View1<float>> pieces;
       for (const auto& b : staged) pieces.push_back(b.view);
-      pack_slot(flat.view, rank_, layout_, pieces);
+      pack_slot(copy_in<T>(), flat.view, rank_, layout_, pieces);
     }
     for (auto& b : staged) release(b, FsdpBuffer::staged_shards);
   } else if (!dry_) {
-    pack_slot(flat.view, rank_, layout_, shard_value_);  // in place: this rank's shards go straight into its slot
+    pack_slot(copy_in<T>(), flat.view, rank_, layout_, shard_value_);  // in place: this rank's shards go straight into its slot
   }
   if (ranks_ > 1 && !dry_) {
     fence_for(comm_);  // the collective reads what the kernels above wrote
@@ -320,8 +349,8 @@ void FsdpGroup::wait_for_unshard() {
     if (!dry_) {
       std::vector<View1<float>> whole;
       for (const auto& b : full_value_) whole.push_back(b.view);
-      if (gather_bf16_.bytes) unpack_all_slots(whole, ranks_, layout_, gather_bf16_.view);
-      else unpack_all_slots(whole, ranks_, layout_, gather_f32_.view);
+      if (gather_bf16_.bytes) unpack_all_slots(pieces_from_bf16_, whole, ranks_, layout_, gather_bf16_.view);
+      else unpack_all_slots(pieces_f32_, whole, ranks_, layout_, gather_f32_.view);
     }
     release(gather_bf16_, FsdpBuffer::all_gather);
     release(gather_f32_, FsdpBuffer::all_gather);
@@ -343,10 +372,12 @@ void FsdpGroup::keep_post_forward_slice() {
   auto keep = [&](auto& kept) {
     allocate(kept, FsdpBuffer::post_forward_slice, per * layout_.slot, module_.display_name() + ".post_forward");
     if (dry_) return;
+    auto& batch = copy_in<typename std::decay_t<decltype(kept.view)>::value_type>();
     for (std::size_t i = 0; i < params_.size(); ++i)
       for (int q = 0; q < per; ++q)
-        copy_convert(slice(kept.view, q * layout_.slot + layout_.offset[i], layout_.piece[i]),
-                     slice(full_value_[i].view, (j * per + q) * layout_.piece[i], layout_.piece[i]));
+        batch.add(kept.view.data() + q * layout_.slot + layout_.offset[i],
+                  full_value_[i].view.data() + (j * per + q) * layout_.piece[i], layout_.piece[i]);
+    batch.run();
   };
   if (options_.mp_policy.param_dtype == DType::bf16) keep(post_forward_bf16_);
   else keep(post_forward_f32_);
@@ -373,7 +404,7 @@ template <class T> void FsdpGroup::reduce_scatter_flat() {
   if (!dry_) {
     std::vector<View1<float>> whole;
     for (const auto& b : full_grad_) whole.push_back(b.view);
-    pack_all_slots(input.view, ranks_, layout_, whole);
+    pack_all_slots(copy_in<T>(), input.view, ranks_, layout_, whole);
   }
   // Packed: the whole gradients can go. Parameter::grad views them too, and would keep them alive through
   // the reduce-scatter (one group's whole gradients more at the step's peak), so it points at the shard now.
@@ -416,11 +447,13 @@ void FsdpGroup::all_reduce_whole_gradients() {
         replicate_comm_->all_reduce(whole.data(), whole.extent(0), DType::f32,
                                     divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg);
       }
-      copy_convert(shard_grad_[i], whole, true);
+      pieces_f32_.add(shard_grad_[i].data(), whole.data(), layout_.piece[i]);
     }
     params_[i]->use_grad(shard_grad_[i]);
+    // Back to the pool, to no one before the accumulation below: nothing else allocates in between.
     release(full_grad_[i], FsdpBuffer::unsharded_grads);
   }
+  pieces_f32_.run(PieceOp::accumulate);  // shard += whole, every parameter in one kernel
   if (context_ && replicate_comm_) {
     context_->stats.all_reduces++;
     context_->stats.all_reduce_s += seconds_since(t0);
@@ -461,7 +494,8 @@ void FsdpGroup::after_reduction(const View1<float>& reduced) {
     return;
   }
   for (std::size_t i = 0; i < params_.size(); ++i)
-    copy_convert(shard_grad_[i], slice(reduced, layout_.offset[i], layout_.piece[i]), true);
+    pieces_f32_.add(shard_grad_[i].data(), reduced.data() + layout_.offset[i], layout_.piece[i]);
+  pieces_f32_.run(PieceOp::accumulate);
 }
 
 void FsdpGroup::accumulate_offloaded_gradients(const View1<float>& reduced) {
@@ -510,10 +544,13 @@ void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
   wait_for_unshard();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Parameter* p = params_[i];
-    if (!grads_unsharded_)
-      allocate(full_grad_[i], FsdpBuffer::unsharded_grads, layout_.piece[i] * ranks_, p->name() + ".grad.unsharded", true);
+    if (!grads_unsharded_) {
+      allocate(full_grad_[i], FsdpBuffer::unsharded_grads, layout_.piece[i] * ranks_, p->name() + ".grad.unsharded");
+      pieces_f32_.add(full_grad_[i].view.data(), nullptr, full_grad_[i].view.extent(0));
+    }
     if (!dry_) p->show_whole_grad(slice(full_grad_[i].view, 0, p->numel()));
   }
+  if (!dry_) pieces_f32_.run(PieceOp::zero);  // the pooled whole gradients start at zero: one kernel
   grads_unsharded_ = true;
   // Backward prefetch: the group that ran just before this one in forward runs just after it in backward.
   prefetch(backward_prefetch_, context_->forward_order, -1);
@@ -571,7 +608,19 @@ std::vector<float> gather_full_parameter(const Parameter& p, const DeviceMesh& m
 
 FsdpStats fsdp_stats(Module& root) {
   FsdpGroup* g = fsdp_group(root);
-  return g && g->context_ ? g->context_->stats : FsdpStats{};
+  if (!g || !g->context_) return FsdpStats{};
+  FsdpStats s = g->context_->stats;
+  const PoolRule& pool = g->pool_->rule();
+  s.pool_live_bytes = pool.live_bytes();
+  s.pool_reserved_bytes = pool.reserved_bytes();
+  s.pool_peak_reserved_bytes = pool.peak_reserved_bytes();
+  s.pool_peak_live_bytes = pool.peak_live_bytes();
+  s.pool_allocations = pool.allocations();
+  return s;
+}
+
+void empty_fsdp_cache(Module& root) {
+  if (FsdpGroup* g = fsdp_group(root)) g->pool_->clear();
 }
 
 void reset_fsdp_stats(Module& root) {

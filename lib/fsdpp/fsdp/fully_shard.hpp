@@ -19,6 +19,7 @@
 //   - on a planning mesh (DeviceMesh::planning, parameters on meta) every group runs dry: no storage, no
 //     collectives, only the memory events (memory_events.hpp) that `fsdpp plan` sums.
 #include "fsdpp/comm/communicator.hpp"
+#include "fsdpp/fsdp/buffer_pool.hpp"
 #include "fsdpp/fsdp/flat_buffers.hpp"
 #include "fsdpp/fsdp/memory_events.hpp"
 #include "fsdpp/mesh/device_mesh.hpp"
@@ -72,6 +73,11 @@ struct FsdpStats {
   std::int64_t unsharded_param_bytes = 0, peak_unsharded_param_bytes = 0;
   std::int64_t unsharded_grad_bytes = 0, peak_unsharded_grad_bytes = 0;
   std::int64_t peak_unsharded_bytes = 0;  // of the sum
+  // The caching pool those buffers come from (buffer_pool.hpp), shared by the groups under the root: bytes
+  // handed out now, bytes it holds from Kokkos (in use or cached), their peaks since the model was sharded,
+  // and the Kokkos allocations it has made (constant after the first step).
+  std::int64_t pool_live_bytes = 0, pool_reserved_bytes = 0, pool_peak_live_bytes = 0, pool_peak_reserved_bytes = 0;
+  std::int64_t pool_allocations = 0;
   double exposed_comm_s() const { return all_gather_wait_s + reduce_scatter_s + all_reduce_s; }
 };
 
@@ -120,10 +126,13 @@ class FsdpGroup final : public ModuleHooks {
   friend struct FsdpContext;
   friend FsdpStats fsdp_stats(Module& root);
   friend void reset_fsdp_stats(Module& root);
-  // A transient buffer and the bytes it was reported with (its View stays empty when the group runs dry).
+  friend void empty_fsdp_cache(Module& root);
+  // A transient buffer and the bytes it was reported with: a block of the pool, viewed as T (its View stays
+  // empty when the group runs dry).
   template <class T> struct Tracked {
     View1<T> view;
     std::int64_t bytes = 0;
+    PoolBlock block;
   };
   template <class T> void allocate(Tracked<T>& buffer, FsdpBuffer kind, std::int64_t count, const std::string& label,
                                    bool zeroed = false);
@@ -131,6 +140,8 @@ class FsdpGroup final : public ModuleHooks {
   void note(FsdpBuffer kind, std::int64_t bytes);  // reports to FsdpStats and the root's listeners
 
   void lazy_init();
+  template <class T> PieceBatch<T, float>& copy_in();   // f32 tensors -> T buffers
+  template <class T> PieceBatch<float, T>& copy_out();  // T buffers -> f32 tensors
   void start_all_gather();
   template <class T> void all_gather_flat(Tracked<T>& flat, Tracked<T>& kept, bool in_backward);
   void keep_post_forward_slice();
@@ -162,9 +173,14 @@ class FsdpGroup final : public ModuleHooks {
   Tracked<float> post_forward_f32_;                       // reshard_after_forward = k: this rank's ranks/k slots
   Tracked<bf16> post_forward_bf16_;
   Tracked<float> partial_reduction_;                      // HSDP with the all-reduce skipped: summed shards
+  // One kernel per copy-in, copy-out, accumulation or zeroing of the group's pieces (flat_buffers.hpp).
+  PieceBatch<float, float> pieces_f32_;
+  PieceBatch<bf16, float> pieces_to_bf16_;
+  PieceBatch<float, bf16> pieces_from_bf16_;
   ExecSpace offload_copies_;                              // CPU offload: copies on their own stream
   OffloadBuffer offload_staging_;                         // CPU offload on GPUs: reduced shards, pinned
   std::vector<std::shared_ptr<FsdpMemoryListener>> listeners_;  // root: handed to the context at lazy init
+  std::shared_ptr<BufferPool> pool_;  // every Tracked buffer's storage; the root's, shared, after lazy init
   WorkHandle pending_gather_;
   bool gather_started_ = false;
   bool unsharded_ = false;
@@ -189,6 +205,9 @@ std::vector<float> gather_full_parameter(const Parameter& p, const DeviceMesh& m
 
 FsdpStats fsdp_stats(Module& root);
 void reset_fsdp_stats(Module& root);  // keeps the current unsharded bytes; restarts the peaks from them
+// Returns the cached free blocks of the root's buffer pool to Kokkos (torch.cuda.empty_cache); the next step
+// allocates them again.
+void empty_fsdp_cache(Module& root);
 
 
 }  // namespace fsdpp

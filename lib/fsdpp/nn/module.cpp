@@ -117,9 +117,10 @@ void Module::zero_grad() {
       for_each_index("fsdpp::zero_offloaded_grad", true, static_cast<std::int64_t>(p->grad().extent(0)),
                      KOKKOS_LAMBDA(const std::int64_t j) { grad[j] = 0.0f; });
     } else {
-      Kokkos::deep_copy(p->grad(), 0.0f);
+      zero_grads_.add(p->grad().data(), nullptr, static_cast<std::int64_t>(p->grad().extent(0)));
     }
   }
+  zero_grads_.run(PieceOp::zero);  // on the stream: no fence, one launch however many parameters
 }
 
 }  // namespace fsdpp

@@ -34,6 +34,7 @@
 // dry_run has nothing to replay: a recomputation changes no hook's schedule, so `fsdpp plan`'s events stand;
 // only the activation bytes change (count the shared set once).
 #include "fsdpp/nn/parameter.hpp"
+#include "fsdpp/tensor/piece_batch.hpp"
 
 #include <deque>
 #include <functional>
@@ -107,6 +108,7 @@ class Module {
   // Storage and values for every parameter that has none yet (see parameter.hpp). Gradients start at zero.
   void to_empty();
   void reset_parameters(std::uint64_t seed);
+  // Every gradient to zero: one kernel for all the device gradients (offloaded ones on the host).
   void zero_grad();
 
  protected:
@@ -129,6 +131,7 @@ class Module {
   bool recompute_in_backward_ = false;
   bool recomputing_ = false;
   View1<float> checkpoint_input_;  // recompute_in_backward_: forward's flow.x, after the forward hooks
+  PieceBatch<float, float> zero_grads_;  // zero_grad's table of gradients, reused every step
 };
 
 // Where a module keeps the activations its backward needs and forward can rebuild (see the top of this file):

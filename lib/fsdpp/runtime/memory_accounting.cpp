@@ -46,6 +46,7 @@ void on_allocate(Kokkos::Profiling::SpaceHandle handle, const char* label, const
     SpaceUsage& u = s.spaces[i];
     u.live_bytes += static_cast<std::int64_t>(size);
     u.peak_bytes = std::max(u.peak_bytes, u.live_bytes);
+    ++u.allocations;
     s.live[ptr] = Allocation{i, static_cast<std::int64_t>(size)};
   }
   if (s.chained_allocate) s.chained_allocate(handle, label, ptr, size);

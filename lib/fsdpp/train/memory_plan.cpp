@@ -109,6 +109,9 @@ MemoryPlan plan_memory(const Deck& deck, int ranks) {
   m.unsharded_parameters = peak->unsharded_parameters();
   m.unsharded_gradients = peak->unsharded_gradients();
   m.comm_buffers = peak->comm_buffers();
+  // The dry groups ran the buffer pool's rule too: what it reserves beyond the live peak is cached free blocks.
+  const FsdpStats pool = fsdp_stats(par->root().module());
+  m.pool_cached = pool.pool_peak_reserved_bytes - pool.pool_peak_live_bytes;
   plan.peak_moment = peak->moment();
   return plan;
 }
@@ -185,6 +188,7 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
   row("unsharded parameters (whole, gathered)", m.unsharded_parameters);
   row("unsharded gradients (whole, before reduce-scatter)", m.unsharded_gradients);
   row("communication buffers (all-gather, reduce-scatter)", m.comm_buffers);
+  row("cached in fully_shard's buffer pool (reserved, free)", m.pool_cached);
   row(fmt::format("activations and backward scratch ({} sequences)", plan.micro_batch), m.activations);
   row("batch tokens and targets", m.batch);
   line(fmt::format("  {:<52} {:>10}", "", "----------"));

@@ -32,11 +32,12 @@ struct PlannedMemory {
   std::int64_t unsharded_parameters = 0;
   std::int64_t unsharded_gradients = 0;
   std::int64_t comm_buffers = 0;        // all-gather and reduce-scatter flat buffers in flight
+  std::int64_t pool_cached = 0;         // fully_shard's buffer pool: reserved beyond the live peak (free blocks)
   std::int64_t activations = 0;         // saved activations, logits and backward scratch of one micro-batch
   std::int64_t batch = 0;               // the micro-batch's tokens and targets
   std::int64_t total() const {
     return parameters + gradients + optimizer + unsharded_parameters + unsharded_gradients + comm_buffers +
-           activations + batch;
+           pool_cached + activations + batch;
   }
 };
 
