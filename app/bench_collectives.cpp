@@ -177,11 +177,13 @@ Command add_bench_command(CLI::App& app) {
   const Command train = add_bench_train_command(*cli);
   const Command fsdp = add_bench_fsdp_command(*cli);
   const Command checkpoint = add_bench_checkpoint_command(*cli);
-  return {cli, [collectives, options, train, fsdp, checkpoint](Runtime& rt) {
+  const Command kernels = add_bench_kernels_command(*cli);
+  return {cli, [collectives, options, train, fsdp, checkpoint, kernels](Runtime& rt) {
             if (*train.cli) return train.run(rt);
+            if (*kernels.cli) return kernels.run(rt);
             if (*fsdp.cli) return fsdp.run(rt);
             if (*checkpoint.cli) return checkpoint.run(rt);
-            FSDPP_REQUIRE(*collectives, "fsdpp bench: name a benchmark: collectives, train, fsdp_scaling or checkpoint");
+            FSDPP_REQUIRE(*collectives, "fsdpp bench: name a benchmark: collectives, train, fsdp_scaling, checkpoint or kernels");
             FSDPP_REQUIRE(options->min_bytes >= 4096 && options->min_bytes <= options->max_bytes,
                           "--min-bytes must be >= 4096 and <= --max-bytes");
             return run_collectives_bench(rt, *options);

@@ -21,7 +21,6 @@ namespace team {
 template <class Real>
 void embedding_forward(const View1<Real>& out, const View1<const std::int32_t>& tokens, const View1<const Real>& wte,
                        int N, int C) {
-  if (portable()) return team::embedding_forward<Real>(out, tokens, wte, N, C);
   const std::int64_t V = C > 0 ? static_cast<std::int64_t>(wte.extent(0)) / C : 0;
   Kokkos::parallel_for(
       "fsdpp::embedding_forward_team", row_policy<Real>(N, 0), KOKKOS_LAMBDA(const Member& team) {
@@ -37,7 +36,6 @@ void embedding_forward(const View1<Real>& out, const View1<const std::int32_t>& 
 template <class Real>
 void embedding_backward(const View1<Real>& dwte, const View1<const Real>& dout, const View1<const std::int32_t>& tokens,
                         int N, int C) {
-  if (portable()) return team::embedding_backward<Real>(dwte, dout, tokens, N, C);
   const std::int64_t V = C > 0 ? static_cast<std::int64_t>(dwte.extent(0)) / C : 0;
   Kokkos::parallel_for(
       "fsdpp::embedding_backward_buckets", Kokkos::RangePolicy<ExecSpace>(0, std::int64_t(kTokenBuckets) * C),
@@ -45,7 +43,7 @@ void embedding_backward(const View1<Real>& dwte, const View1<const Real>& dout, 
         const int k = static_cast<int>(i / C), c = static_cast<int>(i % C);
         for (int n = 0; n < N; ++n) {
           const std::int64_t tok = tokens(n);
-          if (tok < 0 || tok >= V || tok % kTokenBuckets != k) continue;
+          if (tok < 0 || tok >= V || (tok & (kTokenBuckets - 1)) != k) continue;
           dwte(tok * C + c) += dout(static_cast<std::int64_t>(n) * C + c);
         }
       });
@@ -59,6 +57,7 @@ void embedding_forward(const View1<Real>& out,                    // out (N,C)
                        const View1<const std::int32_t>& tokens,   // tokens (N)
                        const View1<const Real>& wte,              // wte (V,C)
                        int N, int C) {
+  if (portable()) return team::embedding_forward<Real>(out, tokens, wte, N, C);
   const std::int64_t V = C > 0 ? static_cast<std::int64_t>(wte.extent(0)) / C : 0;
   Kokkos::parallel_for(
       "fsdpp::embedding_forward", Kokkos::RangePolicy<ExecSpace>(0, N), KOKKOS_LAMBDA(const int n) {
@@ -79,6 +78,7 @@ void embedding_backward(const View1<Real>& dwte,                   // dwte (V,C)
                         const View1<const Real>& dout,             // dout (N,C)
                         const View1<const std::int32_t>& tokens,   // tokens (N)
                         int N, int C) {
+  if (portable()) return team::embedding_backward<Real>(dwte, dout, tokens, N, C);
   const std::int64_t V = C > 0 ? static_cast<std::int64_t>(dwte.extent(0)) / C : 0;
   Kokkos::parallel_for(
       "fsdpp::embedding_backward", Kokkos::RangePolicy<ExecSpace>(0, detail::column_tiles(C)),

@@ -16,7 +16,7 @@
 //
 // Portable path (team.hpp): the forward is one team per row, threads over the columns. dwte is parallel over
 // (column, token bucket): work item (c, k) walks all N rows in order and adds the rows whose token is in bucket
-// k (token % kTokenBuckets), so each element of dwte still gets its rows in row order: bitwise the tuned result,
+// k (token & (kTokenBuckets - 1)), so each element of dwte still gets its rows in row order: bitwise the tuned result,
 // on every launch, with kTokenBuckets times the parallelism. dwpe is parallel over (position, column), summing
 // the batch in order: bitwise the tuned result too.
 #include "fsdpp/nn/kernels/detail.hpp"
@@ -30,7 +30,7 @@ namespace fsdpp::kernels {
 namespace team {
 
 // Token buckets of the portable dwte/embedding reduction: the parallelism is C * kTokenBuckets work items.
-inline constexpr int kTokenBuckets = 64;
+inline constexpr int kTokenBuckets = 64;  // a power of two: the bucket is tok & (kTokenBuckets - 1)
 
 template <class Real>
 void encoder_forward(const View1<Real>& out, const View1<const std::int32_t>& tokens, const View1<const Real>& wte,
@@ -62,7 +62,7 @@ void encoder_backward(const View1<Real>& dwte, const View1<Real>& dwpe, const Vi
         const int k = static_cast<int>(i / C), c = static_cast<int>(i % C);
         for (int n = 0; n < N; ++n) {
           const std::int64_t tok = tokens(n);
-          if (tok < 0 || tok >= V || tok % kTokenBuckets != k) continue;
+          if (tok < 0 || tok >= V || (tok & (kTokenBuckets - 1)) != k) continue;
           dwte(tok * C + c) += dout(static_cast<std::int64_t>(n) * C + c);
         }
       });
