@@ -226,7 +226,7 @@ TEST_CASE("embedding forward gathers rows, backward sums repeated tokens (finite
 // The portable (team) kernels against the tuned ones (team.hpp), past the portable path's fixed shapes: rows
 // longer than team::kSlots and more rows than two column-sum chunks. ctest unit_portable_np1 reruns the tests
 // above on the portable path.
-TEST_CASE("portable kernels: rmsnorm matches the tuned kernel; embedding is bitwise the tuned kernel") {
+TEST_CASE("portable kernels: rmsnorm and swiglu match the tuned kernels; embedding is bitwise the tuned kernel") {
   RmsCase k;
   k.N = 150, k.C = 300;
   k.inp = random_vec(k.N * k.C, 11, -2, 3), k.w = random_vec(k.C, 12, 0.5, 1.5);
@@ -244,6 +244,16 @@ TEST_CASE("portable kernels: rmsnorm matches the tuned kernel; embedding is bitw
   CHECK(rel_err(portable.rstd, tuned.rstd) < 1e-6);
   CHECK(rel_err(portable.dinp, tuned.dinp) < 1e-6);
   CHECK(rel_err(portable.dw, tuned.dw) < 1e-6);
+
+  SwigluCase g;
+  SwigluResult swiglu[2];
+  for (int path = 0; path < 2; ++path) {
+    kernels::ScopedKernelPath scoped(path == 1);
+    swiglu[path] = run_swiglu<float>(g);
+  }
+  CHECK(rel_err(swiglu[1].out, swiglu[0].out) < 1e-6);
+  CHECK(rel_err(swiglu[1].dgate, swiglu[0].dgate) < 1e-6);
+  CHECK(rel_err(swiglu[1].dup, swiglu[0].dup) < 1e-6);
 
   const int N = 300, C = 130, V = 90;
   std::vector<int> tokens(N);

@@ -58,6 +58,15 @@ TEST_CASE("portable kernels: encoder and linear bias are bitwise the tuned kerne
   CHECK(rel_err(lin.second.db, lin.first.db) < kPathTolerance);
 }
 
+TEST_CASE("portable kernels: gelu matches the tuned kernel") {
+  GeluCase k;
+  k.N = 5000;
+  k.inp = random_vec(k.N, 31, -8, 8), k.R = random_vec(k.N, 32), k.dinp0 = random_vec(k.N, 33);
+  const auto r = on_both_paths<GeluResult>([&] { return run_gelu<float>(k); });
+  CHECK(rel_err(r.second.out, r.first.out) < kPathTolerance);
+  CHECK(rel_err(r.second.dinp, r.first.dinp) < kPathTolerance);
+}
+
 TEST_CASE("portable kernels: layernorm matches the tuned kernel") {
   LayerNormCase k;
   k.N = 150, k.C = 300;

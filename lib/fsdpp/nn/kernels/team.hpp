@@ -15,11 +15,14 @@
 //    size 1) and an OpenMP or CUDA run (team size 2..1024) give bitwise the same row sums.
 //  - column_sum (layernorm/rmsnorm dweight, dbias, linear dbias) sums fixed chunks of kRowChunk rows in row
 //    order into a scratch buffer, then sums the chunks in order: no atomics, the same bits on every launch.
+// The elementwise kernels (gelu, swiglu) have a portable path too: one element per work item and the library exp
+// (the tuned path blocks elements and uses detail::exp_fast). residual and rope are the same code on both paths.
 // The portable path does not reproduce the tuned path's bits (different summation orders, the library exp
 // instead of detail::exp_fast); the tests hold it to 1e-6 relative of the tuned path.
 #include "fsdpp/tensor/types.hpp"
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
