@@ -6,6 +6,7 @@
 #include "fsdpp/nn/kernels/softmax.hpp"
 #include "fsdpp/nn/kernels/team.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -213,6 +214,13 @@ TEST_CASE("portable kernels: bitwise repeatable, digests for the cross-backend c
     CAPTURE(first[i].first);
     CHECK(first[i].second == second[i].second);
   }
+  // The team size the row kernels really got (ci-openmp asks for 2 and checks this line).
+  View1<int> team_size("team_size", 1);
+  Kokkos::parallel_for(
+      "fsdpp::test_team_size", kernels::team::row_policy<float>(1), KOKKOS_LAMBDA(const kernels::team::Member& m) {
+        if (m.team_rank() == 0) team_size(0) = m.team_size();
+      });
+  std::printf("portable kernels: row teams of %d thread(s)\n", static_cast<int>(to_vec(team_size)[0]));
   if (const char* file = std::getenv("FSDPP_KERNEL_DIGESTS")) {
     std::ofstream out(file);
     REQUIRE_MESSAGE(out, "cannot write FSDPP_KERNEL_DIGESTS=" << file);
