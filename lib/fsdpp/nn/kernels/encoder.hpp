@@ -17,8 +17,11 @@
 // Portable path (team.hpp): the forward is one team per row, threads over the columns. dwte is parallel over
 // (column, token bucket): work item (c, k) walks all N rows in order and adds the rows whose token is in bucket
 // k (token & (kTokenBuckets - 1)), so each element of dwte still gets its rows in row order: bitwise the tuned result,
-// on every launch, with kTokenBuckets times the parallelism. dwpe is parallel over (position, column), summing
-// the batch in order: bitwise the tuned result too.
+// on every launch, with kTokenBuckets times the parallelism. The price is that every work item scans all N
+// tokens: on one CPU core that is ~50x the tuned kernel (tests/bench/run gpu_kernels); a GPU runs the
+// C * kTokenBuckets scans side by side, the tokens coming from cache. A stable sort of the rows by token would
+// remove the scans. dwpe is parallel over (position, column), summing the batch in order: bitwise the tuned
+// result too.
 #include "fsdpp/nn/kernels/detail.hpp"
 #include "fsdpp/nn/kernels/team.hpp"
 #include "fsdpp/tensor/types.hpp"
