@@ -24,6 +24,8 @@ find "$src/lib" "$src/app" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*
       sub(/^[ \t]*/, "", rest)
       # The launch wrappers of tensor/offload.hpp: their definitions, and the label they forward.
       if (rest ~ /^const char\*/ || (FILENAME ~ /tensor\/offload\.hpp$/ && rest ~ /^label,/)) return
+      # Nested loops inside a team kernel (TeamThreadRange, ThreadVectorRange, ...) launch nothing.
+      if (rest ~ /^(Kokkos::)?(TeamThreadRange|ThreadVectorRange|TeamVectorRange)[ \t]*\(/) return
       if (rest !~ /^"[^"]*"/) { print "BAD " where(line) ": no string-literal label (unlabelled, or a label built at run time)"; return }
       match(rest, /^"[^"]*"/)
       label = substr(rest, 2, RLENGTH - 2)

@@ -9,6 +9,7 @@
 #include "fsdpp/nn/kernels/rmsnorm.hpp"
 #include "fsdpp/nn/kernels/rope.hpp"
 #include "fsdpp/nn/kernels/swiglu.hpp"
+#include "fsdpp/nn/kernels/team.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -220,4 +221,57 @@ TEST_CASE("embedding forward gathers rows, backward sums repeated tokens (finite
   auto dwte = to_view<double>(dwte0);
   kernels::embedding_backward<double>(dwte, to_view<double>(R), tok, N, C);
   CHECK(rel_err(minus(to_vec(dwte), dwte0), fd_grad(wte, [&] { return dot(forward(), R); })) < 1e-8);
+}
+
+// The portable (team) kernels against the tuned ones (team.hpp), past the portable path's fixed shapes: rows
+// longer than team::kSlots and more rows than two column-sum chunks. ctest unit_portable_np1 reruns the tests
+// above on the portable path.
+TEST_CASE("portable kernels: rmsnorm and swiglu match the tuned kernels; embedding is bitwise the tuned kernel") {
+  RmsCase k;
+  k.N = 150, k.C = 300;
+  k.inp = random_vec(k.N * k.C, 11, -2, 3), k.w = random_vec(k.C, 12, 0.5, 1.5);
+  k.R = random_vec(k.N * k.C, 14), k.dinp0 = random_vec(k.N * k.C, 15), k.dw0 = random_vec(k.C, 16);
+  RmsResult tuned, portable;
+  {
+    kernels::ScopedKernelPath path(false);
+    tuned = run_rmsnorm<float>(k);
+  }
+  {
+    kernels::ScopedKernelPath path(true);
+    portable = run_rmsnorm<float>(k);
+  }
+  CHECK(rel_err(portable.out, tuned.out) < 1e-6);
+  CHECK(rel_err(portable.rstd, tuned.rstd) < 1e-6);
+  CHECK(rel_err(portable.dinp, tuned.dinp) < 1e-6);
+  CHECK(rel_err(portable.dw, tuned.dw) < 1e-6);
+
+  SwigluCase g;
+  SwigluResult swiglu[2];
+  for (int path = 0; path < 2; ++path) {
+    kernels::ScopedKernelPath scoped(path == 1);
+    swiglu[path] = run_swiglu<float>(g);
+  }
+  CHECK(rel_err(swiglu[1].out, swiglu[0].out) < 1e-6);
+  CHECK(rel_err(swiglu[1].dgate, swiglu[0].dgate) < 1e-6);
+  CHECK(rel_err(swiglu[1].dup, swiglu[0].dup) < 1e-6);
+
+  const int N = 300, C = 130, V = 90;
+  std::vector<int> tokens(N);
+  for (int n = 0; n < N; ++n) tokens[n] = (n * 13) % V;
+  tokens[5] = V;  // out of range: a zero row, no gradient
+  View1<std::int32_t> tok("tokens", N);
+  auto tm = Kokkos::create_mirror_view(tok);
+  for (int i = 0; i < N; ++i) tm(i) = tokens[i];
+  Kokkos::deep_copy(tok, tm);
+  const Vec wte = random_vec(V * C, 41), R = random_vec(N * C, 42), dwte0 = random_vec(V * C, 43);
+  Vec out[2], dwte[2];
+  for (int path = 0; path < 2; ++path) {
+    kernels::ScopedKernelPath scoped(path == 1);
+    auto o = to_view<float>(Vec(N * C)), d = to_view<float>(dwte0);
+    kernels::embedding_forward<float>(o, tok, to_view<float>(wte), N, C);
+    kernels::embedding_backward<float>(d, to_view<float>(R), tok, N, C);
+    out[path] = to_vec(o), dwte[path] = to_vec(d);
+  }
+  CHECK(out[0] == out[1]);
+  CHECK(dwte[0] == dwte[1]);
 }

@@ -22,6 +22,7 @@
 //
 // The template parameter is named Real, not T, because T is the sequence length here.
 #include "fsdpp/nn/kernels/detail.hpp"
+#include "fsdpp/nn/kernels/softmax.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/tensor/types.hpp"
 
@@ -85,19 +86,7 @@ void attention_forward(const View1<Real>& out,        // out (B,T,NH*hs)
   // Causal softmax over the B*NH*T rows; row t ends at column t. Subtracting the row max keeps exp from
   // overflowing; the upper triangle (garbage or unset from the blocked products) is set to 0. The exps are the
   // cost here (T^2/2 per head): exp_fast and the lane helpers let GCC vectorize each loop (detail.hpp).
-  Real* a = att.data();
-  Kokkos::parallel_for(
-      "fsdpp::attention_softmax_forward", Kokkos::RangePolicy<ExecSpace>(0, std::int64_t(B) * NH * T),
-      KOKKOS_LAMBDA(const std::int64_t r) {
-        const int t = static_cast<int>(r % T);
-        Real* row = a + r * T;
-        const Real maxv = detail::lane_max(t + 1, row);
-        for (int t2 = 0; t2 <= t; ++t2) row[t2] = detail::exp_fast(row[t2] - maxv);
-        const Real sum = detail::lane_sum<Real>(t + 1, [=](int t2) { return row[t2]; });
-        const Real inv = Real(1) / sum;
-        for (int t2 = 0; t2 <= t; ++t2) row[t2] *= inv;
-        for (int t2 = t + 1; t2 < T; ++t2) row[t2] = 0;
-      });
+  attention_softmax_forward(att.data(), std::int64_t(B) * NH * T, T);
 
   // out[b,t,h*hs+i] = sum_t2 att[b,h,t,t2] v[b,t2,(h/G)*hs+i]; row block [r0,r1) needs only columns t2 < r1.
   for (int b = 0; b < B; ++b) {
@@ -156,18 +145,7 @@ void attention_backward(const View1<Real>& dinp,        // dinp (B,T,(NH+2NKV)*h
   }
 
   // Softmax backward per row, reading only t2 <= t: above the diagonal datt may hold garbage (even NaN).
-  Real* d = datt.data();
-  const Real* a = att.data();
-  Kokkos::parallel_for(
-      "fsdpp::attention_softmax_backward", Kokkos::RangePolicy<ExecSpace>(0, std::int64_t(B) * NH * T),
-      KOKKOS_LAMBDA(const std::int64_t r) {
-        const int t = static_cast<int>(r % T);
-        const Real* arow = a + r * T;
-        Real* drow = d + r * T;
-        const Real dot = detail::lane_sum<Real>(t + 1, [=](int t2) { return arow[t2] * drow[t2]; });
-        for (int t2 = 0; t2 <= t; ++t2) drow[t2] = arow[t2] * (drow[t2] - dot);
-        for (int t2 = t + 1; t2 < T; ++t2) drow[t2] = 0;
-      });
+  attention_softmax_backward(datt.data(), static_cast<const Real*>(att.data()), std::int64_t(B) * NH * T, T);
 
   for (int b = 0; b < B; ++b) {
     const Real* q = inp.data() + std::int64_t(b) * T * W;

@@ -114,4 +114,13 @@ template <> inline float exp_fast<float>(float x) {
 }
 #endif
 
+// exp as a function object, for formulas shared by the tuned path (exp_fast) and the portable path (the
+// library exp, as on a GPU).
+struct FastExp {
+  template <class T> KOKKOS_INLINE_FUNCTION T operator()(T x) const { return exp_fast(x); }
+};
+struct LibraryExp {
+  template <class T> KOKKOS_INLINE_FUNCTION T operator()(T x) const { return kmath::exp(x); }
+};
+
 }  // namespace fsdpp::kernels::detail

@@ -13,12 +13,72 @@
 // keeps a kernel from reading or writing out of bounds.
 //
 // The template parameter is named Real, not T, because T is the sequence length here.
+//
+// Portable path (team.hpp): the forward is one team per row, threads over the columns. dwte is parallel over
+// (column, token bucket): work item (c, k) walks all N rows in order and adds the rows whose token is in bucket
+// k (token & (kTokenBuckets - 1)), so each element of dwte still gets its rows in row order: bitwise the tuned result,
+// on every launch, with kTokenBuckets times the parallelism. The price is that every work item scans all N
+// tokens: on one CPU core that is ~50x the tuned kernel (tests/bench/run gpu_kernels); a GPU runs the
+// C * kTokenBuckets scans side by side, the tokens coming from cache. A stable sort of the rows by token would
+// remove the scans. dwpe is parallel over (position, column), summing the batch in order: bitwise the tuned
+// result too.
 #include "fsdpp/nn/kernels/detail.hpp"
+#include "fsdpp/nn/kernels/team.hpp"
 #include "fsdpp/tensor/types.hpp"
 
 #include <cstdint>
 
 namespace fsdpp::kernels {
+
+namespace team {
+
+// Token buckets of the portable dwte/embedding reduction: the parallelism is C * kTokenBuckets work items.
+inline constexpr int kTokenBuckets = 64;  // a power of two: the bucket is tok & (kTokenBuckets - 1)
+
+template <class Real>
+void encoder_forward(const View1<Real>& out, const View1<const std::int32_t>& tokens, const View1<const Real>& wte,
+                     const View1<const Real>& wpe, int B, int T, int C) {
+  const std::int64_t V = C > 0 ? static_cast<std::int64_t>(wte.extent(0)) / C : 0;
+  Kokkos::parallel_for(
+      "fsdpp::encoder_forward_team", row_policy<Real>(std::int64_t(B) * T, 0), KOKKOS_LAMBDA(const Member& team) {
+        const int n = team.league_rank();
+        const std::int64_t tok = tokens(n);
+        Real* o = out.data() + static_cast<std::int64_t>(n) * C;
+        const Real* p = wpe.data() + static_cast<std::int64_t>(n % T) * C;
+        if (tok >= 0 && tok < V) {
+          const Real* w = wte.data() + tok * C;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int c) { o[c] = w[c] + p[c]; });
+        } else {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int c) { o[c] = p[c]; });
+        }
+      });
+}
+
+template <class Real>
+void encoder_backward(const View1<Real>& dwte, const View1<Real>& dwpe, const View1<const Real>& dout,
+                      const View1<const std::int32_t>& tokens, int B, int T, int C) {
+  const int N = B * T;
+  const std::int64_t V = C > 0 ? static_cast<std::int64_t>(dwte.extent(0)) / C : 0;
+  Kokkos::parallel_for(
+      "fsdpp::encoder_backward_dwte_buckets", Kokkos::RangePolicy<ExecSpace>(0, std::int64_t(kTokenBuckets) * C),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        const int k = static_cast<int>(i / C), c = static_cast<int>(i % C);
+        for (int n = 0; n < N; ++n) {
+          const std::int64_t tok = tokens(n);
+          if (tok < 0 || tok >= V || (tok & (kTokenBuckets - 1)) != k) continue;
+          dwte(tok * C + c) += dout(static_cast<std::int64_t>(n) * C + c);
+        }
+      });
+  Kokkos::parallel_for(
+      "fsdpp::encoder_backward_dwpe_columns", Kokkos::RangePolicy<ExecSpace>(0, std::int64_t(T) * C),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        Real acc = Real(0);
+        for (int b = 0; b < B; ++b) acc += dout(static_cast<std::int64_t>(b) * T * C + i);
+        dwpe(i) += acc;
+      });
+}
+
+}  // namespace team
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
 template <class Real>
@@ -27,6 +87,7 @@ void encoder_forward(const View1<Real>& out,                        // out (B,T,
                      const View1<const Real>& wte,                  // wte (V,C)
                      const View1<const Real>& wpe,                  // wpe (maxT,C), maxT >= T
                      int B, int T, int C) {
+  if (portable()) return team::encoder_forward<Real>(out, tokens, wte, wpe, B, T, C);
   const int N = B * T;
   const std::int64_t V = C > 0 ? static_cast<std::int64_t>(wte.extent(0)) / C : 0;
   Kokkos::parallel_for(
@@ -51,6 +112,7 @@ void encoder_backward(const View1<Real>& dwte,                      // dwte (V,C
                       const View1<const Real>& dout,                // dout (B,T,C)
                       const View1<const std::int32_t>& tokens,   // tokens (B,T)
                       int B, int T, int C) {
+  if (portable()) return team::encoder_backward<Real>(dwte, dwpe, dout, tokens, B, T, C);
   using detail::kColumnTile;
   const int N = B * T;
   const int tiles = detail::column_tiles(C);

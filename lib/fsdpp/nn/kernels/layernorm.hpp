@@ -7,7 +7,11 @@
 //
 // dinp is parallel over rows. dweight and dbias are reductions over the N rows: parallel over column tiles,
 // looping over rows in order (detail.hpp), so no atomics and bitwise reproducible results.
+//
+// Portable path (team.hpp): one team per row, team_sum for the mean, variance and the two backward means
+// (bitwise the same on every launch); dweight and dbias through team::column_sum (idem).
 #include "fsdpp/nn/kernels/detail.hpp"
+#include "fsdpp/nn/kernels/team.hpp"
 #include "fsdpp/tensor/types.hpp"
 
 #include <cstdint>
@@ -15,6 +19,64 @@
 namespace fsdpp::kernels {
 
 inline constexpr double kLayerNormEps = 1e-5;
+
+namespace team {
+
+template <class T>
+void layernorm_forward(const View1<T>& out, const View1<T>& mean, const View1<T>& rstd, const View1<const T>& inp,
+                       const View1<const T>& weight, const View1<const T>& bias, int N, int C) {
+  const T inv_c = T(1) / T(C);
+  const T eps = T(kLayerNormEps);
+  Kokkos::parallel_for(
+      "fsdpp::layernorm_forward_team", row_policy<T>(N), KOKKOS_LAMBDA(const Member& team) {
+        const int n = team.league_rank();
+        const Scratch<T> s(team.team_scratch(0), kSlots);
+        const T* x = inp.data() + static_cast<std::int64_t>(n) * C;
+        T* o = out.data() + static_cast<std::int64_t>(n) * C;
+        const T* w = weight.data();
+        const T* b = bias.data();
+        const T m = team_sum<T>(team, s, C, [&](int c) { return x[c]; }) * inv_c;
+        const T var = team_sum<T>(team, s, C, [&](int c) { return (x[c] - m) * (x[c] - m); }) * inv_c;
+        const T r = T(1) / kmath::sqrt(var + eps);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int c) { o[c] = (x[c] - m) * r * w[c] + b[c]; });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          mean(n) = m;
+          rstd(n) = r;
+        });
+      });
+}
+
+template <class T>
+void layernorm_backward(const View1<T>& dinp, const View1<T>& dweight, const View1<T>& dbias,
+                        const View1<const T>& dout, const View1<const T>& inp, const View1<const T>& weight,
+                        const View1<const T>& mean, const View1<const T>& rstd, int N, int C) {
+  const T inv_c = T(1) / T(C);
+  Kokkos::parallel_for(
+      "fsdpp::layernorm_backward_dinp_team", row_policy<T>(N), KOKKOS_LAMBDA(const Member& team) {
+        const int n = team.league_rank();
+        const Scratch<T> s(team.team_scratch(0), kSlots);
+        const std::int64_t row = static_cast<std::int64_t>(n) * C;
+        const T* x = inp.data() + row;
+        const T* g = dout.data() + row;
+        const T* w = weight.data();
+        T* d = dinp.data() + row;
+        const T m = mean(n), r = rstd(n);
+        const T g_mean = team_sum<T>(team, s, C, [&](int c) { return w[c] * g[c]; }) * inv_c;
+        const T gx_mean = team_sum<T>(team, s, C, [&](int c) { return w[c] * g[c] * ((x[c] - m) * r); }) * inv_c;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int c) {
+          d[c] += r * (w[c] * g[c] - g_mean - (x[c] - m) * r * gx_mean);
+        });
+      });
+  const T* x = inp.data();
+  const T* g = dout.data();
+  column_sum<T>(dweight, N, C, KOKKOS_LAMBDA(int n, int c) {
+    const std::int64_t at = static_cast<std::int64_t>(n) * C + c;
+    return g[at] * ((x[at] - mean(n)) * rstd(n));
+  });
+  column_sum<T>(dbias, N, C, KOKKOS_LAMBDA(int n, int c) { return g[static_cast<std::int64_t>(n) * C + c]; });
+}
+
+}  // namespace team
 
 // out[n,:] = (inp[n,:] - mean[n]) * rstd[n] * weight + bias
 template <class T>
@@ -25,6 +87,7 @@ void layernorm_forward(const View1<T>& out,              // out (N,C)
                        const View1<const T>& weight,     // weight (C)
                        const View1<const T>& bias,       // bias (C)
                        int N, int C) {
+  if (portable()) return team::layernorm_forward<T>(out, mean, rstd, inp, weight, bias, N, C);
   const T inv_c = T(1) / T(C);
   const T eps = T(kLayerNormEps);
   Kokkos::parallel_for(
@@ -55,6 +118,7 @@ void layernorm_backward(const View1<T>& dinp,            // dinp (N,C), +=
                         const View1<const T>& mean,      // mean (N)
                         const View1<const T>& rstd,      // rstd (N)
                         int N, int C) {
+  if (portable()) return team::layernorm_backward<T>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   using detail::kColumnTile;
   const T inv_c = T(1) / T(C);
   Kokkos::parallel_for(

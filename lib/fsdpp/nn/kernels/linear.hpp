@@ -9,7 +9,11 @@
 //
 // Ordering: host backends finish a parallel_for before returning, and on CUDA the GEMMs run on Kokkos's own
 // stream, so kernels and products need no fences between them.
+//
+// Portable path (team.hpp): the bias add is one team per row, threads over the columns (bitwise the tuned
+// result); dbias is team::column_sum (bitwise the same on every launch).
 #include "fsdpp/nn/kernels/detail.hpp"
+#include "fsdpp/nn/kernels/team.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/tensor/types.hpp"
 
@@ -30,6 +34,15 @@ void linear_forward(const View1<T>& out,             // out (N,OC)
   // from reading out's stale contents.
   gemm<T>(Trans::N, Trans::T, N, OC, C, T(1), inp.data(), C, weight.data(), C, T(0), out.data(), OC);
   if (bias.extent(0) == 0) return;
+  if (portable()) {
+    Kokkos::parallel_for(
+        "fsdpp::linear_forward_bias_team", team::row_policy<T>(N, 0), KOKKOS_LAMBDA(const team::Member& member) {
+          T* o = out.data() + static_cast<std::int64_t>(member.league_rank()) * OC;
+          const T* b = bias.data();
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(member, OC), [&](const int j) { o[j] += b[j]; });
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "fsdpp::linear_forward", Kokkos::RangePolicy<ExecSpace>(0, N), KOKKOS_LAMBDA(const int n) {
         T* o = out.data() + static_cast<std::int64_t>(n) * OC;
@@ -51,6 +64,11 @@ void linear_backward(const View1<T>& dinp,           // dinp (N,C), +=
   gemm<T>(Trans::N, Trans::N, N, C, OC, T(1), dout.data(), OC, weight.data(), C, T(1), dinp.data(), C);
   gemm<T>(Trans::T, Trans::N, OC, C, N, T(1), dout.data(), OC, inp.data(), C, T(1), dweight.data(), C);
   if (dbias.extent(0) == 0) return;
+  if (portable()) {
+    const T* g = dout.data();
+    team::column_sum<T>(dbias, N, OC, KOKKOS_LAMBDA(int n, int j) { return g[static_cast<std::int64_t>(n) * OC + j]; });
+    return;
+  }
   Kokkos::parallel_for(
       "fsdpp::linear_backward", Kokkos::RangePolicy<ExecSpace>(0, detail::column_tiles(OC)),
       KOKKOS_LAMBDA(const int tile) {

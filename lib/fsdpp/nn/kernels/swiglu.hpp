@@ -5,6 +5,7 @@
 //
 // Backward ACCUMULATES (+=) into dgate and dup; the caller zeroes them.
 #include "fsdpp/nn/kernels/detail.hpp"
+#include "fsdpp/nn/kernels/team.hpp"
 #include "fsdpp/tensor/types.hpp"
 
 #include <cstdint>
@@ -17,6 +18,13 @@ void swiglu_forward(const View1<T>& out,          // out (N*F)
                     const View1<const T>& gate,   // gate (N*F)
                     const View1<const T>& up,     // up (N*F)
                     std::int64_t n) {
+  if (portable()) {  // one element per work item, the library exp: what a GPU build runs
+    Kokkos::parallel_for(
+        "fsdpp::swiglu_forward_elements", Kokkos::RangePolicy<ExecSpace>(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+          out(i) = gate(i) / (T(1) + kmath::exp(-gate(i))) * up(i);
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "fsdpp::swiglu_forward", Kokkos::RangePolicy<ExecSpace>(0, detail::element_blocks(n)),
       KOKKOS_LAMBDA(const int block) {
@@ -36,6 +44,15 @@ void swiglu_backward(const View1<T>& dgate,         // dgate (N*F), +=
                      const View1<const T>& gate,    // gate (N*F)
                      const View1<const T>& up,      // up (N*F)
                      std::int64_t n) {
+  if (portable()) {
+    Kokkos::parallel_for(
+        "fsdpp::swiglu_backward_elements", Kokkos::RangePolicy<ExecSpace>(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+          const T a = gate(i), s = T(1) / (T(1) + kmath::exp(-a));
+          dup(i) += dout(i) * a * s;
+          dgate(i) += dout(i) * up(i) * s * (T(1) + a * (T(1) - s));
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "fsdpp::swiglu_backward", Kokkos::RangePolicy<ExecSpace>(0, detail::element_blocks(n)),
       KOKKOS_LAMBDA(const int block) {
