@@ -77,16 +77,17 @@ constexpr int kPanelK = 512;
 
 // Scratch for the packed A and B panels: grows to the largest panel seen, then is reused. Released at
 // Kokkos::finalize (a View must not outlive Kokkos).
+View1<Packed> g_packed[2];  // the scratch buffers of packed_scratch
+
 Packed* packed_scratch(int which, std::size_t elements) {
-  static View1<Packed> buffers[2];
+  View1<Packed>* buffers = g_packed;
   static bool release_hooked = false;
   if (buffers[which].extent(0) < elements) {
     buffers[which] = View1<Packed>();  // free first: the old and new buffer need not coexist
     buffers[which] = uninitialized<Packed>(which == 0 ? "fsdpp::gemm_packed_a" : "fsdpp::gemm_packed_b", elements);
     if (!release_hooked) {
       Kokkos::push_finalize_hook([] {
-        buffers[0] = View1<Packed>();
-        buffers[1] = View1<Packed>();
+        release_gemm_scratch();
         release_hooked = false;
       });
       release_hooked = true;
@@ -264,6 +265,11 @@ int set_blas_threads(int threads) {
 }
 
 void set_gemm_precision(GemmPrecision precision) { g_precision = precision; }
+
+void release_gemm_scratch() {
+  g_packed[0] = View1<Packed>();
+  g_packed[1] = View1<Packed>();
+}
 GemmPrecision gemm_precision() { return g_precision; }
 
 bool tf32_is_native() {

@@ -33,6 +33,8 @@ std::string_view gemm_precision_name(GemmPrecision precision);  // "f32", "tf32"
 std::string gemm_precision_description(GemmPrecision precision);
 // Whether TF32 runs natively (tensor cores, GPU builds); host builds only emulate it.
 bool tf32_is_native();
+// Frees the packing scratch of rounded (bf16, emulated tf32) products; the next such product grows it again.
+void release_gemm_scratch();
 
 // Sets a precision for a scope and restores the previous one on exit (train(), tests, benchmarks).
 class ScopedGemmPrecision {
@@ -40,7 +42,12 @@ class ScopedGemmPrecision {
   explicit ScopedGemmPrecision(GemmPrecision precision) : previous_(gemm_precision()) {
     set_gemm_precision(precision);
   }
-  ~ScopedGemmPrecision() { set_gemm_precision(previous_); }
+  // The packing scratch of rounded products goes too: what one run grew, the next (another deck in the same
+  // process, or a test) must not inherit as live memory.
+  ~ScopedGemmPrecision() {
+    set_gemm_precision(previous_);
+    release_gemm_scratch();
+  }
   ScopedGemmPrecision(const ScopedGemmPrecision&) = delete;
   ScopedGemmPrecision& operator=(const ScopedGemmPrecision&) = delete;
 

@@ -2,6 +2,7 @@
 
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/train/build_model.hpp"
 
 #include <fmt/format.h>
@@ -204,6 +205,10 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
                      to_string(deck.train.activation_checkpointing), plan.recomputing_blocks, deck.model.n_layer,
                      mib(m.activations), mib(plan.activations_without_checkpointing),
                      mib(plan.activations_without_checkpointing - m.activations)));
+  if (const GemmPrecision g = resolved_gemm_precision(deck); g == GemmPrecision::bf16 || (g == GemmPrecision::tf32 && !tf32_is_native()))
+    line(fmt::format("not counted: {} GEMMs pack their rounded inputs into scratch that grows to the largest "
+                     "product's (M + N) x 512 values (tensor/matmul.cpp); matmul.precision=f32 has none",
+                     gemm_precision_name(g)));
   line(fmt::format("each sequence per micro-batch adds {:.2f} MiB (activations {:.2f} MiB, tokens {:.3f} MiB)",
                    mib(plan.per_sequence_bytes), mib(plan.per_sequence_bytes - 2 * T * 4),
                    mib(2 * T * 4)));
