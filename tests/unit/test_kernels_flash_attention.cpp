@@ -1,11 +1,11 @@
-// Fused (flash-style) causal attention against the reference kernels of attention.hpp: forward output and
-// backward gradients agree (float and double) over odd shapes (T not a multiple of the tile, head sizes 8 to
+// Fused (flash-style) and strided-batched causal attention against the reference kernels of attention.hpp:
+// forward output and backward gradients agree (float and double) over odd shapes (T not a multiple of the tile, head sizes 8 to
 // 96, grouped-query groups 1/2/4, B 1-3); the saved logsumexp is the reference's log of the softmax sum;
-// finite differences in double check the fused backward on its own; timing against the reference at
-// small.yaml's shape.
+// finite differences in double check the fused backward on its own; timing of the three at small.yaml's shape.
 #include "mpi_test.hpp"
 
 #include "fsdpp/nn/kernels/attention.hpp"
+#include "fsdpp/nn/kernels/attention_batched.hpp"
 #include "fsdpp/nn/kernels/flash_attention.hpp"
 
 #include <algorithm>
@@ -55,20 +55,22 @@ std::size_t n_inp(const AttentionShape& s) { return std::size_t(s.B) * s.T * s.r
 std::size_t n_out(const AttentionShape& s) { return std::size_t(s.B) * s.T * s.q_width(); }
 std::size_t n_rows(const AttentionShape& s) { return std::size_t(s.B) * s.NH * s.T; }
 
+enum class Path { reference, batched, fused };
+
 struct Result {
   std::vector<double> out, dinp, lse;  // lse: fused only
 };
 
 // Forward, then backward of L = sum(out * R) accumulated onto dinp0.
 template <class Real>
-Result run(bool fused, const AttentionShape& s, const std::vector<double>& inp, const std::vector<double>& R,
+Result run(Path path, const AttentionShape& s, const std::vector<double>& inp, const std::vector<double>& R,
            const std::vector<double>& dinp0) {
   auto in = to_view<Real>(inp);
   auto dout = to_view<Real>(R);
   auto dinp = to_view<Real>(dinp0);
   View1<Real> out("out", n_out(s));
   Result r;
-  if (fused) {
+  if (path == Path::fused) {
     View1<Real> lse("lse", n_rows(s)), delta("delta", n_rows(s));
     kernels::flash_attention_forward<Real>(out, lse, in, s);
     kernels::flash_attention_backward<Real>(dinp, delta, dout, in, out, lse, s);
@@ -76,8 +78,14 @@ Result run(bool fused, const AttentionShape& s, const std::vector<double>& inp, 
   } else {
     const std::size_t n_att = n_rows(s) * s.T;
     View1<Real> att("att", n_att), datt("datt", n_att);
-    kernels::attention_forward<Real>(out, att, in, s);
-    kernels::attention_backward<Real>(dinp, datt, dout, in, att, s);
+    if (path == Path::batched) {
+      View1<Real> workspace("workspace", kernels::batched_attention_workspace(s));
+      kernels::attention_forward_batched<Real>(out, att, in, workspace, s);
+      kernels::attention_backward_batched<Real>(dinp, datt, dout, in, att, workspace, s);
+    } else {
+      kernels::attention_forward<Real>(out, att, in, s);
+      kernels::attention_backward<Real>(dinp, datt, dout, in, att, s);
+    }
   }
   r.out = to_vector(out);
   r.dinp = to_vector(dinp);
@@ -92,7 +100,7 @@ const AttentionShape kShapes[] = {
 
 }  // namespace
 
-TEST_CASE("fused attention agrees with the reference kernels, forward and backward (float and double)") {
+TEST_CASE("fused and batched attention agree with the reference kernels, forward and backward (float and double)") {
   for (const AttentionShape& s : kShapes) {
     CAPTURE(s.B);
     CAPTURE(s.T);
@@ -102,22 +110,28 @@ TEST_CASE("fused attention agrees with the reference kernels, forward and backwa
     const auto inp = random_vector(n_inp(s), 11, 2.0);
     const auto R = random_vector(n_out(s), 12);
     const auto dinp0 = random_vector(n_inp(s), 13);
-    const Result rd = run<double>(false, s, inp, R, dinp0), fd = run<double>(true, s, inp, R, dinp0);
-    CHECK(rel_err(fd.out, rd.out) <= 1e-12);
-    CHECK(rel_err(fd.dinp, rd.dinp) <= 1e-12);
-    const Result rf = run<float>(false, s, inp, R, dinp0), ff = run<float>(true, s, inp, R, dinp0);
-    const double out_err = rel_err(ff.out, rf.out), dinp_err = rel_err(ff.dinp, rf.dinp);
-    MESSAGE("fused vs reference float T=" << s.T << " hs=" << s.hs << " G=" << s.group() << ": out " << out_err
-                                          << ", dinp " << dinp_err);
-    CHECK(out_err <= 1e-5);
-    CHECK(dinp_err <= 1e-5);
+    const Result rd = run<double>(Path::reference, s, inp, R, dinp0);
+    const Result rf = run<float>(Path::reference, s, inp, R, dinp0);
+    for (Path path : {Path::batched, Path::fused}) {
+      const char* name = path == Path::fused ? "fused" : "batched";
+      CAPTURE(name);
+      const Result d = run<double>(path, s, inp, R, dinp0);
+      CHECK(rel_err(d.out, rd.out) <= 1e-12);
+      CHECK(rel_err(d.dinp, rd.dinp) <= 1e-12);
+      const Result f = run<float>(path, s, inp, R, dinp0);
+      const double out_err = rel_err(f.out, rf.out), dinp_err = rel_err(f.dinp, rf.dinp);
+      MESSAGE(name << " vs reference float T=" << s.T << " hs=" << s.hs << " G=" << s.group() << ": out " << out_err
+                   << ", dinp " << dinp_err);
+      CHECK(out_err <= 1e-5);
+      CHECK(dinp_err <= 1e-5);
+    }
   }
 }
 
 TEST_CASE("fused attention saves each row's logsumexp of the scaled causal scores") {
   const AttentionShape s{2, 37, 4, 2, 16};
   const auto inp = random_vector(n_inp(s), 21, 2.0);
-  const Result r = run<double>(true, s, inp, random_vector(n_out(s), 22), std::vector<double>(n_inp(s), 0.0));
+  const Result r = run<double>(Path::fused, s, inp, random_vector(n_out(s), 22), std::vector<double>(n_inp(s), 0.0));
   const int W = s.row_width(), hs = s.hs;
   double worst = 0;
   for (int b = 0; b < s.B; ++b)
@@ -144,7 +158,7 @@ TEST_CASE("fused attention backward matches central finite differences (double)"
     auto inp = random_vector(n_inp(s), 31);
     const auto R = random_vector(n_out(s), 32);
     const std::vector<double> zero(n_inp(s), 0.0);
-    const auto analytic = run<double>(true, s, inp, R, zero).dinp;
+    const auto analytic = run<double>(Path::fused, s, inp, R, zero).dinp;
     auto loss = [&](const std::vector<double>& x) {
       View1<double> out("out", n_out(s)), lse("lse", n_rows(s));
       kernels::flash_attention_forward<double>(out, lse, to_view<double>(x), s);
@@ -172,39 +186,43 @@ TEST_CASE("fused attention backward matches central finite differences (double)"
 TEST_CASE("fused attention backward is deterministic: bitwise the same twice") {
   const AttentionShape s{2, 50, 4, 1, 16};
   const auto inp = random_vector(n_inp(s), 41), R = random_vector(n_out(s), 42), d0 = random_vector(n_inp(s), 43);
-  CHECK(run<float>(true, s, inp, R, d0).dinp == run<float>(true, s, inp, R, d0).dinp);
+  CHECK(run<float>(Path::fused, s, inp, R, d0).dinp == run<float>(Path::fused, s, inp, R, d0).dinp);
 }
 
-TEST_CASE("fused vs reference attention timing at B=8 T=256 C=256 NH=4") {
+TEST_CASE("reference vs batched vs fused attention timing at B=8 T=256 C=256 NH=4") {
   const AttentionShape s{8, 256, 4, 4, 64};
   auto inp = to_view<float>(random_vector(n_inp(s), 9));
   auto dout = to_view<float>(random_vector(n_out(s), 10));
   const std::size_t n_att = n_rows(s) * s.T;
   View1<float> out("out", n_out(s)), dinp("dinp", n_inp(s)), lse("lse", n_rows(s)), delta("delta", n_rows(s));
-  View1<float> att("att", n_att), datt("datt", n_att);
-  const char* names[2] = {"reference", "fused"};
-  double medians[2] = {0, 0};
+  View1<float> att("att", n_att), datt("datt", n_att), workspace("workspace", kernels::batched_attention_workspace(s));
+  const char* names[3] = {"reference", "batched", "fused"};
+  double medians[3] = {0, 0, 0};
+  std::vector<double> ms[3];
   for (int rep = 0; rep < 7; ++rep)
-    for (int k = 0; k < 2; ++k) {  // alternating, so load on the shared machine hits both alike
+    for (int k = 0; k < 3; ++k) {  // alternating, so load on the shared machine hits both alike
       Kokkos::deep_copy(dinp, 0.0f);
       Kokkos::fence();
       const auto t0 = std::chrono::steady_clock::now();
       if (k == 0) {
         kernels::attention_forward<float>(out, att, inp, s);
         kernels::attention_backward<float>(dinp, datt, dout, inp, att, s);
+      } else if (k == 1) {
+        kernels::attention_forward_batched<float>(out, att, inp, workspace, s);
+        kernels::attention_backward_batched<float>(dinp, datt, dout, inp, att, workspace, s);
       } else {
         kernels::flash_attention_forward<float>(out, lse, inp, s);
         kernels::flash_attention_backward<float>(dinp, delta, dout, inp, out, lse, s);
       }
       Kokkos::fence();
-      static std::vector<double> ms[2];
       if (rep > 0) ms[k].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       if (rep == 6) {
         std::sort(ms[k].begin(), ms[k].end());
         medians[k] = ms[k][ms[k].size() / 2];
       }
     }
-  for (int k = 0; k < 2; ++k)
+  for (int k = 0; k < 3; ++k)
     std::printf("attention fwd+bwd B=8 T=256 C=256 NH=4 %s: median %.2f ms\n", names[k], medians[k]);
   CHECK(medians[1] > 0);
+  CHECK(medians[2] > 0);
 }

@@ -8,8 +8,9 @@
 // kv head h / (NH/NKV); NKV = NH gives exactly the GPT-2 products, in the same order.
 //
 // Memory is O(B*NH*T^2): the softmax probabilities att (B,NH,T,T) are materialised and saved for backward, and
-// backward needs a scratch of the same size. The issue accepts this for now; a flash-style kernel that
-// recomputes the scores per tile would make it O(B*T*C).
+// backward needs a scratch of the same size. flash_attention.hpp recomputes the scores per tile instead and
+// is O(B*T*C); attention_batched.hpp runs these products batched over all (batch x head) pairs. This path stays
+// the reference (and the CPU default, model.attention).
 //
 // Causality: only the lower triangle (t2 <= t) of each T x T matrix is used. The products are done in row
 // blocks of `row_block` rows, each stopping at the block's last column (forward) or starting at its first row
@@ -56,6 +57,44 @@ struct AttentionShape {
   int group() const { return NH / NKV; }                  // G
 };
 
+// Causal softmax over `matrices` T x T matrices, in place: row t ends at column t. Subtracting the row max
+// keeps exp from overflowing; the upper triangle (garbage or unset from the blocked products) is set to 0.
+// The exps are the cost here (T^2/2 per head): exp_fast and the lane helpers let GCC vectorize each loop
+// (detail.hpp).
+template <class Real> void attention_softmax_forward(const View1<Real>& att, std::int64_t matrices, int T) {
+  Real* a = att.data();
+  Kokkos::parallel_for(
+      "fsdpp::attention_softmax_forward", Kokkos::RangePolicy<ExecSpace>(0, matrices * T),
+      KOKKOS_LAMBDA(const std::int64_t r) {
+        const int t = static_cast<int>(r % T);
+        Real* row = a + r * T;
+        const Real maxv = detail::lane_max(t + 1, row);
+        for (int t2 = 0; t2 <= t; ++t2) row[t2] = detail::exp_fast(row[t2] - maxv);
+        const Real sum = detail::lane_sum<Real>(t + 1, [=](int t2) { return row[t2]; });
+        const Real inv = Real(1) / sum;
+        for (int t2 = 0; t2 <= t; ++t2) row[t2] *= inv;
+        for (int t2 = t + 1; t2 < T; ++t2) row[t2] = 0;
+      });
+}
+
+// Softmax backward per row, in place in datt: datt = att * (datt - rowsum(att * datt)), reading only t2 <= t
+// (above the diagonal datt may hold garbage, even NaN) and writing 0 there.
+template <class Real>
+void attention_softmax_backward(const View1<Real>& datt, const View1<const Real>& att, std::int64_t matrices, int T) {
+  Real* d = datt.data();
+  const Real* a = att.data();
+  Kokkos::parallel_for(
+      "fsdpp::attention_softmax_backward", Kokkos::RangePolicy<ExecSpace>(0, matrices * T),
+      KOKKOS_LAMBDA(const std::int64_t r) {
+        const int t = static_cast<int>(r % T);
+        const Real* arow = a + r * T;
+        Real* drow = d + r * T;
+        const Real dot = detail::lane_sum<Real>(t + 1, [=](int t2) { return arow[t2] * drow[t2]; });
+        for (int t2 = 0; t2 <= t; ++t2) drow[t2] = arow[t2] * (drow[t2] - dot);
+        for (int t2 = t + 1; t2 < T; ++t2) drow[t2] = 0;
+      });
+}
+
 // out (B,T,NH*hs) = softmax(causal(q k^T / sqrt(hs))) v per query head; att (B,NH,T,T) receives the
 // probabilities, exactly 0 above the diagonal, for backward. inp rows are packed [q (NH*hs) | k (NKV*hs) |
 // v (NKV*hs)]. The products are batched over the NKV kv heads, once for each of the G query heads of a group
@@ -82,22 +121,8 @@ void attention_forward(const View1<Real>& out,        // out (B,T,NH*hs)
     });
   }
 
-  // Causal softmax over the B*NH*T rows; row t ends at column t. Subtracting the row max keeps exp from
-  // overflowing; the upper triangle (garbage or unset from the blocked products) is set to 0. The exps are the
-  // cost here (T^2/2 per head): exp_fast and the lane helpers let GCC vectorize each loop (detail.hpp).
-  Real* a = att.data();
-  Kokkos::parallel_for(
-      "fsdpp::attention_softmax_forward", Kokkos::RangePolicy<ExecSpace>(0, std::int64_t(B) * NH * T),
-      KOKKOS_LAMBDA(const std::int64_t r) {
-        const int t = static_cast<int>(r % T);
-        Real* row = a + r * T;
-        const Real maxv = detail::lane_max(t + 1, row);
-        for (int t2 = 0; t2 <= t; ++t2) row[t2] = detail::exp_fast(row[t2] - maxv);
-        const Real sum = detail::lane_sum<Real>(t + 1, [=](int t2) { return row[t2]; });
-        const Real inv = Real(1) / sum;
-        for (int t2 = 0; t2 <= t; ++t2) row[t2] *= inv;
-        for (int t2 = t + 1; t2 < T; ++t2) row[t2] = 0;
-      });
+  // Causal softmax over the B*NH*T rows, in place.
+  attention_softmax_forward<Real>(att, std::int64_t(B) * NH, T);
 
   // out[b,t,h*hs+i] = sum_t2 att[b,h,t,t2] v[b,t2,(h/G)*hs+i]; row block [r0,r1) needs only columns t2 < r1.
   for (int b = 0; b < B; ++b) {
@@ -155,19 +180,8 @@ void attention_backward(const View1<Real>& dinp,        // dinp (B,T,(NH+2NKV)*h
     });
   }
 
-  // Softmax backward per row, reading only t2 <= t: above the diagonal datt may hold garbage (even NaN).
-  Real* d = datt.data();
-  const Real* a = att.data();
-  Kokkos::parallel_for(
-      "fsdpp::attention_softmax_backward", Kokkos::RangePolicy<ExecSpace>(0, std::int64_t(B) * NH * T),
-      KOKKOS_LAMBDA(const std::int64_t r) {
-        const int t = static_cast<int>(r % T);
-        const Real* arow = a + r * T;
-        Real* drow = d + r * T;
-        const Real dot = detail::lane_sum<Real>(t + 1, [=](int t2) { return arow[t2] * drow[t2]; });
-        for (int t2 = 0; t2 <= t; ++t2) drow[t2] = arow[t2] * (drow[t2] - dot);
-        for (int t2 = t + 1; t2 < T; ++t2) drow[t2] = 0;
-      });
+  // Softmax backward per row, in place in datt.
+  attention_softmax_backward<Real>(datt, att, std::int64_t(B) * NH, T);
 
   for (int b = 0; b < B; ++b) {
     const Real* q = inp.data() + std::int64_t(b) * T * W;

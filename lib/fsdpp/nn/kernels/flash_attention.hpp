@@ -34,9 +34,17 @@ using Member = Policy::member_type;
 template <class Real>
 using Scratch = Kokkos::View<Real*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
-// Rows per tile: 32 keeps the forward's staged tiles (4 x tile x hs + tile^2 floats) within 48 KiB of shared
-// memory at hs 64; larger heads take 16.
-inline int tile_rows(int hs) { return hs <= 64 ? 32 : 16; }
+// Rows per tile: the largest of 32, 16, 8 whose staged arrays (`arrays` of tile x hs, tile x tile scores when
+// `scores`, two of tile) fit the 48 KiB of shared memory a GPU gives a team by default. float at hs 64: 32
+// rows in forward, 16 in the backward kernels (six staged arrays). Each kernel picks its own: they share
+// nothing tiled, only the per-row L and D.
+template <class Real> int tile_rows(int hs, int arrays, bool scores) {
+  for (int tile = 32; tile > 8; tile /= 2) {
+    const std::size_t floats = std::size_t(arrays) * tile * hs + (scores ? tile * tile : 0) + 2 * tile;
+    if (floats * sizeof(Real) <= 48 * 1024) return tile;
+  }
+  return 8;
+}
 
 // One thread per row on a GPU; host backends run a team as one thread.
 inline int team_size(int tile) {
@@ -50,10 +58,9 @@ template <class Real> KOKKOS_INLINE_FUNCTION Real* carve(const Member& team, int
   return Scratch<Real>(team.team_scratch(0), static_cast<std::size_t>(n)).data();
 }
 
+// In lanes (detail.hpp) so that GCC vectorizes it on a CPU; one lane on a GPU.
 template <class Real> KOKKOS_INLINE_FUNCTION Real dot(int n, const Real* a, const Real* b) {
-  Real s = 0;
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+  return detail::lane_sum<Real>(n, [=](int i) { return a[i] * b[i]; });
 }
 
 // Stages rows [r0, r0+n) of one head's channels (column offset `col` in rows of width W) into dst (n, hs).
@@ -84,11 +91,9 @@ KOKKOS_INLINE_FUNCTION void forward_row(int t, int k0, int nc, int hs, Real scal
   }
   l = l * correction + sum;
   m = mx;
-  for (int i = 0; i < hs; ++i) {
-    Real acc = o[i] * correction;
-    for (int j = 0; j < n; ++j) acc += srow[j] * v[j * hs + i];
-    o[i] = acc;
-  }
+  for (int i = 0; i < hs; ++i) o[i] *= correction;
+  for (int j = 0; j < n; ++j)  // over keys outside, so the inner loop runs along a contiguous v row
+    for (int i = 0; i < hs; ++i) o[i] += srow[j] * v[j * hs + i];
 }
 
 }  // namespace flash_detail
@@ -102,7 +107,7 @@ void flash_attention_forward(const View1<Real>& out,        // out (B,T,NH*hs)
                              const AttentionShape& s) {
   using namespace flash_detail;
   const int T = s.T, NH = s.NH, NKV = s.NKV, hs = s.hs, G = s.group(), C = s.q_width(), W = s.row_width();
-  const int tile = tile_rows(hs), tiles = (T + tile - 1) / tile;
+  const int tile = tile_rows<Real>(hs, 4, true), tiles = (T + tile - 1) / tile;
   const Real scale = Real(1) / std::sqrt(Real(hs));
   const Real* in = inp.data();
   Real* o = out.data();
@@ -197,7 +202,7 @@ template <class Real>
 void backward_keys(const View1<Real>& dinp, const View1<const Real>& delta, const View1<const Real>& dout,
                    const View1<const Real>& inp, const View1<const Real>& lse, const AttentionShape& s) {
   const int T = s.T, NH = s.NH, NKV = s.NKV, hs = s.hs, G = s.group(), C = s.q_width(), W = s.row_width();
-  const int tile = tile_rows(hs), tiles = (T + tile - 1) / tile;
+  const int tile = tile_rows<Real>(hs, 6, false), tiles = (T + tile - 1) / tile;
   const Real scale = Real(1) / std::sqrt(Real(hs));
   const Real *in = inp.data(), *dO = dout.data(), *Lg = lse.data(), *Dg = delta.data();
   Real* din = dinp.data();
@@ -251,7 +256,7 @@ template <class Real>
 void backward_queries(const View1<Real>& dinp, const View1<const Real>& delta, const View1<const Real>& dout,
                       const View1<const Real>& inp, const View1<const Real>& lse, const AttentionShape& s) {
   const int T = s.T, NH = s.NH, NKV = s.NKV, hs = s.hs, G = s.group(), C = s.q_width(), W = s.row_width();
-  const int tile = tile_rows(hs), tiles = (T + tile - 1) / tile;
+  const int tile = tile_rows<Real>(hs, 5, false), tiles = (T + tile - 1) / tile;
   const Real scale = Real(1) / std::sqrt(Real(hs));
   const Real *in = inp.data(), *dO = dout.data(), *Lg = lse.data(), *Dg = delta.data();
   Real* din = dinp.data();
