@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every Kokkos kernel fsdpp launches has a label "fsdpp::<what>" of its own (docs/stack-notes.md §2.1): the
 # labels are what Kokkos Tools and nsys show, so a missing or reused one makes a profile ambiguous.
-#   1. Static: every parallel_for / parallel_reduce / parallel_scan (and every for_each_index /
-#      reduce_over_index, tensor/offload.hpp's wrappers that launch on the host or the device) under lib/ and app/ has a string-literal
+#   1. Static: every parallel_for / parallel_reduce / parallel_scan but the nested team-level ones (and every
+#      for_each_index / reduce_over_index, tensor/offload.hpp's wrappers that launch on the host or the device) under lib/ and app/ has a string-literal
 #      label of the form fsdpp::<lower_snake_case>, used at no other launch site. Offenders are printed as
 #      file:line.
 #   2. Runtime: a real `fsdpp train` on 2 ranks (AdamW, bf16 all-gathers, clipping, evaluation, a checkpoint;
@@ -24,6 +24,8 @@ find "$src/lib" "$src/app" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*
       sub(/^[ \t]*/, "", rest)
       # The launch wrappers of tensor/offload.hpp: their definitions, and the label they forward.
       if (rest ~ /^const char\*/ || (FILENAME ~ /tensor\/offload\.hpp$/ && rest ~ /^label,/)) return
+      # Nested team-level loops inside a TeamPolicy kernel are no launches and take no label.
+      if (rest ~ /^(Kokkos::)?(TeamThreadRange|ThreadVectorRange|TeamVectorRange)[ \t]*\(/) return
       if (rest !~ /^"[^"]*"/) { print "BAD " where(line) ": no string-literal label (unlabelled, or a label built at run time)"; return }
       match(rest, /^"[^"]*"/)
       label = substr(rest, 2, RLENGTH - 2)
