@@ -41,7 +41,7 @@ using Scratch = Kokkos::View<Real*, ExecSpace::scratch_memory_space, Kokkos::Mem
 template <class Real> int tile_rows(int hs, int arrays, bool scores) {
   for (int tile = 32; tile > 8; tile /= 2) {
     const std::size_t floats = std::size_t(arrays) * tile * hs + (scores ? tile * tile : 0) + 2 * tile;
-    if (floats * sizeof(Real) <= 48 * 1024) return tile;
+    if (floats * sizeof(Real) <= 47 * 1024) return tile;  // 1 KiB left for the views' alignment padding
   }
   return 8;
 }
