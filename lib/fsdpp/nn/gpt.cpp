@@ -44,7 +44,8 @@ struct BlockScratch {
     dln = uninitialized<float>("block.dln", N * C);
     dqkv = uninitialized<float>("block.dqkv", N * 3 * C);
     datty = uninitialized<float>("block.datty", N * C);
-    datt = uninitialized<float>("block.datt", static_cast<std::size_t>(B) * c.n_head * T * attention_row_floats(c.attention, T));
+    datt = uninitialized<float>("block.datt",
+                                static_cast<std::size_t>(B) * c.n_head * T * attention_row_floats(c.attention, T));
     dfch = uninitialized<float>("block.dfch", N * 4 * C);
     dfch_gelu = uninitialized<float>("block.dfch_gelu", N * 4 * C);
     attention_workspace = uninitialized<float>(
@@ -161,7 +162,8 @@ void Block::forward(Flow& flow) {
   // Only the batched kernels take the (shared) workspace; the others leave the scratch as it was.
   const bool batched = resolve_attention(config_.attention) == AttentionKind::batched;
   attention_forward_as(config_.attention, a.atty, a.att, a.qkv,
-                       batched ? scratch_for(B, T).attention_workspace : View1<float>(), AttentionShape{B, T, NH, NH, C / NH});
+                       batched ? scratch_for(B, T).attention_workspace : View1<float>(),
+                       AttentionShape{B, T, NH, NH, C / NH});
   // A recomputation rebuilds what backward reads and stops there: the MLP's c_proj and the last residual add
   // only make the output, which backward does not read (the next block, whose input it is, is already through
   // its backward). So out_ stays as forward left it, and the attention projection goes to the scratch d(res2),

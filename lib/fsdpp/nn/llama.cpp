@@ -49,7 +49,8 @@ struct LlamaScratch {
     dln = uninitialized<float>("llama_block.dln", N * C);
     dqkv = uninitialized<float>("llama_block.dqkv", N * W);
     datty = uninitialized<float>("llama_block.datty", N * C);
-    datt = uninitialized<float>("llama_block.datt", static_cast<std::size_t>(B) * c.n_head * T * attention_row_floats(c.attention, T));
+    datt = uninitialized<float>("llama_block.datt",
+                                static_cast<std::size_t>(B) * c.n_head * T * attention_row_floats(c.attention, T));
     dh = uninitialized<float>("llama_block.dh", N * F);
     dgate = uninitialized<float>("llama_block.dgate", N * F);
     dup = uninitialized<float>("llama_block.dup", N * F);
@@ -57,7 +58,9 @@ struct LlamaScratch {
         "llama_block.attention_workspace",
         static_cast<std::size_t>(attention_workspace_floats(c.attention, B, T, static_cast<int>(W), static_cast<int>(C))));
   }
-  std::int64_t bytes() const { return bytes_of({&dres2, &dln, &dqkv, &datty, &datt, &dh, &dgate, &dup, &attention_workspace}); }
+  std::int64_t bytes() const {
+    return bytes_of({&dres2, &dln, &dqkv, &datty, &datt, &dh, &dgate, &dup, &attention_workspace});
+  }
 };
 
 // cos and sin (context_length, hs/2), filled once on the first forward (after to_empty: nothing on meta).
@@ -181,7 +184,8 @@ std::int64_t LlamaActivations::bytes() const {
 
 std::int64_t LlamaActivations::bytes_for(const LlamaConfig& c, int B, int T) {
   const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, F = c.ffn_hidden;
-  const std::int64_t W = C + 2 * std::int64_t{c.kv_width()}, attention = std::int64_t{B} * c.n_head * T * attention_row_floats(c.attention, T);
+  const std::int64_t W = C + 2 * std::int64_t{c.kv_width()};
+  const std::int64_t attention = std::int64_t{B} * c.n_head * T * attention_row_floats(c.attention, T);
   return 4 * (4 * N * C + 2 * N + N * W + attention + 3 * N * F);
 }
 
@@ -319,7 +323,8 @@ std::int64_t Llama::activation_bytes() const {
 std::int64_t Llama::activation_bytes_for(int B, int T, int recomputing_blocks) const {
   const LlamaConfig& c = config_;
   const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, V = c.vocab_size, F = c.ffn_hidden;
-  const std::int64_t W = C + 2 * std::int64_t{c.kv_width()}, attention = std::int64_t{B} * c.n_head * T * attention_row_floats(c.attention, T);
+  const std::int64_t W = C + 2 * std::int64_t{c.kv_width()};
+  const std::int64_t attention = std::int64_t{B} * c.n_head * T * attention_row_floats(c.attention, T);
   const std::int64_t outputs = 4 * c.n_layer * N * C;                         // LlamaBlock::ensure_output
   const std::int64_t recomputable = LlamaActivations::bytes_for(c, B, T);     // per block that keeps its own...
   const std::int64_t sets = c.n_layer - recomputing_blocks + (recomputing_blocks > 0 ? 1 : 0);  // ...+ one shared

@@ -113,7 +113,8 @@ void flash_attention_forward(const View1<Real>& out,        // out (B,T,NH*hs)
   Real* o = out.data();
   Real* L = lse.data();
   Policy policy(s.B * NH * tiles, team_size(tile));
-  policy.set_scratch_size(0, Kokkos::PerTeam(4 * bytes<Real>(tile * hs) + bytes<Real>(tile * tile) + 2 * bytes<Real>(tile)));
+  policy.set_scratch_size(
+      0, Kokkos::PerTeam(4 * bytes<Real>(tile * hs) + bytes<Real>(tile * tile) + 2 * bytes<Real>(tile)));
   Kokkos::parallel_for(
       "fsdpp::flash_attention_forward", policy, KOKKOS_LAMBDA(const Member& team) {
         const int qt = team.league_rank() % tiles, h = (team.league_rank() / tiles) % NH;
