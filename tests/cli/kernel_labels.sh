@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every Kokkos kernel fsdpp launches has a label "fsdpp::<what>" of its own (docs/stack-notes.md §2.1): the
 # labels are what Kokkos Tools and nsys show, so a missing or reused one makes a profile ambiguous.
-#   1. Static: every parallel_for / parallel_reduce / parallel_scan (and every for_each_index /
-#      reduce_over_index, tensor/offload.hpp's wrappers that launch on the host or the device) under lib/ and app/ has a string-literal
+#   1. Static: every parallel_for / parallel_reduce / parallel_scan but the nested team-level ones (and every
+#      for_each_index / reduce_over_index, tensor/offload.hpp's wrappers that launch on the host or the device) under lib/ and app/ has a string-literal
 #      label of the form fsdpp::<lower_snake_case>, used at no other launch site. Offenders are printed as
 #      file:line.
 #   2. Runtime: a real `fsdpp train` on 2 ranks (AdamW, bf16 all-gathers, clipping, evaluation, a checkpoint;

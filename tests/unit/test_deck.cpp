@@ -332,6 +332,18 @@ TEST_CASE("deck: checkpoint.on_error is abort or continue, abort by default") {
   CHECK(fsdpp::deck_help().find("  checkpoint.on_error ") != std::string::npos);
 }
 
+TEST_CASE("deck: model.attention is auto, fused, batched or reference, auto by default, echoed and in --help-deck") {
+  CHECK(parse_deck("train: {steps: 5}\n", "deck.yaml").model.attention == fsdpp::AttentionKind::automatic);
+  const Deck d = parse_deck("train: {steps: 5}\nmodel: {attention: fused}\n", "deck.yaml");
+  CHECK(d.model.attention == fsdpp::AttentionKind::fused);
+  CHECK(parse_deck(resolved_deck_yaml(d), "deck.yaml").model.attention == fsdpp::AttentionKind::fused);
+  const std::string e = error_of("train: {steps: 5}\nmodel: {attention: flash}\n");
+  CAPTURE(e);
+  CHECK(e.rfind("deck.yaml:2:20: model.attention", 0) == 0);
+  for (const char* choice : {"auto", "fused", "batched", "reference"}) CHECK(e.find(choice) != std::string::npos);
+  CHECK(fsdpp::deck_help().find("  model.attention ") != std::string::npos);
+}
+
 TEST_CASE("deck: model.arch llama fills its derived keys, echoes them, and parses back to the same deck") {
   const Deck d = parse_deck("model: {arch: llama, n_embd: 4096, n_head: 32, n_kv_head: 8, n_layer: 2, "
                             "ffn_multiplier: 1.3, ffn_multiple_of: 1024, rope_theta: 500000}\ntrain: {steps: 1}\n",

@@ -9,6 +9,7 @@
 // The schema lives in one table (deck_schema.cpp); adding a key there adds it to parsing, unknown-key
 // detection, the help text and the resolved-deck echo at once.
 #include "fsdpp/mesh/device_mesh.hpp"
+#include "fsdpp/nn/attention_kind.hpp"
 #include "fsdpp/tensor/dtype.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 
@@ -64,6 +65,7 @@ struct ModelConfig {
   int n_layer = 12;   // L
   int n_head = 12;    // NH
   bool tie_embeddings = true;  // llama: false unless set
+  AttentionKind attention = AttentionKind::automatic;  // the attention kernels (nn/attention_kind.hpp)
   // Llama only (a gpt2 deck that sets one is refused). parse_deck fills n_kv_head (n_head) and ffn_hidden
   // (ffn_hidden_for the multiplier) when they are not given.
   int n_kv_head = 0;            // NKV, dividing NH
@@ -199,6 +201,7 @@ int llama_ffn_hidden(int n_embd, double multiplier, int multiple_of);
 int grad_accum_steps(const TrainConfig& train, int dp_size);
 
 std::string_view to_string(ModelArch v);
+std::string_view to_string(AttentionKind v);
 std::string_view to_string(OptimizerKind v);
 std::string_view to_string(ScheduleKind v);
 std::string_view to_string(DataFormat v);

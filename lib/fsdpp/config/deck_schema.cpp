@@ -305,6 +305,13 @@ std::vector<Field> make_fields() {
   f.push_back(boolean("model.tie_embeddings", &Deck::model, &ModelConfig::tie_embeddings,
                       "LM head shares wte; false adds a separate lm_head [V, C]. Default true for gpt2, false "
                       "for llama."));
+  f.push_back(choice("model.attention", &Deck::model, &ModelConfig::attention, kAttentions,
+                     "Causal attention kernels. reference: row-blocked GEMMs, saves the B*NH*T*T probabilities; "
+                     "batched: the same products as strided-batched GEMMs over all (batch x head) pairs (few "
+                     "calls; a workspace of 2*B*T*(NH+2*NKV)*hs + B*T*C floats shared by the blocks); fused: "
+                     "flash-style tiles with online softmax, saves B*NH*T floats and recomputes the probabilities "
+                     "in backward; auto: fused on GPU builds, reference on CPU builds (faster there, and bitwise as "
+                     "before)."));
   f.push_back(llama_only(integer("model.n_kv_head", &Deck::model, &ModelConfig::n_kv_head, 1,
                                  "llama only: key/value heads NKV (grouped-query attention); must divide "
                                  "model.n_head."), "model.n_head"));

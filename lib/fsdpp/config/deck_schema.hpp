@@ -56,6 +56,7 @@ template <class E> struct EnumName {
 template <class E> using EnumNames = std::vector<EnumName<E>>;
 
 extern const EnumNames<ModelArch> kArchs;
+extern const EnumNames<AttentionKind> kAttentions;
 extern const EnumNames<OptimizerKind> kOptimizers;
 extern const EnumNames<ScheduleKind> kSchedules;
 extern const EnumNames<DataFormat> kFormats;

@@ -14,6 +14,9 @@ namespace fsdpp {
 namespace deck_detail {
 
 const EnumNames<ModelArch> kArchs = {{"gpt2", ModelArch::gpt2}, {"llama", ModelArch::llama}};
+const EnumNames<AttentionKind> kAttentions = {
+    {"auto", AttentionKind::automatic}, {"fused", AttentionKind::fused}, {"batched", AttentionKind::batched},
+    {"reference", AttentionKind::reference}};
 const EnumNames<OptimizerKind> kOptimizers = {{"adamw", OptimizerKind::adamw}, {"sgd", OptimizerKind::sgd}};
 const EnumNames<ScheduleKind> kSchedules = {{"constant", ScheduleKind::constant}, {"cosine", ScheduleKind::cosine}};
 const EnumNames<DataFormat> kFormats = {{"auto", DataFormat::automatic}, {"gpt2", DataFormat::gpt2},
@@ -43,6 +46,7 @@ const EnumNames<DType> kFloatTypes = {{"f32", DType::f32}, {"bf16", DType::bf16}
 using deck_detail::name_of;
 
 std::string_view to_string(ModelArch v) { return name_of(deck_detail::kArchs, v); }
+std::string_view to_string(AttentionKind v) { return name_of(deck_detail::kAttentions, v); }
 std::string_view to_string(OptimizerKind v) { return name_of(deck_detail::kOptimizers, v); }
 std::string_view to_string(ScheduleKind v) { return name_of(deck_detail::kSchedules, v); }
 std::string_view to_string(DataFormat v) { return name_of(deck_detail::kFormats, v); }

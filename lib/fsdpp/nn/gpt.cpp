@@ -1,6 +1,6 @@
 #include "fsdpp/nn/gpt.hpp"
 
-#include "fsdpp/nn/kernels/attention.hpp"
+#include "fsdpp/nn/attention_dispatch.hpp"
 #include "fsdpp/nn/kernels/crossentropy.hpp"
 #include "fsdpp/nn/kernels/encoder.hpp"
 #include "fsdpp/nn/kernels/gelu.hpp"
@@ -31,9 +31,10 @@ struct BlockScratch {
   View1<float> dln;       // (B,T,C) gradient of a LayerNorm output
   View1<float> dqkv;      // (B,T,3C)
   View1<float> datty;     // (B,T,C)
-  View1<float> datt;      // (B,NH,T,T)
+  View1<float> datt;      // (B,NH,T,T); fused: (B,NH,T), the row term D
   View1<float> dfch;      // (B,T,4C)
   View1<float> dfch_gelu; // (B,T,4C)
+  View1<float> attention_workspace;  // model.attention batched: attention_workspace_floats, else empty
 
   void ensure(const GptConfig& c, int B_, int T_) {
     if (B == B_ && T == T_) return;
@@ -43,9 +44,12 @@ struct BlockScratch {
     dln = uninitialized<float>("block.dln", N * C);
     dqkv = uninitialized<float>("block.dqkv", N * 3 * C);
     datty = uninitialized<float>("block.datty", N * C);
-    datt = uninitialized<float>("block.datt", static_cast<std::size_t>(B) * c.n_head * T * T);
+    datt = uninitialized<float>("block.datt",
+                                static_cast<std::size_t>(B) * c.n_head * T * attention_row_floats(c.attention, T));
     dfch = uninitialized<float>("block.dfch", N * 4 * C);
     dfch_gelu = uninitialized<float>("block.dfch_gelu", N * 4 * C);
+    attention_workspace = uninitialized<float>(
+        "block.attention_workspace", static_cast<std::size_t>(attention_workspace_floats(c.attention, B, T, 3 * C, C)));
   }
 };
 
@@ -103,8 +107,9 @@ Block::Block(const GptConfig& c, std::shared_ptr<BlockScratch> scratch, std::sha
 
 void BlockActivations::ensure(const std::string& label, const GptConfig& c, int B, int T) {
   const std::size_t N = static_cast<std::size_t>(B) * T, C = c.n_embd;
-  const std::size_t attention = static_cast<std::size_t>(B) * c.n_head * T * T;
-  struct Member { View1<float> BlockActivations::*view; const char* name; std::size_t count; };
+  const std::size_t attention = static_cast<std::size_t>(B) * c.n_head * T * attention_row_floats(c.attention, T);
+  using Field = View1<float> BlockActivations::*;  // an alias: nvcc's front end would parenthesize the declarator
+  struct Member { Field view; const char* name; std::size_t count; };
   const Member members[] = {{&BlockActivations::ln1, "ln1", N * C},       {&BlockActivations::ln1_mean, "ln1_mean", N},
                             {&BlockActivations::ln1_rstd, "ln1_rstd", N}, {&BlockActivations::qkv, "qkv", N * 3 * C},
                             {&BlockActivations::att, "att", attention},   {&BlockActivations::atty, "atty", N * C},
@@ -128,7 +133,8 @@ std::int64_t BlockActivations::bytes() const {
 }
 
 std::int64_t BlockActivations::bytes_for(const GptConfig& c, int B, int T) {
-  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, attention = std::int64_t{B} * c.n_head * T * T;
+  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd;
+  const std::int64_t attention = std::int64_t{B} * c.n_head * T * attention_row_floats(c.attention, T);
   return 4 * (15 * N * C + 4 * N + attention);
 }
 
@@ -154,7 +160,11 @@ void Block::forward(Flow& flow) {
   in_ = flow.x;
   layernorm_forward<float>(a.ln1, a.ln1_mean, a.ln1_rstd, in_, ln_1_weight.value(), ln_1_bias.value(), N, C);
   linear_forward<float>(a.qkv, a.ln1, c_attn_weight.value(), c_attn_bias.value(), N, C, 3 * C);
-  attention_forward<float>(a.atty, a.att, a.qkv, B, T, C, NH);
+  // Only the batched kernels take the (shared) workspace; the others leave the scratch as it was.
+  const bool batched = resolve_attention(config_.attention) == AttentionKind::batched;
+  attention_forward_as(config_.attention, a.atty, a.att, a.qkv,
+                       batched ? scratch_for(B, T).attention_workspace : View1<float>(),
+                       AttentionShape{B, T, NH, NH, C / NH});
   // A recomputation rebuilds what backward reads and stops there: the MLP's c_proj and the last residual add
   // only make the output, which backward does not read (the next block, whose input it is, is already through
   // its backward). So out_ stays as forward left it, and the attention projection goes to the scratch d(res2),
@@ -192,7 +202,8 @@ void Block::backward(Flow& flow) {
   Kokkos::deep_copy(s.datty, 0.0f);
   linear_backward<float>(s.datty, attn_proj_weight.grad(), attn_proj_bias.grad(), s.dres2, a.atty, attn_proj_weight.value(), N, C, C);
   Kokkos::deep_copy(s.dqkv, 0.0f);
-  attention_backward<float>(s.dqkv, s.datt, s.datty, a.qkv, a.att, B, T, C, NH);
+  attention_backward_as(config_.attention, s.dqkv, s.datt, s.datty, a.qkv, a.atty, a.att, s.attention_workspace,
+                        AttentionShape{B, T, NH, NH, C / NH});
   Kokkos::deep_copy(s.dln, 0.0f);
   linear_backward<float>(s.dln, c_attn_weight.grad(), c_attn_bias.grad(), s.dqkv, a.ln1, c_attn_weight.value(), N, C, 3 * C);
   Kokkos::deep_copy(dout, s.dres2);  // the residual path, into the caller's buffer: d(out) is no longer needed
@@ -244,16 +255,18 @@ std::int64_t Gpt::activation_bytes() const {
   for (const auto& b : blocks_) total += b->activation_bytes();
   total += recomputed_->bytes();
   const BlockScratch& s = *scratch_;
-  return total + bytes_of({&s.dres2, &s.dln, &s.dqkv, &s.datty, &s.datt, &s.dfch, &s.dfch_gelu});
+  return total + bytes_of({&s.dres2, &s.dln, &s.dqkv, &s.datty, &s.datt, &s.dfch, &s.dfch_gelu, &s.attention_workspace});
 }
 
 std::int64_t Gpt::activation_bytes_for(const GptConfig& c, int B, int T, int recomputing_blocks) {
-  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, V = c.vocab_size, attention = std::int64_t{B} * c.n_head * T * T;
+  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, V = c.vocab_size;
+  const std::int64_t attention = std::int64_t{B} * c.n_head * T * attention_row_floats(c.attention, T);
   const std::int64_t outputs = 4 * c.n_layer * N * C;                   // Block::ensure_output, every block
   const std::int64_t recomputable = BlockActivations::bytes_for(c, B, T);  // per block that keeps its own...
   const std::int64_t sets = c.n_layer - recomputing_blocks + (recomputing_blocks > 0 ? 1 : 0);  // ...+ one shared
   const std::int64_t head = 4 * (4 * N * C + 3 * N + N * V);            // Gpt::ensure_activations
-  const std::int64_t scratch = 4 * (14 * N * C + attention);            // BlockScratch::ensure, shared by the blocks
+  const std::int64_t workspace = attention_workspace_floats(c.attention, B, T, 3 * C, C);
+  const std::int64_t scratch = 4 * (14 * N * C + attention + workspace);  // BlockScratch::ensure, shared by the blocks
   return outputs + sets * recomputable + head + scratch;
 }
 

@@ -6,6 +6,7 @@
 // The model is a tree of Modules: the root GPT owns the embeddings, ln_f and the LM head; each transformer
 // block h.<l> is a child Module, the unit fully_shard wraps. Dimensions: B batch, T sequence, C channels,
 // NH heads, hs = C/NH, V vocabulary, L layers, N = B*T rows.
+#include "fsdpp/nn/attention_kind.hpp"
 #include "fsdpp/nn/language_model.hpp"
 
 #include <memory>
@@ -20,6 +21,7 @@ struct GptConfig {
   int n_layer = 2;            // L
   int n_head = 4;             // NH
   bool tie_embeddings = true; // LM head shares wte.weight
+  AttentionKind attention = AttentionKind::automatic;  // model.attention (nn/attention_kind.hpp)
 
   std::int64_t parameter_count() const;
   // Training FLOPs per token (PaLM, appendix B): 6 x the parameters that multiply (forward 2, backward 4 per
@@ -38,7 +40,7 @@ struct BlockScratch;
 struct BlockActivations {
   View1<float> ln1, ln1_mean, ln1_rstd;  // (B,T,C), (B,T), (B,T)
   View1<float> qkv;                      // (B,T,3C)
-  View1<float> att;                      // (B,NH,T,T) attention probabilities
+  View1<float> att;                      // (B,NH,T,T) attention probabilities; fused: (B,NH,T) logsumexp
   View1<float> atty;                     // (B,T,C) attention output before c_proj
   View1<float> res2;                     // (B,T,C) residual after attention
   View1<float> ln2, ln2_mean, ln2_rstd;  // (B,T,C), (B,T), (B,T)

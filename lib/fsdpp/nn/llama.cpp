@@ -1,6 +1,6 @@
 #include "fsdpp/nn/llama.hpp"
 
-#include "fsdpp/nn/kernels/attention.hpp"
+#include "fsdpp/nn/attention_dispatch.hpp"
 #include "fsdpp/nn/kernels/crossentropy.hpp"
 #include "fsdpp/nn/kernels/embedding.hpp"
 #include "fsdpp/nn/kernels/linear.hpp"
@@ -34,10 +34,11 @@ struct LlamaScratch {
   View1<float> dln;    // (B,T,C) gradient of an RMSNorm output
   View1<float> dqkv;   // (B,T,C+2KC)
   View1<float> datty;  // (B,T,C)
-  View1<float> datt;   // (B,NH,T,T)
+  View1<float> datt;   // (B,NH,T,T); fused: (B,NH,T), the row term D
   View1<float> dh;     // (B,T,F)
   View1<float> dgate;  // (B,T,F)
   View1<float> dup;    // (B,T,F)
+  View1<float> attention_workspace;  // model.attention batched: attention_workspace_floats, else empty
 
   void ensure(const LlamaConfig& c, int B_, int T_) {
     if (B == B_ && T == T_) return;
@@ -48,12 +49,18 @@ struct LlamaScratch {
     dln = uninitialized<float>("llama_block.dln", N * C);
     dqkv = uninitialized<float>("llama_block.dqkv", N * W);
     datty = uninitialized<float>("llama_block.datty", N * C);
-    datt = uninitialized<float>("llama_block.datt", static_cast<std::size_t>(B) * c.n_head * T * T);
+    datt = uninitialized<float>("llama_block.datt",
+                                static_cast<std::size_t>(B) * c.n_head * T * attention_row_floats(c.attention, T));
     dh = uninitialized<float>("llama_block.dh", N * F);
     dgate = uninitialized<float>("llama_block.dgate", N * F);
     dup = uninitialized<float>("llama_block.dup", N * F);
+    attention_workspace = uninitialized<float>(
+        "llama_block.attention_workspace",
+        static_cast<std::size_t>(attention_workspace_floats(c.attention, B, T, static_cast<int>(W), static_cast<int>(C))));
   }
-  std::int64_t bytes() const { return bytes_of({&dres2, &dln, &dqkv, &datty, &datt, &dh, &dgate, &dup}); }
+  std::int64_t bytes() const {
+    return bytes_of({&dres2, &dln, &dqkv, &datty, &datt, &dh, &dgate, &dup, &attention_workspace});
+  }
 };
 
 // cos and sin (context_length, hs/2), filled once on the first forward (after to_empty: nothing on meta).
@@ -151,8 +158,9 @@ LlamaBlock::LlamaBlock(const LlamaConfig& c, std::shared_ptr<LlamaScratch> scrat
 void LlamaActivations::ensure(const std::string& label, const LlamaConfig& c, int B, int T) {
   const std::size_t N = static_cast<std::size_t>(B) * T, C = c.n_embd, F = c.ffn_hidden;
   const std::size_t W = C + 2 * static_cast<std::size_t>(c.kv_width());
-  const std::size_t attention = static_cast<std::size_t>(B) * c.n_head * T * T;
-  struct Member { View1<float> LlamaActivations::*view; const char* name; std::size_t count; };
+  const std::size_t attention = static_cast<std::size_t>(B) * c.n_head * T * attention_row_floats(c.attention, T);
+  using Field = View1<float> LlamaActivations::*;  // an alias: nvcc's front end would parenthesize the declarator
+  struct Member { Field view; const char* name; std::size_t count; };
   const Member members[] = {{&LlamaActivations::ln1, "ln1", N * C},   {&LlamaActivations::ln1_rstd, "ln1_rstd", N},
                             {&LlamaActivations::qkv, "qkv", N * W},   {&LlamaActivations::att, "att", attention},
                             {&LlamaActivations::atty, "atty", N * C}, {&LlamaActivations::res2, "res2", N * C},
@@ -177,7 +185,8 @@ std::int64_t LlamaActivations::bytes() const {
 
 std::int64_t LlamaActivations::bytes_for(const LlamaConfig& c, int B, int T) {
   const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, F = c.ffn_hidden;
-  const std::int64_t W = C + 2 * std::int64_t{c.kv_width()}, attention = std::int64_t{B} * c.n_head * T * T;
+  const std::int64_t W = C + 2 * std::int64_t{c.kv_width()};
+  const std::int64_t attention = std::int64_t{B} * c.n_head * T * attention_row_floats(c.attention, T);
   return 4 * (4 * N * C + 2 * N + N * W + attention + 3 * N * F);
 }
 
@@ -202,7 +211,11 @@ void LlamaBlock::forward(Flow& flow) {
   project_forward(a.qkv, W, C, a.ln1, k_proj.value(), N, C, KC);
   project_forward(a.qkv, W, C + KC, a.ln1, v_proj.value(), N, C, KC);
   rope_forward<float>(a.qkv, rope_->cos, rope_->sin, B, T, W, NH + NKV, hs);  // q heads, then k heads
-  attention_forward<float>(a.atty, a.att, a.qkv, AttentionShape{B, T, NH, NKV, hs});
+  // Only the batched kernels take the (shared) workspace; the others leave the scratch as it was.
+  const bool batched = resolve_attention(config_.attention) == AttentionKind::batched;
+  if (batched) scratch_->ensure(config_, B, T);
+  attention_forward_as(config_.attention, a.atty, a.att, a.qkv, batched ? scratch_->attention_workspace : View1<float>(),
+                       AttentionShape{B, T, NH, NKV, hs});
   // A recomputation rebuilds what backward reads and stops there (as GPT's Block): down_proj and the last
   // residual add only make the output, which backward does not read, so out_ stays as forward left it and
   // o_proj's output goes to the scratch d(res2), which backward overwrites before it reads it.
@@ -250,7 +263,8 @@ void LlamaBlock::backward(Flow& flow) {
   Kokkos::deep_copy(s.datty, 0.0f);
   linear_backward<float>(s.datty, o_proj.grad(), none, s.dres2, a.atty, o_proj.value(), N, C, C);
   Kokkos::deep_copy(s.dqkv, 0.0f);
-  attention_backward<float>(s.dqkv, s.datt, s.datty, a.qkv, a.att, AttentionShape{B, T, NH, NKV, hs});
+  attention_backward_as(config_.attention, s.dqkv, s.datt, s.datty, a.qkv, a.atty, a.att, s.attention_workspace,
+                        AttentionShape{B, T, NH, NKV, hs});
   rope_backward<float>(s.dqkv, rope_->cos, rope_->sin, B, T, W, NH + NKV, hs);
   Kokkos::deep_copy(s.dln, 0.0f);
   project_backward(s.dln, q_proj.grad(), s.dqkv, W, 0, a.ln1, q_proj.value(), N, C, C);
@@ -310,12 +324,14 @@ std::int64_t Llama::activation_bytes() const {
 std::int64_t Llama::activation_bytes_for(int B, int T, int recomputing_blocks) const {
   const LlamaConfig& c = config_;
   const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, V = c.vocab_size, F = c.ffn_hidden;
-  const std::int64_t W = C + 2 * std::int64_t{c.kv_width()}, attention = std::int64_t{B} * c.n_head * T * T;
+  const std::int64_t W = C + 2 * std::int64_t{c.kv_width()};
+  const std::int64_t attention = std::int64_t{B} * c.n_head * T * attention_row_floats(c.attention, T);
   const std::int64_t outputs = 4 * c.n_layer * N * C;                         // LlamaBlock::ensure_output
   const std::int64_t recomputable = LlamaActivations::bytes_for(c, B, T);     // per block that keeps its own...
   const std::int64_t sets = c.n_layer - recomputing_blocks + (recomputing_blocks > 0 ? 1 : 0);  // ...+ one shared
   const std::int64_t head = 4 * (4 * N * C + 2 * N + N * V);                  // Llama::ensure_activations
-  const std::int64_t scratch = 4 * (3 * N * C + N * W + attention + 3 * N * F);  // LlamaScratch::ensure
+  const std::int64_t workspace = attention_workspace_floats(c.attention, B, T, static_cast<int>(W), static_cast<int>(C));
+  const std::int64_t scratch = 4 * (3 * N * C + N * W + attention + 3 * N * F + workspace);  // LlamaScratch::ensure
   const std::int64_t rope = 4 * std::int64_t{c.context_length} * (c.head_size() / 2) * 2;  // RopeTables
   return outputs + sets * recomputable + head + scratch + rope;
 }

@@ -20,6 +20,7 @@
 // RoPE uses Hugging Face's half-split convention (kernels/rope.hpp), so q_proj and k_proj rows are stored
 // exactly as Hugging Face stores them. Dimensions: B batch, T sequence, C channels, NH query heads, NKV key/value
 // heads, F the MLP width, V vocabulary, L layers, N = B*T rows.
+#include "fsdpp/nn/attention_kind.hpp"
 #include "fsdpp/nn/language_model.hpp"
 
 #include <memory>
@@ -38,6 +39,7 @@ struct LlamaConfig {
   double rope_theta = 10000.0;  // RoPE base
   double norm_eps = 1e-5;       // RMSNorm eps
   bool tie_embeddings = false;  // LM head shares embed_tokens.weight
+  AttentionKind attention = AttentionKind::automatic;  // model.attention (nn/attention_kind.hpp)
 
   int head_size() const { return n_embd / n_head; }
   int kv_width() const { return n_kv_head * head_size(); }
@@ -58,7 +60,7 @@ struct RopeTables;    // cos and sin (context_length, hs/2), shared by the block
 struct LlamaActivations {
   View1<float> ln1, ln1_rstd;  // (B,T,C), (B,T)
   View1<float> qkv;            // (B,T,C+2*NKV*hs) packed [q | k | v], q and k after RoPE
-  View1<float> att;            // (B,NH,T,T) attention probabilities
+  View1<float> att;            // (B,NH,T,T) attention probabilities; fused: (B,NH,T) logsumexp
   View1<float> atty;           // (B,T,C) attention output before o_proj
   View1<float> res2;           // (B,T,C) residual after attention
   View1<float> ln2, ln2_rstd;  // (B,T,C), (B,T)

@@ -13,6 +13,7 @@ GptConfig model_config(const ModelConfig& m) {
   c.n_layer = m.n_layer;
   c.n_head = m.n_head;
   c.tie_embeddings = m.tie_embeddings;
+  c.attention = m.attention;
   return c;
 }
 
@@ -28,6 +29,7 @@ LlamaConfig llama_config(const ModelConfig& m) {
   c.rope_theta = m.rope_theta;
   c.norm_eps = m.norm_eps;
   c.tie_embeddings = m.tie_embeddings;
+  c.attention = m.attention;
   return c;
 }
 

@@ -8,8 +8,9 @@
 // kv head h / (NH/NKV); NKV = NH gives exactly the GPT-2 products, in the same order.
 //
 // Memory is O(B*NH*T^2): the softmax probabilities att (B,NH,T,T) are materialised and saved for backward, and
-// backward needs a scratch of the same size. The issue accepts this for now; a flash-style kernel that
-// recomputes the scores per tile would make it O(B*T*C).
+// backward needs a scratch of the same size. flash_attention.hpp recomputes the scores per tile instead and
+// is O(B*T*C); attention_batched.hpp runs these products batched over all (batch x head) pairs. This path stays
+// the reference (and the CPU default, model.attention).
 //
 // Causality: only the lower triangle (t2 <= t) of each T x T matrix is used. The products are done in row
 // blocks of `row_block` rows, each stopping at the block's last column (forward) or starting at its first row
@@ -57,6 +58,19 @@ struct AttentionShape {
   int group() const { return NH / NKV; }                  // G
 };
 
+// Causal softmax over `matrices` T x T matrices, in place: row t ends at column t; the upper triangle
+// (garbage or unset from the blocked products) is set to 0. The kernels, tuned and portable, are softmax.hpp's.
+template <class Real> void attention_softmax_forward(const View1<Real>& att, std::int64_t matrices, int T) {
+  attention_softmax_forward(att.data(), matrices * T, T);
+}
+
+// Softmax backward per row, in place in datt: datt = att * (datt - rowsum(att * datt)), reading only t2 <= t
+// (above the diagonal datt may hold garbage, even NaN) and writing 0 there.
+template <class Real>
+void attention_softmax_backward(const View1<Real>& datt, const View1<const Real>& att, std::int64_t matrices, int T) {
+  attention_softmax_backward(datt.data(), att.data(), matrices * T, T);
+}
+
 // out (B,T,NH*hs) = softmax(causal(q k^T / sqrt(hs))) v per query head; att (B,NH,T,T) receives the
 // probabilities, exactly 0 above the diagonal, for backward. inp rows are packed [q (NH*hs) | k (NKV*hs) |
 // v (NKV*hs)]. The products are batched over the NKV kv heads, once for each of the G query heads of a group
@@ -83,10 +97,8 @@ void attention_forward(const View1<Real>& out,        // out (B,T,NH*hs)
     });
   }
 
-  // Causal softmax over the B*NH*T rows; row t ends at column t. Subtracting the row max keeps exp from
-  // overflowing; the upper triangle (garbage or unset from the blocked products) is set to 0. The exps are the
-  // cost here (T^2/2 per head): exp_fast and the lane helpers let GCC vectorize each loop (detail.hpp).
-  attention_softmax_forward(att.data(), std::int64_t(B) * NH * T, T);
+  // Causal softmax over the B*NH*T rows, in place.
+  attention_softmax_forward<Real>(att, std::int64_t(B) * NH, T);
 
   // out[b,t,h*hs+i] = sum_t2 att[b,h,t,t2] v[b,t2,(h/G)*hs+i]; row block [r0,r1) needs only columns t2 < r1.
   for (int b = 0; b < B; ++b) {
@@ -144,8 +156,8 @@ void attention_backward(const View1<Real>& dinp,        // dinp (B,T,(NH+2NKV)*h
     });
   }
 
-  // Softmax backward per row, reading only t2 <= t: above the diagonal datt may hold garbage (even NaN).
-  attention_softmax_backward(datt.data(), static_cast<const Real*>(att.data()), std::int64_t(B) * NH * T, T);
+  // Softmax backward per row, in place in datt.
+  attention_softmax_backward<Real>(datt, att, std::int64_t(B) * NH, T);
 
   for (int b = 0; b < B; ++b) {
     const Real* q = inp.data() + std::int64_t(b) * T * W;
