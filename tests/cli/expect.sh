@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # expect.sh: run a command and check what a user would see.
-#   expect.sh [--exit zero|nonzero|<code>] [--contains REGEX]... [--once REGEX]... [--skip-if-gpu] -- command...
+#   expect.sh [--exit zero|nonzero|<code>] [--contains REGEX]... [--once REGEX]... [--skip-if-gpu]
+#             [--timeout SECONDS] -- command...
 # --once REGEX: the pattern appears on exactly one line of the combined output (an all-ranks error printed
-# by rank 0 alone, not once per rank). Exits 77 (ctest SKIP_RETURN_CODE) with --skip-if-gpu on a GPU machine.
+# by rank 0 alone, not once per rank). --timeout: how long before the command counts as hung (default 120 s;
+# keep it below the test's ctest TIMEOUT so the output is still shown). Exits 77 (ctest SKIP_RETURN_CODE) with --skip-if-gpu on a GPU machine.
 set -u
-want_exit=zero; contains=(); once=(); skip_if_gpu=0
+want_exit=zero; contains=(); once=(); skip_if_gpu=0; limit=120
 while [ $# -gt 0 ]; do
   case "$1" in
     --exit) want_exit=$2; shift 2 ;;
     --contains) contains+=("$2"); shift 2 ;;
     --once) once+=("$2"); shift 2 ;;
     --skip-if-gpu) skip_if_gpu=1; shift ;;
+    --timeout) limit=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "expect.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -18,7 +21,7 @@ done
 if [ "$skip_if_gpu" = 1 ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   echo "a GPU is visible: this check is for machines without one"; exit 77
 fi
-out=$(timeout 120 "$@" 2>&1); rc=$?
+out=$(timeout "$limit" "$@" 2>&1); rc=$?
 printf '%s\n' "$out"
 echo "---- exit code $rc"
 fail=0

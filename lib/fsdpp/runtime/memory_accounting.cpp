@@ -83,7 +83,7 @@ void MemoryAccounting::install() {
 void MemoryAccounting::reset_peak() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  for (SpaceUsage& u : s.spaces) u.peak_bytes = u.live_bytes;
+  for (SpaceUsage& u : s.spaces) u.peak_bytes = u.live_at_reset = u.live_bytes;
 }
 
 SpaceUsage MemoryAccounting::device() {

@@ -17,6 +17,7 @@ struct SpaceUsage {
   std::int64_t live_bytes = 0;  // allocated now
   std::int64_t peak_bytes = 0;  // the most allocated at once since install or the last reset_peak
   std::int64_t allocations = 0; // Kokkos allocations since install (tests: a training step after the first makes none)
+  std::int64_t live_at_reset = 0;  // live when the peak was last reset: what earlier work in the process left
 };
 
 class MemoryAccounting {

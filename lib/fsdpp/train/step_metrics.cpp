@@ -127,7 +127,9 @@ TrainSummary StepMetrics::finish(LanguageModel& model, std::optional<double> los
   const std::vector<std::string> memory_rows = {fmt::format("{} allocations", device.space), "Host RSS"};
   const std::vector<double> memory_mib = {device.peak_bytes / 1048576.0, peak_host_memory_bytes() / 1048576.0};
   const std::string memory_table = min_avg_max_sum_table(comm_, memory_rows, memory_mib, "Peak MiB");
-  s.measured_peak_bytes = device.peak_bytes;
+  // What this run added: buffers an earlier run or test in the same process left (Kokkos' own team scratch,
+  // grow-only kernel scratch) were live before it started and are not the run's to plan.
+  s.measured_peak_bytes = device.peak_bytes - device.live_at_reset;
   MPI_Allreduce(MPI_IN_PLACE, &s.measured_peak_bytes, 1, MPI_INT64_T, MPI_MAX, comm_);
   if (!speaks_) return s;
   Log::info("Loop time of {:.3f} on {} procs for {} steps with {:.0f} tokens", s.loop_seconds, ranks_, s.steps,

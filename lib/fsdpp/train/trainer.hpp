@@ -40,8 +40,8 @@ struct TrainSummary {
   // Bytes per rank (the largest over ranks): sharded f32 parameters, gradients, optimizer state; the peak of
   // unsharded parameters + gradients + collective buffers over the run; activations and backward scratch.
   std::int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, peak_unsharded_bytes = 0, activation_bytes = 0;
-  // Measured: the most bytes of Views live at once in the compute memory space (MemoryAccounting), the largest
-  // over ranks. What `fsdpp plan` predicts.
+  // Measured: the most bytes of Views live at once in the compute memory space (MemoryAccounting) beyond what
+  // was live when the run started, the largest over ranks. What `fsdpp plan` predicts.
   std::int64_t measured_peak_bytes = 0;
 };
 
