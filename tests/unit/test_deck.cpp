@@ -144,7 +144,9 @@ TEST_CASE("deck: the resolved deck parses back to the same deck") {
   CHECK(again.checkpoint.dir == "/scratch/ckpt");
   // Every key is written out, in table order, but the Llama-only keys of this gpt2 deck.
   const std::vector<std::string> llama_only = {"model.n_kv_head",       "model.ffn_hidden", "model.ffn_multiplier",
-                                               "model.ffn_multiple_of", "model.rope_theta", "model.norm_eps"};
+                                               "model.ffn_multiple_of", "model.rope_theta", "model.norm_eps",
+                                               "model.rope_scaling_factor", "model.rope_low_freq_factor",
+                                               "model.rope_high_freq_factor", "model.rope_original_context"};
   for (const auto& key : fsdpp::deck_keys()) {
     CAPTURE(key);
     const bool written = yaml.find("  " + key.substr(key.find('.') + 1) + ": ") != std::string::npos;
@@ -383,6 +385,14 @@ TEST_CASE("deck: Llama keys are refused for gpt2, and Llama shapes are checked")
   CHECK(error_of("train: {steps: 5}\nmodel: {arch: mamba}\n").find("model.arch") != std::string::npos);
   CHECK(error_of("train: {steps: 5}\nmodel: {arch: llama, norm_eps: 0}\n").find("model.norm_eps") !=
         std::string::npos);
+  CHECK(error_of("train: {steps: 5}\nmodel: {arch: llama, rope_scaling_factor: 0.5}\n") ==
+        "deck.yaml:2:43: model.rope_scaling_factor (0.5) must be at least 1 (1: plain RoPE; Llama 3.1: 8, Llama "
+        "3.2: 32)");
+  CHECK(error_of("train: {steps: 5}\nmodel: {arch: llama, rope_scaling_factor: 8, rope_high_freq_factor: 1}\n") ==
+        "deck.yaml:2:69: model.rope_high_freq_factor (1) must exceed model.rope_low_freq_factor (1) (Llama 3.1: 4 "
+        "and 1)");
+  CHECK(error_of("train: {steps: 5}\nmodel: {arch: gpt2, rope_scaling_factor: 8}\n").find(
+            "model.rope_scaling_factor applies to Llama models only") != std::string::npos);
 }
 
 TEST_CASE("deck: matmul.precision and matmul.tf32 choose the GEMM precision") {

@@ -81,11 +81,31 @@ std::vector<double> linear(const std::vector<float>& w, const std::vector<double
   return y;
 }
 
+// HF config.json's rope_scaling with rope_type "llama3" (Llama 3.1+); factor 1 means none.
+struct HfRopeScaling {
+  double factor = 1, low_freq_factor = 1, high_freq_factor = 4, original_max_position_embeddings = 8192;
+};
+
+// transformers' _compute_llama3_parameters, transcribed: the scaled inverse frequency of one pair.
+double hf_llama3_inv_freq(double inv_freq, const HfRopeScaling& r) {
+  if (r.factor == 1) return inv_freq;
+  const double old_context_len = r.original_max_position_embeddings;
+  const double low_freq_wavelen = old_context_len / r.low_freq_factor;
+  const double high_freq_wavelen = old_context_len / r.high_freq_factor;
+  const double wavelen = 2 * 3.141592653589793 / inv_freq;
+  const double inv_freq_llama = wavelen > low_freq_wavelen ? inv_freq / r.factor : inv_freq;
+  const double smooth_factor = (old_context_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+  const double smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / r.factor + smooth_factor * inv_freq_llama;
+  const bool is_medium_freq = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+  return is_medium_freq ? smoothed_inv_freq : inv_freq_llama;
+}
+
 // RoPE on one head at position p: HF's rotate_half (pairs i, i + hs/2), or Meta's interleaved (2i, 2i+1).
-void rotate(double* x, int p, bool interleaved) {
+void rotate(double* x, int p, bool interleaved, const HfRopeScaling& scaling = {}) {
   std::vector<double> out(HS);
   for (int i = 0; i < HS / 2; ++i) {
-    const double angle = p * std::pow(kTheta, -2.0 * i / HS), c = std::cos(angle), s = std::sin(angle);
+    const double inv_freq = hf_llama3_inv_freq(1.0 / std::pow(kTheta, 2.0 * i / HS), scaling);
+    const double angle = p * inv_freq, c = std::cos(angle), s = std::sin(angle);
     const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + HS / 2;
     out[a] = x[a] * c - x[b] * s;
     out[b] = x[b] * c + x[a] * s;
@@ -95,7 +115,7 @@ void rotate(double* x, int p, bool interleaved) {
 
 // Llama forward in double, from tensors with HF's names: the per-position cross-entropy losses.
 std::vector<double> reference_losses(const Tensors& t, const std::vector<int>& tokens, const std::vector<int>& targets,
-                                     bool interleaved_rope = false) {
+                                     bool interleaved_rope = false, const HfRopeScaling& scaling = {}) {
   auto W = [&](const std::string& n) -> const std::vector<float>& { return t.at(n).second; };
   const int n_pos = static_cast<int>(tokens.size());
   Rows x(n_pos, std::vector<double>(C));
@@ -116,8 +136,8 @@ std::vector<double> reference_losses(const Tensors& t, const std::vector<int>& t
       q[p] = linear(W(h + "self_attn.q_proj.weight"), a, NH * HS);
       k[p] = linear(W(h + "self_attn.k_proj.weight"), a, NKV * HS);
       v[p] = linear(W(h + "self_attn.v_proj.weight"), a, NKV * HS);
-      for (int head = 0; head < NH; ++head) rotate(&q[p][head * HS], p, interleaved_rope);
-      for (int head = 0; head < NKV; ++head) rotate(&k[p][head * HS], p, interleaved_rope);
+      for (int head = 0; head < NH; ++head) rotate(&q[p][head * HS], p, interleaved_rope, scaling);
+      for (int head = 0; head < NKV; ++head) rotate(&k[p][head * HS], p, interleaved_rope, scaling);
     }
     for (int head = 0; head < NH; ++head) {
       const int kv = head / (NH / NKV);  // HF's repeat_kv
@@ -210,6 +230,31 @@ TEST_CASE("hf llama: an imported model computes what an independent HF Llama for
     fs::remove(st);
     fs::remove(weights);
   }
+}
+
+TEST_CASE("hf llama: Llama 3.1's RoPE scaling (rope_type llama3) matches transformers' formula") {
+  // HS 4 has two pairs: wavelengths 2 pi and about 140. With original_max_position_embeddings 16 the first is
+  // between 16/4 and 16/1 (blended) and the second above 16 (slowed by the factor): both scaled branches.
+  const HfRopeScaling hf_scaling{8, 1, 4, 16};
+  LlamaConfig c = config();
+  c.rope_scaling = {hf_scaling.factor, hf_scaling.low_freq_factor, hf_scaling.high_freq_factor,
+                    hf_scaling.original_max_position_embeddings};
+  const Tensors hf = random_hf_llama();
+  const std::string st = temp_path("scaled.safetensors");
+  write_safetensors(st, hf);
+  const auto want = reference_losses(hf, kTokens, kTargets, false, hf_scaling);
+  Llama model(c);
+  model.to_empty();
+  load_weights(MPI_COMM_WORLD, st, model.parameters());
+  const auto got = model_losses(model, kTokens, kTargets);
+  for (int p = 0; p < T; ++p) CHECK(std::fabs(got[p] - want[p]) <= 1e-5 * std::max(1.0, std::fabs(want[p])));
+  // Scaling changes the model: unscaled losses differ (the check has teeth).
+  const auto unscaled = reference_losses(hf, kTokens, kTargets);
+  double diff = 0;
+  for (int p = 1; p < T; ++p) diff = std::max(diff, std::fabs(unscaled[p] - want[p]));
+  CHECK(diff > 1e-4);
+  CHECK(model.describe().find("scaled x8 (llama3: low 1 high 4 original 16)") != std::string::npos);
+  fs::remove(st);
 }
 
 TEST_CASE("hf llama: Meta's interleaved RoPE with HF's q/k row permutation is the rotate_half model") {

@@ -73,6 +73,11 @@ struct ModelConfig {
   double ffn_multiplier = 1.0;  // Meta's ffn_dim_multiplier, when ffn_hidden is not given
   int ffn_multiple_of = 256;    // Meta's multiple_of, likewise
   double rope_theta = 10000.0;  // RoPE base
+  // Llama 3.1+ RoPE frequency scaling (HF rope_scaling, rope_type llama3); factor 1: none.
+  double rope_scaling_factor = 1.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int rope_original_context = 8192;
   double norm_eps = 1e-5;       // RMSNorm eps
 };
 

@@ -275,7 +275,9 @@ void fill_derived(ParseState& st) {
 
 // The keys only a Llama model reads (deck.hpp), refused in a gpt2 deck rather than silently ignored.
 constexpr const char* kLlamaOnlyKeys[] = {"model.n_kv_head",      "model.ffn_hidden", "model.ffn_multiplier",
-                                          "model.ffn_multiple_of", "model.rope_theta", "model.norm_eps"};
+                                          "model.ffn_multiple_of", "model.rope_theta", "model.norm_eps",
+                                          "model.rope_scaling_factor", "model.rope_low_freq_factor",
+                                          "model.rope_high_freq_factor", "model.rope_original_context"};
 
 void check_model(const ParseState& st) {
   const ModelConfig& m = st.deck.model;
@@ -298,6 +300,14 @@ void check_model(const ParseState& st) {
     inconsistent(st, {"model.n_embd", "model.n_head"},
                  fmt::format("the head size model.n_embd / model.n_head ({} / {} = {}) must be even: RoPE rotates "
                              "channel pairs", m.n_embd, m.n_head, m.n_embd / m.n_head));
+  if (m.rope_scaling_factor < 1)
+    inconsistent(st, {"model.rope_scaling_factor"},
+                 fmt::format("model.rope_scaling_factor ({}) must be at least 1 (1: plain RoPE; Llama 3.1: 8, "
+                             "Llama 3.2: 32)", m.rope_scaling_factor));
+  if (m.rope_scaling_factor != 1 && m.rope_high_freq_factor <= m.rope_low_freq_factor)
+    inconsistent(st, {"model.rope_high_freq_factor", "model.rope_low_freq_factor"},
+                 fmt::format("model.rope_high_freq_factor ({}) must exceed model.rope_low_freq_factor ({}) "
+                             "(Llama 3.1: 4 and 1)", m.rope_high_freq_factor, m.rope_low_freq_factor));
 }
 
 void check_consistency(const ParseState& st) {

@@ -325,6 +325,20 @@ std::vector<Field> make_fields() {
                                  "llama only: see model.ffn_multiplier."), "256"));
   f.push_back(llama_only(real("model.rope_theta", &Deck::model, &ModelConfig::rope_theta, kPositive,
                               "llama only: RoPE base theta (Llama 2: 10000, Llama 3: 500000)."), "10000"));
+  f.push_back(llama_only(real("model.rope_scaling_factor", &Deck::model, &ModelConfig::rope_scaling_factor,
+                              kPositive, "llama only: Llama 3.1+ RoPE frequency scaling, Hugging Face's "
+                              "rope_scaling.factor with rope_type llama3 (Llama 3.1: 8, Llama 3.2: 32); 1 is "
+                              "plain RoPE. Set it (and the three below) from the model's config.json when "
+                              "fine-tuning: the weights were trained with it."), "1"));
+  f.push_back(llama_only(real("model.rope_low_freq_factor", &Deck::model, &ModelConfig::rope_low_freq_factor,
+                              kPositive, "llama only: rope_scaling.low_freq_factor; pairs with wavelengths above "
+                              "rope_original_context / this are slowed by the factor."), "1"));
+  f.push_back(llama_only(real("model.rope_high_freq_factor", &Deck::model, &ModelConfig::rope_high_freq_factor,
+                              kPositive, "llama only: rope_scaling.high_freq_factor; pairs with wavelengths "
+                              "below rope_original_context / this keep their frequency."), "4"));
+  f.push_back(llama_only(integer("model.rope_original_context", &Deck::model,
+                                 &ModelConfig::rope_original_context, 1,
+                                 "llama only: rope_scaling.original_max_position_embeddings."), "8192"));
   f.push_back(llama_only(real("model.norm_eps", &Deck::model, &ModelConfig::norm_eps, kPositive,
                               "llama only: RMSNorm epsilon (Llama 2: 1e-5 or 1e-6, Llama 3: 1e-5)."), "1e-05"));
 

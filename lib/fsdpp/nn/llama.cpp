@@ -69,7 +69,7 @@ struct RopeTables {
   void ensure(const LlamaConfig& c) {
     if (cos.extent(0) != 0) return;
     std::vector<double> ch, sh;
-    rope_table(ch, sh, c.context_length, c.head_size(), c.rope_theta);
+    rope_table(ch, sh, c.context_length, c.head_size(), c.rope_theta, c.rope_scaling);
     cos = uninitialized<float>("llama.rope_cos", ch.size());
     sin = uninitialized<float>("llama.rope_sin", sh.size());
     auto cm = Kokkos::create_mirror_view(cos);
@@ -109,6 +109,13 @@ void LlamaConfig::validate() const {
   FSDPP_REQUIRE(ffn_hidden >= 1, "model.ffn_hidden is {}; it must be at least 1", ffn_hidden);
   FSDPP_REQUIRE(rope_theta > 0, "model.rope_theta is {}; it must be positive", rope_theta);
   FSDPP_REQUIRE(norm_eps > 0, "model.norm_eps is {}; it must be positive", norm_eps);
+  const kernels::RopeScaling& s = rope_scaling;
+  FSDPP_REQUIRE(s.factor >= 1, "model.rope_scaling_factor is {}; it must be at least 1 (1: no scaling)", s.factor);
+  FSDPP_REQUIRE(s.factor == 1 || (s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor &&
+                                  s.original_context > 0),
+                "model.rope_high_freq_factor ({}) must exceed model.rope_low_freq_factor ({}) > 0, and "
+                "model.rope_original_context ({}) be positive", s.high_freq_factor, s.low_freq_factor,
+                s.original_context);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -310,9 +317,13 @@ std::vector<Module*> Llama::block_modules() const {
 
 std::string Llama::describe() const {
   const LlamaConfig& c = config_;
-  return fmt::format("Llama, V {} T {} C {} L {} NH {} NKV {} F {} rope_theta {} ({} embeddings)", c.vocab_size,
+  const kernels::RopeScaling& s = c.rope_scaling;
+  const std::string scaling = s.factor == 1 ? "" : fmt::format(" scaled x{} (llama3: low {} high {} original {})",
+                                                               s.factor, s.low_freq_factor, s.high_freq_factor,
+                                                               s.original_context);
+  return fmt::format("Llama, V {} T {} C {} L {} NH {} NKV {} F {} rope_theta {}{} ({} embeddings)", c.vocab_size,
                      c.context_length, c.n_embd, c.n_layer, c.n_head, c.n_kv_head, c.ffn_hidden, c.rope_theta,
-                     c.tie_embeddings ? "tied" : "untied");
+                     scaling, c.tie_embeddings ? "tied" : "untied");
 }
 
 std::int64_t Llama::activation_bytes() const {

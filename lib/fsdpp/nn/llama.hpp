@@ -21,6 +21,7 @@
 // exactly as Hugging Face stores them. Dimensions: B batch, T sequence, C channels, NH query heads, NKV key/value
 // heads, F the MLP width, V vocabulary, L layers, N = B*T rows.
 #include "fsdpp/nn/attention_kind.hpp"
+#include "fsdpp/nn/kernels/rope.hpp"
 #include "fsdpp/nn/language_model.hpp"
 
 #include <memory>
@@ -37,6 +38,7 @@ struct LlamaConfig {
   int n_kv_head = 2;            // NKV, dividing NH
   int ffn_hidden = 176;         // F (the deck: model.ffn_hidden, or llama_ffn_hidden in config/deck.hpp)
   double rope_theta = 10000.0;  // RoPE base
+  kernels::RopeScaling rope_scaling;  // Llama 3.1+ frequency scaling (factor 1: none)
   double norm_eps = 1e-5;       // RMSNorm eps
   bool tie_embeddings = false;  // LM head shares embed_tokens.weight
   AttentionKind attention = AttentionKind::automatic;  // model.attention (nn/attention_kind.hpp)

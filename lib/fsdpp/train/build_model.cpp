@@ -27,6 +27,8 @@ LlamaConfig llama_config(const ModelConfig& m) {
   c.n_kv_head = m.n_kv_head;
   c.ffn_hidden = m.ffn_hidden;
   c.rope_theta = m.rope_theta;
+  c.rope_scaling = {m.rope_scaling_factor, m.rope_low_freq_factor, m.rope_high_freq_factor,
+                    static_cast<double>(m.rope_original_context)};
   c.norm_eps = m.norm_eps;
   c.tie_embeddings = m.tie_embeddings;
   c.attention = m.attention;

@@ -17,14 +17,38 @@
 
 namespace fsdpp::kernels {
 
+// Llama 3.1's frequency scaling (Hugging Face rope_scaling with rope_type "llama3"; Llama 3.1 uses factor 8,
+// Llama 3.2 factor 32): pairs whose wavelength 2 pi / f exceeds original_context / low_freq_factor turn
+// `factor` times slower, those below original_context / high_freq_factor keep their frequency, and those in
+// between blend the two linearly in original_context / wavelength. factor 1 is plain RoPE.
+struct RopeScaling {
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  double original_context = 8192.0;
+};
+
+// The frequency of pair i of a head of hs channels: theta^(-2i/hs), scaled as above.
+inline double rope_frequency(int i, int hs, double theta, const RopeScaling& scaling = {}) {
+  const double f = std::pow(theta, -2.0 * i / hs);
+  if (scaling.factor == 1.0) return f;
+  const double wavelength = 2.0 * 3.14159265358979323846 / f;
+  if (wavelength < scaling.original_context / scaling.high_freq_factor) return f;
+  if (wavelength > scaling.original_context / scaling.low_freq_factor) return f / scaling.factor;
+  const double smooth = (scaling.original_context / wavelength - scaling.low_freq_factor) /
+                        (scaling.high_freq_factor - scaling.low_freq_factor);
+  return (1.0 - smooth) * f / scaling.factor + smooth * f;
+}
+
 // The angle table, cos and sin (max_T, hs/2) as row-major host vectors, computed in double and rounded once.
-inline void rope_table(std::vector<double>& cos_t, std::vector<double>& sin_t, int max_T, int hs, double theta) {
+inline void rope_table(std::vector<double>& cos_t, std::vector<double>& sin_t, int max_T, int hs, double theta,
+                       const RopeScaling& scaling = {}) {
   const int half = hs / 2;
   cos_t.assign(static_cast<std::size_t>(max_T) * half, 0.0);
   sin_t.assign(cos_t.size(), 0.0);
   for (int t = 0; t < max_T; ++t)
     for (int i = 0; i < half; ++i) {
-      const double angle = t * std::pow(theta, -2.0 * i / hs);
+      const double angle = t * rope_frequency(i, hs, theta, scaling);
       cos_t[static_cast<std::size_t>(t) * half + i] = std::cos(angle);
       sin_t[static_cast<std::size_t>(t) * half + i] = std::sin(angle);
     }
