@@ -127,7 +127,8 @@ TEST_CASE("portable kernels: attention softmax forward and backward match the tu
 
 TEST_CASE("portable kernels: column sums and team sums are launch-shaped, not data-shaped") {
   // N and C that are not multiples of the chunk and slot counts, and N below one chunk.
-  for (const auto& [N, C] : std::vector<std::pair<int, int>>{{1, 1}, {63, 257}, {200, 3}}) {
+  for (const auto& shape : std::vector<std::pair<int, int>>{{1, 1}, {63, 257}, {200, 3}}) {
+    const int N = shape.first, C = shape.second;  // not structured bindings: a lambda captures C (C++20 for those)
     CAPTURE(N);
     CAPTURE(C);
     const Vec g = random_vec(std::size_t(N) * C, 61);

@@ -295,9 +295,9 @@ template <class T> void FsdpGroup::all_gather_flat(Tracked<T>& flat, Tracked<T>&
     if (!dry_) ExecSpace().fence();
     for (std::size_t i = 0; i < params_.size(); ++i) {
       allocate(staged[i], FsdpBuffer::staged_shards, layout_.piece[i], params_[i]->name() + ".staged");
-      if (!dry_) Kokkos::deep_copy(offload_copies_, staged[i].view, shard_value_[i]);
+      if (!dry_) Kokkos::deep_copy(*offload_copies_, staged[i].view, shard_value_[i]);
     }
-    if (!dry_) offload_copies_.fence();
+    if (!dry_) offload_copies_->fence();
     if (context_) context_->stats.host_to_device_bytes += layout_.slot * 4;
     if (!dry_) {
       std::vector<View1<float>> pieces;
@@ -506,8 +506,8 @@ void FsdpGroup::accumulate_offloaded_gradients(const View1<float>& reduced) {
   if (offload_staging_.view.extent(0) != static_cast<std::size_t>(layout_.slot))
     offload_staging_ = offload_buffer(module_.display_name() + ".reduced_host", static_cast<std::size_t>(layout_.slot));
   ExecSpace().fence();
-  Kokkos::deep_copy(offload_copies_, offload_staging_.view, reduced);
-  offload_copies_.fence();
+  Kokkos::deep_copy(*offload_copies_, offload_staging_.view, reduced);
+  offload_copies_->fence();
   const float* source = offload_staging_.view.data();
 #else
   const float* source = reduced.data();  // host builds: already in host memory

@@ -177,7 +177,9 @@ class FsdpGroup final : public ModuleHooks {
   PieceBatch<float, float> pieces_f32_;
   PieceBatch<bf16, float> pieces_to_bf16_;
   PieceBatch<float, bf16> pieces_from_bf16_;
-  ExecSpace offload_copies_;                              // CPU offload: copies on their own stream
+  // CPU offload: copies on their own stream. Optional, because a default ExecSpace is a Kokkos::Cuda instance on
+  // GPU builds, which `fsdpp plan` (dry groups, Kokkos never started, no driver needed) must not construct.
+  std::optional<ExecSpace> offload_copies_;
   OffloadBuffer offload_staging_;                         // CPU offload on GPUs: reduced shards, pinned
   std::vector<std::shared_ptr<FsdpMemoryListener>> listeners_;  // root: handed to the context at lazy init
   std::shared_ptr<BufferPool> pool_;  // every Tracked buffer's storage; the root's, shared, after lazy init
