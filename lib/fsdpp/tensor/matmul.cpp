@@ -272,14 +272,6 @@ void release_gemm_scratch() {
 }
 GemmPrecision gemm_precision() { return g_precision; }
 
-bool tf32_is_native() {
-#if defined(KOKKOS_ENABLE_CUDA)
-  return true;
-#else
-  return false;
-#endif
-}
-
 std::string_view gemm_precision_name(GemmPrecision precision) {
   switch (precision) {
     case GemmPrecision::f32: return "f32";
