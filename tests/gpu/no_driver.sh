@@ -23,7 +23,9 @@ if [ -x "$cuda/fsdpp_gpu_info" ] && "$cuda/fsdpp_gpu_info" >/dev/null 2>&1; then
   echo "no_driver: SKIPPED: a GPU is visible here ($("$cuda/fsdpp_gpu_info" | head -c 120)); this test is for machines without one"
   exit 77
 fi
-"$fsdpp" --version 2>&1 | grep -q "Kokkos .*Cuda" ||
+# Captured first: with pipefail, grep -q closing the pipe at its first match would fail fsdpp's next write.
+version=$("$fsdpp" --version 2>&1)
+grep -q "Kokkos .*Cuda" <<<"$version" ||
   { echo "no_driver: error: $fsdpp is not a CUDA build (its --version names no Cuda backend)" >&2; exit 1; }
 
 # check NAME EXPECTED_EXIT COMMAND... [-- PATTERN...]: runs the command, checks its exit code, that every
