@@ -284,20 +284,6 @@ void Gpt::ensure_activations(int B, int T) {
   dx_ = uninitialized<float>("gpt.dx", N * C);
 }
 
-namespace {
-
-// The mean of the first n per-position losses. A free function: nvcc refuses an extended __host__ __device__
-// lambda (KOKKOS_LAMBDA) inside a protected or private member function such as Gpt::forward.
-double mean_loss(const View1<float>& losses, int n) {
-  double total = 0.0;
-  Kokkos::parallel_reduce(
-      "fsdpp::gpt_mean_loss", Kokkos::RangePolicy<ExecSpace>(0, n),
-      KOKKOS_LAMBDA(const int i, double& sum) { sum += losses(i); }, total);
-  return total / n;
-}
-
-}  // namespace
-
 void Gpt::forward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, V = config_.vocab_size, N = B * T;
   FSDPP_REQUIRE(T >= 1 && T <= config_.context_length, "sequence length {} exceeds model.context_length {}", T,

@@ -360,19 +360,6 @@ void Llama::ensure_activations(int B, int T) {
   dx_ = uninitialized<float>("llama.dx", N * C);
 }
 
-namespace {
-
-// The mean of the first n per-position losses; a free function (nvcc: no KOKKOS_LAMBDA in protected members).
-double mean_loss(const View1<float>& losses, int n) {
-  double total = 0.0;
-  Kokkos::parallel_reduce(
-      "fsdpp::llama_mean_loss", Kokkos::RangePolicy<ExecSpace>(0, n),
-      KOKKOS_LAMBDA(const int i, double& sum) { sum += losses(i); }, total);
-  return total / n;
-}
-
-}  // namespace
-
 void Llama::forward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, V = config_.vocab_size, N = B * T;
   FSDPP_REQUIRE(T >= 1 && T <= config_.context_length, "sequence length {} exceeds model.context_length {}", T,

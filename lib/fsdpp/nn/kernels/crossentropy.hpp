@@ -139,4 +139,13 @@ void crossentropy_forward(const View1<T>& losses,                    // losses (
       });
 }
 
+// The mean of the first n per-position losses: the step's loss, one reduction for every model.
+inline double mean_loss(const View1<float>& losses, int n) {
+  double total = 0.0;
+  Kokkos::parallel_reduce(
+      "fsdpp::mean_loss", Kokkos::RangePolicy<ExecSpace>(0, n),
+      KOKKOS_LAMBDA(const int i, double& sum) { sum += losses(i); }, total);
+  return total / n;
+}
+
 }  // namespace fsdpp::kernels
