@@ -25,7 +25,9 @@ nlohmann::json plan_json(const MemoryPlan& plan, std::optional<std::int64_t> mem
   for (const PlannedUnit& u : plan.units)
     units.push_back({{"name", u.name}, {"parameters", u.parameters}, {"sharded_bytes", u.sharded_bytes},
                      {"unsharded_bytes", u.unsharded_bytes}});
-  nlohmann::json j = {{"ranks", plan.ranks}, {"strategy", plan.strategy}, {"micro_batch", plan.micro_batch},
+  nlohmann::json mesh = nlohmann::json::object();
+  for (const MeshDim& d : plan.mesh) mesh[d.name] = d.size;
+  nlohmann::json j = {{"ranks", plan.ranks}, {"mesh", mesh}, {"strategy", plan.strategy}, {"micro_batch", plan.micro_batch},
                       {"accum_steps", plan.accum_steps}, {"units", units},
                       {"bytes_per_rank", {{"parameters", m.parameters}, {"gradients", m.gradients},
                                           {"optimizer", m.optimizer}, {"unsharded_parameters", m.unsharded_parameters},

@@ -20,7 +20,9 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <ctime>
 #include <filesystem>
 #include <thread>
@@ -31,8 +33,81 @@ using namespace ckpt_detail;
 
 namespace {
 
-RowSplit split_of(const CheckpointSnapshot::Tensor& t) {
-  return {t.shards, t.mine, t.chunk_rows, t.shape.empty() ? 1 : t.shape.front()};
+using Slab = CheckpointSnapshot::Tensor::Slab;
+
+// The rows of `view` (p's storage layout) that `piece` covers, whole-width, staged on the host.
+StagedFloats stage_rows(const View1<float>& view, const Parameter& p, const GlobalPiece& piece) {
+  StagedFloats out(static_cast<std::size_t>(piece.rows * p.row_size()));
+  if (!out.empty())
+    Kokkos::deep_copy(HostView1<float>(out.data(), out.size()),
+                      Kokkos::subview(view, std::make_pair(static_cast<std::size_t>(piece.local_row * p.row_size()),
+                                                           static_cast<std::size_t>((piece.local_row + piece.rows) * p.row_size()))));
+  return out;
+}
+
+// Shard(1) under tensor parallelism: the tp ranks' column blocks of the same rows, gathered to tp rank 0 as
+// whole rows (empty elsewhere). Collective over `tp`.
+StagedFloats gather_columns(MPI_Comm tp, const Parameter& p, StagedFloats local) {
+  int ranks = 1, me = 0;
+  MPI_Comm_size(tp, &ranks);
+  MPI_Comm_rank(tp, &me);
+  const std::int64_t rows = p.placement() ? p.placement()->local_rows : p.rows(), stride = p.global_row_size();
+  std::vector<int> counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks));
+  std::vector<GlobalPiece> blocks;
+  for (int t = 0, at = 0; t < ranks; ++t) {
+    TensorParallelPlacement placement = *p.tensor_parallel();
+    placement.rank = t;
+    blocks.push_back(global_pieces_of(p.shape(), placement, 0, 1).front());
+    counts[static_cast<std::size_t>(t)] = static_cast<int>(rows * blocks.back().cols);
+    displs[static_cast<std::size_t>(t)] = at;
+    at += counts[static_cast<std::size_t>(t)];
+  }
+  FSDPP_CHECK(static_cast<std::int64_t>(rows) * stride < INT_MAX, "{}: {} rows of {} columns gathered in one MPI call",
+              p.name(), rows, stride);
+  std::vector<float> gathered(me == 0 ? static_cast<std::size_t>(rows * stride) : 0);
+  MPI_Gatherv(local.data(), static_cast<int>(local.size()), MPI_FLOAT, gathered.data(), counts.data(), displs.data(),
+              MPI_FLOAT, 0, tp);
+  StagedFloats whole(gathered.size());
+  if (me == 0)
+    for (int t = 0; t < ranks; ++t) {
+      const GlobalPiece& b = blocks[static_cast<std::size_t>(t)];
+      for (std::int64_t r = 0; r < rows; ++r)
+        std::copy_n(gathered.data() + displs[static_cast<std::size_t>(t)] + r * b.cols, b.cols,
+                    whole.data() + r * stride + b.global_col);
+    }
+  return whole;
+}
+
+// The shards of the file for `p` (every rank's, sorted by offset), and this rank's index of each of its own.
+std::vector<Slab> file_shards(const Parameter& p) {
+  const int dp_ranks = p.placement() ? p.placement()->ranks : 1;
+  const auto& tp = p.tensor_parallel();
+  const std::int64_t global_rows = p.shape().empty() ? 1 : p.shape()[0];
+  std::vector<Slab> out;
+  if (!tp || tp->dim == 1) {  // dim 0 is whole on every tp rank: the dp_shard row chunks
+    const std::int64_t chunk = p.placement() ? p.placement()->chunk_rows : global_rows;
+    for (int k = 0; k < dp_ranks; ++k)
+      out.push_back({std::min<std::int64_t>(k * chunk, global_rows), std::clamp<std::int64_t>(global_rows - k * chunk, 0, chunk)});
+    return out;
+  }
+  for (int t = 0; t < tp->ranks; ++t) {
+    TensorParallelPlacement placement = *tp;
+    placement.rank = t;
+    const std::int64_t local_rows = tensor_parallel_shape(p.shape(), placement)[0];
+    const std::int64_t chunk = chunk_rows(local_rows, dp_ranks);
+    for (int d = 0; d < dp_ranks; ++d) {
+      const std::int64_t first = std::min<std::int64_t>(d * chunk, local_rows);
+      for (const GlobalPiece& piece : global_pieces_of(p.shape(), placement, first, std::clamp<std::int64_t>(local_rows - d * chunk, 0, chunk)))
+        out.push_back({piece.global_row, piece.rows});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const Slab& a, const Slab& b) { return a.offset < b.offset; });
+  return out;
+}
+
+std::string placements_text(const Parameter& p) {
+  std::string out = p.tensor_parallel() ? "tp: " + p.tensor_parallel()->describe() + ", " : std::string();
+  return out + (p.placement() ? fmt::format("{}: Shard(0)", p.placement()->mesh) : std::string("Replicate()"));
 }
 
 std::vector<std::uint64_t> dims_with_rows(const std::vector<std::int64_t>& shape, std::int64_t rows) {
@@ -88,7 +163,7 @@ std::string lacks_space(const std::string& dir, std::uint64_t needed, const std:
 // Room for a file's metadata: groups, datasets and attributes, generously.
 std::uint64_t metadata_bytes(const CheckpointSnapshot& s) {
   std::uint64_t datasets = 0;
-  for (const auto& t : s.tensors) datasets += static_cast<std::uint64_t>(t.shards) + 1;
+  for (const auto& t : s.tensors) datasets += static_cast<std::uint64_t>(t.shards.size()) + 1;
   return (1u << 20) + datasets * 4096 + s.meta.deck.size();
 }
 
@@ -208,21 +283,30 @@ CheckpointSnapshot stage_checkpoint(const CheckpointContents& contents, const Tr
     snapshot.optimizer_steps = contents.optimizer->steps();
     snapshot.optimizer_hyperparameters = contents.optimizer->hyperparameters();
   }
+  int tp_rank = 0;
+  if (contents.tensor_parallel != MPI_COMM_NULL) MPI_Comm_rank(contents.tensor_parallel, &tp_rank);
   for (const TensorEntry& e : tensors_of(contents)) {
     const Parameter& p = *e.param;
-    const RowSplit s = split_of(p);
     CheckpointSnapshot::Tensor t;
     t.group = e.group;
     t.shape = p.shape();
-    t.shards = s.shards;
-    t.mine = s.mine;
-    t.chunk_rows = s.chunk;
-    t.writer = contents.writes_shards && (p.placement() || rank == 0);
-    if (t.writer) {
-      t.data.resize(static_cast<std::size_t>(s.rows_of(s.mine) * p.row_size()));
-      if (!t.data.empty())
-        Kokkos::deep_copy(HostView1<float>(t.data.data(), t.data.size()),
-                          Kokkos::subview(e.view, std::make_pair<std::size_t, std::size_t>(0, t.data.size())));
+    t.placements = placements_text(p);
+    t.shards = file_shards(p);
+    const auto& tp = p.tensor_parallel();
+    // Who writes: one replica (HSDP); of the tp ranks, each its own rows of a Shard(0) parameter, else tp rank 0.
+    const bool writer = contents.writes_shards && (p.placement() || rank == 0);
+    const bool split_rows = tp && tp->dim == 0;
+    const bool gathers_columns = tp && tp->dim == 1;
+    if (writer && (split_rows || tp_rank == 0 || gathers_columns)) {
+      for (const GlobalPiece& piece : p.global_pieces()) {
+        StagedFloats rows = stage_rows(e.view, p, piece);
+        if (gathers_columns) rows = gather_columns(contents.tensor_parallel, p, std::move(rows));
+        if (gathers_columns && tp_rank != 0) continue;
+        const auto at = std::find_if(t.shards.begin(), t.shards.end(), [&](const Slab& s) { return s.offset == piece.global_row; });
+        FSDPP_CHECK(at != t.shards.end() && at->rows == piece.rows, "{}: rows {}+{} are not a shard of the file",
+                    e.group, piece.global_row, piece.rows);
+        t.mine.push_back({static_cast<int>(at - t.shards.begin()), std::move(rows)});
+      }
     }
     snapshot.tensors.push_back(std::move(t));
   }
@@ -269,16 +353,20 @@ PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const Che
 
   // Every checksum is an attribute, and attributes are written collectively: gather them first.
   std::vector<std::size_t> first_slot(tensors.size() + 1, 0);
-  for (std::size_t t = 0; t < tensors.size(); ++t) first_slot[t + 1] = first_slot[t] + static_cast<std::size_t>(tensors[t].shards);
+  for (std::size_t t = 0; t < tensors.size(); ++t) first_slot[t + 1] = first_slot[t] + tensors[t].shards.size();
   std::vector<std::uint64_t> sums(first_slot.back(), 0);
   for (std::size_t t = 0; t < tensors.size(); ++t)
-    if (tensors[t].writer)
-      sums[first_slot[t] + static_cast<std::size_t>(tensors[t].mine)] = checksum(tensors[t].data.data(), tensors[t].data.size());
+    for (const auto& m : tensors[t].mine)
+      sums[first_slot[t] + static_cast<std::size_t>(m.shard)] = checksum(m.data.data(), m.data.size());
   {
     MPI_Request request;
     MPI_Iallreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm, &request);
     wait_gently(request);
   }
+  // An empty shard (a rank with no rows) has the checksum of no bytes, whoever holds it.
+  for (std::size_t t = 0; t < tensors.size(); ++t)
+    for (std::size_t k = 0; k < tensors[t].shards.size(); ++k)
+      if (tensors[t].shards[k].rows == 0) sums[first_slot[t] + k] = checksum(nullptr, 0);
   const std::string wall_time = broadcast_string(comm, rank == 0 ? utc_now() : std::string());
 
   // What the layout digest covers, computed from the same values every rank writes (layout.hpp).
@@ -297,17 +385,17 @@ PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const Che
   }
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const auto& tensor = tensors[t];
-    const RowSplit s = split_of(tensor);
     digest.add(tensor.group, "global_shape", tensor.shape);
     digest.add(tensor.group, "dtype", "f32");
     digest.add(tensor.group, "shard_dim", std::int64_t{0});
-    digest.add(tensor.group, "shards", std::int64_t{s.shards});
-    for (int k = 0; k < s.shards; ++k) {
+    digest.add(tensor.group, "shards", static_cast<std::int64_t>(tensor.shards.size()));
+    for (std::size_t k = 0; k < tensor.shards.size(); ++k) {
+      const Slab& slab = tensor.shards[k];
       const std::string object = fmt::format("{}/shard_{}", tensor.group, k);
-      digest.add(object, "offset", s.offset_of(k));
-      digest.add(object, "rows", s.rows_of(k));
-      digest.add(object, "checksum", fmt::format("{}", sums[first_slot[t] + static_cast<std::size_t>(k)]));
-      digest.add(object, "dims", signed_dims(dims_with_rows(tensor.shape, s.rows_of(k))));
+      digest.add(object, "offset", slab.offset);
+      digest.add(object, "rows", slab.rows);
+      digest.add(object, "checksum", fmt::format("{}", sums[first_slot[t] + k]));
+      digest.add(object, "dims", signed_dims(dims_with_rows(tensor.shape, slab.rows)));
     }
   }
 
@@ -333,19 +421,22 @@ PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const Che
     h5::set_attr(m, "layout_xxh64", digest.value());
     for (std::size_t t = 0; t < tensors.size(); ++t) {
       const auto& tensor = tensors[t];
-      const RowSplit s = split_of(tensor);
       h5::Handle g = create_groups(file, tensor.group, save.partial);
       h5::set_attr(g, "global_shape", tensor.shape);
       h5::set_attr(g, "dtype", std::string("f32"));
       h5::set_attr(g, "shard_dim", std::int64_t{0});
-      h5::set_attr(g, "shards", static_cast<std::int64_t>(s.shards));
-      for (int k = 0; k < s.shards; ++k) {
-        h5::Handle ds = h5::create_dataset_f32(g, fmt::format("shard_{}", k), dims_with_rows(tensor.shape, s.rows_of(k)), save.partial);
-        h5::set_attr(ds, "offset", s.offset_of(k));
-        h5::set_attr(ds, "rows", s.rows_of(k));
-        h5::set_attr(ds, "checksum", sums[first_slot[t] + static_cast<std::size_t>(k)]);
+      h5::set_attr(g, "shards", static_cast<std::int64_t>(tensor.shards.size()));
+      h5::set_attr(g, "placements", tensor.placements);
+      for (std::size_t k = 0; k < tensor.shards.size(); ++k) {
+        const Slab& slab = tensor.shards[k];
+        h5::Handle ds = h5::create_dataset_f32(g, fmt::format("shard_{}", k), dims_with_rows(tensor.shape, slab.rows), save.partial);
+        h5::set_attr(ds, "offset", slab.offset);
+        h5::set_attr(ds, "rows", slab.rows);
+        h5::set_attr(ds, "checksum", sums[first_slot[t] + k]);
         // Contiguous and allocated at creation: the shard's bytes have a fixed place in the file.
-        if (k == s.mine && tensor.writer && !tensor.data.empty()) save.writes.push_back({h5::file_offset(ds), t});
+        for (std::size_t m = 0; m < tensor.mine.size(); ++m)
+          if (static_cast<std::size_t>(tensor.mine[m].shard) == k && !tensor.mine[m].data.empty())
+            save.writes.push_back({h5::file_offset(ds), t, m});
       }
     }
     h5::Handle tr = h5::create_group(file, "/train", save.partial);
@@ -372,7 +463,7 @@ void write_shards(const PreparedSave& save, const CheckpointSnapshot& snapshot) 
   const int fd = ::open(save.partial.c_str(), O_WRONLY);
   if (fd < 0) throw Error(fmt::format("cannot open {} to write shards: {}", save.partial, std::strerror(errno)));
   for (const auto& w : save.writes) {
-    const auto& data = snapshot.tensors[w.tensor].data;
+    const auto& data = snapshot.tensors[w.tensor].mine[w.mine].data;
     const char* bytes = reinterpret_cast<const char*>(data.data());
     std::size_t left = data.size() * sizeof(float);
     std::uint64_t at = w.file_offset;

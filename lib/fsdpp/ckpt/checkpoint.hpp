@@ -22,6 +22,13 @@
 //
 // Load reshards: every rank intersects its own dim-0 rows with the saved shards' rows and reads only those
 // hyperslabs, so any world size or mesh can load any checkpoint.
+//
+// Tensor parallelism (nn/tensor_parallel.hpp) keeps every shard a slab of whole rows, so /full, consolidate,
+// export and h5dump read a TP checkpoint like any other: a Shard(0) parameter's shards are each (tp, dp_shard)
+// rank's rows (a strided c_attn shard is up to three slabs, one per q, k, v), written by that rank; a Shard(1)
+// parameter's shards are its dp_shard row chunks, whose columns the tp ranks gather to tp rank 0, which writes
+// them; replicated parameters are written by tp rank 0. Each group's `placements` attribute records the
+// DTensor-style placements ("tp: Shard(1), dp_shard: Shard(0)"). A load reads whole rows and keeps its columns.
 #include "fsdpp/ckpt/state_dict.hpp"
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/data/sampler.hpp"
@@ -58,6 +65,7 @@ struct CheckpointContents {
   std::vector<Parameter*> params;
   Optimizer* optimizer = nullptr;  // optional
   bool writes_shards = true;       // false on HSDP replicas after the first: they hold copies (deduplicated)
+  MPI_Comm tensor_parallel = MPI_COMM_NULL;  // the tp dimension's ranks, under tensor parallelism
   StateScalars scalars;            // load: the /train attributes to read back, with their types
 };
 
@@ -88,10 +96,16 @@ struct CheckpointSnapshot {
   struct Tensor {
     std::string group;                // "/model/<name>" or "/optim/<name>/<state>"
     std::vector<std::int64_t> shape;  // global
-    int shards = 1, mine = 0;         // shard count, and the shard this rank holds
-    std::int64_t chunk_rows = 0;      // rows per shard (the last ones may hold fewer or none)
-    bool writer = false;              // this rank writes its shard (HSDP: one replica does)
-    StagedFloats data;                // this rank's shard rows, when it writes
+    std::string placements;           // "dp_shard: Shard(0)", "tp: Shard(1), dp_shard: Shard(0)"
+    struct Slab {
+      std::int64_t offset = 0, rows = 0;  // global rows [offset, offset + rows)
+    };
+    std::vector<Slab> shards;         // every shard of the file, in order of offset, tiling dim 0
+    struct Mine {
+      int shard = 0;                  // index into shards
+      StagedFloats data;              // its rows, whole
+    };
+    std::vector<Mine> mine;           // the shards this rank writes (HSDP: one replica does)
   };
   std::vector<Tensor> tensors;
   TrainProgress progress;
@@ -101,7 +115,8 @@ struct CheckpointSnapshot {
   std::vector<std::pair<std::string, double>> optimizer_hyperparameters;
 };
 
-// Local: no communication.
+// Local, except under tensor parallelism: the tp ranks then gather the columns of Shard(1) parameters
+// (collective over contents.tensor_parallel).
 CheckpointSnapshot stage_checkpoint(const CheckpointContents& contents, const TrainProgress& progress,
                                     const CheckpointMeta& meta, int rank);
 
@@ -116,6 +131,7 @@ struct PreparedSave {
   struct Write {
     std::uint64_t file_offset;
     std::size_t tensor;  // index into the snapshot's tensors
+    std::size_t mine;    // index into that tensor's `mine`
   };
   std::vector<Write> writes;
   std::int64_t bytes = 0;  // tensor bytes of the whole checkpoint

@@ -3,6 +3,7 @@
 #include "fsdpp/ckpt/finite.hpp"
 #include "fsdpp/ckpt/h5.hpp"
 #include "fsdpp/ckpt/layout.hpp"
+#include "fsdpp/ckpt/tensor_entries.hpp"
 #include "fsdpp/ckpt/hf_convert.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -97,10 +98,11 @@ void load_weights(MPI_Comm comm, const std::string& path, const std::vector<Para
 void broadcast_into_shard(MPI_Comm comm, std::vector<float>& whole, Parameter& p) {
   for (std::size_t at = 0; at < whole.size(); at += INT_MAX)
     MPI_Bcast(whole.data() + at, static_cast<int>(std::min<std::size_t>(INT_MAX, whole.size() - at)), MPI_FLOAT, 0, comm);
-  const std::int64_t first = p.placement() ? p.placement()->offset_rows * p.row_size() : 0, count = p.local_numel();
-  if (count > 0)
-    Kokkos::deep_copy(Kokkos::subview(p.value(), std::make_pair<std::size_t, std::size_t>(0, static_cast<std::size_t>(count))),
-                      HostView1<float>(whole.data() + first, static_cast<std::size_t>(count)));
+  std::vector<float> local(static_cast<std::size_t>(p.local_numel()));
+  ckpt_detail::take_local_elements(p, whole.data(), local.data());  // its rows; under tensor parallelism, its columns of them
+  if (!local.empty())
+    Kokkos::deep_copy(Kokkos::subview(p.value(), std::make_pair<std::size_t, std::size_t>(0, local.size())),
+                      HostView1<float>(local.data(), local.size()));
 }
 
 void load_consolidated(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params) {
@@ -132,12 +134,12 @@ void load_consolidated(MPI_Comm comm, const std::string& path, const std::vector
                 "and the model.* shapes of the deck against the model that wrote them", path, problems);
 
   for (Parameter* p : params) {
-    std::vector<float> whole(static_cast<std::size_t>(p->numel()));
+    std::vector<float> whole(static_cast<std::size_t>(p->global_numel()));
     // Rank 0 reads; every rank hears whether that worked before the broadcast (a failed read must not strand
     // the others in it).
     root_does(comm, [&] {
-      h5::read_rows(h5::open_dataset(model, p->name(), path), 0, static_cast<std::uint64_t>(p->rows()),
-                    static_cast<std::uint64_t>(p->row_size()), whole.data(), path + " /model/" + p->name());
+      h5::read_rows(h5::open_dataset(model, p->name(), path), 0, static_cast<std::uint64_t>(p->shape().empty() ? 1 : p->shape()[0]),
+                    static_cast<std::uint64_t>(p->global_row_size()), whole.data(), path + " /model/" + p->name());
       if (const auto bad = first_non_finite(whole.data(), whole.size()))
         throw UsageError(fmt::format("{}: /model/{} {}: the file holds non-finite weights; refusing to start from "
                                      "them", path, p->name(), describe_non_finite(*bad, p->shape(), whole[*bad])));

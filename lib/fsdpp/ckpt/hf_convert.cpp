@@ -161,7 +161,7 @@ void load_hf_safetensors(MPI_Comm comm, const std::string& path, const std::vect
   std::unique_ptr<HfFile> file;
   root_does(comm, [&] { file = std::make_unique<HfFile>(path, expected, hf_naming_for(names)); });
   for (Parameter* p : params) {
-    std::vector<float> whole(static_cast<std::size_t>(p->numel()));
+    std::vector<float> whole(static_cast<std::size_t>(p->global_numel()));
     // Every rank hears whether rank 0's read worked before the broadcast it would otherwise wait in.
     root_does(comm, [&] { whole = file->read(p->name()); });
     broadcast_into_shard(comm, whole, *p);

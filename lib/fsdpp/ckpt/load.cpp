@@ -74,28 +74,50 @@ LoadReport load_checkpoint(MPI_Comm comm, const std::string& path, const Checkpo
   try {
     for (std::size_t t = 0; t < tensors.size() && error.empty(); ++t) {
       const Parameter& p = *tensors[t].param;
-      const RowSplit mine = split_of(p);
-      const std::int64_t first = mine.offset_of(mine.mine), count = mine.rows_of(mine.mine), row = p.row_size();
-      std::vector<float> host(static_cast<std::size_t>(count * row));
+      const std::int64_t row = p.row_size(), stride = p.global_row_size();
+      std::vector<float> host(static_cast<std::size_t>(p.local_numel()));
       h5::Handle g = h5::open_group(file, tensors[t].group, path);
       const std::int64_t shards = h5::get_int(g, "shards", path + " " + tensors[t].group);
+      std::vector<h5::Handle> datasets;
+      std::vector<std::pair<std::int64_t, std::int64_t>> slabs;  // (offset, rows) of each shard
       for (std::int64_t k = 0; k < shards; ++k) {
         const std::string object = fmt::format("{}/shard_{}", tensors[t].group, k);
-        h5::Handle ds = h5::open_dataset(g, fmt::format("shard_{}", k), path);
-        const std::int64_t offset = h5::get_int(ds, "offset", path + " " + object);
-        const std::int64_t rows = h5::get_int(ds, "rows", path + " " + object);
-        // Only the rows this rank owns: the intersection of its range with the shard's.
-        const std::int64_t lo = std::max(first, offset), hi = std::min(first + count, offset + rows);
-        if (lo < hi) {
-          h5::read_rows(ds, static_cast<std::uint64_t>(lo - offset), static_cast<std::uint64_t>(hi - lo),
-                        static_cast<std::uint64_t>(row), host.data() + (lo - first) * row, path + " " + object);
-          report.bytes += (hi - lo) * row * 4;
+        datasets.push_back(h5::open_dataset(g, fmt::format("shard_{}", k), path));
+        slabs.emplace_back(h5::get_int(datasets.back(), "offset", path + " " + object),
+                           h5::get_int(datasets.back(), "rows", path + " " + object));
+      }
+      // Each piece of this rank's storage (one, or a strided shard's few, or a Shard(1) column block): the whole
+      // rows it lies in, read from the shards that hold them, then its columns kept.
+      std::vector<float> rows;
+      for (const GlobalPiece& piece : p.global_pieces()) {
+        const std::int64_t first = piece.global_row, count = piece.rows;
+        const bool whole_rows = piece.cols == stride;
+        float* into = host.data() + piece.local_row * row;
+        if (!whole_rows) rows.assign(static_cast<std::size_t>(count * stride), 0.0f);
+        float* target = whole_rows ? into : rows.data();
+        for (std::int64_t k = 0; k < shards; ++k) {
+          const auto [offset, n] = slabs[static_cast<std::size_t>(k)];
+          // Only the rows this piece needs: the intersection of its range with the shard's.
+          const std::int64_t lo = std::max(first, offset), hi = std::min(first + count, offset + n);
+          if (lo >= hi) continue;
+          h5::read_rows(datasets[static_cast<std::size_t>(k)], static_cast<std::uint64_t>(lo - offset),
+                        static_cast<std::uint64_t>(hi - lo), static_cast<std::uint64_t>(stride),
+                        target + (lo - first) * stride, path + fmt::format(" {}/shard_{}", tensors[t].group, k));
+          report.bytes += (hi - lo) * stride * 4;
         }
+        if (!whole_rows)
+          for (std::int64_t r = 0; r < count; ++r)
+            std::copy_n(rows.data() + r * stride + piece.global_col, piece.cols, into + r * row);
+      }
+      for (std::int64_t k = 0; k < shards; ++k) {
+        const std::string object = fmt::format("{}/shard_{}", tensors[t].group, k);
+        const auto [offset, n] = slabs[static_cast<std::size_t>(k)];
         // One rank per shard reads it whole to check its checksum: one shard's buffer at a time.
         if (static_cast<int>((t * 131 + static_cast<std::size_t>(k)) % static_cast<std::size_t>(size)) == rank) {
-          std::vector<float> whole(static_cast<std::size_t>(rows * row));
-          h5::read_rows(ds, 0, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(row), whole.data(), path + " " + object);
-          if (checksum(whole.data(), whole.size()) != h5::get_uint(ds, "checksum", path + " " + object)) {
+          std::vector<float> whole(static_cast<std::size_t>(n * stride));
+          h5::read_rows(datasets[static_cast<std::size_t>(k)], 0, static_cast<std::uint64_t>(n),
+                        static_cast<std::uint64_t>(stride), whole.data(), path + " " + object);
+          if (checksum(whole.data(), whole.size()) != h5::get_uint(datasets[static_cast<std::size_t>(k)], "checksum", path + " " + object)) {
             error = fmt::format("{}: checksum mismatch in {}: the file is corrupted; load an earlier checkpoint", path, object);
             break;
           }
@@ -104,8 +126,8 @@ LoadReport load_checkpoint(MPI_Comm comm, const std::string& path, const Checkpo
       if (const auto bad = first_non_finite(host.data(), host.size()); bad && error.empty())
         error = fmt::format("{}: {} {}: the checkpoint holds non-finite values (did training diverge before it was "
                             "saved?); resume from an earlier checkpoint", path, tensors[t].group,
-                            describe_non_finite(static_cast<std::size_t>(first * row) + *bad, p.shape(), host[*bad]));
-      if (count > 0)
+                            describe_non_finite(global_index_of(p, *bad), p.shape(), host[*bad]));
+      if (!host.empty())
         Kokkos::deep_copy(Kokkos::subview(tensors[t].view, std::make_pair<std::size_t, std::size_t>(0, host.size())),
                           HostView1<float>(host.data(), host.size()));
     }

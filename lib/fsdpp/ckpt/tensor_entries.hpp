@@ -38,6 +38,26 @@ inline RowSplit split_of(const Parameter& p) {
   return {1, 0, p.rows(), p.rows()};
 }
 
+// Copies the parameter's real local elements (local_numel(), in its storage's layout) out of `whole`, the whole
+// tensor (row-major, global shape).
+inline void take_local_elements(const Parameter& p, const float* whole, float* local) {
+  const std::int64_t row = p.row_size(), stride = p.global_row_size();
+  for (const GlobalPiece& piece : p.global_pieces())
+    for (std::int64_t r = 0; r < piece.rows; ++r)
+      std::copy_n(whole + (piece.global_row + r) * stride + piece.global_col, piece.cols, local + (piece.local_row + r) * row);
+}
+
+// The whole tensor's flat index of element `local` of the parameter's storage (for messages).
+inline std::size_t global_index_of(const Parameter& p, std::size_t local) {
+  const auto row = static_cast<std::size_t>(p.row_size()), stride = static_cast<std::size_t>(p.global_row_size());
+  const std::size_t r = row ? local / row : 0, c = row ? local % row : 0;
+  for (const GlobalPiece& piece : p.global_pieces())
+    if (r >= static_cast<std::size_t>(piece.local_row) && r < static_cast<std::size_t>(piece.local_row + piece.rows))
+      return (static_cast<std::size_t>(piece.global_row) + r - static_cast<std::size_t>(piece.local_row)) * stride +
+             static_cast<std::size_t>(piece.global_col) + c;
+  return local;
+}
+
 inline std::uint64_t checksum(const float* data, std::size_t count) { return XXH64(data, count * sizeof(float), 0); }
 
 inline std::string shape_text(const std::vector<std::int64_t>& shape) {

@@ -141,7 +141,10 @@ struct FsdpConfig {
 struct MeshConfig {
   int dp_replicate = 0;
   int dp_shard = -1;
-  // Present dimensions, outermost first (dp_replicate, dp_shard), as DeviceMesh takes them.
+  // Tensor parallelism: the innermost mesh dimension (consecutive ranks, so within a node). 1: none.
+  int tp = 1;
+  // Present data-parallel dimensions, outermost first (dp_replicate, dp_shard), as DeviceMesh takes them; tp,
+  // when above 1, goes after them (parallel/parallelize.cpp).
   std::vector<MeshDim> dims() const;
 };
 

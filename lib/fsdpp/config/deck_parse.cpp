@@ -341,6 +341,25 @@ void check_consistency(const ParseState& st) {
     inconsistent(st, {"fsdp.strategy", "mesh.dp_shard"},
                  "fsdp.strategy hybrid_shard needs a mesh.dp_replicate dimension, e.g. mesh: {dp_replicate: 2, "
                  "dp_shard: -1}");
+  if (d.mesh.tp > 1) {
+    if (d.model.arch != ModelArch::gpt2)
+      inconsistent(st, {"mesh.tp", "model.arch"},
+                   fmt::format("mesh.tp {} is tensor parallelism, which fsdpp has for model.arch gpt2 only so far; "
+                               "use mesh.tp: 1 (FSDP alone) for this model", d.mesh.tp));
+    else if (d.model.n_head % d.mesh.tp != 0)
+      inconsistent(st, {"mesh.tp", "model.n_head"},
+                   fmt::format("mesh.tp ({}) must divide model.n_head ({}): each tensor-parallel rank computes "
+                               "whole attention heads", d.mesh.tp, d.model.n_head));
+    else if (std::int64_t{d.mesh.tp - 1} * ((d.model.vocab_size + d.mesh.tp - 1) / d.mesh.tp) >= d.model.vocab_size)
+      inconsistent(st, {"mesh.tp", "model.vocab_size"},
+                   fmt::format("mesh.tp ({}) splits model.vocab_size ({}) like torch.chunk, which leaves the last "
+                               "tensor-parallel rank no vocabulary rows; use a smaller mesh.tp", d.mesh.tp,
+                               d.model.vocab_size));
+    if (d.fsdp.strategy == ShardStrategy::no_shard)
+      inconsistent(st, {"mesh.tp", "fsdp.strategy"},
+                   "fsdp.strategy no_shard lays its own mesh over every rank; combine mesh.tp with full_shard, "
+                   "shard_grad_op or hybrid_shard");
+  }
   const ActivationCheckpointing& ac = d.train.activation_checkpointing;
   if (ac.kind == ActivationCheckpointing::Kind::every && ac.every > d.model.n_layer)
     inconsistent(st, {"train.activation_checkpointing", "model.n_layer"},

@@ -434,6 +434,10 @@ std::vector<Field> make_fields() {
   f.back().default_doc = "absent";
   f.push_back(mesh_dim("mesh.dp_shard", &MeshConfig::dp_shard,
                        "Ranks a parameter is sharded over (inner dimension); -1: the ranks left over."));
+  f.push_back(integer("mesh.tp", &Deck::mesh, &MeshConfig::tp, 1,
+                      "Tensor parallelism (Megatron-style, model.arch gpt2): ranks that split every block's "
+                      "attention heads and MLP width, and the vocabulary; the innermost mesh dimension (consecutive "
+                      "ranks: keep it within a node). Parameters are then FSDP-sharded over dp_shard. 1: none."));
 
   f.push_back(choice("comm.backend", &Deck::comm, &CommConfig::backend, kBackends,
                      "Collectives of training: nccl (device memory, GPU builds), mpi (host memory), or auto: nccl "

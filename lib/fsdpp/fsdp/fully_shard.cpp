@@ -4,6 +4,7 @@
 #include "fsdpp/runtime/log.hpp"
 
 #include <algorithm>
+#include <numeric>
 #include <chrono>
 
 namespace fsdpp {
@@ -592,17 +593,52 @@ void FsdpGroup::after(Module&, Pass pass, Flow& flow) {
 // ---------------------------------------------------------------------------------------------------------
 // Tools: whole parameters for tests and export; statistics.
 
-std::vector<float> gather_full_parameter(const Parameter& p, const DeviceMesh& mesh) {
+namespace {
+
+// The whole tensor from every tp rank's TP-local tensor `local` (rows x row size). Collective over `tp`.
+std::vector<float> gather_tensor_parallel(const Parameter& p, const std::vector<float>& local, Communicator& tp) {
+  const TensorParallelPlacement& placement = *p.tensor_parallel();
+  std::int64_t largest = 0;  // torch.chunk may leave the last ranks fewer rows: gather padded blocks
+  for (int t = 0; t < placement.ranks; ++t) {
+    TensorParallelPlacement other = placement;
+    other.rank = t;
+    const auto shape = tensor_parallel_shape(p.shape(), other);
+    largest = std::max(largest, std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>()));
+  }
+  std::vector<float> mine(static_cast<std::size_t>(largest), 0.0f), all(static_cast<std::size_t>(largest * placement.ranks));
+  std::copy(local.begin(), local.end(), mine.begin());
+  tp.all_gather(mine.data(), all.data(), mine.size());
+  std::vector<float> whole(static_cast<std::size_t>(p.global_numel()));
+  const std::int64_t stride = p.global_row_size();
+  for (int t = 0; t < placement.ranks; ++t) {
+    TensorParallelPlacement other = placement;
+    other.rank = t;
+    const auto shape = tensor_parallel_shape(p.shape(), other);
+    const std::int64_t rows = shape.empty() ? 1 : shape[0], row = rows ? (std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>()) / rows) : 0;
+    const float* block = all.data() + t * largest;
+    for (const GlobalPiece& piece : global_pieces_of(p.shape(), other, 0, rows))
+      for (std::int64_t r = 0; r < piece.rows; ++r)
+        std::copy_n(block + (piece.local_row + r) * row, piece.cols, whole.data() + (piece.global_row + r) * stride + piece.global_col);
+  }
+  return whole;
+}
+
+}  // namespace
+
+std::vector<float> gather_full_parameter(const Parameter& p, const DeviceMesh& mesh, Communicator* tensor_parallel) {
   std::vector<float> out(static_cast<std::size_t>(p.numel()));
   if (!p.is_sharded()) {
     Kokkos::deep_copy(HostView1<float>(out.data(), out.size()), slice(p.value(), 0, p.numel()));
-    return out;
+  } else {
+    const std::int64_t piece = p.storage_numel();
+    std::vector<float> shard(static_cast<std::size_t>(piece)), all(static_cast<std::size_t>(piece * p.placement()->ranks));
+    Kokkos::deep_copy(HostView1<float>(shard.data(), shard.size()), p.value());
+    mesh.comm(mesh.ndim() - 1).all_gather(shard.data(), all.data(), shard.size());
+    std::copy(all.begin(), all.begin() + p.numel(), out.begin());
   }
-  const std::int64_t piece = p.storage_numel();
-  std::vector<float> shard(static_cast<std::size_t>(piece)), all(static_cast<std::size_t>(piece * p.placement()->ranks));
-  Kokkos::deep_copy(HostView1<float>(shard.data(), shard.size()), p.value());
-  mesh.comm(mesh.ndim() - 1).all_gather(shard.data(), all.data(), shard.size());
-  std::copy(all.begin(), all.begin() + p.numel(), out.begin());
+  if (p.tensor_parallel() && tensor_parallel) return gather_tensor_parallel(p, out, *tensor_parallel);
+  FSDPP_CHECK(!p.tensor_parallel(), "gather_full_parameter of '{}', which is split over tp, without the tp group",
+              p.name());
   return out;
 }
 

@@ -202,8 +202,11 @@ class FsdpGroup final : public ModuleHooks {
 FsdpGroup& fully_shard(Module& module, const DeviceMesh& mesh, FullyShardOptions options = {});
 FsdpGroup* fsdp_group(Module& module);  // nullptr when the module is not sharded
 
-// The whole tensor of a (possibly sharded) parameter, on every rank of its group: for tests and export.
-std::vector<float> gather_full_parameter(const Parameter& p, const DeviceMesh& mesh);
+// The whole tensor of a (possibly sharded) parameter, on every rank of its group: for tests and export. `mesh`
+// is the mesh fully_shard sharded over (the data-parallel one); under tensor parallelism the tp ranks' parts are
+// gathered over `tensor_parallel` too (collective over it).
+std::vector<float> gather_full_parameter(const Parameter& p, const DeviceMesh& mesh,
+                                         Communicator* tensor_parallel = nullptr);
 
 FsdpStats fsdp_stats(Module& root);
 void reset_fsdp_stats(Module& root);  // keeps the current unsharded bytes; restarts the peaks from them

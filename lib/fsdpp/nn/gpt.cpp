@@ -7,6 +7,7 @@
 #include "fsdpp/nn/kernels/layernorm.hpp"
 #include "fsdpp/nn/kernels/linear.hpp"
 #include "fsdpp/nn/kernels/residual.hpp"
+#include "fsdpp/nn/kernels/vocab_parallel.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <fmt/format.h>
@@ -39,17 +40,18 @@ struct BlockScratch {
   void ensure(const GptConfig& c, int B_, int T_) {
     if (B == B_ && T == T_) return;
     B = B_, T = T_;
-    const std::size_t N = static_cast<std::size_t>(B) * T, C = c.n_embd;
+    // Tensor parallelism: the attention and MLP buffers hold this rank's heads and features (Cl = C/tp).
+    const std::size_t N = static_cast<std::size_t>(B) * T, C = c.n_embd, Cl = c.local_width();
     dres2 = uninitialized<float>("block.dres2", N * C);
     dln = uninitialized<float>("block.dln", N * C);
-    dqkv = uninitialized<float>("block.dqkv", N * 3 * C);
-    datty = uninitialized<float>("block.datty", N * C);
+    dqkv = uninitialized<float>("block.dqkv", N * 3 * Cl);
+    datty = uninitialized<float>("block.datty", N * Cl);
     datt = uninitialized<float>("block.datt",
-                                static_cast<std::size_t>(B) * c.n_head * T * attention_row_floats(c.attention, T));
-    dfch = uninitialized<float>("block.dfch", N * 4 * C);
-    dfch_gelu = uninitialized<float>("block.dfch_gelu", N * 4 * C);
+                                static_cast<std::size_t>(B) * c.local_heads() * T * attention_row_floats(c.attention, T));
+    dfch = uninitialized<float>("block.dfch", N * 4 * Cl);
+    dfch_gelu = uninitialized<float>("block.dfch_gelu", N * 4 * Cl);
     attention_workspace = uninitialized<float>(
-        "block.attention_workspace", static_cast<std::size_t>(attention_workspace_floats(c.attention, B, T, 3 * C, C)));
+        "block.attention_workspace", static_cast<std::size_t>(attention_workspace_floats(c.attention, B, T, 3 * Cl, Cl)));
   }
 };
 
@@ -103,19 +105,31 @@ Block::Block(const GptConfig& c, std::shared_ptr<BlockScratch> scratch, std::sha
       mlp_proj_bias(add_parameter("mlp.c_proj.bias", {c.n_embd}, InitRule::zeros(), ParamRole::bias)),
       config_(c),
       scratch_(std::move(scratch)),
+      tp_(std::make_shared<TensorParallelGroup>()),
       acts_(std::move(recomputed)) {}
 
+void Block::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
+  tp_ = std::move(tp);
+  config_.tp = tp_->ranks();
+  c_attn_weight.set_tensor_parallel(tp_->shard(0, 3));  // q, k and v of this rank's heads
+  c_attn_bias.set_tensor_parallel(tp_->shard(0, 3));
+  attn_proj_weight.set_tensor_parallel(tp_->shard(1));
+  c_fc_weight.set_tensor_parallel(tp_->shard(0));
+  c_fc_bias.set_tensor_parallel(tp_->shard(0));
+  mlp_proj_weight.set_tensor_parallel(tp_->shard(1));
+}
+
 void BlockActivations::ensure(const std::string& label, const GptConfig& c, int B, int T) {
-  const std::size_t N = static_cast<std::size_t>(B) * T, C = c.n_embd;
-  const std::size_t attention = static_cast<std::size_t>(B) * c.n_head * T * attention_row_floats(c.attention, T);
+  const std::size_t N = static_cast<std::size_t>(B) * T, C = c.n_embd, Cl = c.local_width();
+  const std::size_t attention = static_cast<std::size_t>(B) * c.local_heads() * T * attention_row_floats(c.attention, T);
   using Field = View1<float> BlockActivations::*;  // an alias: nvcc's front end would parenthesize the declarator
   struct Member { Field view; const char* name; std::size_t count; };
   const Member members[] = {{&BlockActivations::ln1, "ln1", N * C},       {&BlockActivations::ln1_mean, "ln1_mean", N},
-                            {&BlockActivations::ln1_rstd, "ln1_rstd", N}, {&BlockActivations::qkv, "qkv", N * 3 * C},
-                            {&BlockActivations::att, "att", attention},   {&BlockActivations::atty, "atty", N * C},
+                            {&BlockActivations::ln1_rstd, "ln1_rstd", N}, {&BlockActivations::qkv, "qkv", N * 3 * Cl},
+                            {&BlockActivations::att, "att", attention},   {&BlockActivations::atty, "atty", N * Cl},
                             {&BlockActivations::res2, "res2", N * C},     {&BlockActivations::ln2, "ln2", N * C},
                             {&BlockActivations::ln2_mean, "ln2_mean", N}, {&BlockActivations::ln2_rstd, "ln2_rstd", N},
-                            {&BlockActivations::fch, "fch", N * 4 * C},   {&BlockActivations::fch_gelu, "fch_gelu", N * 4 * C}};
+                            {&BlockActivations::fch, "fch", N * 4 * Cl},  {&BlockActivations::fch_gelu, "fch_gelu", N * 4 * Cl}};
   storage_.resize(std::size(members));
   for (std::size_t i = 0; i < std::size(members); ++i) {
     const Member& m = members[i];
@@ -133,9 +147,9 @@ std::int64_t BlockActivations::bytes() const {
 }
 
 std::int64_t BlockActivations::bytes_for(const GptConfig& c, int B, int T) {
-  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd;
-  const std::int64_t attention = std::int64_t{B} * c.n_head * T * attention_row_floats(c.attention, T);
-  return 4 * (15 * N * C + 4 * N + attention);
+  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, Cl = c.local_width();
+  const std::int64_t attention = std::int64_t{B} * c.local_heads() * T * attention_row_floats(c.attention, T);
+  return 4 * (3 * N * C + 12 * N * Cl + 4 * N + attention);  // ln1, res2, ln2; qkv, atty, fch, fch_gelu
 }
 
 std::int64_t Block::activation_bytes() const {
@@ -155,57 +169,71 @@ void Block::ensure_output(int B, int T) {
 
 void Block::forward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, NH = config_.n_head, N = B * T;
+  const int Cl = config_.local_width(), NHl = config_.local_heads();  // this tp rank's (all of them without tp)
   BlockActivations& a = acts_.get(*this, config_, B, T);
   ensure_output(B, T);
   in_ = flow.x;
   layernorm_forward<float>(a.ln1, a.ln1_mean, a.ln1_rstd, in_, ln_1_weight.value(), ln_1_bias.value(), N, C);
-  linear_forward<float>(a.qkv, a.ln1, c_attn_weight.value(), c_attn_bias.value(), N, C, 3 * C);
+  linear_forward<float>(a.qkv, a.ln1, c_attn_weight.value(), c_attn_bias.value(), N, C, 3 * Cl);
   // Only the batched kernels take the (shared) workspace; the others leave the scratch as it was.
   const bool batched = resolve_attention(config_.attention) == AttentionKind::batched;
   attention_forward_as(config_.attention, a.atty, a.att, a.qkv,
                        batched ? scratch_for(B, T).attention_workspace : View1<float>(),
-                       AttentionShape{B, T, NH, NH, C / NH});
+                       AttentionShape{B, T, NHl, NHl, C / NH});
   // A recomputation rebuilds what backward reads and stops there: the MLP's c_proj and the last residual add
   // only make the output, which backward does not read (the next block, whose input it is, is already through
   // its backward). So out_ stays as forward left it, and the attention projection goes to the scratch d(res2),
   // which backward overwrites before it reads it.
   const View1<float> proj = is_recomputing() ? scratch_for(B, T).dres2 : out_;
-  linear_forward<float>(proj, a.atty, attn_proj_weight.value(), attn_proj_bias.value(), N, C, C);
+  row_parallel_forward(proj, a.atty, attn_proj_weight, attn_proj_bias, N, Cl, C);
   residual_forward<float>(a.res2, in_, proj, N * C);
   layernorm_forward<float>(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, ln_2_weight.value(), ln_2_bias.value(), N, C);
-  linear_forward<float>(a.fch, a.ln2, c_fc_weight.value(), c_fc_bias.value(), N, C, 4 * C);
-  gelu_forward<float>(a.fch_gelu, a.fch, N * 4 * C);
+  linear_forward<float>(a.fch, a.ln2, c_fc_weight.value(), c_fc_bias.value(), N, C, 4 * Cl);
+  gelu_forward<float>(a.fch_gelu, a.fch, N * 4 * Cl);
   if (is_recomputing()) return;
-  linear_forward<float>(out_, a.fch_gelu, mlp_proj_weight.value(), mlp_proj_bias.value(), N, 4 * C, C);
+  row_parallel_forward(out_, a.fch_gelu, mlp_proj_weight, mlp_proj_bias, N, 4 * Cl, C);
   residual_forward<float>(out_, a.res2, out_, N * C);
   flow.x = out_;
+}
+
+// out = inp @ W^T + b for a Linear whose input features are split over tp: the partial products are summed over
+// tp, then the replicated bias is added once. Without tensor parallelism, linear_forward itself.
+void Block::row_parallel_forward(const View1<float>& out, const View1<float>& inp, const Parameter& weight,
+                                 const Parameter& bias, int N, int in, int OC) {
+  if (!tp_->active()) return linear_forward<float>(out, inp, weight.value(), bias.value(), N, in, OC);
+  linear_forward<float>(out, inp, weight.value(), View1<float>(), N, in, OC);
+  tp_->all_reduce(out, static_cast<std::size_t>(N) * OC, ReduceOp::sum);
+  bias_forward<float>(out, bias.value(), N, OC);
 }
 
 // flow.dx holds d(out) on entry and d(in) on exit, in the same buffer (see Gpt::backward).
 void Block::backward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, NH = config_.n_head, N = B * T;
+  const int Cl = config_.local_width(), NHl = config_.local_heads();
   BlockScratch& s = scratch_for(B, T);
   const BlockActivations& a = acts_.get(*this, config_, B, T);
   const View1<float>& dout = flow.dx;
 
   // MLP: out = res2 + c_proj(gelu(c_fc(ln_2(res2))))
   Kokkos::deep_copy(s.dfch_gelu, 0.0f);
-  linear_backward<float>(s.dfch_gelu, mlp_proj_weight.grad(), mlp_proj_bias.grad(), dout, a.fch_gelu, mlp_proj_weight.value(), N, 4 * C, C);
+  linear_backward<float>(s.dfch_gelu, mlp_proj_weight.grad(), mlp_proj_bias.grad(), dout, a.fch_gelu, mlp_proj_weight.value(), N, 4 * Cl, C);
   Kokkos::deep_copy(s.dfch, 0.0f);
-  gelu_backward<float>(s.dfch, a.fch, s.dfch_gelu, N * 4 * C);
+  gelu_backward<float>(s.dfch, a.fch, s.dfch_gelu, N * 4 * Cl);
   Kokkos::deep_copy(s.dln, 0.0f);
-  linear_backward<float>(s.dln, c_fc_weight.grad(), c_fc_bias.grad(), s.dfch, a.ln2, c_fc_weight.value(), N, C, 4 * C);
+  linear_backward<float>(s.dln, c_fc_weight.grad(), c_fc_bias.grad(), s.dfch, a.ln2, c_fc_weight.value(), N, C, 4 * Cl);
+  tp_->all_reduce(s.dln, static_cast<std::size_t>(N) * C, ReduceOp::sum);  // every rank's features fed ln_2's output
   Kokkos::deep_copy(s.dres2, dout);  // the residual path
   layernorm_backward<float>(s.dres2, ln_2_weight.grad(), ln_2_bias.grad(), s.dln, a.res2, ln_2_weight.value(), a.ln2_mean, a.ln2_rstd, N, C);
 
   // Attention: res2 = in + c_proj(attn(c_attn(ln_1(in))))
   Kokkos::deep_copy(s.datty, 0.0f);
-  linear_backward<float>(s.datty, attn_proj_weight.grad(), attn_proj_bias.grad(), s.dres2, a.atty, attn_proj_weight.value(), N, C, C);
+  linear_backward<float>(s.datty, attn_proj_weight.grad(), attn_proj_bias.grad(), s.dres2, a.atty, attn_proj_weight.value(), N, Cl, C);
   Kokkos::deep_copy(s.dqkv, 0.0f);
   attention_backward_as(config_.attention, s.dqkv, s.datt, s.datty, a.qkv, a.atty, a.att, s.attention_workspace,
-                        AttentionShape{B, T, NH, NH, C / NH});
+                        AttentionShape{B, T, NHl, NHl, C / NH});
   Kokkos::deep_copy(s.dln, 0.0f);
-  linear_backward<float>(s.dln, c_attn_weight.grad(), c_attn_bias.grad(), s.dqkv, a.ln1, c_attn_weight.value(), N, C, 3 * C);
+  linear_backward<float>(s.dln, c_attn_weight.grad(), c_attn_bias.grad(), s.dqkv, a.ln1, c_attn_weight.value(), N, C, 3 * Cl);
+  tp_->all_reduce(s.dln, static_cast<std::size_t>(N) * C, ReduceOp::sum);
   Kokkos::deep_copy(dout, s.dres2);  // the residual path, into the caller's buffer: d(out) is no longer needed
   layernorm_backward<float>(dout, ln_1_weight.grad(), ln_1_bias.grad(), s.dln, in_, ln_1_weight.value(), a.ln1_mean, a.ln1_rstd, N, C);
 }
@@ -224,12 +252,27 @@ Gpt::Gpt(const GptConfig& c)
                                                 ParamRole::weight)),
       config_(c),
       scratch_(std::make_shared<BlockScratch>()),
-      recomputed_(std::make_shared<BlockActivations>()) {
+      recomputed_(std::make_shared<BlockActivations>()),
+      tp_(std::make_shared<TensorParallelGroup>()) {
   c.validate();
   for (int l = 0; l < c.n_layer; ++l) {
     blocks_.push_back(std::make_unique<Block>(c, scratch_, recomputed_));
     add_child(*blocks_.back(), "h." + std::to_string(l));
   }
+}
+
+void Gpt::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
+  const GptConfig& c = config_;
+  const int k = tp->ranks();
+  FSDPP_REQUIRE(c.n_head % k == 0, "mesh.tp ({}) must divide model.n_head ({}): each tensor-parallel rank computes "
+                "whole attention heads", k, c.n_head);
+  FSDPP_REQUIRE(std::int64_t{k - 1} * chunk_rows(c.vocab_size, k) < c.vocab_size, "mesh.tp ({}) leaves the last "
+                "tensor-parallel rank no rows of model.vocab_size ({}); use a smaller mesh.tp", k, c.vocab_size);
+  tp_ = std::move(tp);
+  config_.tp = k;
+  wte.set_tensor_parallel(tp_->shard(0));  // the vocabulary: embedding rows and logits columns
+  if (lm_head) lm_head->set_tensor_parallel(tp_->shard(0));
+  for (auto& block : blocks_) block->apply_tensor_parallel(tp_);
 }
 
 std::vector<Block*> Gpt::blocks() const {
@@ -251,7 +294,8 @@ std::string Gpt::describe() const {
 }
 
 std::int64_t Gpt::activation_bytes() const {
-  std::int64_t total = bytes_of({&x0_, &lnf_, &lnf_mean_, &lnf_rstd_, &logits_, &losses_, &dlnf_, &dx_});
+  std::int64_t total = bytes_of({&x0_, &lnf_, &lnf_mean_, &lnf_rstd_, &logits_, &losses_, &dlnf_, &dx_, &ce_stats_});
+  total += static_cast<std::int64_t>(local_tokens_.extent(0)) * 4;
   for (const auto& b : blocks_) total += b->activation_bytes();
   total += recomputed_->bytes();
   const BlockScratch& s = *scratch_;
@@ -259,14 +303,15 @@ std::int64_t Gpt::activation_bytes() const {
 }
 
 std::int64_t Gpt::activation_bytes_for(const GptConfig& c, int B, int T, int recomputing_blocks) {
-  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, V = c.vocab_size;
-  const std::int64_t attention = std::int64_t{B} * c.n_head * T * attention_row_floats(c.attention, T);
+  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, V = c.local_vocab(), Cl = c.local_width();
+  const std::int64_t attention = std::int64_t{B} * c.local_heads() * T * attention_row_floats(c.attention, T);
   const std::int64_t outputs = 4 * c.n_layer * N * C;                   // Block::ensure_output, every block
   const std::int64_t recomputable = BlockActivations::bytes_for(c, B, T);  // per block that keeps its own...
   const std::int64_t sets = c.n_layer - recomputing_blocks + (recomputing_blocks > 0 ? 1 : 0);  // ...+ one shared
-  const std::int64_t head = 4 * (4 * N * C + 3 * N + N * V);            // Gpt::ensure_activations
-  const std::int64_t workspace = attention_workspace_floats(c.attention, B, T, 3 * C, C);
-  const std::int64_t scratch = 4 * (14 * N * C + attention + workspace);  // BlockScratch::ensure, shared by the blocks
+  const std::int64_t vocab_parallel = c.tp > 1 ? 4 * (N + 3 * N) : 0;     // local tokens, cross-entropy statistics
+  const std::int64_t head = 4 * (4 * N * C + 3 * N + N * V) + vocab_parallel;  // Gpt::ensure_activations
+  const std::int64_t workspace = attention_workspace_floats(c.attention, B, T, 3 * Cl, Cl);
+  const std::int64_t scratch = 4 * (2 * N * C + 12 * N * Cl + attention + workspace);  // BlockScratch::ensure
   return outputs + sets * recomputable + head + scratch;
 }
 
@@ -278,10 +323,32 @@ void Gpt::ensure_activations(int B, int T) {
   lnf_ = uninitialized<float>("gpt.lnf", N * C);
   lnf_mean_ = uninitialized<float>("gpt.lnf_mean", N);
   lnf_rstd_ = uninitialized<float>("gpt.lnf_rstd", N);
-  logits_ = uninitialized<float>("gpt.logits", N * static_cast<std::size_t>(config_.vocab_size));
+  logits_ = uninitialized<float>("gpt.logits", N * static_cast<std::size_t>(head().rows()));  // this rank's vocabulary
   losses_ = uninitialized<float>("gpt.losses", N);
   dlnf_ = uninitialized<float>("gpt.dlnf", N * C);
   dx_ = uninitialized<float>("gpt.dx", N * C);
+  if (tp_->active()) {
+    local_tokens_ = View1<std::int32_t>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpt.local_tokens"), N);
+    ce_stats_ = uninitialized<float>("gpt.ce_stats", 3 * N);
+  }
+}
+
+// Tensor parallelism: this rank's rows of the vocabulary start at v0 (torch.chunk of V over tp).
+int Gpt::vocab_offset() const {
+  return static_cast<int>(std::min<std::int64_t>(tp_->rank() * chunk_rows(config_.vocab_size, tp_->ranks()),
+                                                 config_.vocab_size));
+}
+
+// The loss over this rank's logits columns, with the row statistics reduced over tp (vocab_parallel.hpp).
+void Gpt::vocab_parallel_loss(Flow& flow, int N, int Vl) {
+  const int v0 = vocab_offset();
+  vocab_parallel_row_max<float>(ce_stats_, logits_, N, Vl);
+  tp_->all_reduce(ce_stats_, static_cast<std::size_t>(N), ReduceOp::max);
+  vocab_parallel_sum_exp<float>(ce_stats_, logits_, flow.targets, v0, N, Vl);
+  const View1<float> sums = Kokkos::subview(ce_stats_, std::make_pair(static_cast<std::size_t>(N), static_cast<std::size_t>(3) * N));
+  tp_->all_reduce(sums, 2 * static_cast<std::size_t>(N), ReduceOp::sum);
+  vocab_parallel_crossentropy_finish<float>(logits_, losses_, ce_stats_, flow.targets, v0, N, Vl, config_.vocab_size,
+                                            flow.loss_scale / static_cast<float>(N), flow.training);
 }
 
 void Gpt::forward(Flow& flow) {
@@ -289,14 +356,23 @@ void Gpt::forward(Flow& flow) {
   FSDPP_REQUIRE(T >= 1 && T <= config_.context_length, "sequence length {} exceeds model.context_length {}", T,
                 config_.context_length);
   ensure_activations(B, T);
-  encoder_forward<float>(x0_, flow.tokens, wte.value(), wpe.value(), B, T, C);
+  if (tp_->active()) {
+    localize_tokens(local_tokens_, flow.tokens, vocab_offset(), N);
+    vocab_parallel_embedding_forward<float>(x0_, local_tokens_, wte.value(), wpe.value(), tp_->rank() == 0, B, T, C);
+    tp_->all_reduce(x0_, static_cast<std::size_t>(N) * C, ReduceOp::sum);
+  } else {
+    encoder_forward<float>(x0_, flow.tokens, wte.value(), wpe.value(), B, T, C);
+  }
   flow.x = x0_;
   for (auto& block : blocks_) (*block)(flow);
   final_x_ = flow.x;
   layernorm_forward<float>(lnf_, lnf_mean_, lnf_rstd_, final_x_, ln_f_weight.value(), ln_f_bias.value(), N, C);
-  linear_forward<float>(logits_, lnf_, head().value(), View1<float>(), N, C, V);
+  const int Vl = static_cast<int>(head().rows());  // V without tensor parallelism
+  linear_forward<float>(logits_, lnf_, head().value(), View1<float>(), N, C, Vl);
   // Training: the fused kernel leaves d(loss)/d(logits) in logits_, saving a (B*T,V) buffer.
-  if (flow.training)
+  if (tp_->active())
+    vocab_parallel_loss(flow, N, Vl);
+  else if (flow.training)
     crossentropy_forward_backward<float>(logits_, losses_, flow.targets, N, V, flow.loss_scale / static_cast<float>(N));
   else
     crossentropy_forward<float>(losses_, logits_, flow.targets, N, V);
@@ -304,15 +380,20 @@ void Gpt::forward(Flow& flow) {
 }
 
 void Gpt::backward(Flow& flow) {
-  const int B = flow.B, T = flow.T, C = config_.n_embd, V = config_.vocab_size, N = B * T;
+  const int B = flow.B, T = flow.T, C = config_.n_embd, N = B * T;
   FSDPP_CHECK(flow.training, "backward after a forward with training = false: the loss gradient was not prepared");
+  const int Vl = static_cast<int>(head().rows());
   Kokkos::deep_copy(dlnf_, 0.0f);
-  linear_backward<float>(dlnf_, head().grad(), View1<float>(), logits_, lnf_, head().value(), N, C, V);
+  linear_backward<float>(dlnf_, head().grad(), View1<float>(), logits_, lnf_, head().value(), N, C, Vl);
+  tp_->all_reduce(dlnf_, static_cast<std::size_t>(N) * C, ReduceOp::sum);  // every rank's vocabulary columns
   Kokkos::deep_copy(dx_, 0.0f);
   layernorm_backward<float>(dx_, ln_f_weight.grad(), ln_f_bias.grad(), dlnf_, final_x_, ln_f_weight.value(), lnf_mean_, lnf_rstd_, N, C);
   flow.dx = dx_;
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (**it)(flow, Pass::backward);
-  encoder_backward<float>(wte.grad(), wpe.grad(), flow.dx, flow.tokens, B, T, C);
+  // Under tp, tokens another rank holds fall outside this rank's rows of wte and are skipped; every rank adds
+  // the whole dwpe (wpe is replicated, its gradient the same on every tp rank).
+  encoder_backward<float>(wte.grad(), wpe.grad(), flow.dx,
+                          tp_->active() ? View1<const std::int32_t>(local_tokens_) : flow.tokens, B, T, C);
 }
 
 }  // namespace fsdpp

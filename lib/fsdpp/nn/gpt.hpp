@@ -22,6 +22,12 @@ struct GptConfig {
   int n_head = 4;             // NH
   bool tie_embeddings = true; // LM head shares wte.weight
   AttentionKind attention = AttentionKind::automatic;  // model.attention (nn/attention_kind.hpp)
+  // Tensor-parallel ranks (mesh.tp; Gpt::apply_tensor_parallel sets it): each computes NH/tp heads, 4C/tp MLP
+  // features and about V/tp vocabulary rows. The shapes below are one rank's.
+  int tp = 1;
+  int local_heads() const { return n_head / tp; }          // NHl
+  int local_width() const { return n_embd / tp; }          // Cl = NHl * hs: attention and c_proj input width
+  int local_vocab() const { return static_cast<int>((vocab_size + tp - 1) / tp); }  // Vl, the largest (rank 0's)
 
   std::int64_t parameter_count() const;
   // Training FLOPs per token (PaLM, appendix B): 6 x the parameters that multiply (forward 2, backward 4 per
@@ -60,6 +66,9 @@ class Block final : public Module {
   Block(const GptConfig& config, std::shared_ptr<BlockScratch> scratch, std::shared_ptr<BlockActivations> recomputed);
   // Activations held by this block: its output, and its own recomputable set unless it recomputes.
   std::int64_t activation_bytes() const;
+  // Megatron's plan for the block (tensor_parallel.hpp): c_attn by heads, c_fc column-parallel, both c_proj
+  // row-parallel; norms and the c_proj biases replicated.
+  void apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp);
 
   // Parameters, shapes (out, in) as GPT-2 stores Linear weights.
   Parameter& ln_1_weight;     // (C)
@@ -82,9 +91,12 @@ class Block final : public Module {
  private:
   void ensure_output(int B, int T);
   BlockScratch& scratch_for(int B, int T);
+  void row_parallel_forward(const View1<float>& out, const View1<float>& inp, const Parameter& weight,
+                            const Parameter& bias, int N, int in, int OC);
 
   GptConfig config_;
   std::shared_ptr<BlockScratch> scratch_;
+  std::shared_ptr<TensorParallelGroup> tp_;
   RecomputableActivations<BlockActivations> acts_;
   int B_ = 0, T_ = 0;
   View1<float> in_;   // (B,T,C) residual input (the previous module's output, not a copy)
@@ -115,6 +127,9 @@ class Gpt final : public LanguageModel {
   int vocab_size() const override { return config_.vocab_size; }
   int context_length() const override { return config_.context_length; }
   std::string describe() const override;
+  // Vocabulary-parallel wte (and lm_head), every block's Megatron plan; wpe and ln_f replicated.
+  void apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) override;
+  TensorParallelGroup& tensor_parallel() override { return *tp_; }
 
   // activation_bytes_for from a config alone: saved activations, logits, and the backward scratch the
   // blocks share; `recomputing_blocks` of the L blocks recompute in backward and share one recomputable set.
@@ -126,11 +141,14 @@ class Gpt final : public LanguageModel {
 
  private:
   void ensure_activations(int B, int T);
+  int vocab_offset() const;
+  void vocab_parallel_loss(Flow& flow, int N, int Vl);
   Parameter& head() { return lm_head ? *lm_head : wte; }
 
   GptConfig config_;
   std::shared_ptr<BlockScratch> scratch_;
   std::shared_ptr<BlockActivations> recomputed_;  // shared by the blocks that recompute in backward
+  std::shared_ptr<TensorParallelGroup> tp_;
   std::vector<std::unique_ptr<Block>> blocks_;
   int B_ = 0, T_ = 0;
   View1<float> x0_;                          // (B,T,C) embedding output
@@ -140,6 +158,9 @@ class Gpt final : public LanguageModel {
   View1<float> losses_;                      // (B*T)
   View1<float> dlnf_;                        // (B,T,C)
   View1<float> dx_;                          // (B,T,C) gradient of the residual stream
+  // Tensor parallelism only: tokens - v0 (this rank's rows of wte), and the cross-entropy's row statistics.
+  View1<std::int32_t> local_tokens_;         // (B*T)
+  View1<float> ce_stats_;                    // (3*B*T): max, sum of exp, target logit
 };
 
 }  // namespace fsdpp

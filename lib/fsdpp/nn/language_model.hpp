@@ -8,6 +8,9 @@
 // block is a child, the unit fully_shard wraps. Forward takes tokens and targets in a Flow and leaves the mean
 // loss in it; backward leaves every parameter's gradient.
 #include "fsdpp/nn/module.hpp"
+#include "fsdpp/nn/tensor_parallel.hpp"
+
+#include <memory>
 
 #include <cstdint>
 #include <string>
@@ -43,6 +46,16 @@ class LanguageModel : public Module {
   virtual int context_length() const = 0;
   // One line for banners and plans, e.g. "GPT-2, V 50257 T 1024 C 768 L 12 NH 12 (tied embeddings)".
   virtual std::string describe() const = 0;
+
+  // Tensor parallelism (tensor_parallel.hpp): sets the placement of every parameter it splits and computes
+  // with the TP-local shapes from then on. On meta, before fully_shard; parallelize calls it for mesh.tp > 1.
+  // UsageError for an architecture without a tensor-parallel plan, or shapes tp does not divide.
+  virtual void apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp);
+  // The group applied (a group of one rank when none was).
+  virtual TensorParallelGroup& tensor_parallel() { return no_tensor_parallel_; }
+
+ private:
+  TensorParallelGroup no_tensor_parallel_;
 };
 
 }  // namespace fsdpp

@@ -102,10 +102,14 @@ void Module::to_empty() {
 
 void Module::reset_parameters(std::uint64_t seed) {
   for (Parameter* p : parameters()) {
-    // A shard fills only its real rows, with the values those rows have in the whole tensor.
-    const std::int64_t first = p->placement() ? p->placement()->offset_rows * p->row_size() : 0;
-    const auto real = Kokkos::subview(p->value(), std::make_pair<std::size_t, std::size_t>(0, p->local_numel()));
-    fill_initial_values(real, p->init(), seed, p->name(), first);
+    // A shard fills only its real rows, with the values those elements have in the whole tensor (under tensor
+    // parallelism a piece may be a column slice of the whole tensor's rows).
+    const std::int64_t row = p->row_size(), stride = p->global_row_size();
+    for (const GlobalPiece& piece : p->global_pieces()) {
+      const auto begin = static_cast<std::size_t>(piece.local_row * row);
+      const auto part = Kokkos::subview(p->value(), std::make_pair(begin, begin + static_cast<std::size_t>(piece.rows * row)));
+      fill_initial_values(part, p->init(), seed, p->name(), piece.global_row * stride + piece.global_col, piece.cols, stride);
+    }
   }
 }
 

@@ -37,6 +37,27 @@ struct ShardPlacement {
   std::string memory;            // where the shard lives: "Host", "Cuda", "host (pinned)", ...
 };
 
+// Tensor parallelism: DTensor's placement of a parameter on the mesh's `tp` dimension (Shard(dim)). A parameter
+// without one is Replicate() over tp. The part a TP rank holds, the TP-local tensor, is what its kernels compute
+// with and what fully_shard then shards along dim 0 over dp_shard (FSDP2's 2-D composition).
+//   dim 0, blocks 1: rows split like torch.chunk (column-parallel Linear weights and biases, the vocabulary)
+//   dim 0, blocks b: dim 0 is b equal stacked parts, each split alike (c_attn's q, k, v: DTensor's _StridedShard)
+//   dim 1:           columns split (row-parallel Linear weights: the input features)
+struct TensorParallelPlacement {
+  int dim = 0;
+  int ranks = 1, rank = 0;
+  int blocks = 1;
+  std::string describe() const;  // "Shard(0)", "Shard(1)", "StridedShard(0, blocks=3)"
+};
+
+// A run of rows of a parameter's local storage that lies in one place of the whole tensor, both seen as
+// row-major (rows x row size): rows [local_row, local_row + rows) of the storage hold columns
+// [global_col, global_col + cols) of rows [global_row, global_row + rows) of the whole tensor.
+struct GlobalPiece {
+  std::int64_t local_row = 0, global_row = 0, rows = 0;
+  std::int64_t global_col = 0, cols = 0;
+};
+
 // torch.chunk's rows per rank: ceil(rows / ranks); every rank stores this many, the last ones padded.
 constexpr std::int64_t chunk_rows(std::int64_t rows, int ranks) { return (rows + ranks - 1) / ranks; }
 
@@ -46,10 +67,23 @@ class Parameter {
 
   const std::string& name() const { return name_; }  // hierarchical: "h.0.attn.c_attn.weight"
   const std::string& local_name() const { return local_name_; }
+  // The whole tensor's shape (DTensor's .shape): what checkpoints and imports hold.
   const std::vector<std::int64_t>& shape() const { return shape_; }
+  std::int64_t global_numel() const;
+  // The TP-local tensor (the whole shape without tensor parallelism): what this rank's kernels see while
+  // fully_shard has it unsharded, and what fully_shard shards. numel, rows and row_size are of this tensor.
+  const std::vector<std::int64_t>& local_shape() const { return local_shape_; }
   std::int64_t numel() const;
-  std::int64_t rows() const { return shape_.empty() ? 1 : shape_[0]; }  // dim 0, the dimension FSDP splits
+  std::int64_t rows() const { return local_shape_.empty() ? 1 : local_shape_[0]; }  // dim 0, the dimension FSDP splits
   std::int64_t row_size() const { return rows() == 0 ? 0 : numel() / rows(); }
+  std::int64_t global_row_size() const;
+
+  // Tensor parallelism (above): set once, on meta, before fully_shard; the local shape follows.
+  void set_tensor_parallel(TensorParallelPlacement tp);
+  const std::optional<TensorParallelPlacement>& tensor_parallel() const { return tp_; }
+  // Where the real (unpadded) rows of this rank's storage lie in the whole tensor: one piece without tensor
+  // parallelism, up to `blocks` for a strided shard.
+  std::vector<GlobalPiece> global_pieces() const;
   const InitRule& init() const { return init_; }
   ParamRole role() const { return role_; }
   std::string shape_string() const;  // "[4096, 256]"
@@ -87,19 +121,30 @@ class Parameter {
   View1<float> value_, grad_;
   OffloadBuffer offloaded_value_, offloaded_grad_;  // owners of value_/grad_'s shard memory when offloaded
   std::optional<ShardPlacement> placement_;
+  std::optional<TensorParallelPlacement> tp_;
   bool unsharded_ = false;
   std::string local_name_;
   std::string name_;
-  std::vector<std::int64_t> shape_;
+  std::vector<std::int64_t> shape_, local_shape_;
   InitRule init_;
   ParamRole role_;
 };
 
-// Fill `out` with elements [first, first + out.extent(0)) of the parameter's flattened initial tensor. The
-// value of element i depends only on (seed, parameter name, i): a Philox counter-based generator, keyed by
-// the seed and a hash of the name, counted by i (Random123; Salmon et al., SC'11).
+// The TP-local shape of a tensor of `shape` under `tp`.
+std::vector<std::int64_t> tensor_parallel_shape(const std::vector<std::int64_t>& shape, const TensorParallelPlacement& tp);
+// The pieces (GlobalPiece) of local rows [first_local_row, first_local_row + local_rows) of the TP-local tensor
+// of a tensor of `shape` under `tp` (none: replicated), numbered from local row 0 of that range. Any rank's,
+// not only this one's: a checkpoint save lays out every rank's pieces.
+std::vector<GlobalPiece> global_pieces_of(const std::vector<std::int64_t>& shape,
+                                          const std::optional<TensorParallelPlacement>& tp,
+                                          std::int64_t first_local_row, std::int64_t local_rows);
+
+// Fill `out` with elements of the parameter's flattened initial tensor: element j of `out` is element
+// first + (j / cols) * stride + j % cols of the whole tensor (cols 0: a contiguous run, first + j). The value
+// of element i depends only on (seed, parameter name, i): a Philox counter-based generator, keyed by the seed
+// and a hash of the name, counted by i (Random123; Salmon et al., SC'11).
 void fill_initial_values(const View1<float>& out, const InitRule& rule, std::uint64_t seed, const std::string& name,
-                         std::int64_t first);
+                         std::int64_t first, std::int64_t cols = 0, std::int64_t stride = 0);
 
 std::uint64_t name_hash(const std::string& name);  // FNV-1a, stable across runs and machines
 

@@ -61,12 +61,22 @@ double reduce_scalar(double value, Communicator& group, ReduceOp op) {
 
 }  // namespace
 
-double global_grad_norm(const std::vector<Parameter*>& params, Communicator* sum_over, NormType type) {
+double global_grad_norm(const std::vector<Parameter*>& params, Communicator* sum_over, NormType type,
+                        Communicator* tensor_parallel) {
   if (type == NormType::inf) {
-    const double m = local_max_abs(params);
+    double m = local_max_abs(params);
+    if (tensor_parallel) m = reduce_scalar(m, *tensor_parallel, ReduceOp::max);
     return sum_over ? reduce_scalar(m, *sum_over, ReduceOp::max) : m;
   }
-  double squared = grad_norm_squared_local(params);
+  double squared = 0.0;
+  if (tensor_parallel) {
+    std::vector<Parameter*> split, replicated;
+    for (Parameter* p : params) (p->tensor_parallel() ? split : replicated).push_back(p);
+    squared = reduce_scalar(grad_norm_squared_local(split), *tensor_parallel, ReduceOp::sum) +
+              grad_norm_squared_local(replicated);
+  } else {
+    squared = grad_norm_squared_local(params);
+  }
   if (sum_over != nullptr) squared = reduce_scalar(squared, *sum_over, ReduceOp::sum);
   return std::sqrt(squared);
 }
@@ -79,10 +89,11 @@ void scale_grads(const std::vector<Parameter*>& params, float factor) {
   }
 }
 
-double clip_grad_norm(const std::vector<Parameter*>& params, double max_norm, Communicator* sum_over, NormType type) {
+double clip_grad_norm(const std::vector<Parameter*>& params, double max_norm, Communicator* sum_over, NormType type,
+                      Communicator* tensor_parallel) {
   FSDPP_REQUIRE(max_norm > 0.0, "clip_grad_norm: max_norm must be > 0, got {} (to disable clipping, do not clip)",
                 max_norm);
-  const double norm = global_grad_norm(params, sum_over, type);
+  const double norm = global_grad_norm(params, sum_over, type, tensor_parallel);
   const double coef = max_norm / (norm + 1e-6);
   // Every rank computes the same norm, so every rank takes the same branch.
   if (std::isfinite(norm) && coef < 1.0) scale_grads(params, static_cast<float>(coef));

@@ -32,6 +32,14 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   layout.strategy = deck.fsdp.strategy;
   layout.backend = choose_backend(deck.comm.backend);
   const std::vector<MeshDim> dims = deck.mesh.dims();
+  // Tensor parallelism takes consecutive ranks (the innermost dimension); the data-parallel dimensions are laid
+  // over the world / tp groups.
+  layout.tp = deck.mesh.tp;
+  FSDPP_REQUIRE(world_size % layout.tp == 0, "mesh.tp is {}, which does not divide the {} ranks of the job: launch a "
+                "multiple of {} ranks, or change mesh.tp", layout.tp, world_size, layout.tp);
+  FSDPP_REQUIRE(layout.tp == 1 || deck.fsdp.strategy != ShardStrategy::no_shard, "mesh.tp combines with "
+                "fsdp.strategy full_shard, shard_grad_op or hybrid_shard, not no_shard");
+  world_size /= layout.tp;
   switch (deck.fsdp.strategy) {
     case ShardStrategy::no_shard:
       // DDP: every rank a replica, each parameter "sharded" over a group of one.
@@ -53,6 +61,8 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
       break;
   }
   if (deck.fsdp.accumulate == GradAccumulation::unsharded) layout.sync_every_micro_batch = false;
+  const int shard_ranks = layout.mesh.back().size;  // before tp joins the mesh
+  if (layout.tp > 1) layout.mesh.push_back({"tp", layout.tp});
 
   FullyShardOptions& block = layout.block_options;
   block.mp_policy.param_dtype = deck.fsdp.param_dtype;
@@ -60,7 +70,6 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   block.mp_policy.output_dtype = deck.fsdp.output_dtype;
   block.offload_policy.cpu = deck.fsdp.offload == OffloadPolicy::cpu;
   const auto& raf = deck.fsdp.reshard_after_forward;
-  const int shard_ranks = layout.mesh.back().size;
   if (deck.fsdp.strategy == ShardStrategy::shard_grad_op || raf.kind == ReshardAfterForward::Kind::no)
     block.reshard_after_forward = false;
   else if (raf.kind == ReshardAfterForward::Kind::yes)
@@ -79,6 +88,10 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
 
 Parallelism::Parallelism(ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh, MPI_Comm world)
     : layout_(std::move(layout)), mesh_(std::move(mesh)) {
+  std::vector<std::string> dp;
+  for (int d = 0; d < mesh_->ndim(); ++d)
+    if (mesh_->name(d) != "tp") dp.push_back(mesh_->name(d));
+  dp_mesh_ = std::make_unique<DeviceMesh>(mesh_->slice(dp));
   if (world != MPI_COMM_NULL) {
     host_world_ = std::make_unique<MpiCommunicator>(world);
     host_world_->set_label("the job's ranks (host scalars)");
@@ -105,7 +118,7 @@ std::vector<UnitSummary> Parallelism::units() const {
     if (!g) continue;
     UnitSummary u;
     u.name = m->display_name();
-    for (Parameter* p : g->parameters()) u.parameters += p->numel();
+    for (Parameter* p : g->parameters()) u.parameters += p->global_numel();
     u.sharded_numel = g->sharded_numel();
     u.unsharded_numel = g->unsharded_numel();
     out.push_back(u);
@@ -127,6 +140,10 @@ std::vector<std::string> Parallelism::banner(const std::string& optimizer_state,
   const char* how = layout_.strategy == ShardStrategy::no_shard ? "replicated (no_shard: DDP) over" : "fully_shard over";
   std::vector<std::string> lines;
   lines.push_back(fmt::format("{} {}: {} units: {}", how, describe(), all.size(), names));
+  if (layout_.tp > 1)
+    lines.push_back(fmt::format("tensor parallel over tp={} (Megatron: c_attn by heads, c_fc column-parallel, both "
+                                "c_proj row-parallel, vocabulary-parallel wte and loss); fully_shard over {}",
+                                layout_.tp, dp_mesh_->describe()));
   lines.push_back(fmt::format("shards live in {} memory", root_->parameters().front()->placement()->memory));
   lines.push_back(fmt::format("bytes per rank: parameters {:.2f} MiB, gradients {:.2f} MiB, {} {:.2f} MiB (f32 "
                               "shards, padded); largest unsharded group {:.2f} MiB", local * mib, local * mib,
@@ -164,13 +181,21 @@ std::string activation_checkpointing_summary(const LanguageModel& model, const D
 std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, ParallelLayout layout,
                                    std::unique_ptr<DeviceMesh> mesh, MPI_Comm world) {
   auto par = std::make_unique<Parallelism>(std::move(layout), std::move(mesh), world);
-  // Before fully_shard, as torchtitan applies AC before FSDP: recomputation happens inside each block's
+  const ParallelLayout& l = par->layout();
+  // Tensor parallelism first, then activation checkpointing, then FSDP, in torchtitan's order: the TP plan
+  // sets the local shapes that the AC summary and fully_shard see.
+  if (l.tp > 1) {
+    const DeviceMesh& whole = par->mesh();
+    const int tp_dim = whole.dim_index("tp");
+    model.apply_tensor_parallel(
+        std::make_shared<TensorParallelGroup>(whole.dim_size(tp_dim), whole.coordinate(tp_dim), &whole.comm(tp_dim)));
+  }
+  // AC before fully_shard, as torchtitan applies AC before FSDP: recomputation happens inside each block's
   // backward, after fully_shard's pre-backward all-gather.
   apply_activation_checkpointing(model, deck.train.activation_checkpointing);
   par->set_activation_checkpointing_summary(activation_checkpointing_summary(model, deck));
-  const ParallelLayout& l = par->layout();
-  for (Module* block : model.block_modules()) fully_shard(*block, par->mesh(), l.block_options);
-  FsdpGroup& root = fully_shard(model, par->mesh(), l.root_options);
+  for (Module* block : model.block_modules()) fully_shard(*block, par->data_parallel_mesh(), l.block_options);
+  FsdpGroup& root = fully_shard(model, par->data_parallel_mesh(), l.root_options);
   if (l.gradient_divide_factor > 0)
     for (Module* m : model.modules())
       if (FsdpGroup* g = fsdp_group(*m)) g->set_gradient_divide_factor(l.gradient_divide_factor);

@@ -5,7 +5,9 @@
 //   model.to_empty(); model.reset_parameters(seed);               // only the local shards get storage
 //
 // It decides, from the deck and the launch:
-//   - the mesh: (dp_replicate x) dp_shard from `mesh`; fsdp.strategy no_shard is a (ranks x 1) mesh, DDP;
+//   - the mesh: (dp_replicate x) dp_shard (x tp) from `mesh`; fsdp.strategy no_shard is a (ranks x 1) mesh, DDP;
+//   - tensor parallelism (mesh.tp > 1, nn/tensor_parallel.hpp): the model's Megatron plan on the tp dimension,
+//     applied first, as torchtitan's apply_tp comes before apply_ac and apply_fsdp;
 //   - the communicator backend of every mesh dimension: `comm.backend` (auto: NCCL when Kokkos computes on a
 //     GPU, MPI otherwise);
 //   - activation checkpointing (train.activation_checkpointing): which blocks recompute in backward, set
@@ -36,7 +38,8 @@ namespace fsdpp {
 // The deck's parallel layout for a launch of `world_size` ranks, before any communicator exists.
 struct ParallelLayout {
   ShardStrategy strategy = ShardStrategy::full_shard;
-  std::vector<MeshDim> mesh;       // resolved sizes, outermost first
+  std::vector<MeshDim> mesh;       // resolved sizes, outermost first; tp, when above 1, last
+  int tp = 1;                      // tensor-parallel ranks (mesh.tp)
   CommBackend backend = CommBackend::mpi;
   FullyShardOptions block_options, root_options;
   // false: gradients stay whole and unreduced until the last micro-batch of a step (no_sync); true: every
@@ -68,12 +71,18 @@ class Parallelism {
 
   const ParallelLayout& layout() const { return layout_; }
   const DeviceMesh& mesh() const { return *mesh_; }
+  // The data-parallel dimensions, (dp_replicate x) dp_shard: what fully_shard shards over. The whole mesh
+  // without tensor parallelism.
+  const DeviceMesh& data_parallel_mesh() const { return *dp_mesh_; }
+  // The tp dimension's group, or null without tensor parallelism.
+  Communicator* tensor_parallel_group() const { return layout_.tp > 1 ? &mesh_->comm("tp") : nullptr; }
   FsdpGroup& root() const { return *root_; }
   std::string describe() const { return mesh_->describe(); }  // "dp_shard=4 (4 ranks, mpi)"
 
-  // Data parallelism: every rank of the mesh takes its own sequences of each global batch.
-  int data_parallel_size() const { return mesh_->size(); }
-  int data_parallel_rank() const { return mesh_->rank(); }
+  // Data parallelism: every rank of the data-parallel mesh takes its own sequences of each global batch; the
+  // tp ranks of one data-parallel rank take the same ones.
+  int data_parallel_size() const { return dp_mesh_->size(); }
+  int data_parallel_rank() const { return dp_mesh_->rank(); }
 
   float loss_scale(int accumulation_steps) const {
     return 1.0f / static_cast<float>(accumulation_steps * layout_.loss_scale_ranks);
@@ -84,9 +93,9 @@ class Parallelism {
   void after_evaluation();
 
   // The group the squared gradient norm is summed over: the shard dimension. Replicas hold copies.
-  Communicator* grad_norm_group() const { return &mesh_->comm(mesh_->ndim() - 1); }
+  Communicator* grad_norm_group() const { return &dp_mesh_->comm(dp_mesh_->ndim() - 1); }
   // HSDP and no_shard: one replica writes each shard; the others hold copies.
-  bool writes_checkpoint_shards() const { return mesh_->ndim() == 1 || mesh_->coordinate(0) == 0; }
+  bool writes_checkpoint_shards() const { return dp_mesh_->ndim() == 1 || dp_mesh_->coordinate(0) == 0; }
   // The mean of a host scalar (a loss) over every rank of the job.
   double mean_over_ranks(double value) const;
 
@@ -105,6 +114,7 @@ class Parallelism {
  private:
   ParallelLayout layout_;
   std::unique_ptr<DeviceMesh> mesh_;
+  std::unique_ptr<DeviceMesh> dp_mesh_;
   std::unique_ptr<MpiCommunicator> host_world_;  // host scalars; null on a planning mesh
   Module* model_ = nullptr;
   FsdpGroup* root_ = nullptr;

@@ -43,7 +43,9 @@ std::unique_ptr<LanguageModel> make_model(const ModelConfig& m) {
   throw UsageError(fmt::format("model.arch {} is not a model fsdpp builds", static_cast<int>(m.arch)));
 }
 
-std::vector<float> TrainModel::whole(const Parameter& p) const { return gather_full_parameter(p, parallel->mesh()); }
+std::vector<float> TrainModel::whole(const Parameter& p) const {
+  return gather_full_parameter(p, parallel->data_parallel_mesh(), parallel->tensor_parallel_group());
+}
 
 TrainModel build_model(MPI_Comm comm, const Deck& deck) {
   TrainModel t;

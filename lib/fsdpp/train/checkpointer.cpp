@@ -48,6 +48,7 @@ CheckpointContents Checkpointer::contents() const {
   c.params = all.params;
   c.optimizer = all.optimizer;
   c.writes_shards = parallel_.writes_checkpoint_shards();
+  if (parallel_.layout().tp > 1) c.tensor_parallel = parallel_.mesh().mpi_comm("tp");
   for (const auto& entry : all.scalars)
     if (entry.first != "step") c.scalars.push_back(entry);
   return c;

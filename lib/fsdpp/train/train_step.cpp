@@ -16,6 +16,7 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
   const int accum = data_.accumulation_steps();
   model_.zero_grad();
   reset_fsdp_stats(model_);
+  model_.tensor_parallel().reset_stats();
   double loss = 0;
   for (int a = 0; a < accum; ++a) {
     data_.load_train(a, flow_);
@@ -33,13 +34,18 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
     loss += flow_.loss;
   }
   stats_ = fsdp_stats(model_);
+  // Tensor parallelism's all-reduces block the compute too: they count with the all-reduces (the AllReduce row).
+  const TensorParallelStats& tp = model_.tensor_parallel().stats();
+  stats_.all_reduces += static_cast<int>(tp.all_reduces);
+  stats_.all_reduce_s += tp.seconds;
   StepResult r;
   r.loss = parallel_.mean_over_ranks(loss / accum);
   timers_.mark(kGradSync);
   const auto params = model_.parameters();
   Communicator* norm_group = parallel_.grad_norm_group();  // shards; replicas are copies
-  r.grad_norm = train_.grad_clip > 0 ? clip_grad_norm(params, train_.grad_clip, norm_group)
-                                     : global_grad_norm(params, norm_group);
+  Communicator* tp_group = parallel_.tensor_parallel_group();  // null without tensor parallelism
+  r.grad_norm = train_.grad_clip > 0 ? clip_grad_norm(params, train_.grad_clip, norm_group, NormType::l2, tp_group)
+                                     : global_grad_norm(params, norm_group, NormType::l2, tp_group);
   r.nonfinite = guard(step, r);
   r.skipped = !r.nonfinite.empty();
   if (!r.skipped) optimizer_.step(lr);

@@ -1,0 +1,260 @@
+// Tensor parallelism composed with fully_shard (nn/tensor_parallel.hpp, parallel/parallelize.cpp): the same
+// losses as one rank on every (dp_replicate, dp_shard, tp) mesh, tied and untied, with accumulation and
+// clipping; initial weights identical on every mesh; the gradient norm counted once; Megatron's all-reduce
+// counts; checkpoints saved at dp_shard 2 x tp 2 loaded bitwise on other meshes and resumed; clear errors.
+#include "input_decks.hpp"
+#include "mpi_test.hpp"
+
+#include "fsdpp/ckpt/checkpoint.hpp"
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/fsdp/fully_shard.hpp"
+#include "fsdpp/optim/grad_norm.hpp"
+#include "fsdpp/parallel/parallelize.hpp"
+#include "fsdpp/runtime/error.hpp"
+#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/train/trainer.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <unistd.h>
+
+using namespace fsdpp;
+
+namespace {
+
+// Twelve sequences a step, one per micro-batch: every data-parallel size here (1, 2, 3, 4) accumulates.
+const std::vector<std::string> kCommon = {"train.eval_interval=0", "schedule.warmup_steps=2", "train.steps=6",
+                                          "train.global_batch=12", "train.micro_batch=1", "train.grad_clip=0.5"};
+
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& extra) {
+  base.insert(base.end(), extra.begin(), extra.end());
+  return base;
+}
+
+Deck tiny(const std::vector<std::string>& extra) { return test::input_deck("tiny.yaml", with(kCommon, extra)); }
+
+// The deck on the first `n` ranks of test_comm (the rest wait); the loss of every step, on every rank.
+std::vector<double> losses_on(MPI_Comm test_comm, int test_rank, int n, const Deck& deck, std::int64_t stop_after = 0) {
+  MPI_Comm group;
+  MPI_Comm_split(test_comm, test_rank < n ? 0 : MPI_UNDEFINED, test_rank, &group);
+  std::vector<double> losses(static_cast<std::size_t>(deck.train.steps));
+  if (group != MPI_COMM_NULL) {
+    TrainOptions o;
+    o.quiet = true;
+    o.measure_peak = false;
+    o.stop_after_step = stop_after;
+    const auto run = train(group, deck, o).losses;
+    std::copy(run.begin(), run.end(), losses.begin());
+    MPI_Comm_free(&group);
+  }
+  MPI_Bcast(losses.data(), static_cast<int>(losses.size()), MPI_DOUBLE, 0, test_comm);
+  return losses;
+}
+
+void check_same_losses(const std::vector<double>& got, const std::vector<double>& want, double tolerance = 1e-5) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t s = 0; s < got.size(); ++s) {
+    CAPTURE(s);
+    CHECK(got[s] == doctest::Approx(want[s]).epsilon(tolerance));
+  }
+}
+
+std::string shared_temp_dir(MPI_Comm comm, int rank, const std::string& stem) {
+  char name[256] = {0};
+  if (rank == 0) {
+    const auto dir = std::filesystem::temp_directory_path() / (stem + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::snprintf(name, sizeof name, "%s", dir.c_str());
+  }
+  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm);
+  return name;
+}
+
+// Every parameter's whole tensor after `fill` on a model built for `deck` on the first n ranks, broadcast to all
+// of test_comm (one flat vector, parameters in model order).
+template <class Fill>
+std::vector<float> whole_model_on(MPI_Comm test_comm, int test_rank, int n, const Deck& deck, Fill fill) {
+  MPI_Comm group;
+  MPI_Comm_split(test_comm, test_rank < n ? 0 : MPI_UNDEFINED, test_rank, &group);
+  std::vector<float> all;
+  if (group != MPI_COMM_NULL) {
+    TrainModel t = build_model(group, deck);
+    fill(group, t);
+    for (Parameter* p : t.model->parameters())
+      for (float x : t.whole(*p)) all.push_back(x);
+    MPI_Comm_free(&group);
+  }
+  std::uint64_t size = all.size();
+  MPI_Bcast(&size, 1, MPI_UINT64_T, 0, test_comm);
+  all.resize(size);
+  MPI_Bcast(all.data(), static_cast<int>(size), MPI_FLOAT, 0, test_comm);
+  return all;
+}
+
+auto no_fill = [](MPI_Comm, TrainModel&) {};
+
+CheckpointContents weights_of(const TrainModel& t) {
+  CheckpointContents c;
+  c.params = t.model->parameters();
+  c.writes_shards = t.parallel->writes_checkpoint_shards();
+  if (t.parallel->layout().tp > 1) c.tensor_parallel = t.parallel->mesh().mpi_comm("tp");
+  return c;
+}
+
+std::string usage_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(no UsageError)";
+}
+
+// One forward and backward of a fixed batch on a model built for `deck`; what tests of a single pass read.
+struct OnePass {
+  double loss = 0, grad_norm = 0, grad_max = 0;
+  TensorParallelStats tp;
+  FsdpStats fsdp;
+};
+
+OnePass one_pass(MPI_Comm comm, const Deck& deck, int B, int T) {
+  TrainModel t = build_model(comm, deck);
+  const int N = B * T, V = deck.model.vocab_size;
+  View1<std::int32_t> tokens("tokens", N), targets("targets", N);
+  auto ht = Kokkos::create_mirror_view(tokens), hg = Kokkos::create_mirror_view(targets);
+  for (int i = 0; i < N; ++i) ht(i) = (7 * i + 3) % V, hg(i) = (5 * i + 1) % V;
+  hg(0) = -1;  // an ignored position, as a padded batch has
+  Kokkos::deep_copy(tokens, ht);
+  Kokkos::deep_copy(targets, hg);
+  Flow flow;
+  flow.B = B, flow.T = T, flow.tokens = tokens, flow.targets = targets;
+  t.parallel->before_micro_batch(0, 1);
+  t.model->tensor_parallel().reset_stats();
+  (*t.model)(flow);
+  (*t.model)(flow, Pass::backward);
+  Kokkos::fence();
+  OnePass r;
+  r.loss = flow.loss;
+  r.tp = t.model->tensor_parallel().stats();
+  r.fsdp = fsdp_stats(*t.model);
+  const auto params = t.model->parameters();
+  r.grad_norm = global_grad_norm(params, t.parallel->grad_norm_group(), NormType::l2, t.parallel->tensor_parallel_group());
+  r.grad_max = global_grad_norm(params, t.parallel->grad_norm_group(), NormType::inf, t.parallel->tensor_parallel_group());
+  return r;
+}
+
+}  // namespace
+
+MPI_TEST_CASE("tensor parallel: the same losses as one rank on tp 2, tp 4, dp_shard 2 x tp 2 and HSDP 2 x 1 x tp 2", 4) {
+  for (const char* tie : {"model.tie_embeddings=true", "model.tie_embeddings=false"}) {
+    CAPTURE(tie);
+    const auto one = losses_on(test_comm, test_rank, 1, tiny({tie}));
+    check_same_losses(losses_on(test_comm, test_rank, 2, tiny({tie, "mesh.tp=2"})), one);
+    check_same_losses(losses_on(test_comm, test_rank, 4, tiny({tie, "mesh.tp=4"})), one);
+    check_same_losses(losses_on(test_comm, test_rank, 4, tiny({tie, "mesh.tp=2", "mesh.dp_shard=2"})), one);
+    check_same_losses(losses_on(test_comm, test_rank, 4, tiny({tie, "mesh.tp=2", "fsdp.strategy=hybrid_shard",
+                                                               "mesh.dp_replicate=2", "mesh.dp_shard=1"})), one);
+  }
+  // shard_grad_op, reshard_after_forward as a group size, and activation checkpointing compose with tp too.
+  const auto one = losses_on(test_comm, test_rank, 1, tiny({}));
+  check_same_losses(losses_on(test_comm, test_rank, 4, tiny({"mesh.tp=2", "fsdp.strategy=shard_grad_op"})), one);
+  check_same_losses(losses_on(test_comm, test_rank, 4, tiny({"mesh.tp=2", "train.activation_checkpointing=full"})), one);
+}
+
+MPI_TEST_CASE("tensor parallel: the same losses as one rank on dp_shard 3 x tp 2 (6 ranks)", 6) {
+  const auto one = losses_on(test_comm, test_rank, 1, tiny({}));
+  check_same_losses(losses_on(test_comm, test_rank, 6, tiny({"mesh.tp=2"})), one);
+  check_same_losses(losses_on(test_comm, test_rank, 6, tiny({"mesh.tp=2", "model.tie_embeddings=false"})),
+                    losses_on(test_comm, test_rank, 1, tiny({"model.tie_embeddings=false"})));
+}
+
+MPI_TEST_CASE("tensor parallel: initial weights are those of one rank, bitwise, on every mesh", 4) {
+  for (const char* tie : {"model.tie_embeddings=true", "model.tie_embeddings=false"}) {
+    CAPTURE(tie);
+    const auto one = whole_model_on(test_comm, test_rank, 1, tiny({tie}), no_fill);
+    CHECK(whole_model_on(test_comm, test_rank, 2, tiny({tie, "mesh.tp=2"}), no_fill) == one);
+    CHECK(whole_model_on(test_comm, test_rank, 4, tiny({tie, "mesh.tp=4"}), no_fill) == one);
+    CHECK(whole_model_on(test_comm, test_rank, 4, tiny({tie, "mesh.tp=2", "mesh.dp_shard=2"}), no_fill) == one);
+  }
+}
+
+MPI_TEST_CASE("tensor parallel: Megatron's all-reduce counts and bytes, FSDP's collectives unchanged, one norm", 4) {
+  const int B = 2, T = 16, N = B * T;
+  MPI_Comm one_comm;
+  MPI_Comm_split(test_comm, test_rank == 0 ? 0 : MPI_UNDEFINED, 0, &one_comm);
+  OnePass one;
+  if (one_comm != MPI_COMM_NULL) {
+    one = one_pass(one_comm, tiny({}), B, T);
+    MPI_Comm_free(&one_comm);
+  }
+  MPI_Bcast(&one.loss, 1, MPI_DOUBLE, 0, test_comm);
+  MPI_Bcast(&one.grad_norm, 1, MPI_DOUBLE, 0, test_comm);
+  MPI_Bcast(&one.grad_max, 1, MPI_DOUBLE, 0, test_comm);
+  for (const char* ac : {"train.activation_checkpointing=none", "train.activation_checkpointing=full"}) {
+    CAPTURE(ac);
+    const Deck deck = tiny({"mesh.tp=2", "mesh.dp_shard=2", ac});
+    const OnePass two = one_pass(test_comm, deck, B, T);
+    const std::int64_t L = deck.model.n_layer, C = deck.model.n_embd;
+    const bool recomputes = std::string(ac).find("full") != std::string::npos;
+    // Forward: the embedding, two row-parallel outputs per block, the loss's max and sums. Backward: the two
+    // column-parallel input gradients per block and the LM head's; recomputing blocks redo their attention
+    // projection's all-reduce (the recomputation stops before the MLP's).
+    CHECK(two.tp.all_reduces == 4 * L + 4 + (recomputes ? L : 0));
+    CHECK(two.tp.bytes == 4 * ((4 * L + 2 + (recomputes ? L : 0)) * N * C + 3 * N));
+    // fully_shard over dp_shard 2 does what it does without tp: per block and the root, one all-gather before
+    // forward, one again before backward (reshard_after_forward), one reduce-scatter.
+    CHECK(two.fsdp.forward_all_gathers == L + 1);
+    CHECK(two.fsdp.backward_all_gathers == L);
+    CHECK(two.fsdp.reduce_scatters == L + 1);
+    CHECK(two.loss == doctest::Approx(one.loss).epsilon(1e-6));
+    CHECK(two.grad_norm == doctest::Approx(one.grad_norm).epsilon(1e-5));
+    CHECK(two.grad_max == doctest::Approx(one.grad_max).epsilon(1e-5));
+  }
+}
+
+MPI_TEST_CASE("tensor parallel: a checkpoint saved at dp_shard 2 x tp 2 loads bitwise at tp 4, dp 4 and 1 rank, and resumes", 4) {
+  const std::string dir = shared_temp_dir(test_comm, test_rank, "fsdpp-tp-ckpt");
+  const auto straight = losses_on(test_comm, test_rank, 1, tiny({}));
+  losses_on(test_comm, test_rank, 4, tiny({"mesh.tp=2", "mesh.dp_shard=2", "checkpoint.interval=3", "checkpoint.dir=" + dir}), 3);
+  const std::string path = dir + "/" + checkpoint_file_name(3);
+  auto load = [&](MPI_Comm group, TrainModel& t) { load_checkpoint(group, path, weights_of(t)); };
+  const auto saved = whole_model_on(test_comm, test_rank, 4, tiny({"mesh.tp=2", "mesh.dp_shard=2"}), load);
+  CHECK(whole_model_on(test_comm, test_rank, 4, tiny({"mesh.tp=4"}), load) == saved);
+  CHECK(whole_model_on(test_comm, test_rank, 4, tiny({}), load) == saved);
+  CHECK(whole_model_on(test_comm, test_rank, 1, tiny({}), load) == saved);
+  CHECK(whole_model_on(test_comm, test_rank, 2, tiny({"mesh.tp=2"}), load) == saved);
+  // The file is an ordinary one: /full and consolidate assemble the same whole tensors.
+  if (test_rank == 0) consolidate_checkpoint(path, dir + "/whole.h5");
+  MPI_Barrier(test_comm);
+  auto consolidated = [&](MPI_Comm group, TrainModel& t) { load_consolidated(group, dir + "/whole.h5", t.model->parameters()); };
+  CHECK(whole_model_on(test_comm, test_rank, 2, tiny({"mesh.tp=2"}), consolidated) == saved);
+  // Resume on other meshes: steps 4-6 as the uninterrupted run has them, within fp32 tolerance.
+  const std::vector<double> rest(straight.begin() + 3, straight.end());
+  for (const std::vector<std::string>& mesh : {std::vector<std::string>{"mesh.tp=4"}, std::vector<std::string>{},
+                                              std::vector<std::string>{"mesh.tp=2", "mesh.dp_shard=2"}}) {
+    auto resumed = losses_on(test_comm, test_rank, 4, tiny(with(mesh, {"checkpoint.resume=" + path,
+                                                                       "checkpoint.dir=" + dir + "/again"})));
+    resumed.resize(3);
+    check_same_losses(resumed, rest);
+  }
+  if (test_rank == 0) std::filesystem::remove_all(dir);
+}
+
+MPI_TEST_CASE("tensor parallel: a checkpoint saved at dp_shard 2 x tp 2 loads bitwise at dp_shard 3 x tp 2 (6 ranks)", 6) {
+  const std::string dir = shared_temp_dir(test_comm, test_rank, "fsdpp-tp-ckpt6");
+  losses_on(test_comm, test_rank, 4, tiny({"mesh.tp=2", "mesh.dp_shard=2", "checkpoint.interval=3", "checkpoint.dir=" + dir}), 3);
+  const std::string path = dir + "/" + checkpoint_file_name(3);
+  auto load = [&](MPI_Comm group, TrainModel& t) { load_checkpoint(group, path, weights_of(t)); };
+  const auto saved = whole_model_on(test_comm, test_rank, 4, tiny({"mesh.tp=2", "mesh.dp_shard=2"}), load);
+  CHECK(whole_model_on(test_comm, test_rank, 6, tiny({"mesh.tp=2"}), load) == saved);
+  if (test_rank == 0) std::filesystem::remove_all(dir);
+}
+
+MPI_TEST_CASE("tensor parallel: impossible meshes are one clear error", 1) {
+  CHECK(usage_error_of([] { tiny({"mesh.tp=3"}); }).find("mesh.tp (3) must divide model.n_head (4)") != std::string::npos);
+  CHECK(usage_error_of([] { parallel_layout(tiny({"mesh.tp=2"}), 3); }).find("does not divide the 3 ranks") != std::string::npos);
+  CHECK(usage_error_of([] { test::input_deck("llama-tiny.yaml", {"mesh.tp=2"}); }).find("model.arch gpt2 only") != std::string::npos);
+  CHECK(usage_error_of([] { tiny({"mesh.tp=2", "fsdp.strategy=no_shard"}); }).find("no_shard") != std::string::npos);
+}
