@@ -77,8 +77,9 @@ int run_train(Runtime& rt, const TrainArgs& args) {
     const MemoryPlan plan = plan_memory(deck, rt.size());
     Log::info("---- resolved deck ----\n{}-----------------------", resolved_deck_yaml(deck));
     Log::info("{}", format_memory_plan(deck, plan, std::nullopt));
-    Log::info("dry run: {} parameters, {} rank(s) x {} micro-batch(es) of {} sequences; nothing was trained",
-              make_model(deck.model)->parameter_count(), rt.size(), plan.accum_steps, deck.train.micro_batch);
+    Log::info("dry run: {} parameters, {} data-parallel rank(s) x {} micro-batch(es) of {} sequences; nothing was "
+              "trained", make_model(deck.model)->parameter_count(), rt.size() / deck.mesh.tp, plan.accum_steps,
+              deck.train.micro_batch);
     return 0;
   }
   // Tests only: a fault injected at a named point of a checkpoint save (fsdpp/ckpt/save_faults.hpp).

@@ -171,8 +171,10 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
   line(fmt::format("mesh: {} ({} ranks, fsdp.strategy {}, reshard_after_forward {}, param {} / reduce {})",
                    mesh.empty() ? "none" : mesh, plan.ranks, plan.strategy, to_string(deck.fsdp.reshard_after_forward),
                    dtype_name(deck.fsdp.param_dtype), dtype_name(deck.fsdp.reduce_dtype)));
-  line(fmt::format("batch: {} sequences x {} tokens per step; {} rank(s) x {} micro-batch(es) of {}",
-                   deck.train.global_batch, T, plan.ranks, plan.accum_steps, plan.micro_batch));
+  int tp = 1;  // the tp ranks of one data-parallel rank read the same sequences
+  for (const MeshDim& d : plan.mesh) tp = d.name == "tp" ? d.size : tp;
+  line(fmt::format("batch: {} sequences x {} tokens per step; {} data-parallel rank(s) x {} micro-batch(es) of {}",
+                   deck.train.global_batch, T, plan.ranks / tp, plan.accum_steps, plan.micro_batch));
   line("");
   line(plan.shard_ranks == 1 && plan.ranks > 1 ? "Units (no_shard: replicated on every rank, DDP), per rank:"
                                                : "FSDP units (fully_shard per block, then the root), per rank:");

@@ -45,7 +45,7 @@ void StepMetrics::banner(const LanguageModel& model, const DataFeed& data, const
   Log::info("---- resolved deck ----\n{}-----------------------", resolved_deck_yaml(deck_));
   Log::info("model: {}, {} parameters", model.describe(), model.parameter_count());
   Log::info("data: {}", data.description());
-  Log::info("batch: {} sequences x {} tokens = {:.0f} tokens per step; {} rank(s) x {} micro-batch(es) of {}",
+  Log::info("batch: {} sequences x {} tokens = {:.0f} tokens per step; {} data-parallel rank(s) x {} micro-batch(es) of {}",
             deck_.train.global_batch, T, tokens_per_step_, data.data_parallel_size(), data.accumulation_steps(),
             deck_.train.micro_batch);
   Log::info("flops per token: {:.4g} (6 x matmul parameters + 12 x L x T x C); sgemm peak {:.1f} GFLOP/s per rank",
