@@ -1,6 +1,6 @@
 // Tensor parallelism composed with fully_shard (nn/tensor_parallel.hpp, parallel/parallelize.cpp): the same
-// losses as one rank on every (dp_replicate, dp_shard, tp) mesh, tied and untied, with accumulation and
-// clipping; initial weights identical on every mesh; the gradient norm counted once; Megatron's all-reduce
+// losses as one rank on every (dp_replicate, dp_shard, tp) mesh, with and without sequence parallelism, tied and
+// untied, with accumulation and clipping; initial weights identical on every mesh; the gradient norm counted once; Megatron's all-reduce
 // counts; checkpoints saved at dp_shard 2 x tp 2 loaded bitwise on other meshes and resumed; clear errors.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
@@ -148,24 +148,30 @@ OnePass one_pass(MPI_Comm comm, const Deck& deck, int B, int T) {
 }  // namespace
 
 MPI_TEST_CASE("tensor parallel: the same losses as one rank on tp 2, tp 4, dp_shard 2 x tp 2 and HSDP 2 x 1 x tp 2", 4) {
-  for (const char* tie : {"model.tie_embeddings=true", "model.tie_embeddings=false"}) {
-    CAPTURE(tie);
-    const auto one = losses_on(test_comm, test_rank, 1, tiny({tie}));
-    check_same_losses(losses_on(test_comm, test_rank, 2, tiny({tie, "mesh.tp=2"})), one);
-    check_same_losses(losses_on(test_comm, test_rank, 4, tiny({tie, "mesh.tp=4"})), one);
-    check_same_losses(losses_on(test_comm, test_rank, 4, tiny({tie, "mesh.tp=2", "mesh.dp_shard=2"})), one);
-    check_same_losses(losses_on(test_comm, test_rank, 4, tiny({tie, "mesh.tp=2", "fsdp.strategy=hybrid_shard",
-                                                               "mesh.dp_replicate=2", "mesh.dp_shard=1"})), one);
-  }
-  // shard_grad_op, reshard_after_forward as a group size, and activation checkpointing compose with tp too.
+  for (const char* tie : {"model.tie_embeddings=true", "model.tie_embeddings=false"})
+    for (const char* sp : {"mesh.tp_sequence_parallel=false", "mesh.tp_sequence_parallel=true"}) {
+      CAPTURE(tie);
+      CAPTURE(sp);
+      const auto one = losses_on(test_comm, test_rank, 1, tiny({tie}));
+      check_same_losses(losses_on(test_comm, test_rank, 2, tiny({tie, sp, "mesh.tp=2"})), one);
+      check_same_losses(losses_on(test_comm, test_rank, 4, tiny({tie, sp, "mesh.tp=4"})), one);
+      check_same_losses(losses_on(test_comm, test_rank, 4, tiny({tie, sp, "mesh.tp=2", "mesh.dp_shard=2"})), one);
+      check_same_losses(losses_on(test_comm, test_rank, 4, tiny({tie, sp, "mesh.tp=2", "fsdp.strategy=hybrid_shard",
+                                                                 "mesh.dp_replicate=2", "mesh.dp_shard=1"})), one);
+    }
+  // shard_grad_op, unsharded accumulation and activation checkpointing compose with tp (and sp) too.
   const auto one = losses_on(test_comm, test_rank, 1, tiny({}));
   check_same_losses(losses_on(test_comm, test_rank, 4, tiny({"mesh.tp=2", "fsdp.strategy=shard_grad_op"})), one);
-  check_same_losses(losses_on(test_comm, test_rank, 4, tiny({"mesh.tp=2", "train.activation_checkpointing=full"})), one);
+  check_same_losses(losses_on(test_comm, test_rank, 4, tiny({"mesh.tp=2", "fsdp.accumulate=unsharded",
+                                                             "mesh.tp_sequence_parallel=true"})), one);
+  for (const char* sp : {"mesh.tp_sequence_parallel=false", "mesh.tp_sequence_parallel=true"})
+    check_same_losses(losses_on(test_comm, test_rank, 4, tiny({"mesh.tp=2", sp, "train.activation_checkpointing=full"})), one);
 }
 
 MPI_TEST_CASE("tensor parallel: the same losses as one rank on dp_shard 3 x tp 2 (6 ranks)", 6) {
   const auto one = losses_on(test_comm, test_rank, 1, tiny({}));
   check_same_losses(losses_on(test_comm, test_rank, 6, tiny({"mesh.tp=2"})), one);
+  check_same_losses(losses_on(test_comm, test_rank, 6, tiny({"mesh.tp=2", "mesh.tp_sequence_parallel=true"})), one);
   check_same_losses(losses_on(test_comm, test_rank, 6, tiny({"mesh.tp=2", "model.tie_embeddings=false"})),
                     losses_on(test_comm, test_rank, 1, tiny({"model.tie_embeddings=false"})));
 }
@@ -197,12 +203,14 @@ MPI_TEST_CASE("tensor parallel: Megatron's all-reduce counts and bytes, FSDP's c
     const Deck deck = tiny({"mesh.tp=2", "mesh.dp_shard=2", ac});
     const OnePass two = one_pass(test_comm, deck, B, T);
     const std::int64_t L = deck.model.n_layer, C = deck.model.n_embd;
-    const bool recomputes = std::string(ac).find("full") != std::string::npos;
+    const std::int64_t R = std::string(ac).find("full") != std::string::npos ? L : 0;  // blocks that recompute
     // Forward: the embedding, two row-parallel outputs per block, the loss's max and sums. Backward: the two
     // column-parallel input gradients per block and the LM head's; recomputing blocks redo their attention
     // projection's all-reduce (the recomputation stops before the MLP's).
-    CHECK(two.tp.all_reduces == 4 * L + 4 + (recomputes ? L : 0));
-    CHECK(two.tp.bytes == 4 * ((4 * L + 2 + (recomputes ? L : 0)) * N * C + 3 * N));
+    CHECK(two.tp.all_reduces == 4 * L + 4 + R);
+    CHECK(two.tp.all_gathers == 0);
+    CHECK(two.tp.reduce_scatters == 0);
+    CHECK(two.tp.bytes == 4 * ((4 * L + 2 + R) * N * C + 3 * N));
     // fully_shard over dp_shard 2 does what it does without tp: per block and the root, one all-gather before
     // forward, one again before backward (reshard_after_forward), one reduce-scatter.
     CHECK(two.fsdp.forward_all_gathers == L + 1);
@@ -211,6 +219,20 @@ MPI_TEST_CASE("tensor parallel: Megatron's all-reduce counts and bytes, FSDP's c
     CHECK(two.loss == doctest::Approx(one.loss).epsilon(1e-6));
     CHECK(two.grad_norm == doctest::Approx(one.grad_norm).epsilon(1e-5));
     CHECK(two.grad_max == doctest::Approx(one.grad_max).epsilon(1e-5));
+
+    // Sequence parallelism: each all-reduce of a block's or the embedding's (N,C) becomes a reduce-scatter
+    // (forward) or the pair all-gather + reduce-scatter around each region; the final norm's output and the
+    // embedding's gradient are gathered; the norms' partial gradients are all-reduced once per block and for
+    // ln_f. Recomputing blocks redo both of their gathers and the attention projection's reduce-scatter.
+    const Deck sp_deck = tiny({"mesh.tp=2", "mesh.dp_shard=2", "mesh.tp_sequence_parallel=true", ac});
+    const OnePass sp = one_pass(test_comm, sp_deck, B, T);
+    CHECK(sp.tp.all_gathers == 4 * L + 2 + 2 * R);
+    CHECK(sp.tp.reduce_scatters == 4 * L + 2 + R);
+    CHECK(sp.tp.all_reduces == L + 3);
+    CHECK(sp.tp.bytes == 4 * ((8 * L + 4 + 3 * R) * N * C + 3 * N + 2 * C + 4 * C * L));
+    CHECK(sp.fsdp.reduce_scatters == L + 1);
+    CHECK(sp.loss == doctest::Approx(one.loss).epsilon(1e-6));
+    CHECK(sp.grad_norm == doctest::Approx(one.grad_norm).epsilon(1e-5));
   }
 }
 
@@ -233,7 +255,8 @@ MPI_TEST_CASE("tensor parallel: a checkpoint saved at dp_shard 2 x tp 2 loads bi
   // Resume on other meshes: steps 4-6 as the uninterrupted run has them, within fp32 tolerance.
   const std::vector<double> rest(straight.begin() + 3, straight.end());
   for (const std::vector<std::string>& mesh : {std::vector<std::string>{"mesh.tp=4"}, std::vector<std::string>{},
-                                              std::vector<std::string>{"mesh.tp=2", "mesh.dp_shard=2"}}) {
+                                               std::vector<std::string>{"mesh.tp=2", "mesh.dp_shard=2"},
+                                               std::vector<std::string>{"mesh.tp=2", "mesh.tp_sequence_parallel=true"}}) {
     auto resumed = losses_on(test_comm, test_rank, 4, tiny(with(mesh, {"checkpoint.resume=" + path,
                                                                        "checkpoint.dir=" + dir + "/again"})));
     resumed.resize(3);
@@ -257,4 +280,8 @@ MPI_TEST_CASE("tensor parallel: impossible meshes are one clear error", 1) {
   CHECK(usage_error_of([] { parallel_layout(tiny({"mesh.tp=2"}), 3); }).find("does not divide the 3 ranks") != std::string::npos);
   CHECK(usage_error_of([] { test::input_deck("llama-tiny.yaml", {"mesh.tp=2"}); }).find("model.arch gpt2 only") != std::string::npos);
   CHECK(usage_error_of([] { tiny({"mesh.tp=2", "fsdp.strategy=no_shard"}); }).find("no_shard") != std::string::npos);
+  CHECK(usage_error_of([] { tiny({"mesh.tp_sequence_parallel=true"}); }).find("but mesh.tp is 1") != std::string::npos);
+  CHECK(usage_error_of([] { tiny({"mesh.tp=4", "mesh.tp_sequence_parallel=true", "model.context_length=6",
+                                  "train.micro_batch=1"}); })
+            .find("1 x 6 = 6 tokens over mesh.tp = 4 ranks") != std::string::npos);
 }

@@ -143,6 +143,9 @@ struct MeshConfig {
   int dp_shard = -1;
   // Tensor parallelism: the innermost mesh dimension (consecutive ranks, so within a node). 1: none.
   int tp = 1;
+  // Sequence parallelism (Megatron-SP): between the tensor-parallel regions the B*T token rows are split over
+  // tp (norms, residual adds and the block outputs hold 1/tp of them); all-gather before, reduce-scatter after.
+  bool tp_sequence_parallel = false;
   // Present data-parallel dimensions, outermost first (dp_replicate, dp_shard), as DeviceMesh takes them; tp,
   // when above 1, goes after them (parallel/parallelize.cpp).
   std::vector<MeshDim> dims() const;

@@ -341,6 +341,17 @@ void check_consistency(const ParseState& st) {
     inconsistent(st, {"fsdp.strategy", "mesh.dp_shard"},
                  "fsdp.strategy hybrid_shard needs a mesh.dp_replicate dimension, e.g. mesh: {dp_replicate: 2, "
                  "dp_shard: -1}");
+  if (d.mesh.tp_sequence_parallel && d.mesh.tp == 1)
+    inconsistent(st, {"mesh.tp_sequence_parallel", "mesh.tp"},
+                 "mesh.tp_sequence_parallel splits tokens over the tensor-parallel ranks, but mesh.tp is 1: set "
+                 "mesh.tp > 1, or remove mesh.tp_sequence_parallel");
+  if (d.mesh.tp > 1 && d.mesh.tp_sequence_parallel &&
+      (std::int64_t{d.train.micro_batch} * d.model.context_length) % d.mesh.tp != 0)
+    inconsistent(st, {"mesh.tp_sequence_parallel", "mesh.tp"},
+                 fmt::format("mesh.tp_sequence_parallel splits a micro-batch's train.micro_batch x "
+                             "model.context_length = {} x {} = {} tokens over mesh.tp = {} ranks: make it a multiple "
+                             "of {}", d.train.micro_batch, d.model.context_length,
+                             std::int64_t{d.train.micro_batch} * d.model.context_length, d.mesh.tp, d.mesh.tp));
   if (d.mesh.tp > 1) {
     if (d.model.arch != ModelArch::gpt2)
       inconsistent(st, {"mesh.tp", "model.arch"},

@@ -438,6 +438,11 @@ std::vector<Field> make_fields() {
                       "Tensor parallelism (Megatron-style, model.arch gpt2): ranks that split every block's "
                       "attention heads and MLP width, and the vocabulary; the innermost mesh dimension (consecutive "
                       "ranks: keep it within a node). Parameters are then FSDP-sharded over dp_shard. 1: none."));
+  f.push_back(boolean("mesh.tp_sequence_parallel", &Deck::mesh, &MeshConfig::tp_sequence_parallel,
+                      "Sequence parallelism with mesh.tp > 1: the layer norms, residual adds and block outputs "
+                      "hold 1/tp of the micro-batch's B*T tokens (contiguous rows; the sequence when B is 1); an "
+                      "all-gather enters and a reduce-scatter leaves each tensor-parallel region instead of one "
+                      "all-reduce. B*T must be a multiple of mesh.tp."));
 
   f.push_back(choice("comm.backend", &Deck::comm, &CommConfig::backend, kBackends,
                      "Collectives of training: nccl (device memory, GPU builds), mpi (host memory), or auto: nccl "

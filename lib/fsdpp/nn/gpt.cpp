@@ -36,6 +36,11 @@ struct BlockScratch {
   View1<float> dfch;      // (B,T,4C)
   View1<float> dfch_gelu; // (B,T,4C)
   View1<float> attention_workspace;  // model.attention batched: attention_workspace_floats, else empty
+  // Sequence parallelism only (empty otherwise): dres2 then holds the gathered (N,C) gradient, this rank's rows
+  // in its own block.
+  View1<float> gathered;   // (B,T,C): a gathered gradient, or a row-parallel layer's partial sums
+  View1<float> dln_local;  // (Nl,C): a norm output's gradient, reduce-scattered
+  View1<float> norm_grads; // (4C): ln_1 and ln_2 gradients of one backward, before their all-reduce
 
   void ensure(const GptConfig& c, int B_, int T_) {
     if (B == B_ && T == T_) return;
@@ -52,6 +57,11 @@ struct BlockScratch {
     dfch_gelu = uninitialized<float>("block.dfch_gelu", N * 4 * Cl);
     attention_workspace = uninitialized<float>(
         "block.attention_workspace", static_cast<std::size_t>(attention_workspace_floats(c.attention, B, T, 3 * Cl, Cl)));
+    if (c.sequence_parallel) {
+      gathered = uninitialized<float>("block.gathered", N * C);
+      dln_local = uninitialized<float>("block.dln_local", static_cast<std::size_t>(c.local_rows(N)) * C);
+      norm_grads = uninitialized<float>("block.norm_grads", 4 * C);
+    }
   }
 };
 
@@ -111,6 +121,7 @@ Block::Block(const GptConfig& c, std::shared_ptr<BlockScratch> scratch, std::sha
 void Block::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
   tp_ = std::move(tp);
   config_.tp = tp_->ranks();
+  config_.sequence_parallel = tp_->sequence_parallel();
   c_attn_weight.set_tensor_parallel(tp_->shard(0, 3));  // q, k and v of this rank's heads
   c_attn_bias.set_tensor_parallel(tp_->shard(0, 3));
   attn_proj_weight.set_tensor_parallel(tp_->shard(1));
@@ -121,14 +132,15 @@ void Block::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
 
 void BlockActivations::ensure(const std::string& label, const GptConfig& c, int B, int T) {
   const std::size_t N = static_cast<std::size_t>(B) * T, C = c.n_embd, Cl = c.local_width();
+  const std::size_t Nl = static_cast<std::size_t>(c.local_rows(static_cast<std::int64_t>(N)));  // N unless sequence parallel
   const std::size_t attention = static_cast<std::size_t>(B) * c.local_heads() * T * attention_row_floats(c.attention, T);
   using Field = View1<float> BlockActivations::*;  // an alias: nvcc's front end would parenthesize the declarator
   struct Member { Field view; const char* name; std::size_t count; };
-  const Member members[] = {{&BlockActivations::ln1, "ln1", N * C},       {&BlockActivations::ln1_mean, "ln1_mean", N},
-                            {&BlockActivations::ln1_rstd, "ln1_rstd", N}, {&BlockActivations::qkv, "qkv", N * 3 * Cl},
+  const Member members[] = {{&BlockActivations::ln1, "ln1", N * C},       {&BlockActivations::ln1_mean, "ln1_mean", Nl},
+                            {&BlockActivations::ln1_rstd, "ln1_rstd", Nl}, {&BlockActivations::qkv, "qkv", N * 3 * Cl},
                             {&BlockActivations::att, "att", attention},   {&BlockActivations::atty, "atty", N * Cl},
-                            {&BlockActivations::res2, "res2", N * C},     {&BlockActivations::ln2, "ln2", N * C},
-                            {&BlockActivations::ln2_mean, "ln2_mean", N}, {&BlockActivations::ln2_rstd, "ln2_rstd", N},
+                            {&BlockActivations::res2, "res2", Nl * C},     {&BlockActivations::ln2, "ln2", N * C},
+                            {&BlockActivations::ln2_mean, "ln2_mean", Nl}, {&BlockActivations::ln2_rstd, "ln2_rstd", Nl},
                             {&BlockActivations::fch, "fch", N * 4 * Cl},  {&BlockActivations::fch_gelu, "fch_gelu", N * 4 * Cl}};
   storage_.resize(std::size(members));
   for (std::size_t i = 0; i < std::size(members); ++i) {
@@ -147,9 +159,9 @@ std::int64_t BlockActivations::bytes() const {
 }
 
 std::int64_t BlockActivations::bytes_for(const GptConfig& c, int B, int T) {
-  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, Cl = c.local_width();
+  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, Cl = c.local_width(), Nl = c.local_rows(N);
   const std::int64_t attention = std::int64_t{B} * c.local_heads() * T * attention_row_floats(c.attention, T);
-  return 4 * (3 * N * C + 12 * N * Cl + 4 * N + attention);  // ln1, res2, ln2; qkv, atty, fch, fch_gelu
+  return 4 * (2 * N * C + Nl * C + 12 * N * Cl + 4 * Nl + attention);  // ln1, ln2; res2; qkv, atty, fch, fch_gelu
 }
 
 std::int64_t Block::activation_bytes() const {
@@ -164,16 +176,23 @@ BlockScratch& Block::scratch_for(int B, int T) {
 void Block::ensure_output(int B, int T) {
   if (B == B_ && T == T_) return;
   B_ = B, T_ = T;
-  out_ = uninitialized<float>(path() + ".out", static_cast<std::size_t>(B) * T * config_.n_embd);
+  out_ = uninitialized<float>(path() + ".out", static_cast<std::size_t>(config_.local_rows(std::int64_t{B} * T)) * config_.n_embd);
 }
 
 void Block::forward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, NH = config_.n_head, N = B * T;
   const int Cl = config_.local_width(), NHl = config_.local_heads();  // this tp rank's (all of them without tp)
+  const int Nl = static_cast<int>(config_.local_rows(N));  // rows of the residual stream here: N unless sequence parallel
+  const bool sp = config_.sequence_parallel;
   BlockActivations& a = acts_.get(*this, config_, B, T);
   ensure_output(B, T);
   in_ = flow.x;
-  layernorm_forward<float>(a.ln1, a.ln1_mean, a.ln1_rstd, in_, ln_1_weight.value(), ln_1_bias.value(), N, C);
+  // Under sequence parallelism each norm writes its rows into its own block of the (N,C) buffer, which the
+  // all-gather then completes: the input of the tensor-parallel region that follows.
+  const std::size_t local = static_cast<std::size_t>(Nl) * C;
+  layernorm_forward<float>(sp ? tp_->own_block(a.ln1, local) : a.ln1, a.ln1_mean, a.ln1_rstd, in_,
+                           ln_1_weight.value(), ln_1_bias.value(), Nl, C);
+  if (sp) tp_->all_gather(a.ln1, local);
   linear_forward<float>(a.qkv, a.ln1, c_attn_weight.value(), c_attn_bias.value(), N, C, 3 * Cl);
   // Only the batched kernels take the (shared) workspace; the others leave the scratch as it was.
   const bool batched = resolve_attention(config_.attention) == AttentionKind::batched;
@@ -184,48 +203,96 @@ void Block::forward(Flow& flow) {
   // only make the output, which backward does not read (the next block, whose input it is, is already through
   // its backward). So out_ stays as forward left it, and the attention projection goes to the scratch d(res2),
   // which backward overwrites before it reads it.
-  const View1<float> proj = is_recomputing() ? scratch_for(B, T).dres2 : out_;
+  const View1<float> scratch = scratch_for(B, T).dres2;
+  const View1<float> proj = !is_recomputing() ? out_ : sp ? tp_->own_block(scratch, local) : scratch;
   row_parallel_forward(proj, a.atty, attn_proj_weight, attn_proj_bias, N, Cl, C);
-  residual_forward<float>(a.res2, in_, proj, N * C);
-  layernorm_forward<float>(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, ln_2_weight.value(), ln_2_bias.value(), N, C);
+  residual_forward<float>(a.res2, in_, proj, Nl * C);
+  layernorm_forward<float>(sp ? tp_->own_block(a.ln2, local) : a.ln2, a.ln2_mean, a.ln2_rstd, a.res2,
+                           ln_2_weight.value(), ln_2_bias.value(), Nl, C);
+  if (sp) tp_->all_gather(a.ln2, local);
   linear_forward<float>(a.fch, a.ln2, c_fc_weight.value(), c_fc_bias.value(), N, C, 4 * Cl);
   gelu_forward<float>(a.fch_gelu, a.fch, N * 4 * Cl);
   if (is_recomputing()) return;
   row_parallel_forward(out_, a.fch_gelu, mlp_proj_weight, mlp_proj_bias, N, 4 * Cl, C);
-  residual_forward<float>(out_, a.res2, out_, N * C);
+  residual_forward<float>(out_, a.res2, out_, Nl * C);
   flow.x = out_;
 }
 
 // out = inp @ W^T + b for a Linear whose input features are split over tp: the partial products are summed over
-// tp, then the replicated bias is added once. Without tensor parallelism, linear_forward itself.
+// tp (an all-reduce, or under sequence parallelism a reduce-scatter leaving this rank its rows of the sum), then
+// the replicated bias is added once. Without tensor parallelism, linear_forward itself.
 void Block::row_parallel_forward(const View1<float>& out, const View1<float>& inp, const Parameter& weight,
                                  const Parameter& bias, int N, int in, int OC) {
   if (!tp_->active()) return linear_forward<float>(out, inp, weight.value(), bias.value(), N, in, OC);
-  linear_forward<float>(out, inp, weight.value(), View1<float>(), N, in, OC);
-  tp_->all_reduce(out, static_cast<std::size_t>(N) * OC, ReduceOp::sum);
-  bias_forward<float>(out, bias.value(), N, OC);
+  if (!config_.sequence_parallel) {
+    linear_forward<float>(out, inp, weight.value(), View1<float>(), N, in, OC);
+    tp_->all_reduce(out, static_cast<std::size_t>(N) * OC, ReduceOp::sum);
+    return bias_forward<float>(out, bias.value(), N, OC);
+  }
+  const View1<float> partial = scratch_->gathered;
+  const int Nl = static_cast<int>(config_.local_rows(N));
+  linear_forward<float>(partial, inp, weight.value(), View1<float>(), N, in, OC);
+  tp_->reduce_scatter(partial, out, static_cast<std::size_t>(Nl) * OC);
+  bias_forward<float>(out, bias.value(), Nl, OC);
+}
+
+// Sequence parallelism: the whole (N,C) gradient from every rank's rows (the backward of a reduce-scatter);
+// otherwise `local` itself.
+View1<float> Block::gather_rows(const View1<float>& local, int N) {
+  if (!config_.sequence_parallel) return local;
+  const std::size_t count = static_cast<std::size_t>(config_.local_rows(N)) * config_.n_embd;
+  Kokkos::deep_copy(tp_->own_block(scratch_->gathered, count), local);
+  tp_->all_gather(scratch_->gathered, count);
+  return scratch_->gathered;
+}
+
+// The gradient of a tensor-parallel region's input, (N,C) partial sums over tp: summed (the backward of the
+// "f" operator), or under sequence parallelism reduce-scattered to this rank's rows (the backward of the
+// all-gather). Without tensor parallelism, `partial` is already whole.
+View1<float> Block::leave_region_backward(const View1<float>& partial, int N) {
+  if (!config_.sequence_parallel) {
+    tp_->all_reduce(partial, static_cast<std::size_t>(N) * config_.n_embd, ReduceOp::sum);
+    return partial;
+  }
+  tp_->reduce_scatter(partial, scratch_->dln_local, static_cast<std::size_t>(config_.local_rows(N)) * config_.n_embd);
+  return scratch_->dln_local;
+}
+
+// A norm's weight or bias gradient: into the parameter's gradient, or under sequence parallelism (each rank saw
+// only its rows, so the sums are partial) into slot `slot` of the scratch, all-reduced at the end of backward.
+View1<float> Block::norm_grad(Parameter& p, int slot) {
+  if (!config_.sequence_parallel) return p.grad();
+  const std::size_t C = static_cast<std::size_t>(config_.n_embd), first = static_cast<std::size_t>(slot) * C;
+  return Kokkos::subview(scratch_->norm_grads, std::make_pair(first, first + C));
 }
 
 // flow.dx holds d(out) on entry and d(in) on exit, in the same buffer (see Gpt::backward).
 void Block::backward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, NH = config_.n_head, N = B * T;
-  const int Cl = config_.local_width(), NHl = config_.local_heads();
+  const int Cl = config_.local_width(), NHl = config_.local_heads(), Nl = static_cast<int>(config_.local_rows(N));
+  const bool sp = config_.sequence_parallel;
   BlockScratch& s = scratch_for(B, T);
   const BlockActivations& a = acts_.get(*this, config_, B, T);
   const View1<float>& dout = flow.dx;
+  if (sp) Kokkos::deep_copy(s.norm_grads, 0.0f);
 
   // MLP: out = res2 + c_proj(gelu(c_fc(ln_2(res2))))
+  const View1<float> dout_rows = gather_rows(dout, N);  // (N,C): c_proj's output gradient, every row
   Kokkos::deep_copy(s.dfch_gelu, 0.0f);
-  linear_backward<float>(s.dfch_gelu, mlp_proj_weight.grad(), mlp_proj_bias.grad(), dout, a.fch_gelu, mlp_proj_weight.value(), N, 4 * Cl, C);
+  linear_backward<float>(s.dfch_gelu, mlp_proj_weight.grad(), mlp_proj_bias.grad(), dout_rows, a.fch_gelu, mlp_proj_weight.value(), N, 4 * Cl, C);
   Kokkos::deep_copy(s.dfch, 0.0f);
   gelu_backward<float>(s.dfch, a.fch, s.dfch_gelu, N * 4 * Cl);
   Kokkos::deep_copy(s.dln, 0.0f);
   linear_backward<float>(s.dln, c_fc_weight.grad(), c_fc_bias.grad(), s.dfch, a.ln2, c_fc_weight.value(), N, C, 4 * Cl);
-  tp_->all_reduce(s.dln, static_cast<std::size_t>(N) * C, ReduceOp::sum);  // every rank's features fed ln_2's output
-  Kokkos::deep_copy(s.dres2, dout);  // the residual path
-  layernorm_backward<float>(s.dres2, ln_2_weight.grad(), ln_2_bias.grad(), s.dln, a.res2, ln_2_weight.value(), a.ln2_mean, a.ln2_rstd, N, C);
+  const View1<float> dln2 = leave_region_backward(s.dln, N);  // every rank's features fed ln_2's output
+  const std::size_t local = static_cast<std::size_t>(Nl) * C;
+  const View1<float> dres2 = sp ? tp_->own_block(s.dres2, local) : s.dres2;  // this rank's rows (all without sp)
+  Kokkos::deep_copy(dres2, dout);  // the residual path
+  layernorm_backward<float>(dres2, norm_grad(ln_2_weight, 2), norm_grad(ln_2_bias, 3), dln2, a.res2, ln_2_weight.value(),
+                            a.ln2_mean, a.ln2_rstd, Nl, C);
 
   // Attention: res2 = in + c_proj(attn(c_attn(ln_1(in))))
+  if (sp) tp_->all_gather(s.dres2, local);  // c_proj's output gradient, every row
   Kokkos::deep_copy(s.datty, 0.0f);
   linear_backward<float>(s.datty, attn_proj_weight.grad(), attn_proj_bias.grad(), s.dres2, a.atty, attn_proj_weight.value(), N, Cl, C);
   Kokkos::deep_copy(s.dqkv, 0.0f);
@@ -233,9 +300,16 @@ void Block::backward(Flow& flow) {
                         AttentionShape{B, T, NHl, NHl, C / NH});
   Kokkos::deep_copy(s.dln, 0.0f);
   linear_backward<float>(s.dln, c_attn_weight.grad(), c_attn_bias.grad(), s.dqkv, a.ln1, c_attn_weight.value(), N, C, 3 * Cl);
-  tp_->all_reduce(s.dln, static_cast<std::size_t>(N) * C, ReduceOp::sum);
-  Kokkos::deep_copy(dout, s.dres2);  // the residual path, into the caller's buffer: d(out) is no longer needed
-  layernorm_backward<float>(dout, ln_1_weight.grad(), ln_1_bias.grad(), s.dln, in_, ln_1_weight.value(), a.ln1_mean, a.ln1_rstd, N, C);
+  const View1<float> dln1 = leave_region_backward(s.dln, N);
+  Kokkos::deep_copy(dout, dres2);  // the residual path, into the caller's buffer: d(out) is no longer needed
+  layernorm_backward<float>(dout, norm_grad(ln_1_weight, 0), norm_grad(ln_1_bias, 1), dln1, in_, ln_1_weight.value(),
+                            a.ln1_mean, a.ln1_rstd, Nl, C);
+  if (!sp) return;
+  // The norms' gradients of this backward, summed over the ranks' rows, then added to the gradients (which may
+  // hold earlier micro-batches' under accumulation, so the sum is taken before).
+  tp_->all_reduce(s.norm_grads, 4 * static_cast<std::size_t>(C), ReduceOp::sum);
+  Parameter* norms[] = {&ln_1_weight, &ln_1_bias, &ln_2_weight, &ln_2_bias};
+  for (int k = 0; k < 4; ++k) accumulate<float>(norms[k]->grad(), norm_grad(*norms[k], k), C);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -270,6 +344,7 @@ void Gpt::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
                 "tensor-parallel rank no rows of model.vocab_size ({}); use a smaller mesh.tp", k, c.vocab_size);
   tp_ = std::move(tp);
   config_.tp = k;
+  config_.sequence_parallel = tp_->sequence_parallel();
   wte.set_tensor_parallel(tp_->shard(0));  // the vocabulary: embedding rows and logits columns
   if (lm_head) lm_head->set_tensor_parallel(tp_->shard(0));
   for (auto& block : blocks_) block->apply_tensor_parallel(tp_);
@@ -294,24 +369,30 @@ std::string Gpt::describe() const {
 }
 
 std::int64_t Gpt::activation_bytes() const {
-  std::int64_t total = bytes_of({&x0_, &lnf_, &lnf_mean_, &lnf_rstd_, &logits_, &losses_, &dlnf_, &dx_, &ce_stats_});
+  std::int64_t total = bytes_of({&x0_, &lnf_, &lnf_mean_, &lnf_rstd_, &logits_, &losses_, &dlnf_, &dx_, &ce_stats_,
+                                 &dlnf_local_, &norm_grads_});
   total += static_cast<std::int64_t>(local_tokens_.extent(0)) * 4;
   for (const auto& b : blocks_) total += b->activation_bytes();
   total += recomputed_->bytes();
   const BlockScratch& s = *scratch_;
-  return total + bytes_of({&s.dres2, &s.dln, &s.dqkv, &s.datty, &s.datt, &s.dfch, &s.dfch_gelu, &s.attention_workspace});
+  return total + bytes_of({&s.dres2, &s.dln, &s.dqkv, &s.datty, &s.datt, &s.dfch, &s.dfch_gelu, &s.attention_workspace,
+                           &s.gathered, &s.dln_local, &s.norm_grads});
 }
 
 std::int64_t Gpt::activation_bytes_for(const GptConfig& c, int B, int T, int recomputing_blocks) {
   const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, V = c.local_vocab(), Cl = c.local_width();
+  const std::int64_t Nl = c.local_rows(N);  // the residual stream's rows here: N unless sequence parallel
   const std::int64_t attention = std::int64_t{B} * c.local_heads() * T * attention_row_floats(c.attention, T);
-  const std::int64_t outputs = 4 * c.n_layer * N * C;                   // Block::ensure_output, every block
+  const std::int64_t outputs = 4 * c.n_layer * Nl * C;                  // Block::ensure_output, every block
   const std::int64_t recomputable = BlockActivations::bytes_for(c, B, T);  // per block that keeps its own...
   const std::int64_t sets = c.n_layer - recomputing_blocks + (recomputing_blocks > 0 ? 1 : 0);  // ...+ one shared
   const std::int64_t vocab_parallel = c.tp > 1 ? 4 * (N + 3 * N) : 0;     // local tokens, cross-entropy statistics
-  const std::int64_t head = 4 * (4 * N * C + 3 * N + N * V) + vocab_parallel;  // Gpt::ensure_activations
+  // Gpt::ensure_activations: x0, dx and the final norm's statistics (Nl rows); lnf, dlnf (N,C); logits, losses
+  const std::int64_t sequence_parallel = c.sequence_parallel ? 4 * (Nl * C + 2 * C) : 0;  // dlnf_local, norm_grads
+  const std::int64_t head = 4 * (2 * Nl * C + 2 * N * C + 2 * Nl + N + N * V) + vocab_parallel + sequence_parallel;
   const std::int64_t workspace = attention_workspace_floats(c.attention, B, T, 3 * Cl, Cl);
-  const std::int64_t scratch = 4 * (2 * N * C + 12 * N * Cl + attention + workspace);  // BlockScratch::ensure
+  const std::int64_t block_sp = c.sequence_parallel ? N * C + Nl * C + 4 * C : 0;  // gathered, dln_local, norm_grads
+  const std::int64_t scratch = 4 * (2 * N * C + 12 * N * Cl + attention + workspace + block_sp);  // BlockScratch::ensure
   return outputs + sets * recomputable + head + scratch;
 }
 
@@ -319,14 +400,19 @@ void Gpt::ensure_activations(int B, int T) {
   if (B == B_ && T == T_) return;
   B_ = B, T_ = T;
   const std::size_t N = static_cast<std::size_t>(B) * T, C = config_.n_embd;
-  x0_ = uninitialized<float>("gpt.x0", N * C);
+  const std::size_t Nl = static_cast<std::size_t>(config_.local_rows(static_cast<std::int64_t>(N)));
+  x0_ = uninitialized<float>("gpt.x0", Nl * C);
   lnf_ = uninitialized<float>("gpt.lnf", N * C);
-  lnf_mean_ = uninitialized<float>("gpt.lnf_mean", N);
-  lnf_rstd_ = uninitialized<float>("gpt.lnf_rstd", N);
+  lnf_mean_ = uninitialized<float>("gpt.lnf_mean", Nl);
+  lnf_rstd_ = uninitialized<float>("gpt.lnf_rstd", Nl);
   logits_ = uninitialized<float>("gpt.logits", N * static_cast<std::size_t>(head().rows()));  // this rank's vocabulary
   losses_ = uninitialized<float>("gpt.losses", N);
   dlnf_ = uninitialized<float>("gpt.dlnf", N * C);
-  dx_ = uninitialized<float>("gpt.dx", N * C);
+  dx_ = uninitialized<float>("gpt.dx", Nl * C);
+  if (config_.sequence_parallel) {
+    dlnf_local_ = uninitialized<float>("gpt.dlnf_local", Nl * C);
+    norm_grads_ = uninitialized<float>("gpt.norm_grads", 2 * C);
+  }
   if (tp_->active()) {
     local_tokens_ = View1<std::int32_t>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpt.local_tokens"), N);
     ce_stats_ = uninitialized<float>("gpt.ce_stats", 3 * N);
@@ -355,18 +441,32 @@ void Gpt::forward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, V = config_.vocab_size, N = B * T;
   FSDPP_REQUIRE(T >= 1 && T <= config_.context_length, "sequence length {} exceeds model.context_length {}", T,
                 config_.context_length);
+  const bool sp = config_.sequence_parallel;
+  FSDPP_REQUIRE(!sp || N % tp_->ranks() == 0, "mesh.tp_sequence_parallel splits a micro-batch's {} x {} = {} tokens "
+                "over mesh.tp = {} ranks, which does not divide them: choose train.micro_batch and the sequence length "
+                "so that B x T is a multiple of {}", B, T, N, tp_->ranks(), tp_->ranks());
+  const int Nl = static_cast<int>(config_.local_rows(N));
+  const std::size_t local = static_cast<std::size_t>(Nl) * C;
   ensure_activations(B, T);
   if (tp_->active()) {
+    // Every rank's vocabulary rows contribute to each token's embedding: the (N,C) partial sums are all-reduced,
+    // or reduce-scattered to this rank's rows (lnf_ serves as their buffer: it is free until the final norm).
     localize_tokens(local_tokens_, flow.tokens, vocab_offset(), N);
-    vocab_parallel_embedding_forward<float>(x0_, local_tokens_, wte.value(), wpe.value(), tp_->rank() == 0, B, T, C);
-    tp_->all_reduce(x0_, static_cast<std::size_t>(N) * C, ReduceOp::sum);
+    const View1<float> partial = sp ? lnf_ : x0_;
+    vocab_parallel_embedding_forward<float>(partial, local_tokens_, wte.value(), wpe.value(), tp_->rank() == 0, B, T, C);
+    if (sp)
+      tp_->reduce_scatter(partial, x0_, local);
+    else
+      tp_->all_reduce(x0_, static_cast<std::size_t>(N) * C, ReduceOp::sum);
   } else {
     encoder_forward<float>(x0_, flow.tokens, wte.value(), wpe.value(), B, T, C);
   }
   flow.x = x0_;
   for (auto& block : blocks_) (*block)(flow);
   final_x_ = flow.x;
-  layernorm_forward<float>(lnf_, lnf_mean_, lnf_rstd_, final_x_, ln_f_weight.value(), ln_f_bias.value(), N, C);
+  layernorm_forward<float>(sp ? tp_->own_block(lnf_, local) : lnf_, lnf_mean_, lnf_rstd_, final_x_, ln_f_weight.value(),
+                           ln_f_bias.value(), Nl, C);
+  if (sp) tp_->all_gather(lnf_, local);  // the LM head reads every row
   const int Vl = static_cast<int>(head().rows());  // V without tensor parallelism
   linear_forward<float>(logits_, lnf_, head().value(), View1<float>(), N, C, Vl);
   // Training: the fused kernel leaves d(loss)/d(logits) in logits_, saving a (B*T,V) buffer.
@@ -383,16 +483,40 @@ void Gpt::backward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, N = B * T;
   FSDPP_CHECK(flow.training, "backward after a forward with training = false: the loss gradient was not prepared");
   const int Vl = static_cast<int>(head().rows());
+  const bool sp = config_.sequence_parallel;
+  const int Nl = static_cast<int>(config_.local_rows(N));
+  const std::size_t local = static_cast<std::size_t>(Nl) * C;
   Kokkos::deep_copy(dlnf_, 0.0f);
   linear_backward<float>(dlnf_, head().grad(), View1<float>(), logits_, lnf_, head().value(), N, C, Vl);
-  tp_->all_reduce(dlnf_, static_cast<std::size_t>(N) * C, ReduceOp::sum);  // every rank's vocabulary columns
+  // Every rank's vocabulary columns contributed to d(lnf): summed, or under sp reduce-scattered to this rank's rows.
+  if (sp)
+    tp_->reduce_scatter(dlnf_, dlnf_local_, local);
+  else
+    tp_->all_reduce(dlnf_, static_cast<std::size_t>(N) * C, ReduceOp::sum);
   Kokkos::deep_copy(dx_, 0.0f);
-  layernorm_backward<float>(dx_, ln_f_weight.grad(), ln_f_bias.grad(), dlnf_, final_x_, ln_f_weight.value(), lnf_mean_, lnf_rstd_, N, C);
+  if (sp) Kokkos::deep_copy(norm_grads_, 0.0f);
+  const auto norm = [&](int slot) -> View1<float> {
+    return Kokkos::subview(norm_grads_, std::make_pair(slot * C, (slot + 1) * C));
+  };
+  layernorm_backward<float>(dx_, sp ? norm(0) : ln_f_weight.grad(), sp ? norm(1) : ln_f_bias.grad(),
+                            sp ? dlnf_local_ : dlnf_, final_x_, ln_f_weight.value(), lnf_mean_, lnf_rstd_, Nl, C);
+  if (sp) {  // each rank saw its rows only: the sums over the ranks, then into the gradients
+    tp_->all_reduce(norm_grads_, 2 * static_cast<std::size_t>(C), ReduceOp::sum);
+    accumulate<float>(ln_f_weight.grad(), norm(0), C);
+    accumulate<float>(ln_f_bias.grad(), norm(1), C);
+  }
   flow.dx = dx_;
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (**it)(flow, Pass::backward);
+  // The embedding's gradient needs every row: under sp, gathered into dlnf_ (free again).
+  View1<float> dx = flow.dx;
+  if (sp) {
+    Kokkos::deep_copy(tp_->own_block(dlnf_, local), flow.dx);
+    tp_->all_gather(dlnf_, local);
+    dx = dlnf_;
+  }
   // Under tp, tokens another rank holds fall outside this rank's rows of wte and are skipped; every rank adds
   // the whole dwpe (wpe is replicated, its gradient the same on every tp rank).
-  encoder_backward<float>(wte.grad(), wpe.grad(), flow.dx,
+  encoder_backward<float>(wte.grad(), wpe.grad(), dx,
                           tp_->active() ? View1<const std::int32_t>(local_tokens_) : flow.tokens, B, T, C);
 }
 

@@ -25,6 +25,10 @@ struct GptConfig {
   // Tensor-parallel ranks (mesh.tp; Gpt::apply_tensor_parallel sets it): each computes NH/tp heads, 4C/tp MLP
   // features and about V/tp vocabulary rows. The shapes below are one rank's.
   int tp = 1;
+  // Sequence parallelism (mesh.tp_sequence_parallel): outside the tensor-parallel regions a rank holds N/tp of
+  // the N = B*T token rows (the residual stream, norms' statistics, block outputs).
+  bool sequence_parallel = false;
+  std::int64_t local_rows(std::int64_t N) const { return sequence_parallel ? N / tp : N; }  // Nl
   int local_heads() const { return n_head / tp; }          // NHl
   int local_width() const { return n_embd / tp; }          // Cl = NHl * hs: attention and c_proj input width
   int local_vocab() const { return static_cast<int>((vocab_size + tp - 1) / tp); }  // Vl, the largest (rank 0's)
@@ -93,6 +97,9 @@ class Block final : public Module {
   BlockScratch& scratch_for(int B, int T);
   void row_parallel_forward(const View1<float>& out, const View1<float>& inp, const Parameter& weight,
                             const Parameter& bias, int N, int in, int OC);
+  View1<float> gather_rows(const View1<float>& local, int N);           // sequence parallel: (Nl,C) -> (N,C)
+  View1<float> leave_region_backward(const View1<float>& partial, int N);  // (N,C) partial sums -> this rank's rows
+  View1<float> norm_grad(Parameter& p, int slot);                        // where a norm's gradient goes
 
   GptConfig config_;
   std::shared_ptr<BlockScratch> scratch_;
@@ -158,6 +165,10 @@ class Gpt final : public LanguageModel {
   View1<float> losses_;                      // (B*T)
   View1<float> dlnf_;                        // (B,T,C)
   View1<float> dx_;                          // (B,T,C) gradient of the residual stream
+  // Sequence parallelism: the residual stream, x0_, dx_ and the final norm's statistics hold this rank's Nl rows;
+  // lnf_ and dlnf_ stay (N,C) (gathered, and partial sums before their reduce-scatter).
+  View1<float> dlnf_local_;                  // (Nl,C)
+  View1<float> norm_grads_;                  // (2C): ln_f's gradients of one backward, before their all-reduce
   // Tensor parallelism only: tokens - v0 (this rank's rows of wte), and the cross-entropy's row statistics.
   View1<std::int32_t> local_tokens_;         // (B*T)
   View1<float> ce_stats_;                    // (3*B*T): max, sum of exp, target logit

@@ -11,6 +11,13 @@
 //     B*T*V logits.
 // Replicated parameters (norms, the row-parallel biases, wpe) get identical gradients on every tp rank, so
 // fully_shard treats them as it always does; tensor-parallel ones are sharded again over dp_shard (2-D).
+//
+// Sequence parallelism (Korthikanti et al. 2022, mesh.tp_sequence_parallel): outside the tensor-parallel
+// regions, each rank keeps only its 1/tp of the B*T token rows (contiguous: rank r holds rows [r*N/tp,
+// (r+1)*N/tp)). A region is entered by an all-gather of its input (the "g" operator; a reduce-scatter of the
+// gradient in backward) and left by a reduce-scatter of its partial outputs instead of the all-reduce (an
+// all-gather of the gradient in backward). The norms then see only local rows, so their weight gradients are
+// partial sums, all-reduced over tp once per backward of a block.
 #include "fsdpp/comm/communicator.hpp"
 #include "fsdpp/nn/parameter.hpp"
 #include "fsdpp/tensor/types.hpp"
@@ -22,8 +29,8 @@ namespace fsdpp {
 // What a step's tensor parallelism cost: every all-reduce over tp (tests check the counts against Megatron's
 // formulas; benchmarks report the bytes).
 struct TensorParallelStats {
-  std::int64_t all_reduces = 0;
-  std::int64_t bytes = 0;   // payload per rank, f32
+  std::int64_t all_reduces = 0, all_gathers = 0, reduce_scatters = 0;
+  std::int64_t bytes = 0;   // payload per rank, f32: the reduced buffer, the gathered output, the scattered input
   double seconds = 0.0;     // blocking time in the all-reduces (exposed communication)
 };
 
@@ -31,21 +38,33 @@ class TensorParallelGroup {
  public:
   TensorParallelGroup() = default;  // one rank: no tensor parallelism
   // `comm` may refuse to communicate (a planning mesh): the model is then only shaped, never run.
-  TensorParallelGroup(int ranks, int rank, Communicator* comm);
+  TensorParallelGroup(int ranks, int rank, Communicator* comm, bool sequence_parallel = false);
 
   int ranks() const { return ranks_; }
   int rank() const { return rank_; }
   bool active() const { return ranks_ > 1; }
+  bool sequence_parallel() const { return sequence_parallel_; }
+  // Token rows this rank holds outside the tensor-parallel regions: N / tp under sequence parallelism, else N.
+  int local_rows(int N) const { return sequence_parallel_ ? N / ranks_ : N; }
+  // Elements [rank * count, (rank + 1) * count) of buf: this rank's block of a gathered or scattered buffer.
+  View1<float> own_block(const View1<float>& buf, std::size_t count) const;
   TensorParallelPlacement shard(int dim, int blocks = 1) const { return {dim, ranks_, rank_, blocks}; }
 
   // buf[0, count) reduced over the tp ranks, in place (sum or max). Counted in stats().
   void all_reduce(const View1<float>& buf, std::size_t count, ReduceOp op);
+  // buf holds tp blocks of `count`: this rank's own_block in, every rank's block out (in place).
+  void all_gather(const View1<float>& buf, std::size_t count);
+  // `full` (tp blocks of `count`) summed over tp; this rank's block of the sum into `local` (count).
+  void reduce_scatter(const View1<float>& full, const View1<float>& local, std::size_t count);
 
   const TensorParallelStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
 
  private:
+  template <class Op> void run(std::int64_t& counter, std::size_t bytes, const Op& op);
+
   int ranks_ = 1, rank_ = 0;
+  bool sequence_parallel_ = false;
   Communicator* comm_ = nullptr;
   TensorParallelStats stats_;
 };

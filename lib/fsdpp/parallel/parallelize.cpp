@@ -35,6 +35,7 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   // Tensor parallelism takes consecutive ranks (the innermost dimension); the data-parallel dimensions are laid
   // over the world / tp groups.
   layout.tp = deck.mesh.tp;
+  layout.sequence_parallel = deck.mesh.tp > 1 && deck.mesh.tp_sequence_parallel;
   FSDPP_REQUIRE(world_size % layout.tp == 0, "mesh.tp is {}, which does not divide the {} ranks of the job: launch a "
                 "multiple of {} ranks, or change mesh.tp", layout.tp, world_size, layout.tp);
   FSDPP_REQUIRE(layout.tp == 1 || deck.fsdp.strategy != ShardStrategy::no_shard, "mesh.tp combines with "
@@ -142,8 +143,9 @@ std::vector<std::string> Parallelism::banner(const std::string& optimizer_state,
   lines.push_back(fmt::format("{} {}: {} units: {}", how, describe(), all.size(), names));
   if (layout_.tp > 1)
     lines.push_back(fmt::format("tensor parallel over tp={} (Megatron: c_attn by heads, c_fc column-parallel, both "
-                                "c_proj row-parallel, vocabulary-parallel wte and loss); fully_shard over {}",
-                                layout_.tp, dp_mesh_->describe()));
+                                "c_proj row-parallel, vocabulary-parallel wte and loss{}); fully_shard over {}",
+                                layout_.tp, layout_.sequence_parallel ? "; sequence parallel: norms and residuals "
+                                "hold 1/tp of the tokens" : "", dp_mesh_->describe()));
   lines.push_back(fmt::format("shards live in {} memory", root_->parameters().front()->placement()->memory));
   lines.push_back(fmt::format("bytes per rank: parameters {:.2f} MiB, gradients {:.2f} MiB, {} {:.2f} MiB (f32 "
                               "shards, padded); largest unsharded group {:.2f} MiB", local * mib, local * mib,
@@ -188,7 +190,8 @@ std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, Paral
     const DeviceMesh& whole = par->mesh();
     const int tp_dim = whole.dim_index("tp");
     model.apply_tensor_parallel(
-        std::make_shared<TensorParallelGroup>(whole.dim_size(tp_dim), whole.coordinate(tp_dim), &whole.comm(tp_dim)));
+        std::make_shared<TensorParallelGroup>(whole.dim_size(tp_dim), whole.coordinate(tp_dim), &whole.comm(tp_dim),
+                                              l.sequence_parallel));
   }
   // AC before fully_shard, as torchtitan applies AC before FSDP: recomputation happens inside each block's
   // backward, after fully_shard's pre-backward all-gather.

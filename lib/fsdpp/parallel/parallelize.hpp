@@ -40,6 +40,7 @@ struct ParallelLayout {
   ShardStrategy strategy = ShardStrategy::full_shard;
   std::vector<MeshDim> mesh;       // resolved sizes, outermost first; tp, when above 1, last
   int tp = 1;                      // tensor-parallel ranks (mesh.tp)
+  bool sequence_parallel = false;  // mesh.tp_sequence_parallel (with tp > 1)
   CommBackend backend = CommBackend::mpi;
   FullyShardOptions block_options, root_options;
   // false: gradients stay whole and unreduced until the last micro-batch of a step (no_sync); true: every
