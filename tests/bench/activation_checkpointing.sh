@@ -12,22 +12,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 fsdpp=build/bin/fsdpp deck=input/small.yaml steps=6 rounds=2 ranks="1 2"
-overrides=()
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --fsdpp) fsdpp=$2; shift 2 ;;
-    --deck) deck=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --ranks) ranks=$2; shift 2 ;;
-    *) overrides+=("$1"); shift ;;
-  esac
-done
-[ "$steps" -ge 2 ] || { echo "error: --steps must be at least 2 (the first step is not timed)" >&2; exit 2; }
-export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
-if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# shellcheck source=tests/bench/options.sh
+source tests/bench/options.sh "$@"
 global=$("$fsdpp" plan "$deck" "${overrides[@]}" --ranks 1 --json |
          python3 -c 'import json, sys; p = json.load(sys.stdin); print(p["micro_batch"] * p["accum_steps"])')
 

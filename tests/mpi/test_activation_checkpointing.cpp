@@ -5,6 +5,7 @@
 // checkpointing too.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
+#include "train_runs.hpp"
 
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/fsdp/fully_shard.hpp"
@@ -31,21 +32,7 @@ Deck tiny_deck(std::vector<std::string> overrides) {
   return test::input_deck("tiny.yaml", overrides);
 }
 
-// The deck's training losses on the first `n` ranks of test_comm (the others wait), broadcast to all.
-std::vector<double> losses_on(MPI_Comm test_comm, int test_rank, int n, const Deck& deck) {
-  MPI_Comm group;
-  MPI_Comm_split(test_comm, test_rank < n ? 0 : MPI_UNDEFINED, test_rank, &group);
-  std::vector<double> losses(static_cast<std::size_t>(deck.train.steps));
-  if (group != MPI_COMM_NULL) {
-    TrainOptions o;
-    o.quiet = true;
-    o.measure_peak = false;
-    losses = train(group, deck, o).losses;
-    MPI_Comm_free(&group);
-  }
-  MPI_Bcast(losses.data(), static_cast<int>(losses.size()), MPI_DOUBLE, 0, test_comm);
-  return losses;
-}
+using test::losses_on;
 
 }  // namespace
 

@@ -4,6 +4,7 @@
 // counts; checkpoints saved at dp_shard 2 x tp 2 loaded bitwise on other meshes and resumed; clear errors.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
+#include "train_runs.hpp"
 
 #include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/config/deck.hpp"
@@ -28,49 +29,12 @@ namespace {
 const std::vector<std::string> kCommon = {"train.eval_interval=0", "schedule.warmup_steps=2", "train.steps=6",
                                           "train.global_batch=12", "train.micro_batch=1", "train.grad_clip=0.5"};
 
-std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& extra) {
-  base.insert(base.end(), extra.begin(), extra.end());
-  return base;
-}
+using test::check_same_losses;
+using test::losses_on;
+using test::shared_temp_dir;
+using test::with;
 
 Deck tiny(const std::vector<std::string>& extra) { return test::input_deck("tiny.yaml", with(kCommon, extra)); }
-
-// The deck on the first `n` ranks of test_comm (the rest wait); the loss of every step, on every rank.
-std::vector<double> losses_on(MPI_Comm test_comm, int test_rank, int n, const Deck& deck, std::int64_t stop_after = 0) {
-  MPI_Comm group;
-  MPI_Comm_split(test_comm, test_rank < n ? 0 : MPI_UNDEFINED, test_rank, &group);
-  std::vector<double> losses(static_cast<std::size_t>(deck.train.steps));
-  if (group != MPI_COMM_NULL) {
-    TrainOptions o;
-    o.quiet = true;
-    o.measure_peak = false;
-    o.stop_after_step = stop_after;
-    const auto run = train(group, deck, o).losses;
-    std::copy(run.begin(), run.end(), losses.begin());
-    MPI_Comm_free(&group);
-  }
-  MPI_Bcast(losses.data(), static_cast<int>(losses.size()), MPI_DOUBLE, 0, test_comm);
-  return losses;
-}
-
-void check_same_losses(const std::vector<double>& got, const std::vector<double>& want, double tolerance = 1e-5) {
-  REQUIRE(got.size() == want.size());
-  for (std::size_t s = 0; s < got.size(); ++s) {
-    CAPTURE(s);
-    CHECK(got[s] == doctest::Approx(want[s]).epsilon(tolerance));
-  }
-}
-
-std::string shared_temp_dir(MPI_Comm comm, int rank, const std::string& stem) {
-  char name[256] = {0};
-  if (rank == 0) {
-    const auto dir = std::filesystem::temp_directory_path() / (stem + "-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir);
-    std::snprintf(name, sizeof name, "%s", dir.c_str());
-  }
-  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm);
-  return name;
-}
 
 // Every parameter's whole tensor after `fill` on a model built for `deck` on the first n ranks, broadcast to all
 // of test_comm (one flat vector, parameters in model order).

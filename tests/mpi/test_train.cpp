@@ -2,6 +2,7 @@
 // fixed by the deck, not the launch: 1, 2 and 4 ranks train the same model.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
+#include "train_runs.hpp"
 
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -49,17 +50,7 @@ std::vector<double> losses_on(MPI_Comm test_comm, int test_rank, int n, const De
   return losses;
 }
 
-// A fresh folder under the temporary directory, the same name on every rank of `comm`.
-std::string shared_temp_dir(MPI_Comm comm, int rank, const std::string& stem) {
-  char name[256] = {0};
-  if (rank == 0) {
-    const auto dir = std::filesystem::temp_directory_path() / (stem + "-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir);
-    std::snprintf(name, sizeof name, "%s", dir.c_str());
-  }
-  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm);
-  return name;
-}
+using test::shared_temp_dir;
 
 void check_same_losses(const std::vector<double>& got, const std::vector<double>& want) {
   REQUIRE(got.size() == want.size());

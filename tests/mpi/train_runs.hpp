@@ -1,0 +1,66 @@
+#pragma once
+// What the end-to-end MPI tests share: training a deck on some of the test's ranks and comparing losses.
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/train/trainer.hpp"
+
+#include <doctest/doctest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace fsdpp::test {
+
+// The deck's training losses on the first `n` ranks of test_comm (the others wait), broadcast to all. A
+// positive `stop_after` stops the run after that step, as a preempted job would.
+inline std::vector<double> losses_on(MPI_Comm test_comm, int test_rank, int n, const Deck& deck,
+                                     std::int64_t stop_after = 0) {
+  MPI_Comm group;
+  MPI_Comm_split(test_comm, test_rank < n ? 0 : MPI_UNDEFINED, test_rank, &group);
+  std::vector<double> losses(static_cast<std::size_t>(deck.train.steps));
+  if (group != MPI_COMM_NULL) {
+    TrainOptions o;
+    o.quiet = true;
+    o.measure_peak = false;
+    o.stop_after_step = stop_after;
+    const auto run = train(group, deck, o).losses;
+    std::copy(run.begin(), run.end(), losses.begin());
+    MPI_Comm_free(&group);
+  }
+  MPI_Bcast(losses.data(), static_cast<int>(losses.size()), MPI_DOUBLE, 0, test_comm);
+  return losses;
+}
+
+// Step by step, within a relative tolerance (fp32 parity).
+inline void check_same_losses(const std::vector<double>& got, const std::vector<double>& want, double tolerance = 1e-5) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t s = 0; s < got.size(); ++s) {
+    CAPTURE(s);
+    CHECK(got[s] == doctest::Approx(want[s]).epsilon(tolerance));
+  }
+}
+
+// A fresh folder under the temporary directory, the same name on every rank of `comm`.
+inline std::string shared_temp_dir(MPI_Comm comm, int rank, const std::string& stem) {
+  char name[256] = {0};
+  if (rank == 0) {
+    const auto dir = std::filesystem::temp_directory_path() / (stem + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::snprintf(name, sizeof name, "%s", dir.c_str());
+  }
+  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm);
+  return name;
+}
+
+// `base` then `extra`: deck overrides.
+inline std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& extra) {
+  base.insert(base.end(), extra.begin(), extra.end());
+  return base;
+}
+
+}  // namespace fsdpp::test
