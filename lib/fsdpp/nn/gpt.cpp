@@ -224,38 +224,10 @@ void Block::forward(Flow& flow) {
 void Block::row_parallel_forward(const View1<float>& out, const View1<float>& inp, const Parameter& weight,
                                  const Parameter& bias, int N, int in, int OC) {
   if (!tp_->active()) return linear_forward<float>(out, inp, weight.value(), bias.value(), N, in, OC);
-  if (!config_.sequence_parallel) {
-    linear_forward<float>(out, inp, weight.value(), View1<float>(), N, in, OC);
-    tp_->all_reduce(out, static_cast<std::size_t>(N) * OC, ReduceOp::sum);
-    return bias_forward<float>(out, bias.value(), N, OC);
-  }
-  const View1<float> partial = scratch_->gathered;
-  const int Nl = static_cast<int>(config_.local_rows(N));
+  const View1<float> partial = config_.sequence_parallel ? scratch_->gathered : out;
   linear_forward<float>(partial, inp, weight.value(), View1<float>(), N, in, OC);
-  tp_->reduce_scatter(partial, out, static_cast<std::size_t>(Nl) * OC);
-  bias_forward<float>(out, bias.value(), Nl, OC);
-}
-
-// Sequence parallelism: the whole (N,C) gradient from every rank's rows (the backward of a reduce-scatter);
-// otherwise `local` itself.
-View1<float> Block::gather_rows(const View1<float>& local, int N) {
-  if (!config_.sequence_parallel) return local;
-  const std::size_t count = static_cast<std::size_t>(config_.local_rows(N)) * config_.n_embd;
-  Kokkos::deep_copy(tp_->own_block(scratch_->gathered, count), local);
-  tp_->all_gather(scratch_->gathered, count);
-  return scratch_->gathered;
-}
-
-// The gradient of a tensor-parallel region's input, (N,C) partial sums over tp: summed (the backward of the
-// "f" operator), or under sequence parallelism reduce-scattered to this rank's rows (the backward of the
-// all-gather). Without tensor parallelism, `partial` is already whole.
-View1<float> Block::leave_region_backward(const View1<float>& partial, int N) {
-  if (!config_.sequence_parallel) {
-    tp_->all_reduce(partial, static_cast<std::size_t>(N) * config_.n_embd, ReduceOp::sum);
-    return partial;
-  }
-  tp_->reduce_scatter(partial, scratch_->dln_local, static_cast<std::size_t>(config_.local_rows(N)) * config_.n_embd);
-  return scratch_->dln_local;
+  tp_->reduce_row_parallel(partial, out, N, OC);
+  bias_forward<float>(out, bias.value(), static_cast<int>(config_.local_rows(N)), OC);
 }
 
 // A norm's weight or bias gradient: into the parameter's gradient, or under sequence parallelism (each rank saw
@@ -277,14 +249,14 @@ void Block::backward(Flow& flow) {
   if (sp) Kokkos::deep_copy(s.norm_grads, 0.0f);
 
   // MLP: out = res2 + c_proj(gelu(c_fc(ln_2(res2))))
-  const View1<float> dout_rows = gather_rows(dout, N);  // (N,C): c_proj's output gradient, every row
+  const View1<float> dout_rows = tp_->gather_rows(dout, s.gathered, N, C);  // (N,C): c_proj's output gradient
   Kokkos::deep_copy(s.dfch_gelu, 0.0f);
   linear_backward<float>(s.dfch_gelu, mlp_proj_weight.grad(), mlp_proj_bias.grad(), dout_rows, a.fch_gelu, mlp_proj_weight.value(), N, 4 * Cl, C);
   Kokkos::deep_copy(s.dfch, 0.0f);
   gelu_backward<float>(s.dfch, a.fch, s.dfch_gelu, N * 4 * Cl);
   Kokkos::deep_copy(s.dln, 0.0f);
   linear_backward<float>(s.dln, c_fc_weight.grad(), c_fc_bias.grad(), s.dfch, a.ln2, c_fc_weight.value(), N, C, 4 * Cl);
-  const View1<float> dln2 = leave_region_backward(s.dln, N);  // every rank's features fed ln_2's output
+  const View1<float> dln2 = tp_->reduce_region_gradient(s.dln, s.dln_local, N, C);  // every rank's features fed ln_2
   const std::size_t local = static_cast<std::size_t>(Nl) * C;
   const View1<float> dres2 = sp ? tp_->own_block(s.dres2, local) : s.dres2;  // this rank's rows (all without sp)
   Kokkos::deep_copy(dres2, dout);  // the residual path
@@ -300,16 +272,12 @@ void Block::backward(Flow& flow) {
                         AttentionShape{B, T, NHl, NHl, C / NH});
   Kokkos::deep_copy(s.dln, 0.0f);
   linear_backward<float>(s.dln, c_attn_weight.grad(), c_attn_bias.grad(), s.dqkv, a.ln1, c_attn_weight.value(), N, C, 3 * Cl);
-  const View1<float> dln1 = leave_region_backward(s.dln, N);
+  const View1<float> dln1 = tp_->reduce_region_gradient(s.dln, s.dln_local, N, C);
   Kokkos::deep_copy(dout, dres2);  // the residual path, into the caller's buffer: d(out) is no longer needed
   layernorm_backward<float>(dout, norm_grad(ln_1_weight, 0), norm_grad(ln_1_bias, 1), dln1, in_, ln_1_weight.value(),
                             a.ln1_mean, a.ln1_rstd, Nl, C);
-  if (!sp) return;
-  // The norms' gradients of this backward, summed over the ranks' rows, then added to the gradients (which may
-  // hold earlier micro-batches' under accumulation, so the sum is taken before).
-  tp_->all_reduce(s.norm_grads, 4 * static_cast<std::size_t>(C), ReduceOp::sum);
-  Parameter* norms[] = {&ln_1_weight, &ln_1_bias, &ln_2_weight, &ln_2_bias};
-  for (int k = 0; k < 4; ++k) accumulate<float>(norms[k]->grad(), norm_grad(*norms[k], k), C);
+  // The norms saw this rank's rows only: their gradients summed over tp, then added.
+  if (sp) tp_->add_norm_gradients(s.norm_grads, {ln_1_weight.grad(), ln_1_bias.grad(), ln_2_weight.grad(), ln_2_bias.grad()});
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -454,10 +422,7 @@ void Gpt::forward(Flow& flow) {
     localize_tokens(local_tokens_, flow.tokens, vocab_offset(), N);
     const View1<float> partial = sp ? lnf_ : x0_;
     vocab_parallel_embedding_forward<float>(partial, local_tokens_, wte.value(), wpe.value(), tp_->rank() == 0, B, T, C);
-    if (sp)
-      tp_->reduce_scatter(partial, x0_, local);
-    else
-      tp_->all_reduce(x0_, static_cast<std::size_t>(N) * C, ReduceOp::sum);
+    tp_->reduce_row_parallel(partial, x0_, N, C);
   } else {
     encoder_forward<float>(x0_, flow.tokens, wte.value(), wpe.value(), B, T, C);
   }
@@ -485,35 +450,22 @@ void Gpt::backward(Flow& flow) {
   const int Vl = static_cast<int>(head().rows());
   const bool sp = config_.sequence_parallel;
   const int Nl = static_cast<int>(config_.local_rows(N));
-  const std::size_t local = static_cast<std::size_t>(Nl) * C;
   Kokkos::deep_copy(dlnf_, 0.0f);
   linear_backward<float>(dlnf_, head().grad(), View1<float>(), logits_, lnf_, head().value(), N, C, Vl);
   // Every rank's vocabulary columns contributed to d(lnf): summed, or under sp reduce-scattered to this rank's rows.
-  if (sp)
-    tp_->reduce_scatter(dlnf_, dlnf_local_, local);
-  else
-    tp_->all_reduce(dlnf_, static_cast<std::size_t>(N) * C, ReduceOp::sum);
+  const View1<float> dlnf = tp_->reduce_region_gradient(dlnf_, dlnf_local_, N, C);
   Kokkos::deep_copy(dx_, 0.0f);
   if (sp) Kokkos::deep_copy(norm_grads_, 0.0f);
   const auto norm = [&](int slot) -> View1<float> {
     return Kokkos::subview(norm_grads_, std::make_pair(slot * C, (slot + 1) * C));
   };
   layernorm_backward<float>(dx_, sp ? norm(0) : ln_f_weight.grad(), sp ? norm(1) : ln_f_bias.grad(),
-                            sp ? dlnf_local_ : dlnf_, final_x_, ln_f_weight.value(), lnf_mean_, lnf_rstd_, Nl, C);
-  if (sp) {  // each rank saw its rows only: the sums over the ranks, then into the gradients
-    tp_->all_reduce(norm_grads_, 2 * static_cast<std::size_t>(C), ReduceOp::sum);
-    accumulate<float>(ln_f_weight.grad(), norm(0), C);
-    accumulate<float>(ln_f_bias.grad(), norm(1), C);
-  }
+                            dlnf, final_x_, ln_f_weight.value(), lnf_mean_, lnf_rstd_, Nl, C);
+  if (sp) tp_->add_norm_gradients(norm_grads_, {ln_f_weight.grad(), ln_f_bias.grad()});  // each rank saw its rows
   flow.dx = dx_;
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (**it)(flow, Pass::backward);
   // The embedding's gradient needs every row: under sp, gathered into dlnf_ (free again).
-  View1<float> dx = flow.dx;
-  if (sp) {
-    Kokkos::deep_copy(tp_->own_block(dlnf_, local), flow.dx);
-    tp_->all_gather(dlnf_, local);
-    dx = dlnf_;
-  }
+  const View1<float> dx = tp_->gather_rows(flow.dx, dlnf_, N, C);
   // Under tp, tokens another rank holds fall outside this rank's rows of wte and are skipped; every rank adds
   // the whole dwpe (wpe is replicated, its gradient the same on every tp rank).
   encoder_backward<float>(wte.grad(), wpe.grad(), dx,

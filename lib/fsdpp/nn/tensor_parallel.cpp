@@ -1,5 +1,6 @@
 #include "fsdpp/nn/tensor_parallel.hpp"
 
+#include "fsdpp/nn/kernels/residual.hpp"
 #include "fsdpp/nn/language_model.hpp"
 
 #include "fsdpp/runtime/error.hpp"
@@ -51,6 +52,41 @@ void TensorParallelGroup::reduce_scatter(const View1<float>& full, const View1<f
               local.extent(0));
   run(stats_.reduce_scatters, count * 4 * static_cast<std::size_t>(ranks_),
       [&] { comm_->reduce_scatter(full.data(), local.data(), count); });
+}
+
+void TensorParallelGroup::reduce_row_parallel(const View1<float>& partial, const View1<float>& out, int N, int OC) {
+  if (!sequence_parallel_) return all_reduce(partial, static_cast<std::size_t>(N) * OC, ReduceOp::sum);
+  reduce_scatter(partial, out, static_cast<std::size_t>(local_rows(N)) * OC);
+}
+
+View1<float> TensorParallelGroup::gather_rows(const View1<float>& local, const View1<float>& buffer, int N, int C) {
+  if (!sequence_parallel_) return local;
+  const std::size_t count = static_cast<std::size_t>(local_rows(N)) * C;
+  Kokkos::deep_copy(own_block(buffer, count), Kokkos::subview(local, std::make_pair(std::size_t{0}, count)));
+  all_gather(buffer, count);
+  return buffer;
+}
+
+View1<float> TensorParallelGroup::reduce_region_gradient(const View1<float>& partial, const View1<float>& local, int N,
+                                                         int C) {
+  if (!sequence_parallel_) {
+    all_reduce(partial, static_cast<std::size_t>(N) * C, ReduceOp::sum);
+    return partial;
+  }
+  reduce_scatter(partial, local, static_cast<std::size_t>(local_rows(N)) * C);
+  return local;
+}
+
+void TensorParallelGroup::add_norm_gradients(const View1<float>& partial, const std::vector<View1<float>>& grads) {
+  std::size_t total = 0;
+  for (const auto& g : grads) total += g.extent(0);
+  all_reduce(partial, total, ReduceOp::sum);
+  std::size_t at = 0;
+  for (const auto& g : grads) {
+    kernels::accumulate<float>(g, Kokkos::subview(partial, std::make_pair(at, at + g.extent(0))),
+                               static_cast<int>(g.extent(0)));
+    at += g.extent(0);
+  }
 }
 
 void LanguageModel::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {

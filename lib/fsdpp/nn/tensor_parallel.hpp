@@ -23,6 +23,7 @@
 #include "fsdpp/tensor/types.hpp"
 
 #include <cstdint>
+#include <vector>
 
 namespace fsdpp {
 
@@ -56,6 +57,22 @@ class TensorParallelGroup {
   void all_gather(const View1<float>& buf, std::size_t count);
   // `full` (tp blocks of `count`) summed over tp; this rank's block of the sum into `local` (count).
   void reduce_scatter(const View1<float>& full, const View1<float>& local, std::size_t count);
+
+  // The three moves of a Megatron block, the same for every model (C: the residual stream's width; N: the
+  // micro-batch's token rows; with tp 1 they do nothing and hand back what they were given):
+  //   Leaving a row-parallel layer: `partial` holds its (N,OC) partial products; the sums of this rank's rows go
+  //   to `out` (Nl,OC) (without sequence parallelism `partial` is `out`, summed in place).
+  void reduce_row_parallel(const View1<float>& partial, const View1<float>& out, int N, int OC);
+  //   Backward, into a region: the (N,C) gradient from this rank's rows `local`, gathered in `buffer` (under
+  //   sequence parallelism; otherwise `local` is already whole and is returned).
+  View1<float> gather_rows(const View1<float>& local, const View1<float>& buffer, int N, int C);
+  //   Backward, out of a region: the region input's gradient, (N,C) partial sums in `partial`: summed in place,
+  //   or under sequence parallelism this rank's rows of the sums into `local` (returned).
+  View1<float> reduce_region_gradient(const View1<float>& partial, const View1<float>& local, int N, int C);
+  //   Sequence parallelism, the norms: gradients computed from this rank's rows only sit in consecutive slots of
+  //   `partial`, one per entry of `grads` (of its length): summed over tp, then added to the gradients (which may
+  //   hold earlier micro-batches' under accumulation, so the sum is taken first).
+  void add_norm_gradients(const View1<float>& partial, const std::vector<View1<float>>& grads);
 
   const TensorParallelStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }

@@ -28,7 +28,8 @@ inline void localize_tokens(const View1<std::int32_t>& out, const View1<const st
 }
 
 // out[b,t,:] = (local token in [0,Vl) ? wte[tok,:] : 0) + (add_positions ? wpe[t,:] : 0). One tp rank adds
-// the positions, so that the all-reduce sum is wte[token] + wpe[t] exactly (the other terms are zeros).
+// the positions, so that the all-reduce sum is wte[token] + wpe[t] exactly (the other terms are zeros); a model
+// without a position table (Llama) passes add_positions false and an empty wpe.
 template <class Real>
 void vocab_parallel_embedding_forward(const View1<Real>& out,                       // out (B,T,C)
                                       const View1<const std::int32_t>& local_tokens,// (B,T), tokens - v0
@@ -44,7 +45,7 @@ void vocab_parallel_embedding_forward(const View1<Real>& out,                   
         const bool owned = tok >= 0 && tok < Vl;
         Real* o = out.data() + n * C;
         const Real* w = wte.data() + (owned ? tok : 0) * C;
-        const Real* p = wpe.data() + (n % T) * C;
+        const Real* p = add_positions ? wpe.data() + (n % T) * C : nullptr;  // Llama: no position table
         Kokkos::parallel_for(Kokkos::TeamThreadRange(member, C), [&](const int c) {
           o[c] = (owned ? w[c] : Real(0)) + (add_positions ? p[c] : Real(0));
         });
