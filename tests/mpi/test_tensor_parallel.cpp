@@ -242,10 +242,37 @@ MPI_TEST_CASE("tensor parallel: a checkpoint saved at dp_shard 2 x tp 2 loads bi
 MPI_TEST_CASE("tensor parallel: impossible meshes are one clear error", 1) {
   CHECK(usage_error_of([] { tiny({"mesh.tp=3"}); }).find("mesh.tp (3) must divide model.n_head (4)") != std::string::npos);
   CHECK(usage_error_of([] { parallel_layout(tiny({"mesh.tp=2"}), 3); }).find("does not divide the 3 ranks") != std::string::npos);
-  CHECK(usage_error_of([] { test::input_deck("llama-tiny.yaml", {"mesh.tp=2"}); }).find("model.arch gpt2 only") != std::string::npos);
+  CHECK(usage_error_of([] { test::input_deck("llama-tiny.yaml", {"mesh.tp=4"}); })
+            .find("mesh.tp (4) must divide model.n_head (4) and model.n_kv_head (2)") != std::string::npos);
+  CHECK(usage_error_of([] { test::input_deck("llama-tiny.yaml", {"mesh.tp=2", "model.ffn_hidden=175"}); })
+            .find("must divide the MLP width model.ffn_hidden (175)") != std::string::npos);
   CHECK(usage_error_of([] { tiny({"mesh.tp=2", "fsdp.strategy=no_shard"}); }).find("no_shard") != std::string::npos);
   CHECK(usage_error_of([] { tiny({"mesh.tp_sequence_parallel=true"}); }).find("but mesh.tp is 1") != std::string::npos);
   CHECK(usage_error_of([] { tiny({"mesh.tp=4", "mesh.tp_sequence_parallel=true", "model.context_length=6",
                                   "train.micro_batch=1"}); })
             .find("1 x 6 = 6 tokens over mesh.tp = 4 ranks") != std::string::npos);
+}
+
+MPI_TEST_CASE("tensor parallel: Llama (GQA, SwiGLU, RoPE) gives the losses and initial weights of one rank", 4) {
+  const std::vector<std::string> common = with(kCommon, {});
+  auto llama = [&](const std::vector<std::string>& extra) { return test::input_deck("llama-tiny.yaml", with(common, extra)); };
+  for (const char* tie : {"model.tie_embeddings=false", "model.tie_embeddings=true"}) {
+    CAPTURE(tie);
+    const auto one = losses_on(test_comm, test_rank, 1, llama({tie}));
+    check_same_losses(losses_on(test_comm, test_rank, 2, llama({tie, "mesh.tp=2"})), one);
+    check_same_losses(losses_on(test_comm, test_rank, 4, llama({tie, "mesh.tp=2", "mesh.tp_sequence_parallel=true"})), one);
+    check_same_losses(losses_on(test_comm, test_rank, 4, llama({tie, "mesh.tp=2", "train.activation_checkpointing=full"})), one);
+    CHECK(whole_model_on(test_comm, test_rank, 4, llama({tie, "mesh.tp=2"}), no_fill) ==
+          whole_model_on(test_comm, test_rank, 1, llama({tie}), no_fill));
+  }
+  // Megatron's counts hold for Llama too (no biases change nothing): 4L + 4 all-reduces per micro-batch.
+  const Deck deck = llama({"mesh.tp=2", "mesh.dp_shard=2"});
+  const OnePass two = one_pass(test_comm, deck, 2, 16);
+  CHECK(two.tp.all_reduces == 4 * deck.model.n_layer + 4);
+  const OnePass sp = one_pass(test_comm, llama({"mesh.tp=2", "mesh.dp_shard=2", "mesh.tp_sequence_parallel=true"}), 2, 16);
+  CHECK(sp.tp.all_gathers == 4 * deck.model.n_layer + 2);
+  CHECK(sp.tp.reduce_scatters == 4 * deck.model.n_layer + 2);
+  CHECK(sp.tp.all_reduces == deck.model.n_layer + 3);
+  CHECK(sp.loss == doctest::Approx(two.loss).epsilon(1e-6));
+  CHECK(sp.grad_norm == doctest::Approx(two.grad_norm).epsilon(1e-5));
 }

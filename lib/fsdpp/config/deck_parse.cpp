@@ -353,14 +353,19 @@ void check_consistency(const ParseState& st) {
                              "of {}", d.train.micro_batch, d.model.context_length,
                              std::int64_t{d.train.micro_batch} * d.model.context_length, d.mesh.tp, d.mesh.tp));
   if (d.mesh.tp > 1) {
-    if (d.model.arch != ModelArch::gpt2)
-      inconsistent(st, {"mesh.tp", "model.arch"},
-                   fmt::format("mesh.tp {} is tensor parallelism, which fsdpp has for model.arch gpt2 only so far; "
-                               "use mesh.tp: 1 (FSDP alone) for this model", d.mesh.tp));
-    else if (d.model.n_head % d.mesh.tp != 0)
-      inconsistent(st, {"mesh.tp", "model.n_head"},
-                   fmt::format("mesh.tp ({}) must divide model.n_head ({}): each tensor-parallel rank computes "
-                               "whole attention heads", d.mesh.tp, d.model.n_head));
+    const bool llama = d.model.arch == ModelArch::llama;
+    if (d.model.n_head % d.mesh.tp != 0 || (llama && d.model.n_kv_head % d.mesh.tp != 0))
+      inconsistent(st, {"mesh.tp", llama ? "model.n_kv_head" : "model.n_head"},
+                   llama ? fmt::format("mesh.tp ({}) must divide model.n_head ({}) and model.n_kv_head ({}): each "
+                                       "tensor-parallel rank computes whole query and key/value heads", d.mesh.tp,
+                                       d.model.n_head, d.model.n_kv_head)
+                         : fmt::format("mesh.tp ({}) must divide model.n_head ({}): each tensor-parallel rank "
+                                       "computes whole attention heads", d.mesh.tp, d.model.n_head));
+    else if (llama && d.model.ffn_hidden % d.mesh.tp != 0)
+      inconsistent(st, {"mesh.tp", "model.ffn_hidden"},
+                   fmt::format("mesh.tp ({}) must divide the MLP width model.ffn_hidden ({}); set model.ffn_hidden "
+                               "(or model.ffn_multiple_of) to a multiple of {}", d.mesh.tp, d.model.ffn_hidden,
+                               d.mesh.tp));
     else if (std::int64_t{d.mesh.tp - 1} * ((d.model.vocab_size + d.mesh.tp - 1) / d.mesh.tp) >= d.model.vocab_size)
       inconsistent(st, {"mesh.tp", "model.vocab_size"},
                    fmt::format("mesh.tp ({}) splits model.vocab_size ({}) like torch.chunk, which leaves the last "

@@ -435,8 +435,8 @@ std::vector<Field> make_fields() {
   f.push_back(mesh_dim("mesh.dp_shard", &MeshConfig::dp_shard,
                        "Ranks a parameter is sharded over (inner dimension); -1: the ranks left over."));
   f.push_back(integer("mesh.tp", &Deck::mesh, &MeshConfig::tp, 1,
-                      "Tensor parallelism (Megatron-style, model.arch gpt2): ranks that split every block's "
-                      "attention heads and MLP width, and the vocabulary; the innermost mesh dimension (consecutive "
+                      "Tensor parallelism (Megatron-style): ranks that split every block's attention heads and "
+                      "MLP width, and the vocabulary; the innermost mesh dimension (consecutive "
                       "ranks: keep it within a node). Parameters are then FSDP-sharded over dp_shard. 1: none."));
   f.push_back(boolean("mesh.tp_sequence_parallel", &Deck::mesh, &MeshConfig::tp_sequence_parallel,
                       "Sequence parallelism with mesh.tp > 1: the layer norms, residual adds and block outputs "

@@ -387,24 +387,6 @@ void Gpt::ensure_activations(int B, int T) {
   }
 }
 
-// Tensor parallelism: this rank's rows of the vocabulary start at v0 (torch.chunk of V over tp).
-int Gpt::vocab_offset() const {
-  return static_cast<int>(std::min<std::int64_t>(tp_->rank() * chunk_rows(config_.vocab_size, tp_->ranks()),
-                                                 config_.vocab_size));
-}
-
-// The loss over this rank's logits columns, with the row statistics reduced over tp (vocab_parallel.hpp).
-void Gpt::vocab_parallel_loss(Flow& flow, int N, int Vl) {
-  const int v0 = vocab_offset();
-  vocab_parallel_row_max<float>(ce_stats_, logits_, N, Vl);
-  tp_->all_reduce(ce_stats_, static_cast<std::size_t>(N), ReduceOp::max);
-  vocab_parallel_sum_exp<float>(ce_stats_, logits_, flow.targets, v0, N, Vl);
-  const View1<float> sums = Kokkos::subview(ce_stats_, std::make_pair(static_cast<std::size_t>(N), static_cast<std::size_t>(3) * N));
-  tp_->all_reduce(sums, 2 * static_cast<std::size_t>(N), ReduceOp::sum);
-  vocab_parallel_crossentropy_finish<float>(logits_, losses_, ce_stats_, flow.targets, v0, N, Vl, config_.vocab_size,
-                                            flow.loss_scale / static_cast<float>(N), flow.training);
-}
-
 void Gpt::forward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, V = config_.vocab_size, N = B * T;
   FSDPP_REQUIRE(T >= 1 && T <= config_.context_length, "sequence length {} exceeds model.context_length {}", T,
@@ -419,7 +401,7 @@ void Gpt::forward(Flow& flow) {
   if (tp_->active()) {
     // Every rank's vocabulary rows contribute to each token's embedding: the (N,C) partial sums are all-reduced,
     // or reduce-scattered to this rank's rows (lnf_ serves as their buffer: it is free until the final norm).
-    localize_tokens(local_tokens_, flow.tokens, vocab_offset(), N);
+    localize_tokens(local_tokens_, flow.tokens, tp_->vocab_offset(config_.vocab_size), N);
     const View1<float> partial = sp ? lnf_ : x0_;
     vocab_parallel_embedding_forward<float>(partial, local_tokens_, wte.value(), wpe.value(), tp_->rank() == 0, B, T, C);
     tp_->reduce_row_parallel(partial, x0_, N, C);
@@ -436,7 +418,7 @@ void Gpt::forward(Flow& flow) {
   linear_forward<float>(logits_, lnf_, head().value(), View1<float>(), N, C, Vl);
   // Training: the fused kernel leaves d(loss)/d(logits) in logits_, saving a (B*T,V) buffer.
   if (tp_->active())
-    vocab_parallel_loss(flow, N, Vl);
+    tp_->vocab_parallel_loss(logits_, losses_, ce_stats_, flow.targets, N, Vl, V, flow.loss_scale, flow.training);
   else if (flow.training)
     crossentropy_forward_backward<float>(logits_, losses_, flow.targets, N, V, flow.loss_scale / static_cast<float>(N));
   else

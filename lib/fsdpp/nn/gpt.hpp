@@ -146,8 +146,6 @@ class Gpt final : public LanguageModel {
 
  private:
   void ensure_activations(int B, int T);
-  int vocab_offset() const;
-  void vocab_parallel_loss(Flow& flow, int N, int Vl);
   Parameter& head() { return lm_head ? *lm_head : wte; }
 
   GptConfig config_;

@@ -7,6 +7,7 @@
 #include "fsdpp/nn/kernels/residual.hpp"
 #include "fsdpp/nn/kernels/rmsnorm.hpp"
 #include "fsdpp/nn/kernels/rope.hpp"
+#include "fsdpp/nn/kernels/vocab_parallel.hpp"
 #include "fsdpp/nn/kernels/swiglu.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/tensor/matmul.hpp"
@@ -39,27 +40,39 @@ struct LlamaScratch {
   View1<float> dgate;  // (B,T,F)
   View1<float> dup;    // (B,T,F)
   View1<float> attention_workspace;  // model.attention batched: attention_workspace_floats, else empty
+  // Sequence parallelism only (empty otherwise), as GPT's BlockScratch: dres2 then holds the gathered gradient.
+  View1<float> gathered;   // (B,T,C): a gathered gradient, or a row-parallel layer's partial sums
+  View1<float> dln_local;  // (Nl,C)
+  View1<float> norm_grads; // (2C): the two RMSNorm gradients of one backward, before their all-reduce
 
+  // Tensor parallelism: this rank's heads and features (local_* of the config); every width below is W, C, F
+  // without it.
   void ensure(const LlamaConfig& c, int B_, int T_) {
     if (B == B_ && T == T_) return;
     B = B_, T = T_;
-    const std::size_t N = static_cast<std::size_t>(B) * T, C = c.n_embd, F = c.ffn_hidden;
-    const std::size_t W = C + 2 * static_cast<std::size_t>(c.kv_width());
+    const std::size_t N = static_cast<std::size_t>(B) * T, C = c.n_embd, F = c.local_ffn(), Cl = c.local_width();
+    const std::size_t W = Cl + 2 * static_cast<std::size_t>(c.local_kv_width());
     dres2 = uninitialized<float>("llama_block.dres2", N * C);
     dln = uninitialized<float>("llama_block.dln", N * C);
     dqkv = uninitialized<float>("llama_block.dqkv", N * W);
-    datty = uninitialized<float>("llama_block.datty", N * C);
+    datty = uninitialized<float>("llama_block.datty", N * Cl);
     datt = uninitialized<float>("llama_block.datt",
-                                static_cast<std::size_t>(B) * c.n_head * T * attention_row_floats(c.attention, T));
+                                static_cast<std::size_t>(B) * c.local_heads() * T * attention_row_floats(c.attention, T));
     dh = uninitialized<float>("llama_block.dh", N * F);
     dgate = uninitialized<float>("llama_block.dgate", N * F);
     dup = uninitialized<float>("llama_block.dup", N * F);
     attention_workspace = uninitialized<float>(
         "llama_block.attention_workspace",
-        static_cast<std::size_t>(attention_workspace_floats(c.attention, B, T, static_cast<int>(W), static_cast<int>(C))));
+        static_cast<std::size_t>(attention_workspace_floats(c.attention, B, T, static_cast<int>(W), static_cast<int>(Cl))));
+    if (c.sequence_parallel) {
+      gathered = uninitialized<float>("llama_block.gathered", N * C);
+      dln_local = uninitialized<float>("llama_block.dln_local", static_cast<std::size_t>(c.local_rows(N)) * C);
+      norm_grads = uninitialized<float>("llama_block.norm_grads", 2 * C);
+    }
   }
   std::int64_t bytes() const {
-    return bytes_of({&dres2, &dln, &dqkv, &datty, &datt, &dh, &dgate, &dup, &attention_workspace});
+    return bytes_of({&dres2, &dln, &dqkv, &datty, &datt, &dh, &dgate, &dup, &attention_workspace, &gathered,
+                     &dln_local, &norm_grads});
   }
 };
 
@@ -160,18 +173,46 @@ LlamaBlock::LlamaBlock(const LlamaConfig& c, std::shared_ptr<LlamaScratch> scrat
       config_(c),
       scratch_(std::move(scratch)),
       rope_(std::move(rope)),
+      tp_(std::make_shared<TensorParallelGroup>()),
       acts_(std::move(recomputed)) {}
 
+void LlamaBlock::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
+  tp_ = std::move(tp);
+  config_.tp = tp_->ranks();
+  config_.sequence_parallel = tp_->sequence_parallel();
+  for (Parameter* p : {&q_proj, &k_proj, &v_proj, &gate_proj, &up_proj}) p->set_tensor_parallel(tp_->shard(0));
+  for (Parameter* p : {&o_proj, &down_proj}) p->set_tensor_parallel(tp_->shard(1));
+}
+
+// out = inp @ W^T for a Linear whose input features are split over tp: the partial products summed over tp
+// (TensorParallelGroup::reduce_row_parallel). Without tensor parallelism, linear_forward itself.
+void LlamaBlock::row_parallel_forward(const View1<float>& out, const View1<float>& inp, const Parameter& weight, int N,
+                                      int in) {
+  const int C = config_.n_embd;
+  const View1<float> partial = config_.sequence_parallel ? scratch_->gathered : out;
+  linear_forward<float>(partial, inp, weight.value(), View1<float>(), N, in, C);
+  tp_->reduce_row_parallel(partial, out, N, C);
+}
+
+// A norm's gradient: the parameter's, or under sequence parallelism (partial: this rank's rows only) slot `slot`
+// of the scratch, summed over tp at the end of backward.
+View1<float> LlamaBlock::norm_grad(Parameter& p, int slot) {
+  if (!config_.sequence_parallel) return p.grad();
+  const std::size_t C = static_cast<std::size_t>(config_.n_embd), first = static_cast<std::size_t>(slot) * C;
+  return Kokkos::subview(scratch_->norm_grads, std::make_pair(first, first + C));
+}
+
 void LlamaActivations::ensure(const std::string& label, const LlamaConfig& c, int B, int T) {
-  const std::size_t N = static_cast<std::size_t>(B) * T, C = c.n_embd, F = c.ffn_hidden;
-  const std::size_t W = C + 2 * static_cast<std::size_t>(c.kv_width());
-  const std::size_t attention = static_cast<std::size_t>(B) * c.n_head * T * attention_row_floats(c.attention, T);
+  const std::size_t N = static_cast<std::size_t>(B) * T, C = c.n_embd, F = c.local_ffn(), Cl = c.local_width();
+  const std::size_t Nl = static_cast<std::size_t>(c.local_rows(static_cast<std::int64_t>(N)));
+  const std::size_t W = Cl + 2 * static_cast<std::size_t>(c.local_kv_width());
+  const std::size_t attention = static_cast<std::size_t>(B) * c.local_heads() * T * attention_row_floats(c.attention, T);
   using Field = View1<float> LlamaActivations::*;  // an alias: nvcc's front end would parenthesize the declarator
   struct Member { Field view; const char* name; std::size_t count; };
-  const Member members[] = {{&LlamaActivations::ln1, "ln1", N * C},   {&LlamaActivations::ln1_rstd, "ln1_rstd", N},
+  const Member members[] = {{&LlamaActivations::ln1, "ln1", N * C},   {&LlamaActivations::ln1_rstd, "ln1_rstd", Nl},
                             {&LlamaActivations::qkv, "qkv", N * W},   {&LlamaActivations::att, "att", attention},
-                            {&LlamaActivations::atty, "atty", N * C}, {&LlamaActivations::res2, "res2", N * C},
-                            {&LlamaActivations::ln2, "ln2", N * C},   {&LlamaActivations::ln2_rstd, "ln2_rstd", N},
+                            {&LlamaActivations::atty, "atty", N * Cl}, {&LlamaActivations::res2, "res2", Nl * C},
+                            {&LlamaActivations::ln2, "ln2", N * C},   {&LlamaActivations::ln2_rstd, "ln2_rstd", Nl},
                             {&LlamaActivations::gate, "gate", N * F}, {&LlamaActivations::up, "up", N * F},
                             {&LlamaActivations::h, "h", N * F}};
   storage_.resize(std::size(members));
@@ -191,10 +232,10 @@ std::int64_t LlamaActivations::bytes() const {
 }
 
 std::int64_t LlamaActivations::bytes_for(const LlamaConfig& c, int B, int T) {
-  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, F = c.ffn_hidden;
-  const std::int64_t W = C + 2 * std::int64_t{c.kv_width()};
-  const std::int64_t attention = std::int64_t{B} * c.n_head * T * attention_row_floats(c.attention, T);
-  return 4 * (4 * N * C + 2 * N + N * W + attention + 3 * N * F);
+  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, F = c.local_ffn(), Cl = c.local_width(), Nl = c.local_rows(N);
+  const std::int64_t W = Cl + 2 * std::int64_t{c.local_kv_width()};
+  const std::int64_t attention = std::int64_t{B} * c.local_heads() * T * attention_row_floats(c.attention, T);
+  return 4 * (2 * N * C + N * Cl + Nl * C + 2 * Nl + N * W + attention + 3 * N * F);  // ln1, ln2; atty; res2
 }
 
 std::int64_t LlamaBlock::activation_bytes() const { return acts_.own_bytes() + bytes_of({&out_}); }
@@ -202,21 +243,29 @@ std::int64_t LlamaBlock::activation_bytes() const { return acts_.own_bytes() + b
 void LlamaBlock::ensure_output(int B, int T) {
   if (B == B_ && T == T_) return;
   B_ = B, T_ = T;
-  out_ = uninitialized<float>(path() + ".out", static_cast<std::size_t>(B) * T * config_.n_embd);
+  out_ = uninitialized<float>(path() + ".out", static_cast<std::size_t>(config_.local_rows(std::int64_t{B} * T)) * config_.n_embd);
 }
 
 void LlamaBlock::forward(Flow& flow) {
-  const int B = flow.B, T = flow.T, C = config_.n_embd, KC = config_.kv_width(), F = config_.ffn_hidden, N = B * T;
-  const int NH = config_.n_head, NKV = config_.n_kv_head, hs = config_.head_size(), W = C + 2 * KC;
+  // This tp rank's heads and features (all of them without tensor parallelism): Cl = NH*hs/tp, KC, F, W.
+  const int B = flow.B, T = flow.T, C = config_.n_embd, KC = config_.local_kv_width(), F = config_.local_ffn(), N = B * T;
+  const int NH = config_.local_heads(), NKV = config_.local_kv_heads(), hs = config_.head_size();
+  const int Cl = config_.local_width(), W = Cl + 2 * KC;
+  const int Nl = static_cast<int>(config_.local_rows(N));  // rows of the residual stream here: N unless sequence parallel
+  const bool sp = config_.sequence_parallel;
+  const std::size_t local = static_cast<std::size_t>(Nl) * C;
   const double eps = config_.norm_eps;
   LlamaActivations& a = acts_.get(*this, config_, B, T);
   ensure_output(B, T);
   rope_->ensure(config_);
   in_ = flow.x;
-  rmsnorm_forward<float>(a.ln1, a.ln1_rstd, in_, input_layernorm.value(), N, C, eps);
-  project_forward(a.qkv, W, 0, a.ln1, q_proj.value(), N, C, C);
-  project_forward(a.qkv, W, C, a.ln1, k_proj.value(), N, C, KC);
-  project_forward(a.qkv, W, C + KC, a.ln1, v_proj.value(), N, C, KC);
+  // Under sequence parallelism each norm writes its rows into its own block of the (N,C) buffer, which the
+  // all-gather completes (as GPT's Block).
+  rmsnorm_forward<float>(sp ? tp_->own_block(a.ln1, local) : a.ln1, a.ln1_rstd, in_, input_layernorm.value(), Nl, C, eps);
+  if (sp) tp_->all_gather(a.ln1, local);
+  project_forward(a.qkv, W, 0, a.ln1, q_proj.value(), N, C, Cl);
+  project_forward(a.qkv, W, Cl, a.ln1, k_proj.value(), N, C, KC);
+  project_forward(a.qkv, W, Cl + KC, a.ln1, v_proj.value(), N, C, KC);
   rope_forward<float>(a.qkv, rope_->cos, rope_->sin, B, T, W, NH + NKV, hs);  // q heads, then k heads
   // Only the batched kernels take the (shared) workspace; the others leave the scratch as it was.
   const bool batched = resolve_attention(config_.attention) == AttentionKind::batched;
@@ -229,56 +278,70 @@ void LlamaBlock::forward(Flow& flow) {
   View1<float> proj = out_;
   if (is_recomputing()) {
     scratch_->ensure(config_, B, T);
-    proj = scratch_->dres2;
+    proj = sp ? tp_->own_block(scratch_->dres2, local) : scratch_->dres2;
   }
-  linear_forward<float>(proj, a.atty, o_proj.value(), View1<float>(), N, C, C);
-  residual_forward<float>(a.res2, in_, proj, N * C);
-  rmsnorm_forward<float>(a.ln2, a.ln2_rstd, a.res2, post_attention_layernorm.value(), N, C, eps);
+  if (tp_->active() && !is_recomputing()) scratch_->ensure(config_, B, T);  // the partial sums' buffer
+  row_parallel_forward(proj, a.atty, o_proj, N, Cl);
+  residual_forward<float>(a.res2, in_, proj, Nl * C);
+  rmsnorm_forward<float>(sp ? tp_->own_block(a.ln2, local) : a.ln2, a.ln2_rstd, a.res2, post_attention_layernorm.value(),
+                         Nl, C, eps);
+  if (sp) tp_->all_gather(a.ln2, local);
   linear_forward<float>(a.gate, a.ln2, gate_proj.value(), View1<float>(), N, C, F);
   linear_forward<float>(a.up, a.ln2, up_proj.value(), View1<float>(), N, C, F);
   swiglu_forward<float>(a.h, a.gate, a.up, std::int64_t{N} * F);
   if (is_recomputing()) return;
-  linear_forward<float>(out_, a.h, down_proj.value(), View1<float>(), N, F, C);
-  residual_forward<float>(out_, a.res2, out_, N * C);
+  row_parallel_forward(out_, a.h, down_proj, N, F);
+  residual_forward<float>(out_, a.res2, out_, Nl * C);
   flow.x = out_;
 }
 
 // flow.dx holds d(out) on entry and d(in) on exit, in the same buffer (as Block::backward).
 void LlamaBlock::backward(Flow& flow) {
-  const int B = flow.B, T = flow.T, C = config_.n_embd, KC = config_.kv_width(), F = config_.ffn_hidden, N = B * T;
-  const int NH = config_.n_head, NKV = config_.n_kv_head, hs = config_.head_size(), W = C + 2 * KC;
+  const int B = flow.B, T = flow.T, C = config_.n_embd, KC = config_.local_kv_width(), F = config_.local_ffn(), N = B * T;
+  const int NH = config_.local_heads(), NKV = config_.local_kv_heads(), hs = config_.head_size();
+  const int Cl = config_.local_width(), W = Cl + 2 * KC, Nl = static_cast<int>(config_.local_rows(N));
+  const bool sp = config_.sequence_parallel;
+  const std::size_t local = static_cast<std::size_t>(Nl) * C;
   LlamaScratch& s = *scratch_;
   s.ensure(config_, B, T);
   const LlamaActivations& a = acts_.get(*this, config_, B, T);
   const View1<float>& dout = flow.dx;
   const View1<float> none;
+  if (sp) Kokkos::deep_copy(s.norm_grads, 0.0f);
 
   // MLP: out = res2 + down(silu(gate(rms_2(res2))) * up(rms_2(res2)))
+  const View1<float> dout_rows = tp_->gather_rows(dout, s.gathered, N, C);  // (N,C): down_proj's output gradient
   Kokkos::deep_copy(s.dh, 0.0f);
-  linear_backward<float>(s.dh, down_proj.grad(), none, dout, a.h, down_proj.value(), N, F, C);
+  linear_backward<float>(s.dh, down_proj.grad(), none, dout_rows, a.h, down_proj.value(), N, F, C);
   Kokkos::deep_copy(s.dgate, 0.0f);
   Kokkos::deep_copy(s.dup, 0.0f);
   swiglu_backward<float>(s.dgate, s.dup, s.dh, a.gate, a.up, std::int64_t{N} * F);
   Kokkos::deep_copy(s.dln, 0.0f);
   linear_backward<float>(s.dln, gate_proj.grad(), none, s.dgate, a.ln2, gate_proj.value(), N, C, F);
   linear_backward<float>(s.dln, up_proj.grad(), none, s.dup, a.ln2, up_proj.value(), N, C, F);
-  Kokkos::deep_copy(s.dres2, dout);  // the residual path
-  rmsnorm_backward<float>(s.dres2, post_attention_layernorm.grad(), s.dln, a.res2, post_attention_layernorm.value(),
-                          a.ln2_rstd, N, C);
+  const View1<float> dln2 = tp_->reduce_region_gradient(s.dln, s.dln_local, N, C);  // every rank's features fed it
+  const View1<float> dres2 = sp ? tp_->own_block(s.dres2, local) : s.dres2;  // this rank's rows (all without sp)
+  Kokkos::deep_copy(dres2, dout);  // the residual path
+  rmsnorm_backward<float>(dres2, norm_grad(post_attention_layernorm, 1), dln2, a.res2, post_attention_layernorm.value(),
+                          a.ln2_rstd, Nl, C);
 
   // Attention: res2 = in + o_proj(attn(rope(qkv(rms_1(in)))))
+  if (sp) tp_->all_gather(s.dres2, local);  // o_proj's output gradient, every row
   Kokkos::deep_copy(s.datty, 0.0f);
-  linear_backward<float>(s.datty, o_proj.grad(), none, s.dres2, a.atty, o_proj.value(), N, C, C);
+  linear_backward<float>(s.datty, o_proj.grad(), none, s.dres2, a.atty, o_proj.value(), N, Cl, C);
   Kokkos::deep_copy(s.dqkv, 0.0f);
   attention_backward_as(config_.attention, s.dqkv, s.datt, s.datty, a.qkv, a.atty, a.att, s.attention_workspace,
                         AttentionShape{B, T, NH, NKV, hs});
   rope_backward<float>(s.dqkv, rope_->cos, rope_->sin, B, T, W, NH + NKV, hs);
   Kokkos::deep_copy(s.dln, 0.0f);
-  project_backward(s.dln, q_proj.grad(), s.dqkv, W, 0, a.ln1, q_proj.value(), N, C, C);
-  project_backward(s.dln, k_proj.grad(), s.dqkv, W, C, a.ln1, k_proj.value(), N, C, KC);
-  project_backward(s.dln, v_proj.grad(), s.dqkv, W, C + KC, a.ln1, v_proj.value(), N, C, KC);
-  Kokkos::deep_copy(dout, s.dres2);  // the residual path, into the caller's buffer: d(out) is no longer needed
-  rmsnorm_backward<float>(dout, input_layernorm.grad(), s.dln, in_, input_layernorm.value(), a.ln1_rstd, N, C);
+  project_backward(s.dln, q_proj.grad(), s.dqkv, W, 0, a.ln1, q_proj.value(), N, C, Cl);
+  project_backward(s.dln, k_proj.grad(), s.dqkv, W, Cl, a.ln1, k_proj.value(), N, C, KC);
+  project_backward(s.dln, v_proj.grad(), s.dqkv, W, Cl + KC, a.ln1, v_proj.value(), N, C, KC);
+  const View1<float> dln1 = tp_->reduce_region_gradient(s.dln, s.dln_local, N, C);
+  Kokkos::deep_copy(dout, dres2);  // the residual path, into the caller's buffer: d(out) is no longer needed
+  rmsnorm_backward<float>(dout, norm_grad(input_layernorm, 0), dln1, in_, input_layernorm.value(), a.ln1_rstd, Nl, C);
+  // The norms saw this rank's rows only: their gradients summed over tp, then added.
+  if (sp) tp_->add_norm_gradients(s.norm_grads, {input_layernorm.grad(), post_attention_layernorm.grad()});
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -295,12 +358,30 @@ Llama::Llama(const LlamaConfig& c)
       config_(c),
       scratch_(std::make_shared<LlamaScratch>()),
       rope_(std::make_shared<RopeTables>()),
-      recomputed_(std::make_shared<LlamaActivations>()) {
+      recomputed_(std::make_shared<LlamaActivations>()),
+      tp_(std::make_shared<TensorParallelGroup>()) {
   c.validate();
   for (int l = 0; l < c.n_layer; ++l) {
     blocks_.push_back(std::make_unique<LlamaBlock>(c, scratch_, rope_, recomputed_));
     add_child(*blocks_.back(), "layers." + std::to_string(l));
   }
+}
+
+void Llama::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
+  const LlamaConfig& c = config_;
+  const int k = tp->ranks();
+  FSDPP_REQUIRE(c.n_head % k == 0 && c.n_kv_head % k == 0, "mesh.tp ({}) must divide model.n_head ({}) and "
+                "model.n_kv_head ({}): each tensor-parallel rank computes whole query and key/value heads", k,
+                c.n_head, c.n_kv_head);
+  FSDPP_REQUIRE(c.ffn_hidden % k == 0, "mesh.tp ({}) must divide the MLP width model.ffn_hidden ({})", k, c.ffn_hidden);
+  FSDPP_REQUIRE(std::int64_t{k - 1} * chunk_rows(c.vocab_size, k) < c.vocab_size, "mesh.tp ({}) leaves the last "
+                "tensor-parallel rank no rows of model.vocab_size ({}); use a smaller mesh.tp", k, c.vocab_size);
+  tp_ = std::move(tp);
+  config_.tp = k;
+  config_.sequence_parallel = tp_->sequence_parallel();
+  embed_tokens.set_tensor_parallel(tp_->shard(0));  // the vocabulary: embedding rows and logits columns
+  if (lm_head) lm_head->set_tensor_parallel(tp_->shard(0));
+  for (auto& block : blocks_) block->apply_tensor_parallel(tp_);
 }
 
 std::vector<LlamaBlock*> Llama::blocks() const {
@@ -327,22 +408,29 @@ std::string Llama::describe() const {
 }
 
 std::int64_t Llama::activation_bytes() const {
-  std::int64_t total = bytes_of({&x0_, &lnf_, &lnf_rstd_, &logits_, &losses_, &dlnf_, &dx_});
+  std::int64_t total = bytes_of({&x0_, &lnf_, &lnf_rstd_, &logits_, &losses_, &dlnf_, &dx_, &ce_stats_, &dlnf_local_,
+                                 &norm_grads_});
+  total += static_cast<std::int64_t>(local_tokens_.extent(0)) * 4;
   for (const auto& b : blocks_) total += b->activation_bytes();
   return total + recomputed_->bytes() + scratch_->bytes() + rope_->bytes();
 }
 
 std::int64_t Llama::activation_bytes_for(int B, int T, int recomputing_blocks) const {
   const LlamaConfig& c = config_;
-  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, V = c.vocab_size, F = c.ffn_hidden;
-  const std::int64_t W = C + 2 * std::int64_t{c.kv_width()};
-  const std::int64_t attention = std::int64_t{B} * c.n_head * T * attention_row_floats(c.attention, T);
-  const std::int64_t outputs = 4 * c.n_layer * N * C;                         // LlamaBlock::ensure_output
+  const std::int64_t N = std::int64_t{B} * T, C = c.n_embd, V = c.local_vocab(), F = c.local_ffn();
+  const std::int64_t Cl = c.local_width(), W = Cl + 2 * std::int64_t{c.local_kv_width()}, Nl = c.local_rows(N);
+  const std::int64_t attention = std::int64_t{B} * c.local_heads() * T * attention_row_floats(c.attention, T);
+  const std::int64_t outputs = 4 * c.n_layer * Nl * C;                        // LlamaBlock::ensure_output
   const std::int64_t recomputable = LlamaActivations::bytes_for(c, B, T);     // per block that keeps its own...
   const std::int64_t sets = c.n_layer - recomputing_blocks + (recomputing_blocks > 0 ? 1 : 0);  // ...+ one shared
-  const std::int64_t head = 4 * (4 * N * C + 2 * N + N * V);                  // Llama::ensure_activations
-  const std::int64_t workspace = attention_workspace_floats(c.attention, B, T, static_cast<int>(W), static_cast<int>(C));
-  const std::int64_t scratch = 4 * (3 * N * C + N * W + attention + 3 * N * F + workspace);  // LlamaScratch::ensure
+  // Llama::ensure_activations: x0, dx (Nl rows), lnf, dlnf (N,C), lnf_rstd (Nl), losses, logits; tensor and
+  // sequence parallelism's buffers.
+  const std::int64_t vocab_parallel = c.tp > 1 ? 4 * (N + 3 * N) : 0;
+  const std::int64_t sequence_parallel = c.sequence_parallel ? 4 * (Nl * C + C) : 0;
+  const std::int64_t head = 4 * (2 * Nl * C + 2 * N * C + Nl + N + N * V) + vocab_parallel + sequence_parallel;
+  const std::int64_t workspace = attention_workspace_floats(c.attention, B, T, static_cast<int>(W), static_cast<int>(Cl));
+  const std::int64_t block_sp = c.sequence_parallel ? N * C + Nl * C + 2 * C : 0;
+  const std::int64_t scratch = 4 * (2 * N * C + N * Cl + N * W + attention + 3 * N * F + workspace + block_sp);
   const std::int64_t rope = 4 * std::int64_t{c.context_length} * (c.head_size() / 2) * 2;  // RopeTables
   return outputs + sets * recomputable + head + scratch + rope;
 }
@@ -351,28 +439,57 @@ void Llama::ensure_activations(int B, int T) {
   if (B == B_ && T == T_) return;
   B_ = B, T_ = T;
   const std::size_t N = static_cast<std::size_t>(B) * T, C = config_.n_embd;
-  x0_ = uninitialized<float>("llama.x0", N * C);
+  const std::size_t Nl = static_cast<std::size_t>(config_.local_rows(static_cast<std::int64_t>(N)));
+  x0_ = uninitialized<float>("llama.x0", Nl * C);
   lnf_ = uninitialized<float>("llama.lnf", N * C);
-  lnf_rstd_ = uninitialized<float>("llama.lnf_rstd", N);
-  logits_ = uninitialized<float>("llama.logits", N * static_cast<std::size_t>(config_.vocab_size));
+  lnf_rstd_ = uninitialized<float>("llama.lnf_rstd", Nl);
+  logits_ = uninitialized<float>("llama.logits", N * static_cast<std::size_t>(head().rows()));  // this rank's vocabulary
   losses_ = uninitialized<float>("llama.losses", N);
   dlnf_ = uninitialized<float>("llama.dlnf", N * C);
-  dx_ = uninitialized<float>("llama.dx", N * C);
+  dx_ = uninitialized<float>("llama.dx", Nl * C);
+  if (config_.sequence_parallel) {
+    dlnf_local_ = uninitialized<float>("llama.dlnf_local", Nl * C);
+    norm_grads_ = uninitialized<float>("llama.norm_grads", C);
+  }
+  if (tp_->active()) {
+    local_tokens_ = View1<std::int32_t>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "llama.local_tokens"), N);
+    ce_stats_ = uninitialized<float>("llama.ce_stats", 3 * N);
+  }
 }
 
 void Llama::forward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, V = config_.vocab_size, N = B * T;
   FSDPP_REQUIRE(T >= 1 && T <= config_.context_length, "sequence length {} exceeds model.context_length {}", T,
                 config_.context_length);
+  const bool sp = config_.sequence_parallel;
+  FSDPP_REQUIRE(!sp || N % tp_->ranks() == 0, "mesh.tp_sequence_parallel splits a micro-batch's {} x {} = {} tokens "
+                "over mesh.tp = {} ranks, which does not divide them: choose train.micro_batch and the sequence length "
+                "so that B x T is a multiple of {}", B, T, N, tp_->ranks(), tp_->ranks());
+  const int Nl = static_cast<int>(config_.local_rows(N));
+  const std::size_t local = static_cast<std::size_t>(Nl) * C;
   ensure_activations(B, T);
-  embedding_forward<float>(x0_, flow.tokens, embed_tokens.value(), N, C);
+  if (tp_->active()) {
+    // Tokens another rank holds get zero rows here; the (N,C) partial sums are reduced over tp (lnf_ is their
+    // buffer under sequence parallelism: it is free until the final norm).
+    localize_tokens(local_tokens_, flow.tokens, tp_->vocab_offset(config_.vocab_size), N);
+    const View1<float> partial = sp ? lnf_ : x0_;
+    embedding_forward<float>(partial, local_tokens_, embed_tokens.value(), N, C);
+    tp_->reduce_row_parallel(partial, x0_, N, C);
+  } else {
+    embedding_forward<float>(x0_, flow.tokens, embed_tokens.value(), N, C);
+  }
   flow.x = x0_;
   for (auto& block : blocks_) (*block)(flow);
   final_x_ = flow.x;
-  rmsnorm_forward<float>(lnf_, lnf_rstd_, final_x_, norm.value(), N, C, config_.norm_eps);
-  linear_forward<float>(logits_, lnf_, head().value(), View1<float>(), N, C, V);
+  rmsnorm_forward<float>(sp ? tp_->own_block(lnf_, local) : lnf_, lnf_rstd_, final_x_, norm.value(), Nl, C,
+                         config_.norm_eps);
+  if (sp) tp_->all_gather(lnf_, local);  // the LM head reads every row
+  const int Vl = static_cast<int>(head().rows());  // V without tensor parallelism
+  linear_forward<float>(logits_, lnf_, head().value(), View1<float>(), N, C, Vl);
   // Training: the fused kernel leaves d(loss)/d(logits) in logits_, saving a (B*T,V) buffer.
-  if (flow.training)
+  if (tp_->active())
+    tp_->vocab_parallel_loss(logits_, losses_, ce_stats_, flow.targets, N, Vl, V, flow.loss_scale, flow.training);
+  else if (flow.training)
     crossentropy_forward_backward<float>(logits_, losses_, flow.targets, N, V, flow.loss_scale / static_cast<float>(N));
   else
     crossentropy_forward<float>(losses_, logits_, flow.targets, N, V);
@@ -380,15 +497,25 @@ void Llama::forward(Flow& flow) {
 }
 
 void Llama::backward(Flow& flow) {
-  const int C = config_.n_embd, V = config_.vocab_size, N = flow.B * flow.T;
+  const int C = config_.n_embd, N = flow.B * flow.T, Vl = static_cast<int>(head().rows());
+  const bool sp = config_.sequence_parallel;
+  const int Nl = static_cast<int>(config_.local_rows(N));
   FSDPP_CHECK(flow.training, "backward after a forward with training = false: the loss gradient was not prepared");
   Kokkos::deep_copy(dlnf_, 0.0f);
-  linear_backward<float>(dlnf_, head().grad(), View1<float>(), logits_, lnf_, head().value(), N, C, V);
+  linear_backward<float>(dlnf_, head().grad(), View1<float>(), logits_, lnf_, head().value(), N, C, Vl);
+  // Every rank's vocabulary columns contributed to d(lnf): summed, or under sp reduce-scattered to this rank's rows.
+  const View1<float> dlnf = tp_->reduce_region_gradient(dlnf_, dlnf_local_, N, C);
   Kokkos::deep_copy(dx_, 0.0f);
-  rmsnorm_backward<float>(dx_, norm.grad(), dlnf_, final_x_, norm.value(), lnf_rstd_, N, C);
+  if (sp) Kokkos::deep_copy(norm_grads_, 0.0f);
+  rmsnorm_backward<float>(dx_, sp ? norm_grads_ : norm.grad(), dlnf, final_x_, norm.value(), lnf_rstd_, Nl, C);
+  if (sp) tp_->add_norm_gradients(norm_grads_, {norm.grad()});  // each rank saw its rows only
   flow.dx = dx_;
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (**it)(flow, Pass::backward);
-  embedding_backward<float>(embed_tokens.grad(), flow.dx, flow.tokens, N, C);
+  // The embedding's gradient needs every row (under sp gathered into dlnf_, free again); tokens another rank
+  // holds fall outside this rank's rows and are skipped.
+  const View1<float> dx = tp_->gather_rows(flow.dx, dlnf_, N, C);
+  embedding_backward<float>(embed_tokens.grad(), dx, tp_->active() ? View1<const std::int32_t>(local_tokens_) : flow.tokens,
+                            N, C);
 }
 
 }  // namespace fsdpp

@@ -43,8 +43,21 @@ struct LlamaConfig {
   bool tie_embeddings = false;  // LM head shares embed_tokens.weight
   AttentionKind attention = AttentionKind::automatic;  // model.attention (nn/attention_kind.hpp)
 
+  // Tensor parallelism (mesh.tp; Llama::apply_tensor_parallel sets them): each rank computes NH/tp query heads,
+  // NKV/tp key/value heads, F/tp MLP features and about V/tp vocabulary rows; under sequence parallelism the
+  // residual stream holds N/tp of the N = B*T token rows. The local_* shapes are one rank's.
+  int tp = 1;
+  bool sequence_parallel = false;
+
   int head_size() const { return n_embd / n_head; }
   int kv_width() const { return n_kv_head * head_size(); }
+  int local_heads() const { return n_head / tp; }                    // NHl
+  int local_kv_heads() const { return n_kv_head / tp; }              // NKVl
+  int local_width() const { return local_heads() * head_size(); }    // Cl: q and o_proj's input
+  int local_kv_width() const { return local_kv_heads() * head_size(); }
+  int local_ffn() const { return ffn_hidden / tp; }                  // Fl
+  int local_vocab() const { return static_cast<int>((vocab_size + tp - 1) / tp); }  // Vl, the largest (rank 0's)
+  std::int64_t local_rows(std::int64_t N) const { return sequence_parallel ? N / tp : N; }  // Nl
   std::int64_t parameter_count() const;
   // Training FLOPs per token: 6 x the matmul parameters (the projections and the LM head; the embedding is a
   // lookup unless it is the tied head, the norms are not matmuls) + 12 x L x T x C for the attention products.
@@ -83,6 +96,9 @@ class LlamaBlock final : public Module {
              std::shared_ptr<LlamaActivations> recomputed);
   // Activations held by this block: its output, and its own recomputable set unless it recomputes.
   std::int64_t activation_bytes() const;
+  // torchtitan's plan: q, k, v, gate and up column-parallel (Shard(0)), o and down row-parallel (Shard(1)), the
+  // norms replicated.
+  void apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp);
 
   Parameter& input_layernorm;           // (C)
   Parameter& q_proj;                    // (C, C)
@@ -101,10 +117,13 @@ class LlamaBlock final : public Module {
 
  private:
   void ensure_output(int B, int T);
+  void row_parallel_forward(const View1<float>& out, const View1<float>& inp, const Parameter& weight, int N, int in);
+  View1<float> norm_grad(Parameter& p, int slot);  // where a norm's gradient goes (sequence parallelism: a scratch slot)
 
   LlamaConfig config_;
   std::shared_ptr<LlamaScratch> scratch_;
   std::shared_ptr<RopeTables> rope_;
+  std::shared_ptr<TensorParallelGroup> tp_;
   int B_ = 0, T_ = 0;
   View1<float> in_;   // (B,T,C) residual input (the previous module's output, not a copy)
   RecomputableActivations<LlamaActivations> acts_;
@@ -131,6 +150,9 @@ class Llama final : public LanguageModel {
   int vocab_size() const override { return config_.vocab_size; }
   int context_length() const override { return config_.context_length; }
   std::string describe() const override;
+  // Vocabulary-parallel embed_tokens (and lm_head), every block's plan; the final norm replicated.
+  void apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) override;
+  TensorParallelGroup& tensor_parallel() override { return *tp_; }
 
  protected:
   void forward(Flow& flow) override;
@@ -144,6 +166,7 @@ class Llama final : public LanguageModel {
   std::shared_ptr<LlamaScratch> scratch_;
   std::shared_ptr<RopeTables> rope_;
   std::shared_ptr<LlamaActivations> recomputed_;  // shared by the blocks that recompute in backward
+  std::shared_ptr<TensorParallelGroup> tp_;
   std::vector<std::unique_ptr<LlamaBlock>> blocks_;
   int B_ = 0, T_ = 0;
   View1<float> x0_;                // (B,T,C) embedding output
@@ -153,6 +176,12 @@ class Llama final : public LanguageModel {
   View1<float> losses_;            // (B*T)
   View1<float> dlnf_;              // (B,T,C)
   View1<float> dx_;                // (B,T,C) gradient of the residual stream
+  // Tensor parallelism (as Gpt's): local token ids, the cross-entropy's row statistics; under sequence
+  // parallelism x0_, dx_ and lnf_rstd_ hold this rank's Nl rows and these two are added.
+  View1<std::int32_t> local_tokens_;  // (B*T)
+  View1<float> ce_stats_;             // (3*B*T)
+  View1<float> dlnf_local_;           // (Nl,C)
+  View1<float> norm_grads_;           // (C): the final norm's gradient of one backward, before its all-reduce
 };
 
 }  // namespace fsdpp

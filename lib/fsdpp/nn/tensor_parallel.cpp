@@ -1,10 +1,12 @@
 #include "fsdpp/nn/tensor_parallel.hpp"
 
 #include "fsdpp/nn/kernels/residual.hpp"
+#include "fsdpp/nn/kernels/vocab_parallel.hpp"
 #include "fsdpp/nn/language_model.hpp"
 
 #include "fsdpp/runtime/error.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 namespace fsdpp {
@@ -87,6 +89,23 @@ void TensorParallelGroup::add_norm_gradients(const View1<float>& partial, const 
                                static_cast<int>(g.extent(0)));
     at += g.extent(0);
   }
+}
+
+int TensorParallelGroup::vocab_offset(int V) const {
+  return static_cast<int>(std::min<std::int64_t>(rank_ * chunk_rows(V, ranks_), V));
+}
+
+void TensorParallelGroup::vocab_parallel_loss(const View1<float>& logits, const View1<float>& losses,
+                                              const View1<float>& stats, const View1<const std::int32_t>& targets,
+                                              int N, int Vl, int V, float loss_scale, bool training) {
+  const int v0 = vocab_offset(V);
+  kernels::vocab_parallel_row_max<float>(stats, logits, N, Vl);
+  all_reduce(stats, static_cast<std::size_t>(N), ReduceOp::max);
+  kernels::vocab_parallel_sum_exp<float>(stats, logits, targets, v0, N, Vl);
+  const auto n = static_cast<std::size_t>(N);
+  all_reduce(Kokkos::subview(stats, std::make_pair(n, 3 * n)), 2 * n, ReduceOp::sum);
+  kernels::vocab_parallel_crossentropy_finish<float>(logits, losses, stats, targets, v0, N, Vl, V,
+                                                     loss_scale / static_cast<float>(N), training);
 }
 
 void LanguageModel::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {

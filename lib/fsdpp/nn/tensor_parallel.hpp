@@ -74,6 +74,15 @@ class TensorParallelGroup {
   //   hold earlier micro-batches' under accumulation, so the sum is taken first).
   void add_norm_gradients(const View1<float>& partial, const std::vector<View1<float>>& grads);
 
+  // The vocabulary: this rank's rows of a (V, C) embedding or LM head start at vocab_offset (torch.chunk).
+  int vocab_offset(int V) const;
+  // Vocabulary-parallel cross-entropy (kernels/vocab_parallel.hpp) over this rank's (N, Vl) logits: the row
+  // max and the sums of exp reduced over tp through `stats` (3N), every rank's `losses` the same; with
+  // `training`, the logits become d(loss)/d(logits) for dloss = loss_scale / N.
+  void vocab_parallel_loss(const View1<float>& logits, const View1<float>& losses, const View1<float>& stats,
+                           const View1<const std::int32_t>& targets, int N, int Vl, int V, float loss_scale,
+                           bool training);
+
   const TensorParallelStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
 

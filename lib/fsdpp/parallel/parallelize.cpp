@@ -142,8 +142,8 @@ std::vector<std::string> Parallelism::banner(const std::string& optimizer_state,
   std::vector<std::string> lines;
   lines.push_back(fmt::format("{} {}: {} units: {}", how, describe(), all.size(), names));
   if (layout_.tp > 1)
-    lines.push_back(fmt::format("tensor parallel over tp={} (Megatron: c_attn by heads, c_fc column-parallel, both "
-                                "c_proj row-parallel, vocabulary-parallel wte and loss{}); fully_shard over {}",
+    lines.push_back(fmt::format("tensor parallel over tp={} (Megatron: attention split by heads, the MLP column- then "
+                                "row-parallel, vocabulary-parallel embedding and loss{}); fully_shard over {}",
                                 layout_.tp, layout_.sequence_parallel ? "; sequence parallel: norms and residuals "
                                 "hold 1/tp of the tokens" : "", dp_mesh_->describe()));
   lines.push_back(fmt::format("shards live in {} memory", root_->parameters().front()->placement()->memory));
