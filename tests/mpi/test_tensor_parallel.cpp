@@ -7,6 +7,7 @@
 #include "train_runs.hpp"
 
 #include "fsdpp/ckpt/checkpoint.hpp"
+#include "fsdpp/ckpt/h5.hpp"
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/fsdp/fully_shard.hpp"
 #include "fsdpp/optim/grad_norm.hpp"
@@ -200,17 +201,34 @@ MPI_TEST_CASE("tensor parallel: Megatron's all-reduce counts and bytes, FSDP's c
   }
 }
 
-MPI_TEST_CASE("tensor parallel: a checkpoint saved at dp_shard 2 x tp 2 loads bitwise at tp 4, dp 4 and 1 rank, and resumes", 4) {
+MPI_TEST_CASE("tensor parallel: a checkpoint saved at dp_shard 2 x tp 2 loads bitwise at tp 4, dp 4 and 1 rank, and resumes; tp 1 -> 4", 4) {
   const std::string dir = shared_temp_dir(test_comm, test_rank, "fsdpp-tp-ckpt");
   const auto straight = losses_on(test_comm, test_rank, 1, tiny({}));
   losses_on(test_comm, test_rank, 4, tiny({"mesh.tp=2", "mesh.dp_shard=2", "checkpoint.interval=3", "checkpoint.dir=" + dir}), 3);
   const std::string path = dir + "/" + checkpoint_file_name(3);
+  {  // every tensor records its DTensor-style placements
+    h5::Handle file = h5::open_file(path, test_comm);
+    const auto placements = [&](const std::string& name) {
+      return h5::get_string(h5::open_group(file, "/model/" + name, path), "placements", path);
+    };
+    CHECK(placements("h.0.attn.c_attn.weight") == "tp: StridedShard(0, blocks=3), dp_shard: Shard(0)");
+    CHECK(placements("h.0.attn.c_proj.weight") == "tp: Shard(1), dp_shard: Shard(0)");
+    CHECK(placements("h.0.mlp.c_fc.bias") == "tp: Shard(0), dp_shard: Shard(0)");
+    CHECK(placements("wte.weight") == "tp: Shard(0), dp_shard: Shard(0)");
+    CHECK(placements("h.0.ln_1.weight") == "dp_shard: Shard(0)");  // replicated over tp
+  }
   auto load = [&](MPI_Comm group, TrainModel& t) { load_checkpoint(group, path, weights_of(t)); };
   const auto saved = whole_model_on(test_comm, test_rank, 4, tiny({"mesh.tp=2", "mesh.dp_shard=2"}), load);
   CHECK(whole_model_on(test_comm, test_rank, 4, tiny({"mesh.tp=4"}), load) == saved);
   CHECK(whole_model_on(test_comm, test_rank, 4, tiny({}), load) == saved);
   CHECK(whole_model_on(test_comm, test_rank, 1, tiny({}), load) == saved);
   CHECK(whole_model_on(test_comm, test_rank, 2, tiny({"mesh.tp=2"}), load) == saved);
+  // And the other way: a checkpoint written without tensor parallelism (1 rank) loads at tp 4.
+  losses_on(test_comm, test_rank, 1, tiny({"checkpoint.interval=3", "checkpoint.dir=" + dir + "/plain"}), 3);
+  const std::string plain = dir + "/plain/" + checkpoint_file_name(3);
+  auto load_plain = [&](MPI_Comm group, TrainModel& t) { load_checkpoint(group, plain, weights_of(t)); };
+  CHECK(whole_model_on(test_comm, test_rank, 4, tiny({"mesh.tp=4"}), load_plain) ==
+        whole_model_on(test_comm, test_rank, 1, tiny({}), load_plain));
   // The file is an ordinary one: /full and consolidate assemble the same whole tensors.
   if (test_rank == 0) consolidate_checkpoint(path, dir + "/whole.h5");
   MPI_Barrier(test_comm);

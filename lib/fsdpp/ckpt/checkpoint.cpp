@@ -105,9 +105,22 @@ std::vector<Slab> file_shards(const Parameter& p) {
   return out;
 }
 
+// DTensor-style, one entry per mesh dimension: "tp: Shard(1), dp_shard: Shard(0)"; under HSDP
+// "dp_replicate: Replicate(), dp_shard: Shard(0)". The shard mesh's text is "dp_replicate=2 x dp_shard=2 (...)".
 std::string placements_text(const Parameter& p) {
-  std::string out = p.tensor_parallel() ? "tp: " + p.tensor_parallel()->describe() + ", " : std::string();
-  return out + (p.placement() ? fmt::format("{}: Shard(0)", p.placement()->mesh) : std::string("Replicate()"));
+  std::string out = p.tensor_parallel() ? "tp: " + p.tensor_parallel()->describe() : std::string();
+  if (!p.placement()) return out.empty() ? "Replicate()" : out;
+  const std::string& mesh = p.placement()->mesh;
+  std::vector<std::string> dims;
+  for (std::size_t at = 0, end = mesh.find(" ("); at < end && at != std::string::npos;) {
+    const std::size_t next = std::min(mesh.find(" x ", at), end);
+    const std::string dim = mesh.substr(at, next - at);
+    dims.push_back(dim.substr(0, dim.find('=')));
+    at = next == end ? std::string::npos : next + 3;
+  }
+  for (std::size_t d = 0; d < dims.size(); ++d)
+    out += fmt::format("{}{}: {}", out.empty() ? "" : ", ", dims[d], d + 1 == dims.size() ? "Shard(0)" : "Replicate()");
+  return out;
 }
 
 std::vector<std::uint64_t> dims_with_rows(const std::vector<std::int64_t>& shape, std::int64_t rows) {
