@@ -131,6 +131,11 @@ MPI_TEST_CASE("tensor parallel: the same losses as one rank on tp 2, tp 4, dp_sh
                                                              "mesh.tp_sequence_parallel=true"})), one);
   for (const char* sp : {"mesh.tp_sequence_parallel=false", "mesh.tp_sequence_parallel=true"})
     check_same_losses(losses_on(test_comm, test_rank, 4, tiny({"mesh.tp=2", sp, "train.activation_checkpointing=full"})), one);
+  check_same_losses(losses_on(test_comm, test_rank, 4, tiny({"mesh.tp=2", "fsdp.offload=cpu"})), one);
+  // Mixed precision: bf16 parameters and GEMMs on both sides; the sums split over tp round differently.
+  check_same_losses(losses_on(test_comm, test_rank, 4, tiny({"mesh.tp=2", "fsdp.param_dtype=bf16",
+                                                             "mesh.tp_sequence_parallel=true"})),
+                    losses_on(test_comm, test_rank, 1, tiny({"fsdp.param_dtype=bf16"})), 1e-3);
 }
 
 MPI_TEST_CASE("tensor parallel: the same losses as one rank on dp_shard 3 x tp 2 (6 ranks)", 6) {
