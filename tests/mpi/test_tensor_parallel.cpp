@@ -299,3 +299,24 @@ MPI_TEST_CASE("tensor parallel: Llama (GQA, SwiGLU, RoPE) gives the losses and i
   CHECK(sp.loss == doctest::Approx(two.loss).epsilon(1e-6));
   CHECK(sp.grad_norm == doctest::Approx(two.grad_norm).epsilon(1e-5));
 }
+
+// On 2 ranks, so that the sanitized CI run (ci-extras: unit and mpi at 2 ranks) goes through the tensor-parallel
+// paths: training with sequence parallelism, the checkpoint save (columns gathered over tp) and the load.
+MPI_TEST_CASE("tensor parallel: tp 2 on 2 ranks with sequence parallelism trains as one rank and reloads its checkpoint bitwise", 2) {
+  const std::string dir = shared_temp_dir(test_comm, test_rank, "fsdpp-tp-2ranks");
+  const std::vector<std::string> short_run = {"train.steps=3", "train.global_batch=4"};
+  check_same_losses(losses_on(test_comm, test_rank, 2, tiny(with(short_run, {"mesh.tp=2", "mesh.tp_sequence_parallel=true",
+                                                                              "model.tie_embeddings=false",
+                                                                              "checkpoint.interval=3",
+                                                                              "checkpoint.dir=" + dir}))),
+                    losses_on(test_comm, test_rank, 1, tiny(with(short_run, {"model.tie_embeddings=false"}))));
+  const std::string path = dir + "/" + checkpoint_file_name(3);
+  auto load = [&](MPI_Comm group, TrainModel& t) { load_checkpoint(group, path, weights_of(t)); };
+  const auto untied = [&](std::vector<std::string> extra) {
+    extra.push_back("model.tie_embeddings=false");
+    return tiny(with(short_run, extra));
+  };
+  CHECK(whole_model_on(test_comm, test_rank, 2, untied({"mesh.tp=2"}), load) ==
+        whole_model_on(test_comm, test_rank, 1, untied({}), load));
+  if (test_rank == 0) std::filesystem::remove_all(dir);
+}
