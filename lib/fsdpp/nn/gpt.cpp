@@ -230,14 +230,6 @@ void Block::row_parallel_forward(const View1<float>& out, const View1<float>& in
   bias_forward<float>(out, bias.value(), static_cast<int>(config_.local_rows(N)), OC);
 }
 
-// A norm's weight or bias gradient: into the parameter's gradient, or under sequence parallelism (each rank saw
-// only its rows, so the sums are partial) into slot `slot` of the scratch, all-reduced at the end of backward.
-View1<float> Block::norm_grad(Parameter& p, int slot) {
-  if (!config_.sequence_parallel) return p.grad();
-  const std::size_t C = static_cast<std::size_t>(config_.n_embd), first = static_cast<std::size_t>(slot) * C;
-  return Kokkos::subview(scratch_->norm_grads, std::make_pair(first, first + C));
-}
-
 // flow.dx holds d(out) on entry and d(in) on exit, in the same buffer (see Gpt::backward).
 void Block::backward(Flow& flow) {
   const int B = flow.B, T = flow.T, C = config_.n_embd, NH = config_.n_head, N = B * T;
@@ -260,7 +252,8 @@ void Block::backward(Flow& flow) {
   const std::size_t local = static_cast<std::size_t>(Nl) * C;
   const View1<float> dres2 = sp ? tp_->own_block(s.dres2, local) : s.dres2;  // this rank's rows (all without sp)
   Kokkos::deep_copy(dres2, dout);  // the residual path
-  layernorm_backward<float>(dres2, norm_grad(ln_2_weight, 2), norm_grad(ln_2_bias, 3), dln2, a.res2, ln_2_weight.value(),
+  layernorm_backward<float>(dres2, tp_->norm_gradient(ln_2_weight, s.norm_grads, 2),
+                            tp_->norm_gradient(ln_2_bias, s.norm_grads, 3), dln2, a.res2, ln_2_weight.value(),
                             a.ln2_mean, a.ln2_rstd, Nl, C);
 
   // Attention: res2 = in + c_proj(attn(c_attn(ln_1(in))))
@@ -274,7 +267,8 @@ void Block::backward(Flow& flow) {
   linear_backward<float>(s.dln, c_attn_weight.grad(), c_attn_bias.grad(), s.dqkv, a.ln1, c_attn_weight.value(), N, C, 3 * Cl);
   const View1<float> dln1 = tp_->reduce_region_gradient(s.dln, s.dln_local, N, C);
   Kokkos::deep_copy(dout, dres2);  // the residual path, into the caller's buffer: d(out) is no longer needed
-  layernorm_backward<float>(dout, norm_grad(ln_1_weight, 0), norm_grad(ln_1_bias, 1), dln1, in_, ln_1_weight.value(),
+  layernorm_backward<float>(dout, tp_->norm_gradient(ln_1_weight, s.norm_grads, 0),
+                            tp_->norm_gradient(ln_1_bias, s.norm_grads, 1), dln1, in_, ln_1_weight.value(),
                             a.ln1_mean, a.ln1_rstd, Nl, C);
   // The norms saw this rank's rows only: their gradients summed over tp, then added.
   if (sp) tp_->add_norm_gradients(s.norm_grads, {ln_1_weight.grad(), ln_1_bias.grad(), ln_2_weight.grad(), ln_2_bias.grad()});
@@ -308,8 +302,7 @@ void Gpt::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
   const int k = tp->ranks();
   FSDPP_REQUIRE(c.n_head % k == 0, "mesh.tp ({}) must divide model.n_head ({}): each tensor-parallel rank computes "
                 "whole attention heads", k, c.n_head);
-  FSDPP_REQUIRE(std::int64_t{k - 1} * chunk_rows(c.vocab_size, k) < c.vocab_size, "mesh.tp ({}) leaves the last "
-                "tensor-parallel rank no rows of model.vocab_size ({}); use a smaller mesh.tp", k, c.vocab_size);
+  tp->require_vocabulary_rows(c.vocab_size);
   tp_ = std::move(tp);
   config_.tp = k;
   config_.sequence_parallel = tp_->sequence_parallel();
@@ -438,10 +431,8 @@ void Gpt::backward(Flow& flow) {
   const View1<float> dlnf = tp_->reduce_region_gradient(dlnf_, dlnf_local_, N, C);
   Kokkos::deep_copy(dx_, 0.0f);
   if (sp) Kokkos::deep_copy(norm_grads_, 0.0f);
-  const auto norm = [&](int slot) -> View1<float> {
-    return Kokkos::subview(norm_grads_, std::make_pair(slot * C, (slot + 1) * C));
-  };
-  layernorm_backward<float>(dx_, sp ? norm(0) : ln_f_weight.grad(), sp ? norm(1) : ln_f_bias.grad(),
+  layernorm_backward<float>(dx_, tp_->norm_gradient(ln_f_weight, norm_grads_, 0),
+                            tp_->norm_gradient(ln_f_bias, norm_grads_, 1),
                             dlnf, final_x_, ln_f_weight.value(), lnf_mean_, lnf_rstd_, Nl, C);
   if (sp) tp_->add_norm_gradients(norm_grads_, {ln_f_weight.grad(), ln_f_bias.grad()});  // each rank saw its rows
   flow.dx = dx_;

@@ -97,7 +97,6 @@ class Block final : public Module {
   BlockScratch& scratch_for(int B, int T);
   void row_parallel_forward(const View1<float>& out, const View1<float>& inp, const Parameter& weight,
                             const Parameter& bias, int N, int in, int OC);
-  View1<float> norm_grad(Parameter& p, int slot);                        // where a norm's gradient goes
 
   GptConfig config_;
   std::shared_ptr<BlockScratch> scratch_;

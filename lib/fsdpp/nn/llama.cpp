@@ -194,13 +194,6 @@ void LlamaBlock::row_parallel_forward(const View1<float>& out, const View1<float
   tp_->reduce_row_parallel(partial, out, N, C);
 }
 
-// A norm's gradient: the parameter's, or under sequence parallelism (partial: this rank's rows only) slot `slot`
-// of the scratch, summed over tp at the end of backward.
-View1<float> LlamaBlock::norm_grad(Parameter& p, int slot) {
-  if (!config_.sequence_parallel) return p.grad();
-  const std::size_t C = static_cast<std::size_t>(config_.n_embd), first = static_cast<std::size_t>(slot) * C;
-  return Kokkos::subview(scratch_->norm_grads, std::make_pair(first, first + C));
-}
 
 void LlamaActivations::ensure(const std::string& label, const LlamaConfig& c, int B, int T) {
   const std::size_t N = static_cast<std::size_t>(B) * T, C = c.n_embd, F = c.local_ffn(), Cl = c.local_width();
@@ -322,7 +315,7 @@ void LlamaBlock::backward(Flow& flow) {
   const View1<float> dln2 = tp_->reduce_region_gradient(s.dln, s.dln_local, N, C);  // every rank's features fed it
   const View1<float> dres2 = sp ? tp_->own_block(s.dres2, local) : s.dres2;  // this rank's rows (all without sp)
   Kokkos::deep_copy(dres2, dout);  // the residual path
-  rmsnorm_backward<float>(dres2, norm_grad(post_attention_layernorm, 1), dln2, a.res2, post_attention_layernorm.value(),
+  rmsnorm_backward<float>(dres2, tp_->norm_gradient(post_attention_layernorm, s.norm_grads, 1), dln2, a.res2, post_attention_layernorm.value(),
                           a.ln2_rstd, Nl, C);
 
   // Attention: res2 = in + o_proj(attn(rope(qkv(rms_1(in)))))
@@ -339,7 +332,7 @@ void LlamaBlock::backward(Flow& flow) {
   project_backward(s.dln, v_proj.grad(), s.dqkv, W, Cl + KC, a.ln1, v_proj.value(), N, C, KC);
   const View1<float> dln1 = tp_->reduce_region_gradient(s.dln, s.dln_local, N, C);
   Kokkos::deep_copy(dout, dres2);  // the residual path, into the caller's buffer: d(out) is no longer needed
-  rmsnorm_backward<float>(dout, norm_grad(input_layernorm, 0), dln1, in_, input_layernorm.value(), a.ln1_rstd, Nl, C);
+  rmsnorm_backward<float>(dout, tp_->norm_gradient(input_layernorm, s.norm_grads, 0), dln1, in_, input_layernorm.value(), a.ln1_rstd, Nl, C);
   // The norms saw this rank's rows only: their gradients summed over tp, then added.
   if (sp) tp_->add_norm_gradients(s.norm_grads, {input_layernorm.grad(), post_attention_layernorm.grad()});
 }
@@ -374,8 +367,7 @@ void Llama::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
                 "model.n_kv_head ({}): each tensor-parallel rank computes whole query and key/value heads", k,
                 c.n_head, c.n_kv_head);
   FSDPP_REQUIRE(c.ffn_hidden % k == 0, "mesh.tp ({}) must divide the MLP width model.ffn_hidden ({})", k, c.ffn_hidden);
-  FSDPP_REQUIRE(std::int64_t{k - 1} * chunk_rows(c.vocab_size, k) < c.vocab_size, "mesh.tp ({}) leaves the last "
-                "tensor-parallel rank no rows of model.vocab_size ({}); use a smaller mesh.tp", k, c.vocab_size);
+  tp->require_vocabulary_rows(c.vocab_size);
   tp_ = std::move(tp);
   config_.tp = k;
   config_.sequence_parallel = tp_->sequence_parallel();
@@ -507,7 +499,7 @@ void Llama::backward(Flow& flow) {
   const View1<float> dlnf = tp_->reduce_region_gradient(dlnf_, dlnf_local_, N, C);
   Kokkos::deep_copy(dx_, 0.0f);
   if (sp) Kokkos::deep_copy(norm_grads_, 0.0f);
-  rmsnorm_backward<float>(dx_, sp ? norm_grads_ : norm.grad(), dlnf, final_x_, norm.value(), lnf_rstd_, Nl, C);
+  rmsnorm_backward<float>(dx_, tp_->norm_gradient(norm, norm_grads_, 0), dlnf, final_x_, norm.value(), lnf_rstd_, Nl, C);
   if (sp) tp_->add_norm_gradients(norm_grads_, {norm.grad()});  // each rank saw its rows only
   flow.dx = dx_;
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (**it)(flow, Pass::backward);

@@ -118,7 +118,6 @@ class LlamaBlock final : public Module {
  private:
   void ensure_output(int B, int T);
   void row_parallel_forward(const View1<float>& out, const View1<float>& inp, const Parameter& weight, int N, int in);
-  View1<float> norm_grad(Parameter& p, int slot);  // where a norm's gradient goes (sequence parallelism: a scratch slot)
 
   LlamaConfig config_;
   std::shared_ptr<LlamaScratch> scratch_;

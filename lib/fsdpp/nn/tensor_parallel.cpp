@@ -91,6 +91,17 @@ void TensorParallelGroup::add_norm_gradients(const View1<float>& partial, const 
   }
 }
 
+View1<float> TensorParallelGroup::norm_gradient(const Parameter& p, const View1<float>& partial, int slot) const {
+  if (!sequence_parallel_) return p.grad();
+  const std::size_t n = p.grad().extent(0), first = static_cast<std::size_t>(slot) * n;
+  return Kokkos::subview(partial, std::make_pair(first, first + n));
+}
+
+void TensorParallelGroup::require_vocabulary_rows(int V) const {
+  FSDPP_REQUIRE(std::int64_t{ranks_ - 1} * chunk_rows(V, ranks_) < V, "mesh.tp ({}) leaves the last tensor-parallel "
+                "rank no rows of model.vocab_size ({}); use a smaller mesh.tp", ranks_, V);
+}
+
 int TensorParallelGroup::vocab_offset(int V) const {
   return static_cast<int>(std::min<std::int64_t>(rank_ * chunk_rows(V, ranks_), V));
 }

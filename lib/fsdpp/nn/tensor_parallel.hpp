@@ -73,6 +73,12 @@ class TensorParallelGroup {
   //   `partial`, one per entry of `grads` (of its length): summed over tp, then added to the gradients (which may
   //   hold earlier micro-batches' under accumulation, so the sum is taken first).
   void add_norm_gradients(const View1<float>& partial, const std::vector<View1<float>>& grads);
+  //   Where a norm's gradient goes in backward: slot `slot` (of the gradient's length) of `partial` under
+  //   sequence parallelism, for add_norm_gradients; otherwise the gradient itself.
+  View1<float> norm_gradient(const Parameter& p, const View1<float>& partial, int slot) const;
+
+  // UsageError unless splitting `V` rows like torch.chunk leaves every tp rank some (the models' check).
+  void require_vocabulary_rows(int V) const;
 
   // The vocabulary: this rank's rows of a (V, C) embedding or LM head start at vocab_offset (torch.chunk).
   int vocab_offset(int V) const;
