@@ -20,7 +20,7 @@
 
 namespace fsdpp {
 
-enum class ModelArch { gpt2, llama };
+enum class ModelArch { gpt2, llama, qwen2 };  // qwen2: Llama's block with q/k/v biases
 enum class OptimizerKind { adamw, sgd };
 enum class ScheduleKind { constant, cosine };
 enum class DataFormat { automatic, gpt2, uint16, uint32 };
@@ -66,8 +66,9 @@ struct ModelConfig {
   int n_head = 12;    // NH
   bool tie_embeddings = true;  // llama: false unless set
   AttentionKind attention = AttentionKind::automatic;  // the attention kernels (nn/attention_kind.hpp)
-  // Llama only (a gpt2 deck that sets one is refused). parse_deck fills n_kv_head (n_head) and ffn_hidden
-  // (ffn_hidden_for the multiplier) when they are not given.
+  // Llama family only (llama, qwen2; a gpt2 deck that sets one is refused). parse_deck fills n_kv_head (n_head)
+  // and ffn_hidden (llama_ffn_hidden of the multiplier) when they are not given, and for qwen2 Qwen2's
+  // rope_theta (1e6) and norm_eps (1e-6).
   int n_kv_head = 0;            // NKV, dividing NH
   int ffn_hidden = 0;           // F, the SwiGLU width
   double ffn_multiplier = 1.0;  // Meta's ffn_dim_multiplier, when ffn_hidden is not given

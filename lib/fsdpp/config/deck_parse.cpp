@@ -255,8 +255,10 @@ void fill_derived(ParseState& st) {
   if (!st.origins.count("run.output")) d.run.output = "runs/" + d.run.name;
   if (!st.origins.count("checkpoint.dir")) d.checkpoint.dir = d.run.output + "/checkpoints";
   if (!st.origins.count("train.micro_batch")) d.train.micro_batch = d.train.global_batch;
-  if (d.model.arch == ModelArch::llama) {
+  if (d.model.arch != ModelArch::gpt2) {
     if (!st.origins.count("model.tie_embeddings")) d.model.tie_embeddings = false;
+    if (d.model.arch == ModelArch::qwen2 && !st.origins.count("model.rope_theta")) d.model.rope_theta = 1e6;
+    if (d.model.arch == ModelArch::qwen2 && !st.origins.count("model.norm_eps")) d.model.norm_eps = 1e-6;
     if (!st.origins.count("model.n_kv_head")) d.model.n_kv_head = d.model.n_head;
     if (!st.origins.count("model.ffn_hidden"))
       d.model.ffn_hidden = llama_ffn_hidden(d.model.n_embd, d.model.ffn_multiplier, d.model.ffn_multiple_of);
@@ -273,7 +275,7 @@ void fill_derived(ParseState& st) {
   reject("{}: {}", last ? last->where : st.file, message);
 }
 
-// The keys only a Llama model reads (deck.hpp), refused in a gpt2 deck rather than silently ignored.
+// The keys only the Llama family reads (deck.hpp), refused in a gpt2 deck rather than silently ignored.
 constexpr const char* kLlamaOnlyKeys[] = {"model.n_kv_head",      "model.ffn_hidden", "model.ffn_multiplier",
                                           "model.ffn_multiple_of", "model.rope_theta", "model.norm_eps",
                                           "model.rope_scaling_factor", "model.rope_low_freq_factor",
@@ -289,7 +291,7 @@ void check_model(const ParseState& st) {
       if (st.origins.count(key))
         inconsistent(st, {key, "model.arch"},
                      fmt::format("{} applies to Llama models only, but model.arch is gpt2: remove {} or set "
-                                 "model.arch: llama", key, key));
+                                 "model.arch: llama (or qwen2)", key, key));
     return;
   }
   if (m.n_head % m.n_kv_head != 0)
@@ -353,7 +355,7 @@ void check_consistency(const ParseState& st) {
                              "of {}", d.train.micro_batch, d.model.context_length,
                              std::int64_t{d.train.micro_batch} * d.model.context_length, d.mesh.tp, d.mesh.tp));
   if (d.mesh.tp > 1) {
-    const bool llama = d.model.arch == ModelArch::llama;
+    const bool llama = d.model.arch != ModelArch::gpt2;
     if (d.model.n_head % d.mesh.tp != 0 || (llama && d.model.n_kv_head % d.mesh.tp != 0))
       inconsistent(st, {"mesh.tp", llama ? "model.n_kv_head" : "model.n_head"},
                    llama ? fmt::format("mesh.tp ({}) must divide model.n_head ({}) and model.n_kv_head ({}): each "

@@ -273,10 +273,11 @@ Field mesh_dim(std::string_view path, int MeshConfig::*member, std::string doc) 
   return f;
 }
 
-// A key only Llama reads: left out of a gpt2 deck's echo (so the echo parses back), its default documented.
+// A key only the Llama family (llama, qwen2) reads: left out of a gpt2 deck's echo (so the echo parses back), its
+// default documented.
 Field llama_only(Field f, std::string default_doc) {
   const auto get = f.get;
-  f.get = [get](const Deck& d) { return d.model.arch == ModelArch::llama ? get(d) : std::string(); };
+  f.get = [get](const Deck& d) { return d.model.arch != ModelArch::gpt2 ? get(d) : std::string(); };
   f.default_doc = std::move(default_doc);
   return f;
 }
@@ -294,7 +295,9 @@ std::vector<Field> make_fields() {
   f.push_back(choice("model.arch", &Deck::model, &ModelConfig::arch, kArchs,
                      "gpt2: GPT-2 (LayerNorm, learned positions, GELU MLP, biases); llama: Llama 2/3 (RMSNorm, "
                      "RoPE, grouped-query attention, SwiGLU MLP, no biases, untied lm_head unless "
-                     "model.tie_embeddings is set). The model.* keys marked 'llama only' are refused for gpt2."));
+                     "model.tie_embeddings is set); qwen2: Qwen2 / Qwen2.5 (Llama's block plus q/k/v biases; "
+                     "rope_theta 1e6 and norm_eps 1e-6 unless set). The model.* keys marked 'llama only' apply "
+                     "to llama and qwen2 and are refused for gpt2."));
   f.push_back(integer("model.vocab_size", &Deck::model, &ModelConfig::vocab_size, 1, "Vocabulary size V."));
   f.push_back(integer("model.context_length", &Deck::model, &ModelConfig::context_length, 1,
                       "Sequence length T (rows of wpe)."));
@@ -324,7 +327,7 @@ std::vector<Field> make_fields() {
   f.push_back(llama_only(integer("model.ffn_multiple_of", &Deck::model, &ModelConfig::ffn_multiple_of, 1,
                                  "llama only: see model.ffn_multiplier."), "256"));
   f.push_back(llama_only(real("model.rope_theta", &Deck::model, &ModelConfig::rope_theta, kPositive,
-                              "llama only: RoPE base theta (Llama 2: 10000, Llama 3: 500000)."), "10000"));
+                              "llama only: RoPE base theta (Llama 2: 10000, Llama 3: 500000, Qwen2: 1000000)."), "10000 (qwen2: 1e6)"));
   f.push_back(llama_only(real("model.rope_scaling_factor", &Deck::model, &ModelConfig::rope_scaling_factor,
                               kPositive, "llama only: Llama 3.1+ RoPE frequency scaling, Hugging Face's "
                               "rope_scaling.factor with rope_type llama3 (Llama 3.1: 8, Llama 3.2: 32); 1 is "
@@ -340,7 +343,7 @@ std::vector<Field> make_fields() {
                                  &ModelConfig::rope_original_context, 1,
                                  "llama only: rope_scaling.original_max_position_embeddings."), "8192"));
   f.push_back(llama_only(real("model.norm_eps", &Deck::model, &ModelConfig::norm_eps, kPositive,
-                              "llama only: RMSNorm epsilon (Llama 2: 1e-5 or 1e-6, Llama 3: 1e-5)."), "1e-05"));
+                              "llama only: RMSNorm epsilon (Llama 2: 1e-5 or 1e-6, Llama 3: 1e-5, Qwen2: 1e-6)."), "1e-05 (qwen2: 1e-06)"));
 
   f.push_back(text("data.source", &Deck::data, &DataConfig::source,
                    "'synthetic' (the built-in corpus) or the path of a token file."));
@@ -473,7 +476,7 @@ std::vector<Field> make_fields() {
 const std::vector<Section>& deck_sections() {
   static const std::vector<Section> sections = {
       {"run", "Name, seed and output folder of the run."},
-      {"model", "The architecture (model.arch: gpt2 or llama) and its shape; the defaults are GPT-2 small (124M)."},
+      {"model", "The architecture (model.arch: gpt2, llama or qwen2) and its shape; the defaults are GPT-2 small (124M)."},
       {"data", "Training tokens."},
       {"optim", "Optimizer."},
       {"schedule", "Learning-rate schedule."},

@@ -13,7 +13,7 @@
 namespace fsdpp {
 namespace deck_detail {
 
-const EnumNames<ModelArch> kArchs = {{"gpt2", ModelArch::gpt2}, {"llama", ModelArch::llama}};
+const EnumNames<ModelArch> kArchs = {{"gpt2", ModelArch::gpt2}, {"llama", ModelArch::llama}, {"qwen2", ModelArch::qwen2}};
 const EnumNames<AttentionKind> kAttentions = {
     {"auto", AttentionKind::automatic}, {"fused", AttentionKind::fused}, {"batched", AttentionKind::batched},
     {"reference", AttentionKind::reference}};
