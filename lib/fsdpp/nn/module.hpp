@@ -88,6 +88,7 @@ class Module {
   Module* parent() const { return parent_; }
 
   std::vector<Parameter*> parameters(bool recurse = true);
+  std::vector<const Parameter*> parameters(bool recurse = true) const;
   std::vector<Module*> children() const { return children_; }
   std::vector<Module*> modules();  // this module and every descendant, parents first
 
@@ -111,9 +112,12 @@ class Module {
   // Every gradient to zero: one kernel for all the device gradients (offloaded ones on the host).
   void zero_grad();
 
- protected:
+  // Registers a parameter named `local_name` under this module's path. Models call it from their constructors,
+  // and so do the parts they are built from (nn/layers.hpp's Linear and Norm) for the module that owns them.
   Parameter& add_parameter(const std::string& local_name, std::vector<std::int64_t> shape, InitRule init,
                            ParamRole role);
+
+ protected:
   void add_child(Module& child, const std::string& name);
   virtual void forward(Flow& flow) = 0;
   virtual void backward(Flow& flow) = 0;
