@@ -1,11 +1,14 @@
 #include "fsdpp/nn/causal_lm.hpp"
 
 #include "fsdpp/nn/kernels/crossentropy.hpp"
+#include "fsdpp/nn/kernels/decode.hpp"
 #include "fsdpp/nn/kernels/embedding.hpp"
 #include "fsdpp/nn/kernels/encoder.hpp"
 #include "fsdpp/nn/kernels/linear.hpp"
 #include "fsdpp/nn/kernels/vocab_parallel.hpp"
 #include "fsdpp/runtime/error.hpp"
+
+#include <algorithm>
 
 namespace fsdpp {
 
@@ -195,6 +198,7 @@ void CausalLM::embed_backward(const Flow& flow, const View1<float>& dx_local, in
 }
 
 void CausalLM::forward(Flow& flow) {
+  if (flow.decode) return decode_forward(flow);
   const int B = flow.B, T = flow.T, C = config_.n_embd, V = config_.vocab_size, N = B * T;
   TensorParallelGroup& tp = *context_->tp;
   FSDPP_REQUIRE(T >= 1 && T <= config_.context_length, "sequence length {} exceeds model.context_length {}", T,
@@ -244,6 +248,82 @@ void CausalLM::backward(Flow& flow) {
   flow.dx = head_.dx;
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (**it)(flow, Pass::backward);
   embed_backward(flow, flow.dx, N);
+}
+
+}  // namespace fsdpp
+
+namespace fsdpp {
+
+// ---------------------------------------------------------------------------------------------------------
+// Decoding with a KV cache (kv_cache.hpp)
+
+KvCache CausalLM::make_kv_cache(int sequences, int capacity) const {
+  FSDPP_REQUIRE(capacity >= 1 && capacity <= config_.context_length, "a KV cache of {} positions: a sequence can "
+                "hold at most model.context_length = {} tokens (prompt and generated)", capacity, config_.context_length);
+  const DecoderBlock::Local l = blocks_.front()->local();
+  return KvCache(config_.n_layer, sequences, capacity, l.kv_heads * l.head_size);
+}
+
+BufferTable CausalLM::decode_head_table(DecodeHead& h, int N, int S) const {
+  const TensorParallelGroup& tp = *context_->tp;
+  const std::int64_t C = config_.n_embd, chunk = chunk_rows(config_.vocab_size, tp.ranks());
+  BufferTable t;
+  t.add("last", sz(S * C), h.last);  // each sequence's last row of the residual stream
+  t.add("lnf", sz(S * C), h.lnf);
+  final_norm.add_stats(t, "lnf", sz(S), h.lnf_stats);
+  t.add("logits", sz(tp.ranks() * S * chunk), h.logits);  // every tp rank's vocabulary block, gathered
+  if (tp.active()) t.add("local_tokens", sz(N), h.local_tokens);
+  return t;
+}
+
+std::int64_t CausalLM::decode_bytes_for(int sequences, int capacity, int rows) const {
+  const DecoderBlock::Local l = blocks_.front()->local();
+  DecodeBuffers blocks;
+  DecodeHead head;
+  return KvCache::bytes_for(config_.n_layer, sequences, capacity, l.kv_heads * l.head_size) +
+         blocks_.front()->decode_table(blocks, rows, capacity).bytes() + decode_head_table(head, rows, sequences).bytes();
+}
+
+void CausalLM::decode_forward(Flow& flow) {
+  DecodeStep& step = *flow.decode;
+  TensorParallelGroup& tp = *context_->tp;
+  const int N = step.N, S = step.cache->sequences(), C = config_.n_embd, V = config_.vocab_size;
+  DecodeBuffers& d = context_->decode;
+  d.buffers.ensure("decode", N, step.cache->capacity(),
+                   [&] { return blocks_.front()->decode_table(d, N, step.cache->capacity()); });
+  decode_head_buffers_.ensure("decode_lm", N, S, [&] { return decode_head_table(decode_head_, N, S); });
+  DecodeHead& h = decode_head_;
+  context_->rotary.ensure();
+
+  // x = E[tokens] (+ P[positions]); under tensor parallelism each rank's vocabulary rows, summed.
+  const View1<float> wpe = position_table && tp.rank() == 0 ? position_table->value() : View1<float>();
+  if (tp.active()) {
+    localize_tokens(h.local_tokens, step.tokens, tp.vocab_offset(V), N);
+    embedding_at<float>(d.x[0], h.local_tokens, step.position, token_embedding.value(), wpe, N, C);
+    tp.all_reduce(d.x[0], sz(std::int64_t{N} * C), ReduceOp::sum);
+  } else {
+    embedding_at<float>(d.x[0], step.tokens, step.position, token_embedding.value(), wpe, N, C);
+  }
+  flow.x = d.x[0];
+  for (auto& block : blocks_) (*block)(flow);
+
+  // Each sequence's last row through the final norm and the head: (S, Vl) logits in this rank's block of the
+  // gathered buffer (rows of the padded chunk width), then every rank's block, then (S, V) on the host.
+  gather_rows<float>(h.last, flow.x, step.last_row, S, C);
+  final_norm.forward(h.lnf, h.lnf_stats, h.last, S, C);
+  const int chunk = static_cast<int>(chunk_rows(V, tp.ranks())), Vl = static_cast<int>(head().rows());
+  const std::size_t block = sz(std::int64_t{S} * chunk);
+  linear_forward<float>(tp.own_block(h.logits, block), h.lnf, head().value(), View1<float>(), S, C, Vl, chunk, 0);
+  tp.all_gather(h.logits, block);
+  std::vector<float> gathered(h.logits.extent(0));
+  Kokkos::deep_copy(HostView1<float>(gathered.data(), gathered.size()), h.logits);
+  step.logits.assign(sz(std::int64_t{S} * V), 0.0f);
+  for (int r = 0; r < tp.ranks(); ++r) {
+    const int first = r * chunk, width = std::max(0, std::min(chunk, V - first));
+    for (int s = 0; s < S; ++s)
+      std::copy_n(gathered.begin() + static_cast<std::ptrdiff_t>((sz(r) * S + sz(s)) * sz(chunk)), width,
+                  step.logits.begin() + static_cast<std::ptrdiff_t>(sz(std::int64_t{s} * V + first)));
+  }
 }
 
 }  // namespace fsdpp

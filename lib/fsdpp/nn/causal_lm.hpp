@@ -17,6 +17,7 @@
 // parallelism), L blocks; Nl = N/tp rows of the residual stream under sequence parallelism (N otherwise).
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/nn/decoder_block.hpp"
+#include "fsdpp/nn/kv_cache.hpp"
 #include "fsdpp/nn/language_model.hpp"
 #include "fsdpp/nn/layers.hpp"
 
@@ -61,6 +62,8 @@ class CausalLM : public LanguageModel {
   // LanguageModel
   std::vector<Module*> block_modules() const override;
   View1<float> losses() const override { return head_.losses; }
+  // (N, Vl) logits of the last evaluation forward (a training forward leaves d(loss)/d(logits) there instead).
+  View1<float> logits() const { return head_.logits; }
   std::int64_t activation_bytes() const override;
   std::int64_t activation_bytes_for(int B, int T, int recomputing_blocks = 0) const override;
   std::int64_t parameter_count() const override;
@@ -70,6 +73,11 @@ class CausalLM : public LanguageModel {
   void apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) override;
   TensorParallelGroup& tensor_parallel() override { return *context_->tp; }
 
+  // Decoding (kv_cache.hpp): a cache for `sequences` of up to `capacity` positions (at most context_length), and
+  // what it and a decode forward of up to `rows` rows take, from their tables (`fsdpp plan --generate`).
+  KvCache make_kv_cache(int sequences, int capacity) const;
+  std::int64_t decode_bytes_for(int sequences, int capacity, int rows) const;
+
  protected:
   // On "meta": shapes and init rules only, no storage. `dims`: the blocks' (for the RoPE head size).
   CausalLM(const ModelConfig& config, LmLayout layout, const BlockDims& dims);
@@ -77,6 +85,7 @@ class CausalLM : public LanguageModel {
   template <class Block> void add_blocks() {
     for (int l = 0; l < config_.n_layer; ++l) {
       blocks_.push_back(std::make_unique<Block>(config_, dims_, context_));
+      blocks_.back()->index_ = l;
       add_child(*blocks_.back(), layout_.block_prefix + std::to_string(l));
     }
   }
@@ -90,6 +99,13 @@ class CausalLM : public LanguageModel {
     View1<std::int32_t> local_tokens;
   };
   BufferTable head_table(Head& h, int B, int T) const;
+  struct DecodeHead {  // the decode forward's own buffers: each sequence's last row through the norm and the head
+    View1<float> last, lnf, logits;
+    NormStats lnf_stats;
+    View1<std::int32_t> local_tokens;
+  };
+  BufferTable decode_head_table(DecodeHead& h, int N, int S) const;
+  void decode_forward(Flow& flow);
   Parameter& head() const { return lm_head ? *lm_head : token_embedding; }
   void embed(const Flow& flow, int N);
   void embed_backward(const Flow& flow, const View1<float>& dx, int N);
@@ -101,6 +117,8 @@ class CausalLM : public LanguageModel {
   std::vector<std::unique_ptr<DecoderBlock>> blocks_;
   Head head_;
   Buffers head_buffers_{Growth::exact};
+  DecodeHead decode_head_;
+  Buffers decode_head_buffers_{Growth::grow_only};
   View1<float> final_x_;  // (Nl,C) alias of the last block's output
 };
 

@@ -1,6 +1,7 @@
 #include "fsdpp/nn/decoder_block.hpp"
 
 #include "fsdpp/nn/attention_dispatch.hpp"
+#include "fsdpp/nn/kernels/decode.hpp"
 #include "fsdpp/nn/kernels/linear.hpp"
 #include "fsdpp/nn/kernels/residual.hpp"
 #include "fsdpp/nn/kernels/rope.hpp"
@@ -98,6 +99,26 @@ BufferTable DecoderBlock::scratch_table(BlockScratch& s, int B, int T) const {
   return t;
 }
 
+// A decode forward's rows are whole (no sequence parallelism): every row's norm, q/k/v, attention output and MLP.
+BufferTable DecoderBlock::decode_table(DecodeBuffers& d, int N, int capacity) const {
+  const Local l = local();
+  const std::int64_t C = dims_.C;
+  BufferTable t;
+  t.add("x0", sz(N * C), d.x[0]).add("x1", sz(N * C), d.x[1]);
+  t.add("ln1", sz(N * C), d.ln1);
+  parts_.attention_norm->add_stats(t, "ln1", sz(N), d.ln1_stats);
+  t.add("qkv", sz(std::int64_t{N} * l.qkv_width), d.qkv);
+  t.add("scores", sz(std::int64_t{N} * l.heads * capacity), d.scores);  // each row's probabilities over the cache
+  t.add("atty", sz(std::int64_t{N} * l.attention_width), d.atty);
+  t.add("res2", sz(N * C), d.res2);
+  t.add("ln2", sz(N * C), d.ln2);
+  parts_.mlp_norm->add_stats(t, "ln2", sz(N), d.ln2_stats);
+  for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i)
+    t.add("branch" + std::to_string(i), sz(std::int64_t{N} * l.mlp_width), d.branches[i]);
+  t.add("h", sz(std::int64_t{N} * l.mlp_width), d.h);
+  return t;
+}
+
 std::int64_t DecoderBlock::output_bytes(int B, int T) const {
   return 4 * std::int64_t{context_->tp->local_rows(B * T)} * dims_.C;
 }
@@ -175,6 +196,7 @@ void DecoderBlock::row_parallel_forward(const View1<float>& out, const View1<flo
 }
 
 void DecoderBlock::forward(Flow& flow) {
+  if (flow.decode) return decode_forward(flow);
   const int B = flow.B, T = flow.T, N = B * T, C = dims_.C;
   const Local l = local();
   TensorParallelGroup& tp = *context_->tp;
@@ -215,11 +237,59 @@ void DecoderBlock::forward(Flow& flow) {
     const Linear& b = *parts_.mlp_in[i];
     linear_forward<float>(a.branches[i], a.ln2, b.weight.value(), b.bias_value(), N, C, l.mlp_width);
   }
-  mlp_activation(a, std::int64_t{N} * l.mlp_width);
+  mlp_activation(a.h, a.branches, std::int64_t{N} * l.mlp_width);
   if (is_recomputing()) return;
   row_parallel_forward(out_, a.h, *parts_.mlp_out, N, l.mlp_width);
   residual_forward<float>(out_, a.res2, out_, std::int64_t{Nl} * C);
   flow.x = out_;
+}
+
+// The decode forward: the training forward's kernels over the rows, with the keys and values of every position
+// kept in the cache, and Megatron's all-reduce after each row-parallel layer (no sequence parallelism).
+void DecoderBlock::decode_forward(Flow& flow) {
+  const DecodeStep& step = *flow.decode;
+  const int N = step.N, C = dims_.C;
+  const Local l = local();
+  TensorParallelGroup& tp = *context_->tp;
+  KvCache& cache = *step.cache;
+  const int W = l.qkv_width, kv_width = l.kv_heads * l.head_size, capacity = cache.capacity();
+  DecodeBuffers& d = context_->decode;
+  d.buffers.ensure("decode", N, capacity, [&] { return decode_table(d, N, capacity); });
+  const View1<float> in = flow.x, out = in.data() == d.x[0].data() ? d.x[1] : d.x[0];
+  auto row_parallel = [&](const View1<float>& y, const View1<float>& x, const Linear& layer, int width) {
+    linear_forward<float>(y, x, layer.weight.value(), View1<float>(), N, width, C);
+    tp.all_reduce(y, sz(std::int64_t{N} * C), ReduceOp::sum);
+    if (layer.bias) bias_forward<float>(y, layer.bias->value(), N, C);
+  };
+
+  // Attention over the cache: res2 = in + Wo attention(rotate(qkv(norm1(in))))
+  parts_.attention_norm->forward(d.ln1, d.ln1_stats, in, N, C);
+  int at = 0;
+  for (const QkvProjection& p : parts_.qkv) {
+    const Linear& q = *p.linear;
+    const int width = static_cast<int>(q.weight.rows());
+    linear_forward<float>(d.qkv, d.ln1, q.weight.value(), q.bias_value(), N, C, width, W, at);
+    at += width;
+  }
+  const RotaryTables& rope = context_->rotary;
+  if (rope.enabled) rope_forward_at<float>(d.qkv, rope.cos, rope.sin, step.position, N, W, l.heads + l.kv_heads, l.head_size);
+  kv_cache_append<float>(cache.k(index_), cache.v(index_), d.qkv, step.sequence, step.position, N, l.attention_width,
+                         kv_width, capacity);
+  attention_decode<float>(d.atty, d.scores, d.qkv, cache.k(index_), cache.v(index_), step.sequence, step.position, N,
+                          l.heads, l.kv_heads, l.head_size, capacity);
+  row_parallel(out, d.atty, *parts_.attention_out, l.attention_width);
+  residual_forward<float>(d.res2, in, out, std::int64_t{N} * C);
+
+  // MLP: out = res2 + Wd act(branches(norm2(res2)))
+  parts_.mlp_norm->forward(d.ln2, d.ln2_stats, d.res2, N, C);
+  for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i) {
+    const Linear& b = *parts_.mlp_in[i];
+    linear_forward<float>(d.branches[i], d.ln2, b.weight.value(), b.bias_value(), N, C, l.mlp_width);
+  }
+  mlp_activation(d.h, d.branches, std::int64_t{N} * l.mlp_width);
+  row_parallel(out, d.h, *parts_.mlp_out, l.mlp_width);
+  residual_forward<float>(out, d.res2, out, std::int64_t{N} * C);
+  flow.x = out;
 }
 
 void DecoderBlock::backward(Flow& flow) {
@@ -240,7 +310,7 @@ void DecoderBlock::backward(Flow& flow) {
   Kokkos::deep_copy(s.dh, 0.0f);
   linear_backward<float>(s.dh, down.weight.grad(), down.bias_grad(), dout_rows, a.h, down.weight.value(), N,
                          l.mlp_width, C);
-  mlp_activation_backward(s, a, std::int64_t{N} * l.mlp_width);
+  mlp_activation_backward(s.dbranches, s.dh, a.branches, std::int64_t{N} * l.mlp_width);
   Kokkos::deep_copy(s.dln, 0.0f);
   for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i) {
     const Linear& b = *parts_.mlp_in[i];

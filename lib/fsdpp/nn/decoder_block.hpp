@@ -20,6 +20,7 @@
 #include "fsdpp/nn/attention_kind.hpp"
 #include "fsdpp/nn/buffers.hpp"
 #include "fsdpp/nn/kernels/rope.hpp"
+#include "fsdpp/nn/kv_cache.hpp"
 #include "fsdpp/nn/layers.hpp"
 #include "fsdpp/nn/module.hpp"
 #include "fsdpp/nn/tensor_parallel.hpp"
@@ -79,6 +80,16 @@ struct RotaryTables {
   void ensure();        // allocates and fills on the first call (after to_empty: nothing on meta)
 };
 
+// A decode forward's buffers (kv_cache.hpp), shared by the blocks, for N rows over a cache of `capacity`
+// positions. Grow-only: a prefill's rows serve every decode step after it.
+struct DecodeBuffers {
+  View1<float> ln1, qkv, atty, res2, ln2, h, scores;  // see DecoderBlock::decode_table for shapes
+  NormStats ln1_stats, ln2_stats;
+  std::array<View1<float>, kMaxMlpBranches> branches;
+  std::array<View1<float>, 2> x;  // the residual stream: the embedding's output, then each block's, alternating
+  Buffers buffers{Growth::grow_only};
+};
+
 // What a model's blocks share.
 struct BlockContext {
   AttentionKind attention = AttentionKind::automatic;
@@ -86,6 +97,7 @@ struct BlockContext {
   BlockScratch scratch;
   BlockActivations recomputed;  // the set of the blocks that recompute in backward
   RotaryTables rotary;
+  DecodeBuffers decode;
 };
 
 // One column slice of the packed [q | k | v] row: a projection and how tensor parallelism splits its rows
@@ -119,6 +131,7 @@ class DecoderBlock : public Module {
   // the planner from the same rows).
   BufferTable activation_table(BlockActivations& a, int B, int T) const;
   BufferTable scratch_table(BlockScratch& s, int B, int T) const;
+  BufferTable decode_table(DecodeBuffers& d, int N, int capacity) const;
   std::int64_t output_bytes(int B, int T) const;  // the block's output, kept for the next block
   // Held by this block now: its output and, unless it recomputes, its own activation set.
   std::int64_t activation_bytes() const;
@@ -126,21 +139,28 @@ class DecoderBlock : public Module {
   // Megatron's placements of this block's parameters over `tp` (context's group): the qkv projections and the
   // MLP branches Shard(0) (c_attn strided by q, k, v), Wo and Wd Shard(1); norms and Wo/Wd biases replicated.
   void apply_tensor_parallel(const TensorParallelGroup& tp);
+  int index() const { return index_; }  // among the model's blocks: its KV cache's
+
 
  protected:
   DecoderBlock(std::string type_name, const BlockDims& dims, std::shared_ptr<BlockContext> context);
   // Called by the model's block at the end of its constructor, once its parameters are registered.
   void assemble(BlockParts parts);
 
-  // The MLP's nonlinearity, forward and backward: a.h from a.branches over n elements; s.dbranches (which it
-  // overwrites) from s.dh.
-  virtual void mlp_activation(const BlockActivations& a, std::int64_t n) const = 0;
-  virtual void mlp_activation_backward(const BlockScratch& s, const BlockActivations& a, std::int64_t n) const = 0;
+  // The MLP's nonlinearity, forward and backward, over n elements: h from the branches' outputs; the branches'
+  // gradients (which it overwrites) from dh.
+  using Branches = std::array<View1<float>, kMaxMlpBranches>;
+  virtual void mlp_activation(const View1<float>& h, const Branches& branches, std::int64_t n) const = 0;
+  virtual void mlp_activation_backward(const Branches& dbranches, const View1<float>& dh, const Branches& branches,
+                                       std::int64_t n) const = 0;
 
   void forward(Flow& flow) override;
   void backward(Flow& flow) override;
 
  private:
+  friend class CausalLM;  // numbers the blocks
+  // Flow::decode set: the rows' keys and values into the cache, attention over it (kv_cache.hpp).
+  void decode_forward(Flow& flow);
   BlockScratch& scratch_for(int B, int T);
   void ensure_output(int B, int T);
   // out = inp @ W^T (+ b) for a Linear whose input features are split over tp: the partial products summed over
@@ -150,6 +170,7 @@ class DecoderBlock : public Module {
   void norm_forward(const Norm& norm, const View1<float>& out, const NormStats& stats, const View1<float>& in, int N);
 
   BlockDims dims_;
+  int index_ = 0;
   BlockParts parts_;
   std::shared_ptr<BlockContext> context_;
   RecomputableActivations<BlockActivations> acts_;

@@ -38,13 +38,14 @@ Block::Block(const ModelConfig& c, const BlockDims& d, std::shared_ptr<BlockCont
 }
 
 // h = gelu(c_fc output), GPT-2's tanh approximation
-void Block::mlp_activation(const BlockActivations& a, std::int64_t n) const {
-  kernels::gelu_forward<float>(a.h, a.branches[0], n);
+void Block::mlp_activation(const View1<float>& h, const Branches& fc, std::int64_t n) const {
+  kernels::gelu_forward<float>(h, fc[0], n);
 }
 
-void Block::mlp_activation_backward(const BlockScratch& s, const BlockActivations& a, std::int64_t n) const {
-  Kokkos::deep_copy(s.dbranches[0], 0.0f);
-  kernels::gelu_backward<float>(s.dbranches[0], a.branches[0], s.dh, n);
+void Block::mlp_activation_backward(const Branches& dfc, const View1<float>& dh, const Branches& fc,
+                                    std::int64_t n) const {
+  Kokkos::deep_copy(dfc[0], 0.0f);
+  kernels::gelu_backward<float>(dfc[0], fc[0], dh, n);
 }
 
 Gpt::Gpt(const ModelConfig& c)

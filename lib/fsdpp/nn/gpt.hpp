@@ -28,8 +28,9 @@ class Block final : public DecoderBlock {
   Linear mlp_proj;   // mlp.c_proj
 
  protected:
-  void mlp_activation(const BlockActivations& a, std::int64_t n) const override;
-  void mlp_activation_backward(const BlockScratch& s, const BlockActivations& a, std::int64_t n) const override;
+  void mlp_activation(const View1<float>& h, const Branches& branches, std::int64_t n) const override;
+  void mlp_activation_backward(const Branches& dbranches, const View1<float>& dh, const Branches& branches,
+                               std::int64_t n) const override;
 };
 
 class Gpt final : public CausalLM {

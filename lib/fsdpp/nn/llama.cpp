@@ -51,14 +51,16 @@ LlamaBlock::LlamaBlock(std::string type_name, const ModelConfig& c, const BlockD
 }
 
 // h = silu(gate) * up
-void LlamaBlock::mlp_activation(const BlockActivations& a, std::int64_t n) const {
-  kernels::swiglu_forward<float>(a.h, a.branches[0], a.branches[1], n);
+// branches: gate, up
+void LlamaBlock::mlp_activation(const View1<float>& h, const Branches& gate_up, std::int64_t n) const {
+  kernels::swiglu_forward<float>(h, gate_up[0], gate_up[1], n);
 }
 
-void LlamaBlock::mlp_activation_backward(const BlockScratch& s, const BlockActivations& a, std::int64_t n) const {
-  Kokkos::deep_copy(s.dbranches[0], 0.0f);
-  Kokkos::deep_copy(s.dbranches[1], 0.0f);
-  kernels::swiglu_backward<float>(s.dbranches[0], s.dbranches[1], s.dh, a.branches[0], a.branches[1], n);
+void LlamaBlock::mlp_activation_backward(const Branches& dgate_up, const View1<float>& dh, const Branches& gate_up,
+                                         std::int64_t n) const {
+  Kokkos::deep_copy(dgate_up[0], 0.0f);
+  Kokkos::deep_copy(dgate_up[1], 0.0f);
+  kernels::swiglu_backward<float>(dgate_up[0], dgate_up[1], dh, gate_up[0], gate_up[1], n);
 }
 
 Llama::Llama(const ModelConfig& c)

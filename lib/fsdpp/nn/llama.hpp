@@ -37,8 +37,9 @@ class LlamaBlock : public DecoderBlock {
   // `qkv_bias`: q_proj, k_proj and v_proj with biases (Qwen2; Hugging Face's LlamaConfig.attention_bias).
   LlamaBlock(std::string type_name, const ModelConfig& config, const BlockDims& dims,
              std::shared_ptr<BlockContext> context, bool qkv_bias);
-  void mlp_activation(const BlockActivations& a, std::int64_t n) const override;
-  void mlp_activation_backward(const BlockScratch& s, const BlockActivations& a, std::int64_t n) const override;
+  void mlp_activation(const View1<float>& h, const Branches& branches, std::int64_t n) const override;
+  void mlp_activation_backward(const Branches& dbranches, const View1<float>& dh, const Branches& branches,
+                               std::int64_t n) const override;
 };
 
 // The Llama family's shapes and names: the blocks' dimensions (NKV key/value heads, F = model.ffn_hidden) and

@@ -44,6 +44,8 @@
 
 namespace fsdpp {
 
+struct DecodeStep;  // nn/kv_cache.hpp
+
 // What flows between modules of a language model: tokens in, the residual stream through, a loss out, and
 // the gradient of the residual stream back.
 struct Flow {
@@ -55,6 +57,7 @@ struct Flow {
   bool training = true;               // forward also prepares the loss gradient (fused cross-entropy)
   double loss = 0.0;                  // mean cross-entropy over B*T positions
   float loss_scale = 1.0f;            // d(total objective)/d(loss): 1/accumulation_steps under accumulation
+  DecodeStep* decode = nullptr;       // set: a decode forward with a KV cache (nn/kv_cache.hpp), not training's
 };
 
 enum class Pass { forward, backward };
