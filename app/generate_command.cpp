@@ -41,15 +41,7 @@ Deck generation_deck(MPI_Comm world, const GenerateArgs& args, int ranks) {
     text = broadcast_string(world, std::move(text));
     name = args.source + " (its deck)";
   }
-  Deck deck = parse_deck(text, name, args.overrides);
-  // Whatever layout the model was trained on: here every rank is one tensor-parallel rank of one replica.
-  deck.fsdp.strategy = ShardStrategy::full_shard;
-  deck.fsdp.offload = OffloadPolicy::none;
-  deck.mesh.dp_replicate = 0;  // absent
-  deck.mesh.dp_shard = 1;
-  deck.mesh.tp = ranks;
-  deck.mesh.tp_sequence_parallel = false;
-  return deck;
+  return generation_layout(parse_deck(text, name, args.overrides), ranks);
 }
 
 std::vector<std::string> prompt_texts(MPI_Comm world, const GenerateArgs& args) {
@@ -131,8 +123,8 @@ int run_generate(Runtime& rt, const GenerateArgs& args) {
   const double prefill = g.prefill_tokens / std::max(g.prefill_seconds, 1e-9);
   const double decode = g.decode_tokens / std::max(g.decode_seconds, 1e-9);
   Log::info("prefill {} tokens in {:.3f} s ({:.1f} tokens/s); decode {} tokens in {:.3f} s ({:.1f} tokens/s); KV cache "
-            "{:.2f} MiB per rank", g.prefill_tokens, g.prefill_seconds, prefill, g.decode_tokens, g.decode_seconds,
-            decode, g.cache_bytes / 1048576.0);
+            "{:.2f} MiB per rank ({} bytes)", g.prefill_tokens, g.prefill_seconds, prefill, g.decode_tokens,
+            g.decode_seconds, decode, g.cache_bytes / 1048576.0, g.cache_bytes);
   return 0;
 }
 

@@ -24,6 +24,12 @@ sample 7 | grep -v '^prefill' >s1.txt; sample 7 | grep -v '^prefill' >s2.txt; sa
 cmp s1.txt s2.txt >/dev/null || { diff s1.txt s2.txt; echo "FAIL: one seed gave two texts"; exit 1; }
 [ "$(grep -c '^---- continuation' s1.txt)" = 2 ] || { cat s1.txt; echo "FAIL: expected 2 prompts (one per line)"; exit 1; }
 [ "$(continuation s1.txt)" != "$(continuation s3.txt)" ] || { echo "FAIL: another seed gave the same text"; exit 1; }
+# fsdpp plan --generate counts the KV cache generate allocates: 2 prompts of 11 and 15 bytes, 24 new tokens.
+kv=$(grep -oE "KV cache [0-9.]+ MiB per rank \(([0-9]+) bytes\)" s3.txt | grep -oE "[0-9]+ bytes" | cut -d' ' -f1)
+planned=$(python3 -c 'import json, sys; print(json.loads(sys.stdin.read())["bytes_per_rank"]["kv_cache"])' \
+          < <("$fsdpp" plan run/deck.resolved.yaml --ranks 1 --generate --sequences 2 --tokens 39 --json))
+[ "$kv" = "$planned" ] || { echo "FAIL: fsdpp plan --generate counts a KV cache of $planned bytes, generate allocated $kv"; exit 1; }
+echo "KV cache: $kv bytes, as planned"
 for deck in llama-tiny qwen2-tiny; do
   "$fsdpp" init "$root/input/$deck.yaml" --out "$deck.h5" >/dev/null
   "$mpiexec" -n 2 "$fsdpp" generate "$deck.h5" --deck "$root/input/$deck.yaml" --prompt-ids 3,1,4,1,5 --max-new-tokens 8 |
