@@ -30,10 +30,18 @@ if(NOT FSDPP_XXHASH_INCLUDE_DIR OR NOT FSDPP_XXHASH_LIBRARY)
                       "install libxxhash-dev")
 endif()
 
-# fsdpp tokenize --tokenizer: PCRE2 runs the pre-tokenizer expressions of tokenizer.json files; SentencePiece
-# reads .model files. Found as plain paths (like xxHash) so the installed package needs no extra find module.
+# fsdpp tokenize --tokenizer: a tokenizer.json's pre-tokenizer expressions mean what they mean to Oniguruma (the
+# engine of Hugging Face tokenizers), which compiles every one; those that translate run on PCRE2's JIT, the others
+# on Oniguruma (data/regex_splitter.hpp). SentencePiece reads .model files. Found as plain paths (like xxHash) so
+# the installed package needs no extra find module.
+find_path(FSDPP_ONIG_INCLUDE_DIR oniguruma.h DOC "Folder holding oniguruma.h")  # libonig-dev
+find_library(FSDPP_ONIG_LIBRARY onig DOC "The Oniguruma library (tokenizer.json regular expressions)")
+if(NOT FSDPP_ONIG_INCLUDE_DIR OR NOT FSDPP_ONIG_LIBRARY)
+  message(FATAL_ERROR "Oniguruma not found (oniguruma.h: ${FSDPP_ONIG_INCLUDE_DIR}, library: ${FSDPP_ONIG_LIBRARY}); "
+                      "install libonig-dev")
+endif()
 find_path(FSDPP_PCRE2_INCLUDE_DIR pcre2.h DOC "Folder holding pcre2.h")  # libpcre2-dev
-find_library(FSDPP_PCRE2_LIBRARY pcre2-8 DOC "The 8-bit PCRE2 library (tokenizer.json regular expressions)")
+find_library(FSDPP_PCRE2_LIBRARY pcre2-8 DOC "The 8-bit PCRE2 library (tokenizer.json regular expressions, JIT)")
 if(NOT FSDPP_PCRE2_INCLUDE_DIR OR NOT FSDPP_PCRE2_LIBRARY)
   message(FATAL_ERROR "PCRE2 not found (pcre2.h: ${FSDPP_PCRE2_INCLUDE_DIR}, library: ${FSDPP_PCRE2_LIBRARY}); "
                       "install libpcre2-dev")

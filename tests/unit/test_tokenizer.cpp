@@ -1,9 +1,13 @@
 // The tokenizers of `fsdpp tokenize`: GPT-2's byte-to-unicode table, BPE merges by rank (both JSON forms, ties,
-// ignore_merges), added tokens, chunk boundaries, streaming in chunks, and the exact error of each refused file.
-// Parity with the Python implementations on real-sized tokenizers is tests/cli/tokenizers.sh.
+// ignore_merges), added tokens, pre-tokenizer expressions with Oniguruma's meaning (and their PCRE2 translation
+// against Oniguruma itself on every code point), invalid UTF-8, chunk boundaries, streaming in chunks, and the exact
+// error of each refused file. Parity with the Python implementations on real vocabularies is tests/cli/tokenizers.sh.
 #include <doctest/doctest.h>
 
 #include "fsdpp/data/bpe_tokenizer.hpp"
+#include "fsdpp/data/onig_to_pcre2.hpp"
+#include "fsdpp/data/regex_splitter.hpp"
+#include "fsdpp/data/utf8.hpp"
 #include "fsdpp/data/token_file.hpp"
 #include "fsdpp/data/tokenize.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -51,6 +55,62 @@ std::vector<std::uint32_t> encode(Tokenizer& t, std::string_view text) {
 }
 
 using Ids = std::vector<std::uint32_t>;
+using Pieces = std::vector<std::string>;
+
+Pieces split(const RegexSplitter& splitter, std::string_view text) {
+  auto scratch = splitter.scratch();
+  std::vector<std::pair<std::size_t, std::size_t>> offsets;
+  splitter.split(text, 0, text.size(), *scratch, offsets);
+  Pieces pieces;
+  for (const auto& [b, e] : offsets) pieces.emplace_back(text.substr(b, e - b));
+  return pieces;
+}
+
+// The pieces of `text` under `pattern`, checked the same on PCRE2 (the translation) and on Oniguruma.
+Pieces split_both(const std::string& pattern, std::string_view text) {
+  const RegexSplitter fast(pattern, false, "t.json"), onig(pattern, false, "t.json", RegexSplitter::Engine::oniguruma);
+  const Pieces pieces = split(onig, text);
+  CHECK(split(fast, text) == pieces);
+  return pieces;
+}
+
+// Every code point of planes 0-2 and 14 (the large uniform blocks of CJK ideographs and Hangul syllables sampled),
+// each between letters, digits, spaces, an apostrophe and itself: each expression's classes meet every character.
+std::string every_code_point() {
+  auto sampled = [](char32_t c) {
+    const bool uniform = (c >= 0x3400 && c < 0x4DC0) || (c >= 0x4E00 && c < 0xA000) || (c >= 0xAC00 && c < 0xD7A4) ||
+                         (c >= 0x20000 && c < 0x30000);
+    return !uniform || c % 61 == 0;
+  };
+  std::string text;
+  for (char32_t c = 0; c < 0xE0200; c = c == 0x2FFFF ? 0xE0000 : c + 1) {
+    if ((c >= 0xD800 && c < 0xF900) || !sampled(c)) continue;  // surrogates, private use
+    std::string ch;
+    append_utf8(ch, c);
+    text += "a" + ch + "b " + ch + ch + "1" + ch + " '" + ch + "\n";
+  }
+  return text;
+}
+
+// The pre-tokenizer expressions of real tokenizer.json files.
+const std::vector<std::pair<std::string, std::string>>& real_expressions() {
+  static const std::vector<std::pair<std::string, std::string>> expressions = {
+      {"GPT-2", R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"},
+      {"Llama 3", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+      {"Qwen2", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+      {"cl100k_base", R"('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s)"},
+      {"o200k_base", R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+      {"tekken", R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+      {"DeepSeek V3 (1)", R"(\p{N}{1,3})"},
+      {"DeepSeek V3 (2)", "[一-龥぀-ゟ゠-ヿ]+"},
+      {"DeepSeek V3 (3)",  // its [^\r\n...] hold the characters CR and LF (JSON escapes), not backslashes
+       "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"},
+      {"deepseek-coder", R"(\s?[!-/:-~！-／：-～‘-‟　-。]+)"},
+      {"deepseek-coder $", R"(\s+$)"},
+      {"BLOOM", R"( ?[^(\s|[.,!?…。，、।۔،])]+)"},
+  };
+  return expressions;
+}
 
 }  // namespace
 
@@ -129,6 +189,79 @@ TEST_CASE("BPE: a Sequence of Split and ByteLevel, as Llama 3 and Qwen files hav
   CHECK(encode(*t, "bc a") == Ids{5, 3, 0});
 }
 
+TEST_CASE("pre-tokenizer expressions mean what they mean to Oniguruma (Hugging Face tokenizers' engine)") {
+  // Pieces as Python's tokenizers.pre_tokenizers.Split(Regex(pattern), "isolated") gives them, on both engines.
+  CHECK(split_both(R"(\p{N}{1,3}+)", "1234567890 12") == Pieces{"1234567890", " ", "12"});  // not possessive
+  CHECK(split_both(R"(\s+$|\S+|\s+)", "a  \nb  ") == Pieces{"a", "  ", "\n", "b", "  "});  // $: end of a line
+  CHECK(split_both(R"(\s+)", "a\u0085b\u00a0\u200bc\u180e") ==
+        Pieces{"a", "\u0085", "b", "\u00a0", "\u200bc\u180e"});  // White_Space: NEL, not U+180E as PCRE2's \s
+  CHECK(split_both(R"( ?[^(\s|[.,!?…。，、।۔،])]+)", "hi, there(x)|y") ==
+        Pieces{"hi", ",", " there", "(", "x", ")|", "y"});  // a nested class is a union
+  CHECK(split_both("a{,2}", "aaab") == Pieces{"aa", "a", "b"});
+  CHECK(split_both(R"(\d{2}?)", "12345") == Pieces{"12", "34", "5"});  // {n}? repeats {n} optionally
+  CHECK(split_both("^a|b$", "ab\nab") == Pieces{"a", "b", "\n", "a", "b"});
+  CHECK(split_both(".+", "a\rb\nc\u2028d") == Pieces{"a\rb", "\n", "c\u2028d"});
+  CHECK(split_both("x*", "abxc") == Pieces{"a", "b", "x", "c"});  // empty matches split the text between matches
+  // Left to Oniguruma (no translation): \h is a hexadecimal digit there; (?i)ss matches ß.
+  const RegexSplitter hex(R"(\h+)", false, "t.json"), fold("(?i:'s|ss)", false, "t.json");
+  CHECK(hex.engine() == RegexSplitter::Engine::oniguruma);
+  CHECK(split(hex, "xyz 0aF g") == Pieces{"xyz ", "0aF", " g"});
+  CHECK(fold.engine() == RegexSplitter::Engine::oniguruma);
+  CHECK(fold.untranslated() == "'ss' under (?i) (a character folds to it) at offset 9");
+  CHECK(split(fold, "'S 'ſ ß SS") == Pieces{"'S", " ", "'ſ", " ", "ß", " ", "SS"});
+}
+
+TEST_CASE("pre-tokenizer expressions: what is translated for PCRE2, and what is left to Oniguruma") {
+  CHECK(pcre2_from_oniguruma(R"(\p{N}{1,3}+)").pattern == R"((?:\p{N}{1,3})+)");
+  CHECK(pcre2_from_oniguruma(R"(\s+(?!\S)|x$)").pattern ==
+        R"([\t-\r\x{85}\p{Z}]+(?![^\t-\r\x{85}\p{Z}])|x(?![^\n]))");
+  CHECK(pcre2_from_oniguruma(R"([^\r\n\p{L}\p{N}]?+)").pattern == R"([^\x{D}\x{A}\p{L}\p{N}]?+)");
+  CHECK(pcre2_from_oniguruma("(?i:'s|[dm]\\.)").pattern == "(?i:\\'s|[\\x{64}\\x{6D}]\\.)");
+  for (const auto& [construct, why] : std::vector<std::pair<std::string, std::string>>{
+           {R"(\w+)", "\\w (not translated) at offset 2"},
+           {R"(\p{Han})", "\\p{han} (only general categories are translated) at offset 7"},
+           {"(?i:ß)", "a non-ASCII character under (?i) at offset 6"},
+           {"[[:alpha:]]", "a POSIX bracket at offset 1"},
+           {"[a-z&&[^aeiou]]", "a class intersection (&&) at offset 4"},
+           {R"(\xFF)", "\\xHH past 7F (a byte, not a character, to Oniguruma) at offset 4"},
+           {"a(?i)b", "(?i) after the start of the expression at offset 4"},
+           {R"((a)\1)", "\\1 (not translated) at offset 5"}}) {
+    CAPTURE(construct);
+    CHECK(pcre2_from_oniguruma(construct).refused == why);
+    CHECK(RegexSplitter(construct, false, "t.json").engine() == RegexSplitter::Engine::oniguruma);
+  }
+}
+
+TEST_CASE("pre-tokenizer expressions of real tokenizer.json files: PCRE2 splits every code point as Oniguruma does") {
+  const std::string text = every_code_point();
+  for (const auto& [model, pattern] : real_expressions()) {
+    CAPTURE(model);
+    const RegexSplitter fast(pattern, false, "t.json");
+    CHECK(fast.untranslated() == "");
+    const RegexSplitter onig(pattern, false, "t.json", RegexSplitter::Engine::oniguruma);
+    const Pieces want = split(onig, text), got = split(fast, text);
+    std::size_t i = 0;  // the first piece that differs: Oniguruma's, then PCRE2's
+    while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+    CAPTURE(i);
+    CHECK((i < want.size() ? want[i] : "(no more pieces)") == (i < got.size() ? got[i] : "(no more pieces)"));
+  }
+}
+
+TEST_CASE("invalid UTF-8: valid runs are encoded as texts of their own, other bytes as a piece") {
+  CHECK(valid_utf8_length("ab\xC3\xA9\xF0\x9F\x98\x80") == 8);
+  CHECK(valid_utf8_length("ab\xC3") == 2);                // a truncated character
+  CHECK(valid_utf8_length("\xC0\xAF") == 0);              // overlong
+  CHECK(valid_utf8_length("\xED\xA0\x80") == 0);         // a surrogate
+  CHECK(valid_utf8_length("\xF4\x90\x80\x80") == 0);     // past U+10FFFF
+  CHECK(invalid_utf8_length("\xFF\x80\xE2\x82" "a") == 4);  // up to the 'a'
+  CHECK(invalid_utf8_length("\xFF\xC3\xA9") == 1);        // é starts a character
+  // The vocabulary has no entry for 0xFF (dropped, as HF drops what it cannot represent): "a" and "bc" are encoded
+  // apart, so "a" does not merge with "b" across the invalid byte.
+  auto t = bpe_tokenizer_from_json(tiny_json(R"(["a", "b"], ["b", "c"])"), "t.json");
+  CHECK(encode(*t, "ab") == Ids{4});
+  CHECK(encode(*t, "a\xFF" "bc") == Ids{0, 5});
+}
+
 TEST_CASE("BPE: every unsupported or malformed tokenizer.json is refused with the component named") {
   const std::string tail = "; fsdpp reads byte-level BPE tokenizer.json files (GPT-2, Llama 3, Qwen style) and "
                            "SentencePiece .model files";
@@ -142,7 +275,16 @@ TEST_CASE("BPE: every unsupported or malformed tokenizer.json is refused with th
   };
   CHECK(usage_error_of([&] {
           bpe_tokenizer_from_json(replaced("\"normalizer\": null", R"("normalizer": {"type": "NFKC"})"), "t.json");
-        }) == "t.json: unsupported normalizer 'NFKC' (implemented: null, NFC)" + tail);
+        }) == "t.json: unsupported normalizer 'NFKC' (implemented: null, NFC, a Sequence of them)" + tail);
+  CHECK(usage_error_of([&] {
+          bpe_tokenizer_from_json(
+              replaced("\"normalizer\": null", R"("normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKD"}]})"),
+              "t.json");
+        }) == "t.json: unsupported normalizer 'NFKD' (implemented: null, NFC, a Sequence of them)" + tail);
+  // DeepSeek V3's empty Sequence normalizer is no normalization.
+  CHECK(encode(*bpe_tokenizer_from_json(
+            replaced("\"normalizer\": null", R"("normalizer": {"type": "Sequence", "normalizers": []})"), "t.json"),
+               "ab") == Ids{4});
   CHECK(usage_error_of([&] {
           bpe_tokenizer_from_json(replaced("\"type\": \"ByteLevel\"", "\"type\": \"Metaspace\""), "t.json");
         }) == "t.json: unsupported pre_tokenizer 'Metaspace' (implemented: ByteLevel, or a Sequence of Split steps "
@@ -159,8 +301,8 @@ TEST_CASE("BPE: every unsupported or malformed tokenizer.json is refused with th
               {"type": "Split", "pattern": {"Regex": "(a"}, "behavior": "Isolated", "invert": false},
               {"type": "ByteLevel", "use_regex": false}]})"),
                                   "t.json");
-        }) == "t.json: the pre_tokenizer's regular expression '(a' does not compile (PCRE2, at offset 2): missing "
-              "closing parenthesis");
+        }) == "t.json: the pre_tokenizer's regular expression '(a' does not compile (Oniguruma, the engine of "
+              "Hugging Face tokenizers): end pattern with unmatched parenthesis");
   CHECK(usage_error_of([&] {
           bpe_tokenizer_from_json(tiny_json("", "", "", R"({"type": "Sequence", "pretokenizers": [
               {"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Removed", "invert": false},

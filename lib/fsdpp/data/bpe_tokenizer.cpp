@@ -1,6 +1,7 @@
 #include "fsdpp/data/bpe_tokenizer.hpp"
 
-#include "fsdpp/data/pcre2_splitter.hpp"
+#include "fsdpp/data/regex_splitter.hpp"
+#include "fsdpp/data/utf8.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <nlohmann/json.hpp>
@@ -23,19 +24,6 @@ constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}
 constexpr std::size_t kMaxCachedPieces = 1 << 20;  // bounds the cache (~100 MB at worst); later pieces go uncached
 constexpr std::size_t kNormalizedLookahead = 64;    // bytes of following text normalized for the regexes to see
 
-void append_utf8(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
-}
-
 struct AddedToken {
   std::string content;
   std::uint32_t id = 0;
@@ -52,7 +40,7 @@ struct BpeModel {
   bool ignore_merges = false;
   bool add_prefix_space = false;
   bool nfc = false;  // the NFC normalizer (Qwen): each segment between added tokens is NFC-normalized first
-  std::vector<std::shared_ptr<const Pcre2Splitter>> splits;  // Split steps, then ByteLevel's own if use_regex
+  std::vector<std::shared_ptr<const RegexSplitter>> splits;  // Split steps, then ByteLevel's own if use_regex
   std::vector<AddedToken> added;                             // longest first
   std::array<bool, 256> added_first_byte{};
   std::int64_t vocab_size = 0;
@@ -75,10 +63,16 @@ const Json& member(const BpeModel& m, const Json& j, const char* key, const char
 
 bool flag(const Json& j, const char* key) { return j.contains(key) && j.at(key).is_boolean() && j.at(key).get<bool>(); }
 
-void read_normalizer(BpeModel& m, const Json& root) {
-  if (!root.contains("normalizer") || root.at("normalizer").is_null()) return;
-  const std::string type = root.at("normalizer").value("type", std::string("?"));
-  if (type != "NFC") refuse(m, fmt::format("unsupported normalizer '{}' (implemented: null, NFC)", type));
+// null, NFC, or a Sequence of those (DeepSeek V3's file has an empty one): what the text is NFC-normalized by.
+void read_normalizer(BpeModel& m, const Json& normalizer) {
+  if (normalizer.is_null()) return;
+  const std::string type = normalizer.value("type", std::string("?"));
+  if (type == "Sequence" && normalizer.contains("normalizers") && normalizer.at("normalizers").is_array()) {
+    for (const Json& step : normalizer.at("normalizers")) read_normalizer(m, step);
+    return;
+  }
+  if (type != "NFC")
+    refuse(m, fmt::format("unsupported normalizer '{}' (implemented: null, NFC, a Sequence of them)", type));
   m.nfc = true;
 }
 
@@ -105,9 +99,9 @@ void add_split(BpeModel& m, const Json& step) {
   if (flag(step, "invert")) refuse(m, "unsupported Split with invert=true in pre_tokenizer");
   const Json& pattern = member(m, step, "pattern", "the Split pre_tokenizer");
   if (pattern.contains("Regex"))
-    m.splits.push_back(std::make_shared<Pcre2Splitter>(pattern.at("Regex").get<std::string>(), false, m.origin));
+    m.splits.push_back(std::make_shared<RegexSplitter>(pattern.at("Regex").get<std::string>(), false, m.origin));
   else if (pattern.contains("String"))
-    m.splits.push_back(std::make_shared<Pcre2Splitter>(pattern.at("String").get<std::string>(), true, m.origin));
+    m.splits.push_back(std::make_shared<RegexSplitter>(pattern.at("String").get<std::string>(), true, m.origin));
   else
     refuse(m, "the Split pre_tokenizer's pattern is neither {\"Regex\": ...} nor {\"String\": ...}");
 }
@@ -116,7 +110,7 @@ void add_byte_level(BpeModel& m, const Json& step) {
   m.add_prefix_space = flag(step, "add_prefix_space");
   // use_regex defaults to true in HF tokenizers (older files omit it).
   if (!step.contains("use_regex") || flag(step, "use_regex"))
-    m.splits.push_back(std::make_shared<Pcre2Splitter>(kGpt2Pattern, false, m.origin));
+    m.splits.push_back(std::make_shared<RegexSplitter>(kGpt2Pattern, false, m.origin));
 }
 
 void read_pre_tokenizer(BpeModel& m, const Json& root) {
@@ -239,9 +233,9 @@ class BpeTokenizer final : public Tokenizer {
   std::int64_t vocab_size() const override { return m_->vocab_size; }
   std::string describe() const override {
     return fmt::format("byte-level BPE from {} ({} ids: {} in the vocabulary, {} merges, {} added tokens; "
-                       "pre-tokenizer {})",
+                       "pre-tokenizer {}{})",
                        m_->origin, m_->vocab_size, m_->vocab.size(), m_->merges.size(), m_->added.size(),
-                       m_->pre_tokenizer_text);
+                       m_->pre_tokenizer_text, engines());
   }
   std::unique_ptr<Tokenizer> fork() const override { return std::make_unique<BpeTokenizer>(m_); }
 
@@ -260,7 +254,7 @@ class BpeTokenizer final : public Tokenizer {
     bool segment_starts = starts_text;
     while (pos < length) {
       const Match added = next_added(window, pos, length);
-      encode_segment(window, pos, added.begin, added.found ? added.begin : window.size(), segment_starts, out);
+      encode_text(window, pos, added.begin, added.found ? added.begin : window.size(), segment_starts, out);
       if (!added.found) break;
       out.push_back(added.id);
       pos = added.end;
@@ -269,6 +263,15 @@ class BpeTokenizer final : public Tokenizer {
   }
 
  private:
+  // Which engine matches each expression: PCRE2 (translated) where it can, Oniguruma where not (and why).
+  std::string engines() const {
+    std::string text;
+    for (std::size_t s = 0; s < m_->splits.size(); ++s)
+      if (m_->splits[s]->engine() == RegexSplitter::Engine::oniguruma)
+        text += fmt::format("; expression {} on Oniguruma: {}", s + 1, m_->splits[s]->untranslated());
+    return m_->splits.empty() || !text.empty() ? text : "; expressions on PCRE2 with Oniguruma's meaning";
+  }
+
   struct Match {
     bool found = false;
     std::size_t begin = 0, end = 0;
@@ -295,19 +298,40 @@ class BpeTokenizer final : public Tokenizer {
     return match;
   }
 
-  // Pre-tokenizes window[begin, end) (the regexes may look up to context_end) and BPE-encodes each piece.
-  void encode_segment(std::string_view window, std::size_t begin, std::size_t end, std::size_t context_end,
-                      bool segment_starts, std::vector<std::uint32_t>& out) {
-    if (begin >= end) return;
-    std::string_view subject = window.substr(0, context_end);
-    const bool prefix = m_->add_prefix_space && segment_starts && window[begin] != ' ';
+  // window[begin, end) between added tokens, with window[end, context_end) the text that follows it. Python's
+  // `tokenizers` takes only valid UTF-8: each valid run is encoded as the text it would be there, and each run of
+  // bytes that starts no character (invalid UTF-8) is one piece of its own, BPE-encoded from its bytes.
+  void encode_text(std::string_view window, std::size_t begin, std::size_t end, std::size_t context_end,
+                   bool starts, std::vector<std::uint32_t>& out) {
+    while (begin < end) {
+      const std::size_t valid = valid_utf8_length(window.substr(begin, end - begin));
+      if (valid > 0) {
+        const std::size_t run_end = begin + valid;
+        // Only a run that reaches `end` sees past it: the following text, up to its first invalid byte.
+        const std::size_t run_context =
+            run_end < end ? run_end : end + valid_utf8_length(window.substr(end, context_end - end));
+        encode_segment(window.substr(begin, run_context - begin), valid, starts, out);
+        begin = run_end;
+      }
+      if (begin < end) {
+        const std::size_t invalid = invalid_utf8_length(window.substr(begin, end - begin));
+        encode_piece(window.substr(begin, invalid), out);
+        begin += invalid;
+        starts = true;
+      }
+    }
+  }
+
+  // Pre-tokenizes text[0, end) (valid UTF-8; the first Split step may look on to text's end) and BPE-encodes each
+  // piece. Each step sees a text that starts where the segment or piece starts, as in `tokenizers`.
+  void encode_segment(std::string_view text, std::size_t end, bool segment_starts, std::vector<std::uint32_t>& out) {
+    const bool prefix = m_->add_prefix_space && segment_starts && text[0] != ' ';
     if (prefix || m_->nfc) {  // the pre-tokenizer then runs on a rewritten copy of the segment and its lookahead
-      std::size_t lookahead_end = std::min(context_end, end + kNormalizedLookahead);
-      while (lookahead_end < context_end && (static_cast<unsigned char>(window[lookahead_end]) & 0xC0) == 0x80)
+      std::size_t lookahead_end = std::min(text.size(), end + kNormalizedLookahead);
+      while (lookahead_end < text.size() && (static_cast<unsigned char>(text[lookahead_end]) & 0xC0) == 0x80)
         ++lookahead_end;  // a whole character
       rewritten_.assign(prefix ? " " : "");
-      const std::string_view segment = window.substr(begin, end - begin);
-      const std::string_view lookahead = window.substr(end, lookahead_end - end);
+      const std::string_view segment = text.substr(0, end), lookahead = text.substr(end, lookahead_end - end);
       if (m_->nfc) {
         append_nfc(rewritten_, segment);
         end = rewritten_.size();
@@ -317,19 +341,21 @@ class BpeTokenizer final : public Tokenizer {
         end = rewritten_.size();
         rewritten_.append(lookahead);
       }
-      subject = rewritten_, begin = 0;
+      text = rewritten_;
     }
-    pieces_.assign(1, {begin, end});
+    pieces_.assign(1, {0, end});
     for (std::size_t s = 0; s < m_->splits.size(); ++s) {
       next_pieces_.clear();
       for (const auto& [b, e] : pieces_) {
-        // Only the first step sees past its piece: later steps split each piece on its own, as HF does.
-        const std::string_view piece_subject = s == 0 ? subject : subject.substr(0, e);
-        m_->splits[s]->split(piece_subject, b, e, *scratch_[s], next_pieces_);
+        // Only the first step sees past its piece: later steps split each piece as a text of its own.
+        const std::size_t first = next_pieces_.size();
+        m_->splits[s]->split(text.substr(b, (s == 0 ? text.size() : e) - b), 0, e - b, *scratch_[s], next_pieces_);
+        for (std::size_t i = first; i < next_pieces_.size(); ++i)
+          next_pieces_[i] = {next_pieces_[i].first + b, next_pieces_[i].second + b};
       }
       pieces_.swap(next_pieces_);
     }
-    for (const auto& [b, e] : pieces_) encode_piece(subject.substr(b, e - b), out);
+    for (const auto& [b, e] : pieces_) encode_piece(text.substr(b, e - b), out);
   }
 
   void encode_piece(std::string_view bytes, std::vector<std::uint32_t>& out) {
@@ -398,7 +424,7 @@ class BpeTokenizer final : public Tokenizer {
   }
 
   std::shared_ptr<const BpeModel> m_;
-  std::vector<Pcre2Splitter::ScratchPtr> scratch_;
+  std::vector<RegexSplitter::ScratchPtr> scratch_;
   std::vector<std::pair<std::size_t, std::size_t>> pieces_, next_pieces_;
   std::vector<Symbol> symbols_;
   std::unordered_map<std::string, std::vector<std::uint32_t>> cache_;
@@ -467,7 +493,7 @@ std::unique_ptr<Tokenizer> bpe_tokenizer_from_json(std::string_view json_text, c
                                  origin, e.byte, e.what()));
   }
   try {
-    read_normalizer(*model, root);
+    if (root.contains("normalizer")) read_normalizer(*model, root.at("normalizer"));
     read_pre_tokenizer(*model, root);
     read_model(*model, root);
     read_added_tokens(*model, root);

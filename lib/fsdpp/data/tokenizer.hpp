@@ -1,14 +1,15 @@
 #pragma once
 // Tokenizers for `fsdpp tokenize`: text -> token ids. Three kinds, all behind one interface:
 //   byte-level       token = byte value, vocabulary 256 (no file; tokenize.hpp's byte_tokens)
-//   byte-level BPE   a Hugging Face tokenizer.json (GPT-2, Llama 3, Qwen): bpe_tokenizer.hpp
+//   byte-level BPE   a Hugging Face tokenizer.json (GPT-2, Llama 3, Qwen, cl100k/o200k, DeepSeek): bpe_tokenizer.hpp
 //   SentencePiece    a .model file (Llama 2, Mistral) through libsentencepiece: sentencepiece_tokenizer.hpp
 //
 // Large inputs are tokenized a chunk at a time (tokenize.cpp). A chunk ends just before an ASCII letter or digit
 // that follows a newline (next_chunk_boundary): no pre-tokenization piece of the regular expressions in use
-// (GPT-2, Llama 3, Qwen) and no special token like "<|endoftext|>" spans such a point, so the ids of the chunks,
-// concatenated, are the ids of the whole text. Regular expressions may still look ahead past the chunk's end
-// (GPT-2's `\s+(?!\S)`), so encode() sees the text that follows the chunk too.
+// (GPT-2, Llama 3, Qwen2, cl100k_base, o200k_base, tekken, DeepSeek, BLOOM) and no special token like
+// "<|endoftext|>" spans such a point, so the ids of the chunks, concatenated, are the ids of the whole text.
+// Regular expressions may still look ahead past the chunk's end (GPT-2's `\s+(?!\S)`), so encode() sees the text
+// that follows the chunk too.
 #include <cstdint>
 #include <memory>
 #include <string>
