@@ -55,7 +55,8 @@ TEST_CASE("models: GPT-2 has GPT-2's names and small.yaml's 4.27M parameters, on
       {"h.0.attn.c_attn.bias", {768}},    {"h.0.attn.c_proj.weight", {256, 256}}, {"h.2.ln_2.bias", {256}},
       {"h.3.mlp.c_fc.weight", {1024, 256}}, {"h.3.mlp.c_proj.weight", {256, 1024}}, {"h.3.mlp.c_proj.bias", {256}}};
   for (const auto& [name, shape] : expected) {
-    CAPTURE(name);
+    const std::string shown_name = name;  // a copy: CAPTURE cannot capture a structured binding before C++20
+    CAPTURE(shown_name);
     REQUIRE(params.count(name) == 1);
     CHECK(params[name]->shape() == shape);
   }
@@ -105,7 +106,8 @@ TEST_CASE("models: Llama and Qwen2 have Hugging Face's names, shapes and counts,
       expected.insert({{"layers.0.self_attn.q_proj.bias", {C}}, {"layers.1.self_attn.k_proj.bias", {KC}},
                        {"layers.2.self_attn.v_proj.bias", {KC}}});
     for (const auto& [name, shape] : expected) {
-      CAPTURE(name);
+      const std::string shown_name = name;  // a copy: CAPTURE cannot capture a structured binding before C++20
+      CAPTURE(shown_name);
       REQUIRE(params.count(name) == 1);
       CHECK(params[name]->shape() == shape);
     }
@@ -168,13 +170,15 @@ TEST_CASE("models: init scales: 0.02, the residual projections 0.02/sqrt(2L), bi
       {ModelArch::qwen2, {{"layers.0.self_attn.k_proj.weight", 0.02}, {"layers.0.self_attn.q_proj.bias", 0},
                           {"layers.3.self_attn.v_proj.bias", 0}, {"layers.3.mlp.down_proj.weight", 0.02 / std::sqrt(8.0)}}}};
   for (const auto& [arch, expected] : scales) {
-    CAPTURE(to_string(arch));
+    const std::string shown_arch = to_string(arch);  // a copy: CAPTURE cannot capture a structured binding before C++20
+    CAPTURE(shown_arch);
     const auto model = make_model(model_config(arch, 512, 16, 128, 4, 4, false, 352));
     model->to_empty();
     model->reset_parameters(1337);
     auto params = by_name(*model);
     for (const auto& [name, sd] : expected) {
-      CAPTURE(name);
+      const std::string shown_name = name;  // a copy: CAPTURE cannot capture a structured binding before C++20
+      CAPTURE(shown_name);
       REQUIRE(params.count(name) == 1);
       const auto v = to_host(params[name]->value());
       if (sd > 0) {

@@ -226,7 +226,8 @@ TEST_CASE("pre-tokenizer expressions: what is translated for PCRE2, and what is 
            {R"(\xFF)", "\\xHH past 7F (a byte, not a character, to Oniguruma) at offset 4"},
            {"a(?i)b", "(?i) after the start of the expression at offset 4"},
            {R"((a)\1)", "\\1 (not translated) at offset 5"}}) {
-    CAPTURE(construct);
+    const std::string shown_construct = construct;  // a copy: CAPTURE cannot capture a structured binding before C++20
+    CAPTURE(shown_construct);
     CHECK(pcre2_from_oniguruma(construct).refused == why);
     CHECK(RegexSplitter(construct, false, "t.json").engine() == RegexSplitter::Engine::oniguruma);
   }
@@ -235,7 +236,8 @@ TEST_CASE("pre-tokenizer expressions: what is translated for PCRE2, and what is 
 TEST_CASE("pre-tokenizer expressions of real tokenizer.json files: PCRE2 splits every code point as Oniguruma does") {
   const std::string text = every_code_point();
   for (const auto& [model, pattern] : real_expressions()) {
-    CAPTURE(model);
+    const std::string shown_model = model;  // a copy: CAPTURE cannot capture a structured binding before C++20
+    CAPTURE(shown_model);
     const RegexSplitter fast(pattern, false, "t.json");
     CHECK(fast.untranslated() == "");
     const RegexSplitter onig(pattern, false, "t.json", RegexSplitter::Engine::oniguruma);
