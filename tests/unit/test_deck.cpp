@@ -3,6 +3,7 @@
 #include "mpi_test.hpp"
 
 #include "fsdpp/config/deck.hpp"
+#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <algorithm>
@@ -54,9 +55,9 @@ TEST_CASE("deck: a minimal deck gets every default") {
   CHECK(d.fsdp.reshard_after_forward.kind == fsdpp::ReshardAfterForward::Kind::automatic);
   CHECK(d.fsdp.param_dtype == fsdpp::DType::f32);
   CHECK(d.fsdp.accumulate == fsdpp::GradAccumulation::sharded);
-  REQUIRE(d.mesh.dims().size() == 1);
-  CHECK(d.mesh.dims()[0].name == "dp_shard");
-  CHECK(d.mesh.dims()[0].size == -1);
+  CHECK(d.mesh.dp_replicate == 0);  // absent
+  CHECK(d.mesh.dp_shard == -1);
+  CHECK(d.mesh.tp == 1);
   CHECK(d.checkpoint.dir == "runs/tiny/checkpoints");
   CHECK(d.checkpoint.interval == 0);
   CHECK(d.checkpoint.resume == fsdpp::ResumeMode::off);
@@ -88,19 +89,16 @@ TEST_CASE("deck: values, comments, empty sections and YAML's boolean spellings")
   CHECK(d.fsdp.reshard_after_forward.kind == fsdpp::ReshardAfterForward::Kind::group);
   CHECK(d.fsdp.reshard_after_forward.group_size == 2);
   CHECK(d.fsdp.param_dtype == fsdpp::DType::bf16);
-  // Mesh keys merge into the default {dp_shard: -1}, outermost dimension first.
-  REQUIRE(d.mesh.dims().size() == 2);
-  CHECK(d.mesh.dims()[0].name == "dp_replicate");
-  CHECK(d.mesh.dims()[0].size == 2);
-  CHECK(d.mesh.dims()[1].name == "dp_shard");
-  CHECK(d.mesh.dims()[1].size == -1);
+  // Mesh keys merge into the default {dp_shard: -1} (parallel_layout orders them, test_parallelize.cpp).
+  CHECK(d.mesh.dp_replicate == 2);
+  CHECK(d.mesh.dp_shard == -1);
   CHECK(d.checkpoint.resume == fsdpp::ResumeMode::automatic);
   CHECK(d.checkpoint.async);
 }
 
 TEST_CASE("deck: overrides apply after the file, in order, and derived defaults follow them") {
   const Deck d = parse_deck("train:\n  steps: 10\noptim:\n  lr: 1e-3\n", "deck.yaml",
-                            {"train.steps=50", "optim.lr=3e-4", "run.name=exp1", "mesh.dp_replicate=2",
+                            {"train.steps=50", "optim.lr=3e-4", "run.name=exp1", "mesh.dp_replicate=2", "fsdp.strategy=hybrid_shard",
                              "fsdp.reshard_after_forward=false", "checkpoint.resume=true", "train.steps=60",
                              "train.global_batch=32", "data.source=data/my corpus.bin"});
   CHECK(d.train.steps == 60);  // the last override of a key wins
@@ -125,7 +123,8 @@ TEST_CASE("deck: the resolved deck parses back to the same deck") {
       "optim: {lr: 0.1, beta2: 0.999, eps: 1e-10, weight_decay: 0}\n"
       "schedule: {kind: cosine, warmup_steps: 7, min_lr: 1e-5}\n"
       "train: {steps: 300, global_batch: 64, micro_batch: 8, grad_clip: 0.5}\n"
-      "fsdp: {reshard_after_forward: 8, reduce_dtype: bf16, offload: cpu, accumulate: unsharded}\n"
+      "fsdp: {strategy: hybrid_shard, reshard_after_forward: 8, reduce_dtype: bf16, offload: cpu,\n"
+      "       accumulate: unsharded}\n"
       "mesh: {dp_replicate: -1, dp_shard: 4}\n"
       "checkpoint: {dir: /scratch/ckpt, interval: 100, resume: auto, keep_last: 3}\n",
       "deck.yaml", {});
@@ -203,9 +202,11 @@ TEST_CASE("deck: accumulation steps come from the global batch, the micro-batch 
 TEST_CASE("deck: unknown and duplicate keys and sections are rejected with a suggestion") {
   CHECK(error_of("train:\n  steps: 10\n  global_bach: 8\n") ==
         "deck.yaml:3:3: unknown key 'global_bach' in 'train' (did you mean 'global_batch'?)");
-  // Names from other frameworks point at ours.
+  // Names from other frameworks point at ours; a near miss of an ambiguous one, at every key it may mean.
   CHECK(error_of("train:\n  steps: 10\n  batch_sizee: 8\n") ==
-        "deck.yaml:3:3: unknown key 'batch_sizee' in 'train' (did you mean 'global_batch'?)");
+        "deck.yaml:3:3: unknown key 'batch_sizee' in 'train' (did you mean 'global_batch' or 'micro_batch'?)");
+  CHECK(error_of("train:\n  steps: 10\n  max_stepz: 8\n") ==
+        "deck.yaml:3:3: unknown key 'max_stepz' in 'train' (did you mean 'steps'?)");
   CHECK(error_of("model:\n  block_size: 256\n") ==
         "deck.yaml:2:3: unknown key 'block_size' in 'model' (did you mean 'context_length'?)");
   CHECK(error_of("train:\n  steps: 10\n  frobnicate: 1\n") == "deck.yaml:3:3: unknown key 'frobnicate' in 'train'");
@@ -370,10 +371,10 @@ TEST_CASE("deck: model.arch llama fills its derived keys, echoes them, and parse
 TEST_CASE("deck: Llama keys are refused for gpt2, and Llama shapes are checked") {
   CHECK(error_of("train: {steps: 5}\nmodel:\n  n_kv_head: 4\n") ==
         "deck.yaml:3:14: model.n_kv_head applies to Llama models only, but model.arch is gpt2: remove "
-        "model.n_kv_head or set model.arch: llama");
+        "model.n_kv_head or set model.arch: llama (or qwen2)");
   CHECK(error_of("train: {steps: 5}\nmodel: {arch: gpt2}\n", {"model.rope_theta=5e5"}) ==
         "override 'model.rope_theta=5e5': model.rope_theta applies to Llama models only, but model.arch is gpt2: "
-        "remove model.rope_theta or set model.arch: llama");
+        "remove model.rope_theta or set model.arch: llama (or qwen2)");
   CHECK(error_of("train: {steps: 5}\nmodel:\n  arch: llama\n  n_head: 12\n  n_kv_head: 5\n") ==
         "deck.yaml:5:14: model.n_kv_head (5) must divide model.n_head (12): each key/value head serves n_head / "
         "n_kv_head query heads");

@@ -1,5 +1,6 @@
 #include "fsdpp/train/data_feed.hpp"
 
+#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/data/synthetic_corpus.hpp"
 #include "fsdpp/data/token_file.hpp"
 #include "fsdpp/runtime/error.hpp"
