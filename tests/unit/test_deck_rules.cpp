@@ -2,6 +2,7 @@
 // parse_deck reports it at the key set last, and the code that depends on a rule gets the same words from the
 // same function. Also the key table's other single sources: which architectures read which keys, and the
 // names of other frameworks, ambiguous ones refused.
+#include "input_decks.hpp"
 #include "mpi_test.hpp"
 
 #include "fsdpp/config/deck.hpp"
@@ -22,14 +23,7 @@ namespace {
 
 const char* const kMinimal = "train: {steps: 5}\n";
 
-std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
-  try {
-    parse_deck(text, "deck.yaml", overrides);
-  } catch (const fsdpp::UsageError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using fsdpp::test::deck_error;
 
 // The DeckRuleError a rule throws: its keys, then its message.
 template <class Rule> std::pair<std::vector<std::string>, std::string> broken(Rule&& rule) {
@@ -61,10 +55,11 @@ TEST_CASE("deck rules: each rule names its keys, and parse_deck points at the on
   CHECK(keys == std::vector<std::string>{"model.n_embd", "model.n_head"});
   CHECK(message == "model.n_embd (100) must be a multiple of model.n_head (12)");
   // The same rule through a deck: at the line of n_embd when it comes last, at the override of n_head when that does.
-  CHECK(error_of("train: {steps: 5}\nmodel:\n  n_head: 12\n  n_embd: 100\n") == "deck.yaml:4:11: " + message);
-  CHECK(error_of("train: {steps: 5}\nmodel:\n  n_embd: 100\n", {"model.n_head=12"}) == "override 'model.n_head=12': " + message);
+  CHECK(deck_error("train: {steps: 5}\nmodel:\n  n_head: 12\n  n_embd: 100\n") == "deck.yaml:4:11: " + message);
+  CHECK(deck_error("train: {steps: 5}\nmodel:\n  n_embd: 100\n", {"model.n_head=12"}) ==
+        "override 'model.n_head=12': " + message);
   // A derived key (ffn_hidden from Meta's rule) has no place in the deck: the rule points at a key the user set.
-  CHECK(error_of("train: {steps: 5}\nmodel: {arch: llama}\n", {"mesh.tp=3"}) ==
+  CHECK(deck_error("train: {steps: 5}\nmodel: {arch: llama}\n", {"mesh.tp=3"}) ==
         "override 'mesh.tp=3': mesh.tp (3) must divide the MLP width model.ffn_hidden (2048); set model.ffn_hidden (or "
         "model.ffn_multiple_of) to a multiple of 3");
 }
@@ -74,12 +69,13 @@ TEST_CASE("deck rules: the model's shape, for every architecture and for the Lla
   m.vocab_size = 1;
   CHECK(broken([&] { fsdpp::check_model_shape(m); }).second ==
         "model.vocab_size (1) must be at least 2: the model predicts one of its tokens");
-  CHECK(error_of(kMinimal, {"model.vocab_size=1"}) ==
+  CHECK(deck_error(kMinimal, {"model.vocab_size=1"}) ==
         "override 'model.vocab_size=1': model.vocab_size (1) must be at least 2: the model predicts one of its tokens");
   for (const fsdpp::ModelArch arch : {fsdpp::ModelArch::llama, fsdpp::ModelArch::qwen2}) {
     fsdpp::ModelConfig l = llama(4, 3, 176);
     l.arch = arch;
-    CHECK(broken([&] { fsdpp::check_model_shape(l); }).first == std::vector<std::string>{"model.n_kv_head", "model.n_head"});
+    CHECK(broken([&] { fsdpp::check_model_shape(l); }).first ==
+          std::vector<std::string>{"model.n_kv_head", "model.n_head"});
     l = llama(4, 2, 176);
     l.arch = arch;
     fsdpp::check_model_shape(l);  // sound
@@ -123,7 +119,7 @@ TEST_CASE("deck rules: tensor parallelism splits whole heads, the MLP width and 
             "mesh.tp_sequence_parallel splits a micro-batch's train.micro_batch x model.context_length = 1 x 6 = 6 "
             "tokens over mesh.tp = 4 ranks: make it a multiple of 4"});
   // In a deck, at the key set last: here the micro-batch.
-  CHECK(error_of("train: {steps: 5}\nmodel: {context_length: 6}\nmesh: {tp: 4, tp_sequence_parallel: true}\n",
+  CHECK(deck_error("train: {steps: 5}\nmodel: {context_length: 6}\nmesh: {tp: 4, tp_sequence_parallel: true}\n",
                  {"train.micro_batch=1"})
             .rfind("override 'train.micro_batch=1': mesh.tp_sequence_parallel splits", 0) == 0);
 }
@@ -136,7 +132,7 @@ TEST_CASE("deck rules: strategy and mesh combinations are refused in the deck an
       "mesh.dp_replicate (2) makes a 2-D mesh, which fsdp.strategy full_shard does not use: set fsdp.strategy "
       "hybrid_shard, or remove mesh.dp_replicate";
   CHECK(broken([&] { fsdpp::check_parallel_strategy(fsdp, mesh); }).second == full_with_replicas);
-  CHECK(error_of("train: {steps: 5}\nmesh: {dp_replicate: 2}\n") == "deck.yaml:2:22: " + full_with_replicas);
+  CHECK(deck_error("train: {steps: 5}\nmesh: {dp_replicate: 2}\n") == "deck.yaml:2:22: " + full_with_replicas);
   fsdp.strategy = fsdpp::ShardStrategy::hybrid_shard;
   fsdpp::check_parallel_strategy(fsdp, mesh);  // sound
   // A Deck built in code meets the same rule at layout time, before any mesh exists.
@@ -184,10 +180,11 @@ TEST_CASE("deck rules: the keys only the Llama family reads come from one table,
     CHECK(f.reads(fsdpp::ModelArch::llama));
     CHECK(f.reads(fsdpp::ModelArch::qwen2));
     CHECK_FALSE(f.reads(fsdpp::ModelArch::gpt2));
-    CHECK(error_of(kMinimal, {"model.arch=qwen2", set}) == "(no error)");
-    CHECK(error_of(kMinimal, {"model.arch=llama", set}) == "(no error)");
-    CHECK(error_of(kMinimal, {set}) == "override '" + set + "': " + f.path() + " applies to Llama models only, but "
-                                           "model.arch is gpt2: remove " + f.path() + " or set model.arch: llama (or qwen2)");
+    CHECK(deck_error(kMinimal, {"model.arch=qwen2", set}) == "(no error)");
+    CHECK(deck_error(kMinimal, {"model.arch=llama", set}) == "(no error)");
+    CHECK(deck_error(kMinimal, {set}) == "override '" + set + "': " + f.path() + " applies to Llama models only, "
+                                         "but model.arch is gpt2: remove " + f.path() +
+                                         " or set model.arch: llama (or qwen2)");
   }
   CHECK(family_keys == 10);
 }
@@ -213,15 +210,15 @@ TEST_CASE("deck rules: other frameworks' names point at ours, and ambiguous ones
   const std::string batch_size = "train.batch_size is ambiguous (per process in nanoGPT and llm.c): use "
                                  "train.global_batch (sequences per optimizer step, all ranks) or train.micro_batch "
                                  "(per rank per forward)";
-  CHECK(error_of("train: {steps: 5, batch_size: 8}\n") == "deck.yaml:1:19: " + batch_size);
-  CHECK(error_of(kMinimal, {"train.batch_size=8"}) == "override 'train.batch_size=8': " + batch_size);
-  CHECK(error_of("train: {steps: 5}\ncheckpoint:\n  path: runs/x\n") ==
+  CHECK(deck_error("train: {steps: 5, batch_size: 8}\n") == "deck.yaml:1:19: " + batch_size);
+  CHECK(deck_error(kMinimal, {"train.batch_size=8"}) == "override 'train.batch_size=8': " + batch_size);
+  CHECK(deck_error("train: {steps: 5}\ncheckpoint:\n  path: runs/x\n") ==
         "deck.yaml:3:3: checkpoint.path is ambiguous (a folder to save in, or a file to continue or start from, "
         "depending on the framework): use checkpoint.dir (the folder saves go to), checkpoint.resume (a checkpoint "
         "file to continue a run from) or checkpoint.init_from (weights to start a new run from)");
   // Plain synonyms are still only pointed at, never taken.
-  CHECK(error_of("train: {steps: 5, micro_batch_size: 8}\n") ==
+  CHECK(deck_error("train: {steps: 5, micro_batch_size: 8}\n") ==
         "deck.yaml:1:19: unknown key 'micro_batch_size' in 'train' (did you mean 'micro_batch'?)");
-  CHECK(error_of("train: {steps: 5, global_batch_size: 8}\n") ==
+  CHECK(deck_error("train: {steps: 5, global_batch_size: 8}\n") ==
         "deck.yaml:1:19: unknown key 'global_batch_size' in 'train' (did you mean 'global_batch'?)");
 }

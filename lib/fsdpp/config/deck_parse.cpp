@@ -293,7 +293,8 @@ void check_architecture_keys(const ParseState& st) {
   for (const auto& f : deck_fields()) {
     if (f.reads(arch) || !st.origins.count(f.path())) continue;
     std::string archs(to_string(f.archs.front())), others;  // "llama (or qwen2)"
-    for (std::size_t i = 1; i < f.archs.size(); ++i) others += fmt::format("{}{}", i > 1 ? ", " : "", to_string(f.archs[i]));
+    for (std::size_t i = 1; i < f.archs.size(); ++i)
+      others += fmt::format("{}{}", i > 1 ? ", " : "", to_string(f.archs[i]));
     if (!others.empty()) archs += " (or " + others + ")";
     inconsistent(st, std::vector<std::string>{f.path(), "model.arch"},
                  fmt::format("{} applies to {} models only, but model.arch is {}: remove {} or set model.arch: {}",
@@ -313,7 +314,8 @@ void check_rules(const ParseState& st) {
     check_evaluation(d.train, d.data);
     check_parallel_strategy(d.fsdp, d.mesh);
     check_tensor_parallel(d.model, d.mesh.tp);
-    if (d.mesh.tp_sequence_parallel) check_sequence_parallel_tokens(d.train.micro_batch, d.model.context_length, d.mesh.tp);
+    if (d.mesh.tp_sequence_parallel)
+      check_sequence_parallel_tokens(d.train.micro_batch, d.model.context_length, d.mesh.tp);
     check_activation_checkpointing(d.train.activation_checkpointing, d.model.n_layer);
   } catch (const DeckRuleError& e) {
     inconsistent(st, e.keys(), e.what());

@@ -57,7 +57,8 @@ void check_model_shape(const ModelConfig& m) {
     broken({"model.vocab_size"}, "model.vocab_size ({}) must be at least 2: the model predicts one of its tokens",
            m.vocab_size);
   for (const auto& [key, value] : {std::pair<const char*, int>{"model.context_length", m.context_length},
-                                   {"model.n_layer", m.n_layer}, {"model.n_head", m.n_head}, {"model.n_embd", m.n_embd}})
+                                   {"model.n_layer", m.n_layer}, {"model.n_head", m.n_head},
+                                   {"model.n_embd", m.n_embd}})
     if (value < 1) broken({key}, "{} ({}) must be at least 1", key, value);
   if (m.n_embd % m.n_head != 0)
     broken({"model.n_embd", "model.n_head"}, "model.n_embd ({}) must be a multiple of model.n_head ({})", m.n_embd,
