@@ -21,7 +21,7 @@ enum class NonFinitePolicy { abort, skip };  // what a step with a NaN/Inf loss 
 enum class MatmulPrecisionChoice { automatic, f32, bf16 };  // automatic: bf16 GEMMs when fsdp.param_dtype is bf16
 
 // The Llama family: Llama's block (RMSNorm, RoPE, grouped-query attention, SwiGLU), which reads the model.*
-// keys the key table marks as the family's (deck_schema.cpp, llama_family).
+// keys the key table marks as the family's (deck_schema.cpp, llama_only).
 constexpr bool is_llama_family(ModelArch arch) { return arch == ModelArch::llama || arch == ModelArch::qwen2; }
 
 std::string_view to_string(ModelArch v);
