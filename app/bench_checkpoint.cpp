@@ -65,7 +65,7 @@ struct Setup {
 };
 
 Setup build(MPI_Comm comm) {
-  GptConfig c;
+  ModelConfig c;
   c.vocab_size = 8192, c.context_length = 64, c.n_embd = 320, c.n_layer = 6, c.n_head = 5;
   Setup s;
   s.mesh = std::make_unique<DeviceMesh>(comm, std::vector<MeshDim>{{"dp_shard", -1}});
@@ -163,7 +163,7 @@ Command add_bench_checkpoint_command(CLI::App& bench) {
             const double mean_during = std::accumulate(during.begin(), during.end(), 0.0) / during.size();
             const double overhead = mean_during / mean_plain;
             Log::info("\ncheckpoint of {:.1f} MB ({} parameters + AdamW state) on {} ranks, medians of 3", bytes / 1e6,
-                      s.model->config().parameter_count(), rt.size());
+                      s.model->parameter_count(), rt.size());
             Log::info("{:<28} {:>10} {:>12}", "operation", "GB/s", "vs disk");
             Log::info("{:<28} {:>10.3f} {:>12}", "raw disk write (fsync)", disk / 1e9, "1.00");
             Log::info("{:<28} {:>10.3f} {:>12.2f}", "save", save_bw / 1e9, save_bw / disk);

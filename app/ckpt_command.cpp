@@ -23,11 +23,11 @@ Command add_ckpt_command(CLI::App& app) {
   auto* consolidate = cli->add_subcommand("consolidate", "Write one plain HDF5 file with whole tensors at /model/<name>");
   for (auto* sub : {inspect, verify, consolidate}) sub->add_option("checkpoint", *path, "A step_<N>.h5 file")->required();
   consolidate->add_option("out", *out, "The HDF5 file to write")->required();
-  auto* import = cli->add_subcommand("import", "Hugging Face GPT-2 or Llama safetensors -> an fsdpp weights file (for init_from)");
-  auto* exporter = cli->add_subcommand("export", "An fsdpp checkpoint or weights file -> Hugging Face GPT-2 or Llama safetensors");
+  auto* import = cli->add_subcommand("import", "Hugging Face GPT-2, Llama or Qwen2 safetensors -> an fsdpp weights file (for init_from)");
+  auto* exporter = cli->add_subcommand("export", "An fsdpp checkpoint or weights file -> Hugging Face GPT-2, Llama or Qwen2 safetensors");
   auto deck_path = std::make_shared<std::string>();
   auto dtype = std::make_shared<std::string>("F32");
-  import->add_option("safetensors", *path, "model.safetensors (GPT-2 or Llama, HF layout)")->required();
+  import->add_option("safetensors", *path, "model.safetensors (GPT-2, Llama or Qwen2, HF layout)")->required();
   import->add_option("out", *out, "The fsdpp weights file to write (.h5)")->required();
   import->add_option("--deck", *deck_path, "The deck whose model the weights must fit")->required();
   exporter->add_option("checkpoint", *path, "A step_<N>.h5 checkpoint or a weights file")->required();

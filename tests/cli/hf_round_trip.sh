@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's interchange commands, end to end: train and checkpoint, export to Hugging Face safetensors,
+# The interchange commands of docs/checkpoints.md, end to end: train and checkpoint, export to Hugging Face safetensors,
 # import it back for the same deck, and fine-tune from it; also write a seed checkpoint and start from it.
 set -eu
 fsdpp=$1; mpirun=$2; deck=$3; dir=$4

@@ -2,7 +2,8 @@
 # fsdpp plan against measurement: for input/small.yaml on 1, 2 and 4 ranks (and no_shard on 2, HSDP 2x2 on 4,
 # activation checkpointing full and every_2 on 1 and 2 ranks), and for a Llama of small.yaml's size (layouts
 # named llama-*: input/llama-tiny.yaml widened, so that activations, not the sgemm peak measurement's 12 MiB of
-# matrices, set the peak) on 1 rank, HSDP 2x2 on 4 and with activation checkpointing on 2, and with
+# matrices, set the peak) on 1 rank, HSDP 2x2 on 4 and with activation checkpointing on 2, a Qwen2 of that size
+# (qwen2-*: input/qwen2-tiny.yaml widened alike) with activation checkpointing on 2, and with
 # model.attention fused (no B*NH*T^2 buffers) and batched (a workspace) for both,
 # the planned per-rank total must be within 1% of the peak the trainer measures (Views counted by
 # MemoryAccounting, largest over ranks). The plan runs fully_shard's own schedule dry, so it should agree to
@@ -20,13 +21,14 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
             "4 llama-hsdp fsdp.strategy=hybrid_shard mesh.dp_replicate=2" \
             "1 ac_full train.activation_checkpointing=full" "2 ac_full train.activation_checkpointing=full" \
             "1 ac_every2 train.activation_checkpointing=every_2" "2 ac_every2 train.activation_checkpointing=every_2" \
-            "2 llama-ac_full train.activation_checkpointing=full" \
+            "2 llama-ac_full train.activation_checkpointing=full" "2 qwen2-ac_full train.activation_checkpointing=full" \
             "1 fused model.attention=fused" "1 batched model.attention=batched" \
             "2 llama-fused model.attention=fused" "1 llama-batched model.attention=batched"; do
   read -r n layout extra <<<"$spec"
   read -r -a more <<<"${extra:-}"
   case "$layout" in
     llama-*) deck="$root/input/llama-tiny.yaml"; more+=("${llama[@]}") ;;
+    qwen2-*) deck="$root/input/qwen2-tiny.yaml"; more+=("${llama[@]}") ;;
     *) deck="$root/input/small.yaml" ;;
   esac
   json=$("$fsdpp" plan "$deck" "${args[@]}" "${more[@]}" --ranks "$n" --json) || { echo "FAIL: fsdpp plan --ranks $n $extra"; exit 1; }
@@ -46,4 +48,4 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
   case "$line" in *OUT) status=1 ;; esac
 done
 [ "$status" = 0 ] || { echo "FAIL: fsdpp plan is more than 1% from the measured peak"; exit 1; }
-echo "plan_vs_measured: within 1% on 1, 2 and 4 ranks, no_shard, HSDP, GPT-2 and Llama, and activation checkpointing"
+echo "plan_vs_measured: within 1% on 1, 2 and 4 ranks, no_shard, HSDP, GPT-2, Llama and Qwen2, and activation checkpointing"

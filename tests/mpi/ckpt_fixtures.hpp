@@ -16,8 +16,8 @@
 
 namespace fsdpp::test {
 
-inline GptConfig ckpt_config(bool tied = true, int n_embd = 10) {
-  GptConfig c;
+inline ModelConfig ckpt_config(bool tied = true, int n_embd = 10) {
+  ModelConfig c;
   c.vocab_size = 13, c.context_length = 5, c.n_embd = n_embd, c.n_layer = 2, c.n_head = 2, c.tie_embeddings = tied;
   return c;
 }
@@ -49,7 +49,7 @@ struct Trained {
   }
 };
 
-inline Trained build(MPI_Comm comm, const std::vector<MeshDim>& shape, int steps, const GptConfig& config = ckpt_config()) {
+inline Trained build(MPI_Comm comm, const std::vector<MeshDim>& shape, int steps, const ModelConfig& config = ckpt_config()) {
   Trained t;
   t.mesh = std::make_unique<DeviceMesh>(comm, shape);
   t.model = std::make_unique<Gpt>(config);

@@ -107,7 +107,7 @@ struct StepOutcome {
 
 // One forward and backward of the deck's model, parallelized as training does, on deterministic tokens.
 StepOutcome one_step(MPI_Comm comm, const Deck& deck) {
-  Gpt model(model_config(deck.model));
+  Gpt model(deck.model);
   const auto par = parallelize(model, deck, comm);
   model.to_empty();
   model.reset_parameters(deck.run.seed);
@@ -166,12 +166,13 @@ MPI_TEST_CASE("activation checkpointing: the recomputation adds no collective, a
     CHECK(every_2.grads == none.grads);  // bitwise, shard by shard
     CHECK(full.grads == none.grads);
     // Three blocks' recomputable sets become one shared set (full), or two (every_2: h.0 and h.2 keep theirs).
-    const GptConfig c = model_config(tiny_deck(common).model);
-    const std::int64_t set = BlockActivations::bytes_for(c, 4, c.context_length);
+    const ModelConfig c = tiny_deck(common).model;
+    BlockActivations acts;
+    const std::int64_t set = Gpt(c).blocks()[0]->activation_table(acts, 4, c.context_length).bytes();
     CHECK(none.activation_bytes - full.activation_bytes == 2 * set);
     CHECK(none.activation_bytes - every_2.activation_bytes == 0);  // one own set given up, one shared set taken
-    CHECK(full.activation_bytes == Gpt::activation_bytes_for(c, 4, c.context_length, blocks));
-    CHECK(every_2.activation_bytes == Gpt::activation_bytes_for(c, 4, c.context_length, 1));
+    CHECK(full.activation_bytes == Gpt(c).activation_bytes_for(4, c.context_length, blocks));
+    CHECK(every_2.activation_bytes == Gpt(c).activation_bytes_for(4, c.context_length, 1));
   }
 }
 

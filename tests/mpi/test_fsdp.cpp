@@ -17,8 +17,8 @@ using namespace fsdpp;
 namespace {
 
 // Dimensions chosen so that no rank count divides them evenly: V 13 rows, wpe 5 rows (2,2,1,0 on 4 ranks).
-GptConfig parity_config(bool tied) {
-  GptConfig c;
+ModelConfig parity_config(bool tied) {
+  ModelConfig c;
   c.vocab_size = 13, c.context_length = 5, c.n_embd = 10, c.n_layer = 2, c.n_head = 2, c.tie_embeddings = tied;
   return c;
 }
@@ -303,7 +303,7 @@ MPI_TEST_CASE("fsdp: collectives per step follow FSDP2's counts, and shards hold
   // prefetched one, plus the current block's all-gather buffer during its copy-out.
   std::int64_t root_bytes = 0, block_bytes = 0;
   {
-    const GptConfig c = parity_config(true);
+    const ModelConfig c = parity_config(true);
     auto rows_bytes = [](std::int64_t rows, std::int64_t row_size) { return (rows + 2) / 3 * 3 * row_size * 4; };
     root_bytes = rows_bytes(c.vocab_size, c.n_embd) + rows_bytes(c.context_length, c.n_embd) + 2 * rows_bytes(c.n_embd, 1);
     const std::int64_t C = c.n_embd;

@@ -32,7 +32,7 @@ std::vector<std::int64_t> allocations_per_step(MPI_Comm comm, const Layout& o, i
                                                std::int64_t& pool_bytes_allocated, std::int64_t& emptied) {
   MemoryAccounting::install();
   DeviceMesh mesh(comm, o.mesh);
-  GptConfig c;
+  ModelConfig c;
   c.vocab_size = 13, c.context_length = 5, c.n_embd = 10, c.n_layer = 2, c.n_head = 2;
   Gpt model(c);
   FullyShardOptions fo;
@@ -173,7 +173,7 @@ void count_launch(const char* name, std::uint32_t, std::uint64_t*) { ++launches(
 // The piece kernels (tensor/piece_batch.hpp) launched by the second step of a 2-block GPT on `comm`.
 std::map<std::string, int> piece_launches_per_step(MPI_Comm comm, bool tied) {
   DeviceMesh mesh(comm, {{"dp_shard", -1}});
-  GptConfig c;
+  ModelConfig c;
   c.vocab_size = 13, c.context_length = 5, c.n_embd = 10, c.n_layer = 2, c.n_head = 2, c.tie_embeddings = tied;
   Gpt model(c);
   for (Block* b : model.blocks()) fully_shard(*b, mesh);

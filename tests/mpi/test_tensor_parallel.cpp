@@ -276,18 +276,22 @@ MPI_TEST_CASE("tensor parallel: impossible meshes are one clear error", 1) {
             .find("1 x 6 = 6 tokens over mesh.tp = 4 ranks") != std::string::npos);
 }
 
-MPI_TEST_CASE("tensor parallel: Llama (GQA, SwiGLU, RoPE) gives the losses and initial weights of one rank", 4) {
+MPI_TEST_CASE("tensor parallel: Llama and Qwen2 (GQA, SwiGLU, RoPE, q/k/v biases) give the losses and initial weights of one rank", 4) {
   const std::vector<std::string> common = with(kCommon, {});
-  auto llama = [&](const std::vector<std::string>& extra) { return test::input_deck("llama-tiny.yaml", with(common, extra)); };
-  for (const char* tie : {"model.tie_embeddings=false", "model.tie_embeddings=true"}) {
-    CAPTURE(tie);
-    const auto one = losses_on(test_comm, test_rank, 1, llama({tie}));
-    check_same_losses(losses_on(test_comm, test_rank, 2, llama({tie, "mesh.tp=2"})), one);
-    check_same_losses(losses_on(test_comm, test_rank, 4, llama({tie, "mesh.tp=2", "mesh.tp_sequence_parallel=true"})), one);
-    check_same_losses(losses_on(test_comm, test_rank, 4, llama({tie, "mesh.tp=2", "train.activation_checkpointing=full"})), one);
-    CHECK(whole_model_on(test_comm, test_rank, 4, llama({tie, "mesh.tp=2"}), no_fill) ==
-          whole_model_on(test_comm, test_rank, 1, llama({tie}), no_fill));
+  for (const char* name : {"llama-tiny.yaml", "qwen2-tiny.yaml"}) {
+    auto model = [&](const std::vector<std::string>& extra) { return test::input_deck(name, with(common, extra)); };
+    for (const char* tie : {"model.tie_embeddings=false", "model.tie_embeddings=true"}) {
+      CAPTURE(name);
+      CAPTURE(tie);
+      const auto one = losses_on(test_comm, test_rank, 1, model({tie}));
+      check_same_losses(losses_on(test_comm, test_rank, 2, model({tie, "mesh.tp=2"})), one);
+      check_same_losses(losses_on(test_comm, test_rank, 4, model({tie, "mesh.tp=2", "mesh.tp_sequence_parallel=true"})), one);
+      check_same_losses(losses_on(test_comm, test_rank, 4, model({tie, "mesh.tp=2", "train.activation_checkpointing=full"})), one);
+      CHECK(whole_model_on(test_comm, test_rank, 4, model({tie, "mesh.tp=2"}), no_fill) ==
+            whole_model_on(test_comm, test_rank, 1, model({tie}), no_fill));
+    }
   }
+  auto llama = [&](const std::vector<std::string>& extra) { return test::input_deck("llama-tiny.yaml", with(common, extra)); };
   // Megatron's counts hold for Llama too (no biases change nothing): 4L + 4 all-reduces per micro-batch.
   const Deck deck = llama({"mesh.tp=2", "mesh.dp_shard=2"});
   const OnePass two = one_pass(test_comm, deck, 2, 16);

@@ -17,8 +17,8 @@ using namespace fsdpp;
 
 namespace {
 
-GptConfig small_config() {
-  GptConfig c;
+ModelConfig small_config() {
+  ModelConfig c;
   c.vocab_size = 29, c.context_length = 9, c.n_embd = 12, c.n_layer = 4, c.n_head = 3;
   return c;
 }
@@ -40,7 +40,7 @@ struct Pass1 {
 // middle one) of the same model with the blocks `recompute` names set to recompute in backward; the gradients
 // are those of every pass, accumulated.
 Pass1 run(const std::vector<bool>& recompute) {
-  const GptConfig c = small_config();
+  const ModelConfig c = small_config();
   Gpt model(c);
   model.to_empty();
   model.reset_parameters(7);
@@ -100,13 +100,14 @@ TEST_CASE("activation checkpointing: recomputed blocks give bitwise the gradient
     CHECK(ac.hook_log == none.hook_log);
     int recomputing = 0;
     for (bool r : recompute) recomputing += r;
-    CHECK(ac.activation_bytes == Gpt::activation_bytes_for(small_config(), 3, 8, recomputing));
+    CHECK(ac.activation_bytes == Gpt(small_config()).activation_bytes_for(3, 8, recomputing));
   }
-  CHECK(none.activation_bytes == Gpt::activation_bytes_for(small_config(), 3, 8));
+  CHECK(none.activation_bytes == Gpt(small_config()).activation_bytes_for(3, 8));
   // Full: L recomputable sets become one; every block keeps its output.
-  const GptConfig c = small_config();
-  CHECK(Gpt::activation_bytes_for(c, 3, 8) - Gpt::activation_bytes_for(c, 3, 8, 4) ==
-        3 * BlockActivations::bytes_for(c, 3, 8));
+  const Gpt model(small_config());
+  BlockActivations set;
+  CHECK(model.activation_bytes_for(3, 8) - model.activation_bytes_for(3, 8, 4) ==
+        3 * model.blocks()[0]->activation_table(set, 3, 8).bytes());
 }
 
 TEST_CASE("activation checkpointing: the deck key takes none, full and every_<k>, and refuses anything else") {

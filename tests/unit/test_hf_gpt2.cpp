@@ -22,8 +22,8 @@ namespace {
 
 constexpr int V = 13, T = 5, C = 8, L = 2, NH = 2;
 
-GptConfig config() {
-  GptConfig c;
+ModelConfig config() {
+  ModelConfig c;
   c.vocab_size = V, c.context_length = T, c.n_embd = C, c.n_layer = L, c.n_head = NH;
   return c;
 }
@@ -196,7 +196,7 @@ TEST_CASE("hf gpt2: export -> import -> export gives bitwise-identical tensors; 
   }
   CHECK(first.metadata().at("format") == "pt");
   // A deck with another width: every mismatching tensor in one error.
-  GptConfig wider = config();
+  ModelConfig wider = config();
   wider.n_embd = 12;
   CHECK_THROWS_WITH_AS(import_hf_gpt2(st, weights, wider),
                        doctest::Contains("transformer.h.0.mlp.c_fc.weight: file shape [8,32] (as [32,8]), model [48,12]"),

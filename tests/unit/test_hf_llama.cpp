@@ -1,13 +1,18 @@
-// Hugging Face Llama interchange: an imported model computes what an independent double-precision Llama forward,
-// written here from the HF tensors with HF's rotate_half RoPE, computes (per-position losses within 1e-5);
-// Meta's interleaved RoPE with HF's q/k row permutation is the same model; export -> import -> export is bitwise.
+// Hugging Face Llama-family interchange (LlamaForCausalLM, Qwen2ForCausalLM): an imported model computes what an
+// independent double-precision forward, written here from the HF tensors with HF's rotate_half RoPE (and, for
+// Qwen2, transformers' q/k/v biases: Qwen2Attention's nn.Linear(..., bias=True)), computes (per-position losses
+// within 1e-5); Meta's interleaved RoPE with HF's q/k row permutation is the same model; export -> import -> export
+// is bitwise.
 #include "mpi_test.hpp"
 
 #include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/ckpt/hf_llama.hpp"
 #include "fsdpp/ckpt/safetensors.hpp"
-#include "fsdpp/nn/llama.hpp"
+#include "fsdpp/nn/qwen2.hpp"
+#include "fsdpp/train/build_model.hpp"
 #include "fsdpp/runtime/error.hpp"
+
+#include <fmt/format.h>
 
 #include <cmath>
 #include <filesystem>
@@ -23,8 +28,9 @@ namespace {
 constexpr int V = 13, T = 6, C = 16, L = 2, NH = 4, NKV = 2, F = 24, HS = C / NH;
 constexpr double kTheta = 500.0, kEps = 1e-6;
 
-LlamaConfig config(bool tied = false) {
-  LlamaConfig c;
+ModelConfig config(bool tied = false, ModelArch arch = ModelArch::llama) {
+  ModelConfig c;
+  c.arch = arch;
   c.vocab_size = V, c.context_length = T, c.n_embd = C, c.n_layer = L, c.n_head = NH, c.n_kv_head = NKV;
   c.ffn_hidden = F, c.rope_theta = kTheta, c.norm_eps = kEps, c.tie_embeddings = tied;
   return c;
@@ -32,8 +38,9 @@ LlamaConfig config(bool tied = false) {
 
 using Tensors = std::map<std::string, std::pair<std::vector<std::int64_t>, std::vector<float>>>;
 
-// A random Llama in HF's names and layout, with an old-style rotary buffer HF files may carry.
-Tensors random_hf_llama(bool tied = false) {
+// A random Llama (or, with `qwen`, Qwen2: q/k/v biases) in HF's names and layout, with an old-style rotary
+// buffer HF files may carry.
+Tensors random_hf_llama(bool tied = false, bool qwen = false) {
   std::mt19937 rng(9);
   std::normal_distribution<float> n(0.0f, 0.3f);
   Tensors t;
@@ -51,6 +58,11 @@ Tensors random_hf_llama(bool tied = false) {
     add(h + "self_attn.q_proj.weight", {NH * HS, C});
     add(h + "self_attn.k_proj.weight", {NKV * HS, C});
     add(h + "self_attn.v_proj.weight", {NKV * HS, C});
+    if (qwen) {
+      add(h + "self_attn.q_proj.bias", {NH * HS});
+      add(h + "self_attn.k_proj.bias", {NKV * HS});
+      add(h + "self_attn.v_proj.bias", {NKV * HS});
+    }
     add(h + "self_attn.o_proj.weight", {C, NH * HS});
     add(h + "self_attn.rotary_emb.inv_freq", {HS / 2});  // a buffer, not a parameter
     add(h + "post_attention_layernorm.weight", {C}, 1.0f);
@@ -72,12 +84,15 @@ void write_safetensors(const std::string& path, const Tensors& t) {
 
 using Rows = std::vector<std::vector<double>>;
 
-// y = W x for nn.Linear's [out, in] weight.
-std::vector<double> linear(const std::vector<float>& w, const std::vector<double>& x, int out) {
+// y = W x (+ b) for nn.Linear's [out, in] weight.
+std::vector<double> linear(const std::vector<float>& w, const std::vector<double>& x, int out,
+                           const std::vector<float>* b = nullptr) {
   std::vector<double> y(out, 0.0);
   const int in = static_cast<int>(x.size());
-  for (int o = 0; o < out; ++o)
+  for (int o = 0; o < out; ++o) {
     for (int i = 0; i < in; ++i) y[o] += w[static_cast<std::size_t>(o) * in + i] * x[i];
+    if (b) y[o] += (*b)[o];
+  }
   return y;
 }
 
@@ -113,10 +128,12 @@ void rotate(double* x, int p, bool interleaved, const HfRopeScaling& scaling = {
   std::copy(out.begin(), out.end(), x);
 }
 
-// Llama forward in double, from tensors with HF's names: the per-position cross-entropy losses.
+// Llama forward in double, from tensors with HF's names: the per-position cross-entropy losses. Biases of q_proj,
+// k_proj and v_proj are added where the tensors have them (Qwen2).
 std::vector<double> reference_losses(const Tensors& t, const std::vector<int>& tokens, const std::vector<int>& targets,
                                      bool interleaved_rope = false, const HfRopeScaling& scaling = {}) {
   auto W = [&](const std::string& n) -> const std::vector<float>& { return t.at(n).second; };
+  auto bias = [&](const std::string& n) { return t.count(n) ? &t.at(n).second : nullptr; };
   const int n_pos = static_cast<int>(tokens.size());
   Rows x(n_pos, std::vector<double>(C));
   for (int p = 0; p < n_pos; ++p)
@@ -133,9 +150,9 @@ std::vector<double> reference_losses(const Tensors& t, const std::vector<int>& t
     Rows q(n_pos), k(n_pos), v(n_pos), y(n_pos, std::vector<double>(C, 0.0));
     for (int p = 0; p < n_pos; ++p) {
       const auto a = rmsnorm(x[p], h + "input_layernorm.weight");
-      q[p] = linear(W(h + "self_attn.q_proj.weight"), a, NH * HS);
-      k[p] = linear(W(h + "self_attn.k_proj.weight"), a, NKV * HS);
-      v[p] = linear(W(h + "self_attn.v_proj.weight"), a, NKV * HS);
+      q[p] = linear(W(h + "self_attn.q_proj.weight"), a, NH * HS, bias(h + "self_attn.q_proj.bias"));
+      k[p] = linear(W(h + "self_attn.k_proj.weight"), a, NKV * HS, bias(h + "self_attn.k_proj.bias"));
+      v[p] = linear(W(h + "self_attn.v_proj.weight"), a, NKV * HS, bias(h + "self_attn.v_proj.bias"));
       for (int head = 0; head < NH; ++head) rotate(&q[p][head * HS], p, interleaved_rope, scaling);
       for (int head = 0; head < NKV; ++head) rotate(&k[p][head * HS], p, interleaved_rope, scaling);
     }
@@ -194,7 +211,7 @@ std::string temp_path(const std::string& name) {
   return (fs::temp_directory_path() / ("fsdpp-hfl-" + std::to_string(::getpid()) + "-" + name)).string();
 }
 
-std::vector<float> model_losses(Llama& model, const std::vector<int>& tokens, const std::vector<int>& targets) {
+std::vector<float> model_losses(LanguageModel& model, const std::vector<int>& tokens, const std::vector<int>& targets) {
   std::vector<std::int32_t> in(tokens.begin(), tokens.end()), tg(targets.begin(), targets.end());
   View1<std::int32_t> tv("tokens", in.size()), gv("targets", tg.size());
   Kokkos::deep_copy(tv, HostView1<std::int32_t>(in.data(), in.size()));
@@ -211,24 +228,43 @@ const std::vector<int> kTokens = {3, 1, 12, 7, 0, 9}, kTargets = {1, 12, 7, 0, 5
 
 }  // namespace
 
-TEST_CASE("hf llama: an imported model computes what an independent HF Llama forward computes (GQA, RoPE, tied)") {
-  for (bool tied : {false, true}) {
-    CAPTURE(tied);
-    const Tensors hf = random_hf_llama(tied);
-    const std::string st = temp_path("model.safetensors"), weights = temp_path("weights.h5");
-    write_safetensors(st, hf);
-    import_hf_llama(st, weights, config(tied));
-    const auto want = reference_losses(hf, kTokens, kTargets);
-    for (const std::string& source : {weights, st}) {  // via the weights file, and straight from safetensors
-      CAPTURE(source);
-      Llama model(config(tied));
-      model.to_empty();
-      load_weights(MPI_COMM_WORLD, source, model.parameters());
-      const auto got = model_losses(model, kTokens, kTargets);
-      for (int p = 0; p < T; ++p) CHECK(std::fabs(got[p] - want[p]) <= 1e-5 * std::max(1.0, std::fabs(want[p])));
+TEST_CASE("hf llama: an imported Llama or Qwen2 computes what an independent HF forward computes (GQA, RoPE, tied, "
+          "Qwen2's q/k/v biases)") {
+  for (ModelArch arch : {ModelArch::llama, ModelArch::qwen2}) {
+    for (bool tied : {false, true}) {
+      CAPTURE(to_string(arch));
+      CAPTURE(tied);
+      const bool qwen = arch == ModelArch::qwen2;
+      const Tensors hf = random_hf_llama(tied, qwen);
+      const std::string st = temp_path("model.safetensors"), weights = temp_path("weights.h5");
+      write_safetensors(st, hf);
+      import_hf_llama(st, weights, config(tied, arch));
+      const auto want = reference_losses(hf, kTokens, kTargets);
+      for (const std::string& source : {weights, st}) {  // via the weights file, and straight from safetensors
+        CAPTURE(source);
+        const auto model = make_model(config(tied, arch));
+        model->to_empty();
+        load_weights(MPI_COMM_WORLD, source, model->parameters());
+        const auto got = model_losses(*model, kTokens, kTargets);
+        double worst = 0;
+        for (int p = 0; p < T; ++p) {
+          CHECK(std::fabs(got[p] - want[p]) <= 1e-5 * std::max(1.0, std::fabs(want[p])));
+          worst = std::max(worst, std::fabs(got[p] - want[p]) / std::max(1.0, std::fabs(want[p])));
+        }
+        MESSAGE(fmt::format("{} {} ({}): largest per-position loss difference from the f64 reference {:.2e}",
+                            to_string(arch), tied ? "tied" : "untied", source == st ? "safetensors" : "weights file", worst));
+      }
+      if (qwen) {  // the biases matter: without them the reference is another model (the check has teeth)
+        Tensors unbiased = hf;
+        for (auto it = unbiased.begin(); it != unbiased.end();) it = it->first.find("_proj.bias") != std::string::npos ? unbiased.erase(it) : std::next(it);
+        const auto other = reference_losses(unbiased, kTokens, kTargets);
+        double diff = 0;
+        for (int p = 0; p < T; ++p) diff = std::max(diff, std::fabs(other[p] - want[p]));
+        CHECK(diff > 1e-3);
+      }
+      fs::remove(st);
+      fs::remove(weights);
     }
-    fs::remove(st);
-    fs::remove(weights);
   }
 }
 
@@ -236,9 +272,10 @@ TEST_CASE("hf llama: Llama 3.1's RoPE scaling (rope_type llama3) matches transfo
   // HS 4 has two pairs: wavelengths 2 pi and about 140. With original_max_position_embeddings 16 the first is
   // between 16/4 and 16/1 (blended) and the second above 16 (slowed by the factor): both scaled branches.
   const HfRopeScaling hf_scaling{8, 1, 4, 16};
-  LlamaConfig c = config();
-  c.rope_scaling = {hf_scaling.factor, hf_scaling.low_freq_factor, hf_scaling.high_freq_factor,
-                    hf_scaling.original_max_position_embeddings};
+  ModelConfig c = config();
+  c.rope_scaling_factor = hf_scaling.factor, c.rope_low_freq_factor = hf_scaling.low_freq_factor;
+  c.rope_high_freq_factor = hf_scaling.high_freq_factor;
+  c.rope_original_context = static_cast<int>(hf_scaling.original_max_position_embeddings);
   const Tensors hf = random_hf_llama();
   const std::string st = temp_path("scaled.safetensors");
   write_safetensors(st, hf);
@@ -277,7 +314,24 @@ TEST_CASE("hf llama: Meta's interleaved RoPE with HF's q/k row permutation is th
   CHECK(diff > 1e-3);
 }
 
-TEST_CASE("hf llama: export -> import -> export gives bitwise-identical tensors; mismatches are listed") {
+TEST_CASE("hf llama: export -> import -> export gives bitwise-identical tensors (Llama, Qwen2); mismatches are listed") {
+  {  // Qwen2: the biases travel too, under Qwen2's name
+    const std::string st = temp_path("q.safetensors"), weights = temp_path("qw.h5"), again = temp_path("q2.safetensors");
+    write_safetensors(st, random_hf_llama(false, true));
+    import_hf_llama(st, weights, config(false, ModelArch::qwen2));
+    CHECK(std::string(export_hf(weights, again, "F32")) == "Qwen2");
+    SafetensorsReader exported(again), original(st);
+    CHECK(exported.tensors().size() == original.tensors().size() - L);  // the rotary buffers are not parameters
+    for (const auto& t : exported.tensors()) {
+      CAPTURE(t.name);
+      CHECK(exported.read_f32(t) == original.read_f32(*original.find(t.name)));
+    }
+    CHECK(exported.find("model.layers.1.self_attn.k_proj.bias") != nullptr);
+    // A Llama deck refuses Qwen2's file, naming the tensors it does not have.
+    CHECK_THROWS_WITH_AS(import_hf_llama(st, weights, config()),
+                         doctest::Contains("model.layers.0.self_attn.q_proj.bias"), UsageError);
+    for (const auto& p : {st, weights, again}) fs::remove(p);
+  }
   const std::string st = temp_path("a.safetensors"), weights = temp_path("w.h5"), again = temp_path("b.safetensors");
   const std::string weights2 = temp_path("w2.h5"), third = temp_path("c.safetensors");
   write_safetensors(st, random_hf_llama());
@@ -295,7 +349,7 @@ TEST_CASE("hf llama: export -> import -> export gives bitwise-identical tensors;
     CHECK(first.read_f32(t) == original.read_f32(*original.find(t.name)));  // HF's names and layout, exactly
   }
   // A deck with fewer key/value heads: every mismatching tensor in one error, in HF's names.
-  LlamaConfig mqa = config();
+  ModelConfig mqa = config();
   mqa.n_kv_head = 1;
   CHECK_THROWS_WITH_AS(import_hf_llama(st, weights, mqa),
                        doctest::Contains("model.layers.1.self_attn.v_proj.weight: file shape [8,16] (as [8,16]), "

@@ -20,7 +20,7 @@ Deck small_deck(const std::vector<std::string>& overrides) { return test::input_
 TEST_CASE("plan: activation bytes from shapes equal those a forward and backward allocate") {
   for (bool tied : {true, false}) {
     CAPTURE(tied);
-    GptConfig c;
+    ModelConfig c;
     c.vocab_size = 50, c.context_length = 12, c.n_embd = 16, c.n_layer = 3, c.n_head = 2, c.tie_embeddings = tied;
     Gpt model(c);
     model.to_empty();
@@ -32,8 +32,8 @@ TEST_CASE("plan: activation bytes from shapes equal those a forward and backward
     model.zero_grad();
     model(flow);
     model(flow, Pass::backward);
-    CHECK(model.activation_bytes() == Gpt::activation_bytes_for(c, 3, 10));
-    CHECK(Gpt::activation_bytes_for(c, 6, 10) == 2 * Gpt::activation_bytes_for(c, 3, 10));  // linear in B
+    CHECK(model.activation_bytes() == Gpt(c).activation_bytes_for(3, 10));
+    CHECK(Gpt(c).activation_bytes_for(6, 10) == 2 * Gpt(c).activation_bytes_for(3, 10));  // linear in B
   }
 }
 

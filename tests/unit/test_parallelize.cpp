@@ -102,7 +102,7 @@ TEST_CASE("parallelize: a dry step allocates nothing, frees every transient buff
   for (int ranks : {2, 4}) {
     CAPTURE(ranks);
     const Deck deck = tiny({"train.micro_batch=2"});
-    Gpt model(model_config(deck.model));
+    Gpt model(deck.model);
     const auto par = parallelize_for_planning(model, deck, ranks);
     CHECK(par->mesh().is_planning());
     CHECK(par->units().size() == static_cast<std::size_t>(deck.model.n_layer + 1));
@@ -125,7 +125,7 @@ TEST_CASE("parallelize: a dry step allocates nothing, frees every transient buff
 
 TEST_CASE("parallelize: no_shard runs as a shard group of one rank: no all-gather, whole gradients reduced") {
   const Deck deck = tiny({"fsdp.strategy=no_shard", "train.micro_batch=2"});
-  Gpt model(model_config(deck.model));
+  Gpt model(deck.model);
   const auto par = parallelize_for_planning(model, deck, 4);
   const auto ledger = dry_step(model, *par, 2);
   CHECK(ledger->live.count(FsdpBuffer::all_gather) == 0);

@@ -80,9 +80,13 @@ struct HfFile {
 }  // namespace
 
 const HfNaming& hf_naming_for(const std::vector<std::string>& fsdpp_names) {
-  for (const std::string& n : fsdpp_names)
-    if (n == "embed_tokens.weight") return hf_llama_naming();
-  return hf_gpt2_naming();
+  bool llama = false;
+  for (const std::string& n : fsdpp_names) {
+    const std::string bias = "self_attn.q_proj.bias";
+    if (n.size() > bias.size() && n.compare(n.size() - bias.size(), bias.size(), bias) == 0) return hf_qwen2_naming();
+    llama = llama || n == "embed_tokens.weight";
+  }
+  return llama ? hf_llama_naming() : hf_gpt2_naming();
 }
 
 const char* import_hf(const std::string& safetensors, const std::string& out, const ShapeMap& expected) {

@@ -15,7 +15,7 @@
 namespace fsdpp {
 
 struct HfNaming {
-  const char* model;  // "GPT-2", "Llama": for messages
+  const char* model;  // "GPT-2", "Llama", "Qwen2": for messages
   std::optional<std::string> (*fsdpp_name)(const std::string& hf_key);  // nullopt: not a parameter (buffers)
   std::string (*hf_key)(const std::string& fsdpp_name);
   bool (*transposed)(const std::string& fsdpp_name);  // HF stores this 2-D weight [in, out]
@@ -24,7 +24,8 @@ struct HfNaming {
   bool drops_head_when_tied;
 };
 
-// The naming of the model whose fsdpp parameter names these are (Llama's embed_tokens.weight, else GPT-2's).
+// The naming of the model whose fsdpp parameter names these are (Qwen2's q_proj biases, else Llama's
+// embed_tokens.weight, else GPT-2's).
 const HfNaming& hf_naming_for(const std::vector<std::string>& fsdpp_names);
 
 using ShapeMap = std::map<std::string, std::vector<std::int64_t>>;  // fsdpp name -> shape

@@ -32,7 +32,7 @@ const HfNaming& hf_gpt2_naming() {
   return naming;
 }
 
-void import_hf_gpt2(const std::string& safetensors, const std::string& out, const GptConfig& config) {
+void import_hf_gpt2(const std::string& safetensors, const std::string& out, const ModelConfig& config) {
   Gpt model(config);  // on meta: names and shapes only
   ShapeMap expected;
   for (Parameter* p : model.parameters()) expected[p->name()] = p->shape();

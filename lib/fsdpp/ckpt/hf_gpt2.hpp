@@ -21,7 +21,7 @@ bool stored_transposed_by_hf(const std::string& fsdpp_name);  // a Conv1D weight
 
 // `fsdpp ckpt import`: a GPT-2 safetensors file into an fsdpp weights file (whole tensors at /model/<name>,
 // load it with checkpoint.init_from). Validates every shape against `config`, listing every mismatch. Serial.
-void import_hf_gpt2(const std::string& safetensors, const std::string& out, const GptConfig& config);
+void import_hf_gpt2(const std::string& safetensors, const std::string& out, const ModelConfig& config);
 
 // `fsdpp ckpt export` (export_hf): an fsdpp checkpoint or weights file into HF GPT-2 safetensors (dtype F32 or BF16), one
 // tensor at a time. Serial.

@@ -23,10 +23,17 @@ const HfNaming& hf_llama_naming() {
   return naming;
 }
 
-void import_hf_llama(const std::string& safetensors, const std::string& out, const LlamaConfig& config) {
-  Llama model(config);  // on meta: names and shapes only
+const HfNaming& hf_qwen2_naming() {
+  static const HfNaming naming{"Qwen2", fsdpp_name_of_hf_llama_key, hf_llama_key_of, never_transposed, false};
+  return naming;
+}
+
+void import_hf_llama(const std::string& safetensors, const std::string& out, const ModelConfig& config) {
+  // On meta: names and shapes only.
+  const std::unique_ptr<CausalLM> model = config.arch == ModelArch::qwen2 ? std::unique_ptr<CausalLM>(new Qwen2(config))
+                                                                          : std::unique_ptr<CausalLM>(new Llama(config));
   ShapeMap expected;
-  for (Parameter* p : model.parameters()) expected[p->name()] = p->shape();
+  for (Parameter* p : model->parameters()) expected[p->name()] = p->shape();
   import_hf(safetensors, out, expected);
 }
 

@@ -11,7 +11,7 @@
 // and k_proj rows are used exactly as stored, both ways: import and export are bitwise copies. Buffers such as
 // rotary_emb.inv_freq (older files) are not parameters and are skipped; a file with a tied head has no lm_head.
 #include "fsdpp/ckpt/hf_convert.hpp"
-#include "fsdpp/nn/llama.hpp"
+#include "fsdpp/nn/qwen2.hpp"
 
 #include <optional>
 #include <string>
@@ -22,7 +22,11 @@ std::optional<std::string> fsdpp_name_of_hf_llama_key(const std::string& hf_key)
 std::string hf_llama_key_of(const std::string& fsdpp_name);                          // "model.norm.weight"
 const HfNaming& hf_llama_naming();
 
-// `fsdpp ckpt import` for a Llama deck: every tensor checked against `config`, every mismatch listed. Serial.
-void import_hf_llama(const std::string& safetensors, const std::string& out, const LlamaConfig& config);
+// Qwen2's names are Llama's, plus the q/k/v biases (nn/qwen2.hpp): the same mapping, under its own name.
+const HfNaming& hf_qwen2_naming();
+
+// `fsdpp ckpt import` for a Llama or Qwen2 deck: every tensor checked against `config` (model.arch llama or qwen2),
+// every mismatch listed. Serial.
+void import_hf_llama(const std::string& safetensors, const std::string& out, const ModelConfig& config);
 
 }  // namespace fsdpp

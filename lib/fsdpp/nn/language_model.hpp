@@ -31,7 +31,7 @@ class LanguageModel : public Module {
   // What activation_bytes() will be after a forward and backward of B sequences of T tokens when
   // `recomputing_blocks` of the blocks recompute in backward (activation checkpointing, module.hpp), from the
   // shapes alone (fsdpp plan; exact, the plan is checked against measured peaks).
-  virtual std::int64_t activation_bytes_for(int B, int T, int recomputing_blocks) const = 0;
+  virtual std::int64_t activation_bytes_for(int B, int T, int recomputing_blocks = 0) const = 0;
   // Blocks set to recompute in backward (parallelize's apply_activation_checkpointing sets them).
   int recomputing_blocks() const {
     int n = 0;

@@ -87,6 +87,15 @@ std::vector<Parameter*> Module::parameters(bool recurse) {
   return out;
 }
 
+std::vector<const Parameter*> Module::parameters(bool recurse) const {
+  std::vector<const Parameter*> out;
+  for (const auto& p : parameters_) out.push_back(&p);
+  if (recurse)
+    for (const Module* child : children_)
+      for (const Parameter* p : child->parameters(true)) out.push_back(p);
+  return out;
+}
+
 std::vector<Module*> Module::modules() {
   std::vector<Module*> out{this};
   for (Module* child : children_)

@@ -44,6 +44,8 @@
 
 namespace fsdpp {
 
+struct DecodeStep;  // nn/kv_cache.hpp
+
 // What flows between modules of a language model: tokens in, the residual stream through, a loss out, and
 // the gradient of the residual stream back.
 struct Flow {
@@ -55,6 +57,7 @@ struct Flow {
   bool training = true;               // forward also prepares the loss gradient (fused cross-entropy)
   double loss = 0.0;                  // mean cross-entropy over B*T positions
   float loss_scale = 1.0f;            // d(total objective)/d(loss): 1/accumulation_steps under accumulation
+  DecodeStep* decode = nullptr;       // set: a decode forward with a KV cache (nn/kv_cache.hpp), not training's
 };
 
 enum class Pass { forward, backward };
@@ -88,6 +91,7 @@ class Module {
   Module* parent() const { return parent_; }
 
   std::vector<Parameter*> parameters(bool recurse = true);
+  std::vector<const Parameter*> parameters(bool recurse = true) const;
   std::vector<Module*> children() const { return children_; }
   std::vector<Module*> modules();  // this module and every descendant, parents first
 
@@ -111,9 +115,12 @@ class Module {
   // Every gradient to zero: one kernel for all the device gradients (offloaded ones on the host).
   void zero_grad();
 
- protected:
+  // Registers a parameter named `local_name` under this module's path. Models call it from their constructors,
+  // and so do the parts they are built from (nn/layers.hpp's Linear and Norm) for the module that owns them.
   Parameter& add_parameter(const std::string& local_name, std::vector<std::int64_t> shape, InitRule init,
                            ParamRole role);
+
+ protected:
   void add_child(Module& child, const std::string& name);
   virtual void forward(Flow& flow) = 0;
   virtual void backward(Flow& flow) = 0;

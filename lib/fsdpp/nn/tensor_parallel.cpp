@@ -82,22 +82,32 @@ View1<float> TensorParallelGroup::reduce_region_gradient(const View1<float>& par
   return local;
 }
 
-void TensorParallelGroup::add_norm_gradients(const View1<float>& partial, const std::vector<View1<float>>& grads) {
+void TensorParallelGroup::add_norm_gradients(const View1<float>& partial, const std::vector<Parameter*>& norms) {
   std::size_t total = 0;
-  for (const auto& g : grads) total += g.extent(0);
+  for (const Parameter* p : norms) total += p->grad().extent(0);
   all_reduce(partial, total, ReduceOp::sum);
   std::size_t at = 0;
-  for (const auto& g : grads) {
+  for (const Parameter* p : norms) {
+    const View1<float>& g = p->grad();
     kernels::accumulate<float>(g, Kokkos::subview(partial, std::make_pair(at, at + g.extent(0))),
                                static_cast<int>(g.extent(0)));
     at += g.extent(0);
   }
 }
 
-View1<float> TensorParallelGroup::norm_gradient(const Parameter& p, const View1<float>& partial, int slot) const {
-  if (!sequence_parallel_) return p.grad();
-  const std::size_t n = p.grad().extent(0), first = static_cast<std::size_t>(slot) * n;
-  return Kokkos::subview(partial, std::make_pair(first, first + n));
+std::vector<View1<float>> TensorParallelGroup::norm_gradients(const std::vector<Parameter*>& norms,
+                                                              const View1<float>& partial, int first_slot) const {
+  std::vector<View1<float>> out;
+  for (std::size_t i = 0; i < norms.size(); ++i) {
+    const View1<float>& grad = norms[i]->grad();
+    if (!sequence_parallel_) {
+      out.push_back(grad);
+      continue;
+    }
+    const std::size_t n = grad.extent(0), first = (static_cast<std::size_t>(first_slot) + i) * n;
+    out.push_back(Kokkos::subview(partial, std::make_pair(first, first + n)));
+  }
+  return out;
 }
 
 void TensorParallelGroup::require_vocabulary_rows(int V) const { check_vocabulary_split(V, ranks_); }

@@ -74,12 +74,13 @@ class TensorParallelGroup {
   //   or under sequence parallelism this rank's rows of the sums into `local` (returned).
   View1<float> reduce_region_gradient(const View1<float>& partial, const View1<float>& local, int N, int C);
   //   Sequence parallelism, the norms: gradients computed from this rank's rows only sit in consecutive slots of
-  //   `partial`, one per entry of `grads` (of its length): summed over tp, then added to the gradients (which may
-  //   hold earlier micro-batches' under accumulation, so the sum is taken first).
-  void add_norm_gradients(const View1<float>& partial, const std::vector<View1<float>>& grads);
-  //   Where a norm's gradient goes in backward: slot `slot` (of the gradient's length) of `partial` under
-  //   sequence parallelism, for add_norm_gradients; otherwise the gradient itself.
-  View1<float> norm_gradient(const Parameter& p, const View1<float>& partial, int slot) const;
+  //   `partial`, one per parameter (of its length): summed over tp, then added to the parameters' gradients (which
+  //   may hold earlier micro-batches' under accumulation, so the sum is taken first).
+  void add_norm_gradients(const View1<float>& partial, const std::vector<Parameter*>& norms);
+  //   Where the norms' gradients go in backward: slots first_slot, first_slot + 1, ... of `partial` under
+  //   sequence parallelism, for add_norm_gradients; otherwise the gradients themselves.
+  std::vector<View1<float>> norm_gradients(const std::vector<Parameter*>& norms, const View1<float>& partial,
+                                           int first_slot) const;
 
   // The deck's rule check_vocabulary_split (config/deck_rules.hpp) on this group: a DeckRuleError unless
   // splitting `V` rows like torch.chunk leaves every tp rank some.

@@ -5,40 +5,11 @@
 
 namespace fsdpp {
 
-GptConfig model_config(const ModelConfig& m) {
-  GptConfig c;
-  c.vocab_size = m.vocab_size;
-  c.context_length = m.context_length;
-  c.n_embd = m.n_embd;
-  c.n_layer = m.n_layer;
-  c.n_head = m.n_head;
-  c.tie_embeddings = m.tie_embeddings;
-  c.attention = m.attention;
-  return c;
-}
-
-LlamaConfig llama_config(const ModelConfig& m) {
-  LlamaConfig c;
-  c.vocab_size = m.vocab_size;
-  c.context_length = m.context_length;
-  c.n_embd = m.n_embd;
-  c.n_layer = m.n_layer;
-  c.n_head = m.n_head;
-  c.n_kv_head = m.n_kv_head;
-  c.ffn_hidden = m.ffn_hidden;
-  c.rope_theta = m.rope_theta;
-  c.rope_scaling = {m.rope_scaling_factor, m.rope_low_freq_factor, m.rope_high_freq_factor,
-                    static_cast<double>(m.rope_original_context)};
-  c.norm_eps = m.norm_eps;
-  c.tie_embeddings = m.tie_embeddings;
-  c.attention = m.attention;
-  return c;
-}
-
 std::unique_ptr<LanguageModel> make_model(const ModelConfig& m) {
   switch (m.arch) {
-    case ModelArch::gpt2: return std::make_unique<Gpt>(model_config(m));
-    case ModelArch::llama: return std::make_unique<Llama>(llama_config(m));
+    case ModelArch::gpt2: return std::make_unique<Gpt>(m);
+    case ModelArch::llama: return std::make_unique<Llama>(m);
+    case ModelArch::qwen2: return std::make_unique<Qwen2>(m);
   }
   throw UsageError(fmt::format("model.arch {} is not a model fsdpp builds", static_cast<int>(m.arch)));
 }

@@ -6,6 +6,7 @@
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/nn/gpt.hpp"
 #include "fsdpp/nn/llama.hpp"
+#include "fsdpp/nn/qwen2.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 
 #include <memory>
@@ -19,8 +20,6 @@ struct TrainModel {
   std::vector<float> whole(const Parameter& p) const;
 };
 
-GptConfig model_config(const ModelConfig& m);     // model.arch gpt2
-LlamaConfig llama_config(const ModelConfig& m);  // model.arch llama
 // The model the deck's model.arch names, on meta: the one place that chooses the architecture.
 std::unique_ptr<LanguageModel> make_model(const ModelConfig& m);
 TrainModel build_model(MPI_Comm comm, const Deck& deck);  // collective

@@ -21,15 +21,19 @@
 
 namespace fsdpp::kernels {
 
-// out[n,:] += bias (a row-parallel Linear adds its replicated bias once, after the all-reduce of its output)
+// Column slices: a projection may write into (and read its gradient from) columns [at, at + OC) of rows of width
+// ld, so that several projections fill one packed row (Llama's q, k and v into [q | k | v]); ld = OC, at = 0 is a
+// plain (N,OC) matrix. The same kernels either way, so a slice computes the bits a whole matrix would.
+
+// out[n, at:at+OC] += bias (a row-parallel Linear adds its replicated bias once, after the all-reduce of its output)
 template <class T>
-void bias_forward(const View1<T>& out,             // out (N,OC), +=
+void bias_forward(const View1<T>& out,             // out (N,ld), columns at..at+OC, +=
                   const View1<const T>& bias,      // bias (OC)
-                  int N, int OC) {
+                  int N, int OC, int ld, int at) {
   if (portable()) {
     Kokkos::parallel_for(
         "fsdpp::linear_forward_bias_team", team::row_policy<T>(N, 0), KOKKOS_LAMBDA(const team::Member& member) {
-          T* o = out.data() + static_cast<std::int64_t>(member.league_rank()) * OC;
+          T* o = out.data() + static_cast<std::int64_t>(member.league_rank()) * ld + at;
           const T* b = bias.data();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(member, OC), [&](const int j) { o[j] += b[j]; });
         });
@@ -37,43 +41,24 @@ void bias_forward(const View1<T>& out,             // out (N,OC), +=
   }
   Kokkos::parallel_for(
       "fsdpp::linear_forward", Kokkos::RangePolicy<ExecSpace>(0, N), KOKKOS_LAMBDA(const int n) {
-        T* o = out.data() + static_cast<std::int64_t>(n) * OC;
+        T* o = out.data() + static_cast<std::int64_t>(n) * ld + at;
         const T* b = bias.data();
         for (int j = 0; j < OC; ++j) o[j] += b[j];
       });
 }
-
-// out = inp @ weight^T (+ bias)
-template <class T>
-void linear_forward(const View1<T>& out,             // out (N,OC)
-                    const View1<const T>& inp,       // inp (N,C)
-                    const View1<const T>& weight,    // weight (OC,C)
-                    const View1<const T>& bias,      // bias (OC), or empty for none
-                    int N, int C, int OC) {
-  // The bias is added by a pass after the product. Pre-loading it into out for a beta = 1 GEMM measured the
-  // same (N=2048, C=256, OC=1024, one OpenBLAS thread: 9.45 against 9.49 ms median, run-to-run noise ~1%, the
-  // GEMM alone 9.2 ms): either way out is written once more than by the GEMM alone. This order keeps the GEMM
-  // from reading out's stale contents.
-  gemm<T>(Trans::N, Trans::T, N, OC, C, T(1), inp.data(), C, weight.data(), C, T(0), out.data(), OC);
-  if (bias.extent(0) != 0) bias_forward<T>(out, bias, N, OC);
+template <class T> void bias_forward(const View1<T>& out, const View1<const T>& bias, int N, int OC) {
+  bias_forward<T>(out, bias, N, OC, OC, 0);
 }
 
-// dinp += dout @ weight;  dweight += dout^T @ inp;  dbias += sum_n dout
+// dbias += sum_n dout[n, at:at+OC]
 template <class T>
-void linear_backward(const View1<T>& dinp,           // dinp (N,C), +=
-                     const View1<T>& dweight,        // dweight (OC,C), +=
-                     const View1<T>& dbias,          // dbias (OC), +=, or empty for none
-                     const View1<const T>& dout,     // dout (N,OC)
-                     const View1<const T>& inp,      // inp (N,C)
-                     const View1<const T>& weight,   // weight (OC,C)
-                     int N, int C, int OC) {
+void bias_backward(const View1<T>& dbias,          // dbias (OC), +=
+                   const View1<const T>& dout,     // dout (N,ld), columns at..at+OC
+                   int N, int OC, int ld, int at) {
   using detail::kColumnTile;
-  gemm<T>(Trans::N, Trans::N, N, C, OC, T(1), dout.data(), OC, weight.data(), C, T(1), dinp.data(), C);
-  gemm<T>(Trans::T, Trans::N, OC, C, N, T(1), dout.data(), OC, inp.data(), C, T(1), dweight.data(), C);
-  if (dbias.extent(0) == 0) return;
   if (portable()) {
-    const T* g = dout.data();
-    team::column_sum<T>(dbias, N, OC, KOKKOS_LAMBDA(int n, int j) { return g[static_cast<std::int64_t>(n) * OC + j]; });
+    const T* g = dout.data() + at;
+    team::column_sum<T>(dbias, N, OC, KOKKOS_LAMBDA(int n, int j) { return g[static_cast<std::int64_t>(n) * ld + j]; });
     return;
   }
   Kokkos::parallel_for(
@@ -83,11 +68,52 @@ void linear_backward(const View1<T>& dinp,           // dinp (N,C), +=
         T acc[kColumnTile];
         for (int j = 0; j < w; ++j) acc[j] = T(0);
         for (int n = 0; n < N; ++n) {
-          const T* g = dout.data() + static_cast<std::int64_t>(n) * OC + j0;
+          const T* g = dout.data() + static_cast<std::int64_t>(n) * ld + at + j0;
           for (int j = 0; j < w; ++j) acc[j] += g[j];
         }
         for (int j = 0; j < w; ++j) dbias(j0 + j) += acc[j];
       });
+}
+
+// out[:, at:at+OC] = inp @ weight^T (+ bias)
+template <class T>
+void linear_forward(const View1<T>& out,             // out (N,ld), columns at..at+OC
+                    const View1<const T>& inp,       // inp (N,C)
+                    const View1<const T>& weight,    // weight (OC,C)
+                    const View1<const T>& bias,      // bias (OC), or empty for none
+                    int N, int C, int OC, int ld, int at) {
+  // The bias is added by a pass after the product. Pre-loading it into out for a beta = 1 GEMM measured the
+  // same (N=2048, C=256, OC=1024, one OpenBLAS thread: 9.45 against 9.49 ms median, run-to-run noise ~1%, the
+  // GEMM alone 9.2 ms): either way out is written once more than by the GEMM alone. This order keeps the GEMM
+  // from reading out's stale contents.
+  gemm<T>(Trans::N, Trans::T, N, OC, C, T(1), inp.data(), C, weight.data(), C, T(0), out.data() + at, ld);
+  if (bias.extent(0) != 0) bias_forward<T>(out, bias, N, OC, ld, at);
+}
+// out = inp @ weight^T (+ bias), out (N,OC)
+template <class T>
+void linear_forward(const View1<T>& out, const View1<const T>& inp, const View1<const T>& weight,
+                    const View1<const T>& bias, int N, int C, int OC) {
+  linear_forward<T>(out, inp, weight, bias, N, C, OC, OC, 0);
+}
+
+// dinp += dout[:, at:at+OC] @ weight;  dweight += dout[:, at:at+OC]^T @ inp;  dbias += sum_n dout[n, at:at+OC]
+template <class T>
+void linear_backward(const View1<T>& dinp,           // dinp (N,C), +=
+                     const View1<T>& dweight,        // dweight (OC,C), +=
+                     const View1<T>& dbias,          // dbias (OC), +=, or empty for none
+                     const View1<const T>& dout,     // dout (N,ld), columns at..at+OC
+                     const View1<const T>& inp,      // inp (N,C)
+                     const View1<const T>& weight,   // weight (OC,C)
+                     int N, int C, int OC, int ld, int at) {
+  gemm<T>(Trans::N, Trans::N, N, C, OC, T(1), dout.data() + at, ld, weight.data(), C, T(1), dinp.data(), C);
+  gemm<T>(Trans::T, Trans::N, OC, C, N, T(1), dout.data() + at, ld, inp.data(), C, T(1), dweight.data(), C);
+  if (dbias.extent(0) != 0) bias_backward<T>(dbias, dout, N, OC, ld, at);
+}
+// The same for dout (N,OC)
+template <class T>
+void linear_backward(const View1<T>& dinp, const View1<T>& dweight, const View1<T>& dbias, const View1<const T>& dout,
+                     const View1<const T>& inp, const View1<const T>& weight, int N, int C, int OC) {
+  linear_backward<T>(dinp, dweight, dbias, dout, inp, weight, N, C, OC, OC, 0);
 }
 
 }  // namespace fsdpp::kernels

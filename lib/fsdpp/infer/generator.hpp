@@ -1,0 +1,32 @@
+#pragma once
+// Text generation with a KV cache (nn/kv_cache.hpp): one prefill of every prompt as a ragged batch, then one
+// token per unfinished sequence per decode step, each chosen by infer/sampling.hpp, until a stop token or
+// max_new_tokens. Runs on any rank layout the model was built for: one rank; tensor parallelism over mesh.tp
+// (every rank computes its heads and vocabulary rows and gets the whole logits); fully_shard (the training
+// run's sampling: the forward passes gather parameters as evaluation does). Every rank returns the same tokens.
+#include "fsdpp/infer/sampling.hpp"
+#include "fsdpp/nn/causal_lm.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace fsdpp {
+
+struct GenerationOptions {
+  int max_new_tokens = 64;
+  Sampling sampling;
+  std::vector<int> stop_tokens;  // generation of a sequence ends after it produces one of these (kept in its output)
+};
+
+struct Generation {
+  std::vector<std::vector<int>> tokens;  // the new tokens of each prompt
+  std::int64_t prefill_tokens = 0, decode_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;  // the first token comes with the prefill
+  std::int64_t cache_bytes = 0;
+};
+
+// UsageError naming the prompt when a prompt is empty, or its tokens plus max_new_tokens exceed the model's
+// context; a token outside the vocabulary likewise.
+Generation generate(CausalLM& model, const std::vector<std::vector<int>>& prompts, const GenerationOptions& options);
+
+}  // namespace fsdpp

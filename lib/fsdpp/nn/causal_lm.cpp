@@ -1,0 +1,329 @@
+#include "fsdpp/nn/causal_lm.hpp"
+
+#include "fsdpp/nn/kernels/crossentropy.hpp"
+#include "fsdpp/nn/kernels/decode.hpp"
+#include "fsdpp/nn/kernels/embedding.hpp"
+#include "fsdpp/nn/kernels/encoder.hpp"
+#include "fsdpp/nn/kernels/linear.hpp"
+#include "fsdpp/nn/kernels/vocab_parallel.hpp"
+#include "fsdpp/runtime/error.hpp"
+
+#include <algorithm>
+
+namespace fsdpp {
+
+using namespace kernels;
+
+namespace {
+const float kStd = 0.02f;  // GPT-2's (and Llama's reference) init scale of embeddings and projections
+std::size_t sz(std::int64_t n) { return static_cast<std::size_t>(n); }
+}  // namespace
+
+CausalLM::CausalLM(const ModelConfig& c, LmLayout layout, const BlockDims& dims)
+    : LanguageModel(layout.type_name),
+      token_embedding(add_parameter(layout.embedding, {c.vocab_size, c.n_embd}, InitRule::normal(kStd),
+                                    ParamRole::embedding)),
+      position_table(layout.position_table.empty()
+                         ? nullptr
+                         : &add_parameter(layout.position_table, {c.context_length, c.n_embd}, InitRule::normal(kStd),
+                                          ParamRole::embedding)),
+      final_norm(*this, layout.final_norm, layout.norm, c.n_embd, c.norm_eps),
+      lm_head(c.tie_embeddings ? nullptr
+                               : &add_parameter("lm_head.weight", {c.vocab_size, c.n_embd}, InitRule::normal(kStd),
+                                                ParamRole::weight)),
+      config_(c),
+      layout_(std::move(layout)),
+      dims_(dims),
+      context_(std::make_shared<BlockContext>()) {
+  context_->attention = c.attention;
+  RotaryTables& rope = context_->rotary;
+  rope.enabled = layout_.position_table.empty();
+  rope.context_length = c.context_length;
+  rope.head_size = dims.head_size;
+  rope.theta = c.rope_theta;
+  rope.scaling = {c.rope_scaling_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
+                  static_cast<double>(c.rope_original_context)};
+}
+
+void CausalLM::require_shape(const ModelConfig& c, ModelArch arch) {
+  FSDPP_REQUIRE(c.arch == arch, "a {} model built from a model.arch {} deck", to_string(arch), to_string(c.arch));
+  FSDPP_REQUIRE(c.vocab_size >= 2, "model.vocab_size is {}; it must be at least 2", c.vocab_size);
+  FSDPP_REQUIRE(c.context_length >= 1, "model.context_length is {}; it must be at least 1", c.context_length);
+  FSDPP_REQUIRE(c.n_layer >= 1, "model.n_layer is {}; it must be at least 1", c.n_layer);
+  FSDPP_REQUIRE(c.n_head >= 1 && c.n_embd >= 1 && c.n_embd % c.n_head == 0,
+                "model.n_embd ({}) must be a positive multiple of model.n_head ({})", c.n_embd, c.n_head);
+  if (arch == ModelArch::gpt2) return;
+  FSDPP_REQUIRE((c.n_embd / c.n_head) % 2 == 0, "model.n_embd / model.n_head is {}; RoPE rotates channel pairs, so "
+                "the head size must be even", c.n_embd / c.n_head);
+  FSDPP_REQUIRE(c.n_kv_head >= 1 && c.n_head % c.n_kv_head == 0, "model.n_kv_head ({}) must divide model.n_head ({})",
+                c.n_kv_head, c.n_head);
+  FSDPP_REQUIRE(c.ffn_hidden >= 1, "model.ffn_hidden is {}; it must be at least 1", c.ffn_hidden);
+  FSDPP_REQUIRE(c.rope_theta > 0, "model.rope_theta is {}; it must be positive", c.rope_theta);
+  FSDPP_REQUIRE(c.norm_eps > 0, "model.norm_eps is {}; it must be positive", c.norm_eps);
+  FSDPP_REQUIRE(c.rope_scaling_factor >= 1, "model.rope_scaling_factor is {}; it must be at least 1 (1: no scaling)",
+                c.rope_scaling_factor);
+  FSDPP_REQUIRE(c.rope_scaling_factor == 1 || (c.rope_low_freq_factor > 0 &&
+                                               c.rope_high_freq_factor > c.rope_low_freq_factor &&
+                                               c.rope_original_context > 0),
+                "model.rope_high_freq_factor ({}) must exceed model.rope_low_freq_factor ({}) > 0, and "
+                "model.rope_original_context ({}) be positive", c.rope_high_freq_factor, c.rope_low_freq_factor,
+                c.rope_original_context);
+}
+
+std::vector<DecoderBlock*> CausalLM::decoder_blocks() const {
+  std::vector<DecoderBlock*> out;
+  for (const auto& b : blocks_) out.push_back(b.get());
+  return out;
+}
+
+std::vector<Module*> CausalLM::block_modules() const {
+  std::vector<Module*> out;
+  for (const auto& b : blocks_) out.push_back(b.get());
+  return out;
+}
+
+std::int64_t CausalLM::parameter_count() const {
+  std::int64_t total = 0;
+  for (const Parameter* p : parameters()) total += p->global_numel();
+  return total;
+}
+
+// PaLM's convention (appendix B), as nanoGPT estimates MFU: 6 x every parameter that multiplies an activation
+// (forward 2, backward 4 per weight: the projections, the head, biases and norm weights) — all but the lookup
+// tables (the position table, and the token embedding when the head has its own weight) — plus 12 x L x T x C for
+// the attention score and value products (forward 4 L T C, backward twice that), without the causal saving.
+double CausalLM::flops_per_token(int T) const {
+  double multiplying = static_cast<double>(parameter_count());
+  if (position_table) multiplying -= static_cast<double>(position_table->global_numel());
+  if (lm_head) multiplying -= static_cast<double>(token_embedding.global_numel());
+  return 6.0 * multiplying + 12.0 * config_.n_layer * static_cast<double>(T) * config_.n_embd;
+}
+
+void CausalLM::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
+  const int k = tp->ranks();
+  FSDPP_REQUIRE(dims_.heads % k == 0 && dims_.kv_heads % k == 0, "mesh.tp ({}) must divide model.n_head ({}) and "
+                "the key/value heads ({}): each tensor-parallel rank computes whole query and key/value heads", k,
+                dims_.heads, dims_.kv_heads);
+  FSDPP_REQUIRE(dims_.mlp_width % k == 0, "mesh.tp ({}) must divide the MLP width ({})", k, dims_.mlp_width);
+  tp->require_vocabulary_rows(config_.vocab_size);
+  context_->tp = std::move(tp);
+  const TensorParallelGroup& group = *context_->tp;
+  token_embedding.set_tensor_parallel(group.shard(0));  // the vocabulary: embedding rows and logits columns
+  if (lm_head) lm_head->set_tensor_parallel(group.shard(0));
+  for (auto& block : blocks_) block->apply_tensor_parallel(group);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Buffers: the head's table, and the whole model's bytes from the tables
+
+BufferTable CausalLM::head_table(Head& h, int B, int T) const {
+  const TensorParallelGroup& tp = *context_->tp;
+  const std::int64_t N = std::int64_t{B} * T, C = config_.n_embd, Nl = tp.local_rows(static_cast<int>(N));
+  const std::int64_t Vl = head().rows();  // this rank's vocabulary rows (V without tensor parallelism)
+  BufferTable t;
+  t.add("x0", sz(Nl * C), h.x0);    // the embedding's output, the first block's input
+  t.add("lnf", sz(N * C), h.lnf);   // the final norm's output, gathered: the head's input
+  final_norm.add_stats(t, "lnf", sz(Nl), h.lnf_stats);
+  t.add("logits", sz(N * Vl), h.logits);  // holds d(loss)/d(logits) after a training forward
+  t.add("losses", sz(N), h.losses);
+  t.add("dlnf", sz(N * C), h.dlnf);
+  t.add("dx", sz(Nl * C), h.dx);    // the gradient of the residual stream
+  if (tp.sequence_parallel()) {
+    t.add("dlnf_local", sz(Nl * C), h.dlnf_local);
+    t.add("norm_grads", final_norm.parameters().size() * sz(C), h.norm_grads);  // before their sum over tp
+  }
+  if (tp.active()) {
+    t.add("local_tokens", sz(N), h.local_tokens);  // tokens - v0: this rank's rows of the embedding
+    t.add("ce_stats", sz(3 * N), h.ce_stats);      // the cross-entropy's row max, sum of exp, target logit
+  }
+  return t;
+}
+
+std::int64_t CausalLM::activation_bytes() const {
+  std::int64_t total = head_buffers_.bytes() + context_->scratch.buffers.bytes() + context_->recomputed.bytes() +
+                       context_->rotary.buffers.bytes();
+  for (const auto& b : blocks_) total += b->activation_bytes();
+  return total;
+}
+
+// From the same tables, for a shape not run yet: every block's output, one activation set per block that keeps
+// its own plus one shared by the `recomputing_blocks`, the shared scratch, the head's buffers and RoPE's tables.
+std::int64_t CausalLM::activation_bytes_for(int B, int T, int recomputing_blocks) const {
+  const DecoderBlock& block = *blocks_.front();
+  BlockActivations acts;
+  BlockScratch scratch;
+  Head head;
+  RotaryTables rotary = context_->rotary;
+  const std::int64_t sets = config_.n_layer - recomputing_blocks + (recomputing_blocks > 0 ? 1 : 0);
+  return config_.n_layer * block.output_bytes(B, T) + sets * block.activation_table(acts, B, T).bytes() +
+         block.scratch_table(scratch, B, T).bytes() + head_table(head, B, T).bytes() + rotary.table().bytes();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Forward and backward, side by side
+
+// x0 = E[tokens] (+ P[t]). Under tensor parallelism every rank's vocabulary rows contribute to each token's
+// embedding (tokens another rank holds get zero rows here): the (N,C) partial sums are all-reduced, or
+// reduce-scattered to this rank's rows (lnf serves as their buffer then: it is free until the final norm).
+void CausalLM::embed(const Flow& flow, int N) {
+  TensorParallelGroup& tp = *context_->tp;
+  const int B = flow.B, T = flow.T, C = config_.n_embd;
+  const View1<float> wpe = position_table ? position_table->value() : View1<float>();
+  if (!tp.active()) {
+    if (position_table) return encoder_forward<float>(head_.x0, flow.tokens, token_embedding.value(), wpe, B, T, C);
+    return embedding_forward<float>(head_.x0, flow.tokens, token_embedding.value(), N, C);
+  }
+  localize_tokens(head_.local_tokens, flow.tokens, tp.vocab_offset(config_.vocab_size), N);
+  const View1<float> partial = tp.sequence_parallel() ? head_.lnf : head_.x0;
+  if (position_table)  // one tp rank adds the positions, so that the sum holds them once
+    vocab_parallel_embedding_forward<float>(partial, head_.local_tokens, token_embedding.value(), wpe, tp.rank() == 0,
+                                            B, T, C);
+  else
+    embedding_forward<float>(partial, head_.local_tokens, token_embedding.value(), N, C);
+  tp.reduce_row_parallel(partial, head_.x0, N, C);
+}
+
+// The embedding's gradient needs every row (under sequence parallelism gathered into dlnf, free again); tokens
+// another rank holds fall outside this rank's rows and are skipped. Every tp rank adds the whole position table's
+// gradient (the table is replicated, its gradient the same on every tp rank).
+void CausalLM::embed_backward(const Flow& flow, const View1<float>& dx_local, int N) {
+  TensorParallelGroup& tp = *context_->tp;
+  const int C = config_.n_embd;
+  const View1<float> dx = tp.gather_rows(dx_local, head_.dlnf, N, C);
+  const View1<const std::int32_t> tokens = tp.active() ? View1<const std::int32_t>(head_.local_tokens) : flow.tokens;
+  if (position_table)
+    encoder_backward<float>(token_embedding.grad(), position_table->grad(), dx, tokens, flow.B, flow.T, C);
+  else
+    embedding_backward<float>(token_embedding.grad(), dx, tokens, N, C);
+}
+
+void CausalLM::forward(Flow& flow) {
+  if (flow.decode) return decode_forward(flow);
+  const int B = flow.B, T = flow.T, C = config_.n_embd, V = config_.vocab_size, N = B * T;
+  TensorParallelGroup& tp = *context_->tp;
+  FSDPP_REQUIRE(T >= 1 && T <= config_.context_length, "sequence length {} exceeds model.context_length {}", T,
+                config_.context_length);
+  const bool sp = tp.sequence_parallel();
+  FSDPP_REQUIRE(!sp || N % tp.ranks() == 0, "mesh.tp_sequence_parallel splits a micro-batch's {} x {} = {} tokens "
+                "over mesh.tp = {} ranks, which does not divide them: choose train.micro_batch and the sequence length "
+                "so that B x T is a multiple of {}", B, T, N, tp.ranks(), tp.ranks());
+  const int Nl = tp.local_rows(N);
+  head_buffers_.ensure("lm", B, T, [&] { return head_table(head_, B, T); });
+  embed(flow, N);
+  flow.x = head_.x0;
+  for (auto& block : blocks_) (*block)(flow);
+  final_x_ = flow.x;
+  const std::size_t local = sz(std::int64_t{Nl} * C);
+  final_norm.forward(sp ? tp.own_block(head_.lnf, local) : head_.lnf, head_.lnf_stats, final_x_, Nl, C);
+  if (sp) tp.all_gather(head_.lnf, local);  // the head reads every row
+  const int Vl = static_cast<int>(head().rows());  // V without tensor parallelism
+  linear_forward<float>(head_.logits, head_.lnf, head().value(), View1<float>(), N, C, Vl);
+  // Training: the fused kernel leaves d(loss)/d(logits) in the logits, saving a (N,V) buffer.
+  if (tp.active())
+    tp.vocab_parallel_loss(head_.logits, head_.losses, head_.ce_stats, flow.targets, N, Vl, V, flow.loss_scale,
+                           flow.training);
+  else if (flow.training)
+    crossentropy_forward_backward<float>(head_.logits, head_.losses, flow.targets, N, V,
+                                         flow.loss_scale / static_cast<float>(N));
+  else
+    crossentropy_forward<float>(head_.losses, head_.logits, flow.targets, N, V);
+  flow.loss = mean_loss(head_.losses, N);
+}
+
+void CausalLM::backward(Flow& flow) {
+  const int C = config_.n_embd, N = flow.B * flow.T, Vl = static_cast<int>(head().rows());
+  TensorParallelGroup& tp = *context_->tp;
+  const bool sp = tp.sequence_parallel();
+  const int Nl = tp.local_rows(N);
+  FSDPP_CHECK(flow.training, "backward after a forward with training = false: the loss gradient was not prepared");
+  Kokkos::deep_copy(head_.dlnf, 0.0f);
+  linear_backward<float>(head_.dlnf, head().grad(), View1<float>(), head_.logits, head_.lnf, head().value(), N, C, Vl);
+  // Every rank's vocabulary columns contributed to d(lnf): summed, or under sp reduce-scattered to this rank's rows.
+  const View1<float> dlnf = tp.reduce_region_gradient(head_.dlnf, head_.dlnf_local, N, C);
+  Kokkos::deep_copy(head_.dx, 0.0f);
+  if (sp) Kokkos::deep_copy(head_.norm_grads, 0.0f);
+  final_norm.backward(head_.dx, tp.norm_gradients(final_norm.parameters(), head_.norm_grads, 0), dlnf, final_x_,
+                      head_.lnf_stats, Nl, C);
+  if (sp) tp.add_norm_gradients(head_.norm_grads, final_norm.parameters());  // each rank saw its rows only
+  flow.dx = head_.dx;
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (**it)(flow, Pass::backward);
+  embed_backward(flow, flow.dx, N);
+}
+
+}  // namespace fsdpp
+
+namespace fsdpp {
+
+// ---------------------------------------------------------------------------------------------------------
+// Decoding with a KV cache (kv_cache.hpp)
+
+KvCache CausalLM::make_kv_cache(int sequences, int capacity) const {
+  FSDPP_REQUIRE(capacity >= 1 && capacity <= config_.context_length, "a KV cache of {} positions: a sequence can "
+                "hold at most model.context_length = {} tokens (prompt and generated)", capacity, config_.context_length);
+  const DecoderBlock::Local l = blocks_.front()->local();
+  return KvCache(config_.n_layer, sequences, capacity, l.kv_heads * l.head_size);
+}
+
+BufferTable CausalLM::decode_head_table(DecodeHead& h, int N, int S) const {
+  const TensorParallelGroup& tp = *context_->tp;
+  const std::int64_t C = config_.n_embd, chunk = chunk_rows(config_.vocab_size, tp.ranks());
+  BufferTable t;
+  t.add("last", sz(S * C), h.last);  // each sequence's last row of the residual stream
+  t.add("lnf", sz(S * C), h.lnf);
+  final_norm.add_stats(t, "lnf", sz(S), h.lnf_stats);
+  t.add("logits", sz(tp.ranks() * S * chunk), h.logits);  // every tp rank's vocabulary block, gathered
+  if (tp.active()) t.add("local_tokens", sz(N), h.local_tokens);
+  return t;
+}
+
+std::int64_t CausalLM::decode_bytes_for(int sequences, int capacity, int rows) const {
+  const DecoderBlock::Local l = blocks_.front()->local();
+  DecodeBuffers blocks;
+  DecodeHead head;
+  return KvCache::bytes_for(config_.n_layer, sequences, capacity, l.kv_heads * l.head_size) +
+         blocks_.front()->decode_table(blocks, rows, capacity).bytes() + decode_head_table(head, rows, sequences).bytes();
+}
+
+void CausalLM::decode_forward(Flow& flow) {
+  DecodeStep& step = *flow.decode;
+  TensorParallelGroup& tp = *context_->tp;
+  const int N = step.N, S = step.cache->sequences(), C = config_.n_embd, V = config_.vocab_size;
+  DecodeBuffers& d = context_->decode;
+  d.buffers.ensure("decode", N, step.cache->capacity(),
+                   [&] { return blocks_.front()->decode_table(d, N, step.cache->capacity()); });
+  decode_head_buffers_.ensure("decode_lm", N, S, [&] { return decode_head_table(decode_head_, N, S); });
+  DecodeHead& h = decode_head_;
+  context_->rotary.ensure();
+
+  // x = E[tokens] (+ P[positions]); under tensor parallelism each rank's vocabulary rows, summed.
+  const View1<float> wpe = position_table && tp.rank() == 0 ? position_table->value() : View1<float>();
+  if (tp.active()) {
+    localize_tokens(h.local_tokens, step.tokens, tp.vocab_offset(V), N);
+    embedding_at<float>(d.x[0], h.local_tokens, step.position, token_embedding.value(), wpe, N, C);
+    tp.all_reduce(d.x[0], sz(std::int64_t{N} * C), ReduceOp::sum);
+  } else {
+    embedding_at<float>(d.x[0], step.tokens, step.position, token_embedding.value(), wpe, N, C);
+  }
+  flow.x = d.x[0];
+  for (auto& block : blocks_) (*block)(flow);
+
+  // Each sequence's last row through the final norm and the head: (S, Vl) logits in this rank's block of the
+  // gathered buffer (rows of the padded chunk width), then every rank's block, then (S, V) on the host.
+  gather_rows<float>(h.last, flow.x, step.last_row, S, C);
+  final_norm.forward(h.lnf, h.lnf_stats, h.last, S, C);
+  const int chunk = static_cast<int>(chunk_rows(V, tp.ranks())), Vl = static_cast<int>(head().rows());
+  const std::size_t block = sz(std::int64_t{S} * chunk);
+  linear_forward<float>(tp.own_block(h.logits, block), h.lnf, head().value(), View1<float>(), S, C, Vl, chunk, 0);
+  tp.all_gather(h.logits, block);
+  std::vector<float> gathered(h.logits.extent(0));
+  Kokkos::deep_copy(HostView1<float>(gathered.data(), gathered.size()), h.logits);
+  step.logits.assign(sz(std::int64_t{S} * V), 0.0f);
+  for (int r = 0; r < tp.ranks(); ++r) {
+    const int first = r * chunk, width = std::max(0, std::min(chunk, V - first));
+    for (int s = 0; s < S; ++s)
+      std::copy_n(gathered.begin() + static_cast<std::ptrdiff_t>((sz(r) * S + sz(s)) * sz(chunk)), width,
+                  step.logits.begin() + static_cast<std::ptrdiff_t>(sz(std::int64_t{s} * V + first)));
+  }
+}
+
+}  // namespace fsdpp

@@ -1,0 +1,182 @@
+#pragma once
+// DecoderBlock: the transformer block every decoder-only model here shares (pre-norm, causal self-attention with
+// grouped-query heads, a gated or plain MLP, two residual adds):
+//
+//   r   = x + Wo · attention(rotate(qkv(norm1(x))))          qkv: the packed row [q | k | v], rotate: RoPE or none
+//   out = r + Wd · act(branches(norm2(r)))                   branches: GPT-2's c_fc; SwiGLU's gate and up
+//
+// It owns what the models share: the order of the kernels, forward and backward side by side; Megatron's tensor
+// parallelism (the qkv projections and the MLP's branches column-parallel, Wo and Wd row-parallel) and sequence
+// parallelism around it (tensor_parallel.hpp); activation checkpointing (module.hpp); and its activation and
+// scratch buffers, declared once in tables (buffers.hpp) that both allocate them and count them for the planner.
+//
+// A model's block (gpt.hpp, llama.hpp, qwen2.hpp) supplies its parameters in its own names and order, handing
+// them over with assemble(), and the MLP's nonlinearity: mlp_activation and its backward. Whether q and k are
+// rotated is the model's choice of positions (causal_lm.hpp), taken by the context the blocks share.
+//
+// Dimensions: B batch, T sequence, N = B*T token rows, C channels. Under tensor parallelism a rank computes
+// NHl = NH/tp query heads, NKVl = NKV/tp key/value heads and Fl = F/tp MLP features; under sequence parallelism
+// the residual stream holds Nl = N/tp rows (N otherwise).
+#include "fsdpp/nn/attention_kind.hpp"
+#include "fsdpp/nn/buffers.hpp"
+#include "fsdpp/nn/kernels/rope.hpp"
+#include "fsdpp/nn/kv_cache.hpp"
+#include "fsdpp/nn/layers.hpp"
+#include "fsdpp/nn/module.hpp"
+#include "fsdpp/nn/tensor_parallel.hpp"
+
+#include <array>
+#include <memory>
+#include <vector>
+
+namespace fsdpp {
+
+class DecoderBlock;
+
+// A block's dimensions, the whole model's (before tensor parallelism splits them).
+struct BlockDims {
+  int C = 0;           // residual stream width
+  int heads = 0;       // NH query heads
+  int kv_heads = 0;    // NKV key/value heads (NH without grouped-query attention)
+  int head_size = 0;   // hs
+  int mlp_width = 0;   // F: the MLP's hidden width (GPT-2: 4C)
+};
+
+// The MLP's input branches: one (GPT-2's c_fc) or two (SwiGLU's gate and up).
+inline constexpr int kMaxMlpBranches = 2;
+
+// What a block's backward needs that its forward can rebuild from the block's input (module.hpp, "Activation
+// checkpointing"): a block's own, or, for blocks that recompute in backward, one set the model shares. Grow-only.
+struct BlockActivations {
+  View1<float> ln1, qkv, att, atty, res2, ln2, h;  // see DecoderBlock::activation_table for shapes
+  NormStats ln1_stats, ln2_stats;
+  std::array<View1<float>, kMaxMlpBranches> branches;
+  Buffers buffers{Growth::grow_only};
+
+  void ensure(const std::string& label, const DecoderBlock& block, int B, int T);
+  std::int64_t bytes() const { return buffers.bytes(); }
+};
+
+// Gradient buffers of the blocks' backward passes, shared: blocks run one at a time. Exact.
+struct BlockScratch {
+  View1<float> dres2, dln, dqkv, datty, datt, dh, workspace;
+  std::array<View1<float>, kMaxMlpBranches> dbranches;
+  // Sequence parallelism only (empty otherwise): dres2 then holds the gathered (N,C) gradient, this rank's rows in
+  // its own block.
+  View1<float> gathered, dln_local, norm_grads;
+  Buffers buffers{Growth::exact};
+};
+
+// RoPE's cos and sin tables (context_length, hs/2), filled once, for models whose positions are rotary.
+struct RotaryTables {
+  bool enabled = false;
+  int context_length = 0, head_size = 0;
+  double theta = 10000.0;
+  kernels::RopeScaling scaling;
+  View1<float> cos, sin;
+  Buffers buffers{Growth::exact};
+
+  BufferTable table();  // empty unless enabled
+  void ensure();        // allocates and fills on the first call (after to_empty: nothing on meta)
+};
+
+// A decode forward's buffers (kv_cache.hpp), shared by the blocks, for N rows over a cache of `capacity`
+// positions. Grow-only: a prefill's rows serve every decode step after it.
+struct DecodeBuffers {
+  View1<float> ln1, qkv, atty, res2, ln2, h, scores;  // see DecoderBlock::decode_table for shapes
+  NormStats ln1_stats, ln2_stats;
+  std::array<View1<float>, kMaxMlpBranches> branches;
+  std::array<View1<float>, 2> x;  // the residual stream: the embedding's output, then each block's, alternating
+  Buffers buffers{Growth::grow_only};
+};
+
+// What a model's blocks share.
+struct BlockContext {
+  AttentionKind attention = AttentionKind::automatic;
+  std::shared_ptr<TensorParallelGroup> tp = std::make_shared<TensorParallelGroup>();
+  BlockScratch scratch;
+  BlockActivations recomputed;  // the set of the blocks that recompute in backward
+  RotaryTables rotary;
+  DecodeBuffers decode;
+};
+
+// One column slice of the packed [q | k | v] row: a projection and how tensor parallelism splits its rows
+// (GPT-2's c_attn holds q, k and v stacked: 3 blocks, each split alike; Llama's q_proj one block).
+struct QkvProjection {
+  Linear* linear;
+  int tp_blocks = 1;
+};
+
+// A model's block parameters, in the roles the skeleton computes with.
+struct BlockParts {
+  Norm* attention_norm = nullptr;
+  std::vector<QkvProjection> qkv;  // in column order
+  Linear* attention_out = nullptr;  // row-parallel
+  Norm* mlp_norm = nullptr;
+  std::vector<Linear*> mlp_in;      // column-parallel branches, their outputs into act()
+  Linear* mlp_out = nullptr;        // row-parallel
+};
+
+class DecoderBlock : public Module {
+ public:
+  // This rank's widths (tensor parallelism divides the heads and the MLP width).
+  struct Local {
+    int heads, kv_heads, head_size, attention_width, qkv_width, mlp_width;  // NHl, NKVl, hs, NHl*hs, W, Fl
+  };
+  Local local() const;
+  const BlockDims& dims() const { return dims_; }
+  const BlockParts& parts() const { return parts_; }
+
+  // The tables: what each buffer is, for a batch of B sequences of T tokens (allocated by ensure, counted by
+  // the planner from the same rows).
+  BufferTable activation_table(BlockActivations& a, int B, int T) const;
+  BufferTable scratch_table(BlockScratch& s, int B, int T) const;
+  BufferTable decode_table(DecodeBuffers& d, int N, int capacity) const;
+  std::int64_t output_bytes(int B, int T) const;  // the block's output, kept for the next block
+  // Held by this block now: its output and, unless it recomputes, its own activation set.
+  std::int64_t activation_bytes() const;
+
+  // Megatron's placements of this block's parameters over `tp` (context's group): the qkv projections and the
+  // MLP branches Shard(0) (c_attn strided by q, k, v), Wo and Wd Shard(1); norms and Wo/Wd biases replicated.
+  void apply_tensor_parallel(const TensorParallelGroup& tp);
+  int index() const { return index_; }  // among the model's blocks: its KV cache's
+
+
+ protected:
+  DecoderBlock(std::string type_name, const BlockDims& dims, std::shared_ptr<BlockContext> context);
+  // Called by the model's block at the end of its constructor, once its parameters are registered.
+  void assemble(BlockParts parts);
+
+  // The MLP's nonlinearity, forward and backward, over n elements: h from the branches' outputs; the branches'
+  // gradients (which it overwrites) from dh.
+  using Branches = std::array<View1<float>, kMaxMlpBranches>;
+  virtual void mlp_activation(const View1<float>& h, const Branches& branches, std::int64_t n) const = 0;
+  virtual void mlp_activation_backward(const Branches& dbranches, const View1<float>& dh, const Branches& branches,
+                                       std::int64_t n) const = 0;
+
+  void forward(Flow& flow) override;
+  void backward(Flow& flow) override;
+
+ private:
+  friend class CausalLM;  // numbers the blocks
+  // Flow::decode set: the rows' keys and values into the cache, attention over it (kv_cache.hpp).
+  void decode_forward(Flow& flow);
+  BlockScratch& scratch_for(int B, int T);
+  void ensure_output(int B, int T);
+  // out = inp @ W^T (+ b) for a Linear whose input features are split over tp: the partial products summed over
+  // tp (reduce_row_parallel), then the replicated bias added once.
+  void row_parallel_forward(const View1<float>& out, const View1<float>& inp, const Linear& l, int N, int in);
+  // norm(in) into this rank's rows of `out` ((N,C); own block under sequence parallelism), then gathered.
+  void norm_forward(const Norm& norm, const View1<float>& out, const NormStats& stats, const View1<float>& in, int N);
+
+  BlockDims dims_;
+  int index_ = 0;
+  BlockParts parts_;
+  std::shared_ptr<BlockContext> context_;
+  RecomputableActivations<BlockActivations> acts_;
+  int B_ = 0, T_ = 0;
+  View1<float> in_;   // (Nl,C) residual input (the previous module's output, not a copy)
+  View1<float> out_;  // (Nl,C) block output, the next block's input (also holds Wo's output before the residual)
+};
+
+}  // namespace fsdpp
