@@ -42,5 +42,7 @@ Command add_ckpt_command(CLI::App& app);   // fsdpp ckpt inspect|verify|consolid
 Command add_init_command(CLI::App& app);   // fsdpp init [deck.yaml] --out seed.h5
 Command add_report_command(CLI::App& app); // fsdpp report <run-folder>
 Command add_plan_command(CLI::App& app);   // fsdpp plan <deck> --ranks N [--mem-per-rank 80GiB]
+Command add_generate_command(CLI::App& app);  // fsdpp generate <ckpt> --prompt TEXT
+Command add_eval_command(CLI::App& app);      // fsdpp eval <ckpt> <tokens.bin>
 
 }  // namespace fsdpp::app

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   cli.add_flag("--allow-gpu-sharing", options.allow_gpu_sharing, "Allow several ranks on one GPU");
   const std::vector<app::Command> commands = {app::add_train_command(cli), app::add_tokenize_command(cli),
                                              app::add_init_command(cli), app::add_ckpt_command(cli), app::add_report_command(cli),
-                                             app::add_plan_command(cli),
+                                             app::add_plan_command(cli), app::add_generate_command(cli), app::add_eval_command(cli),
                                              app::add_bench_command(cli),
                                              app::add_mesh_command(cli)};
 

@@ -3,6 +3,7 @@
 // job beyond itself and allocates no model (fsdpp/train/memory_plan.hpp says how, and what is counted).
 #include "commands.hpp"
 
+#include "fsdpp/infer/generator.hpp"
 #include "fsdpp/train/memory_plan.hpp"
 
 #include <nlohmann/json.hpp>
@@ -17,7 +18,37 @@ struct PlanArgs {
   int ranks = 0;
   std::string mem_per_rank;
   bool json = false;
+  bool generate = false;
+  int sequences = 1, tokens = 0;
 };
+
+// fsdpp plan --generate: the model split over the ranks as fsdpp generate runs it, the KV cache of `sequences`
+// of up to `tokens` tokens, and the decode buffers of their prefill.
+int plan_generate(const Deck& deck, const PlanArgs& args, std::optional<std::int64_t> mem) {
+  const int tokens = args.tokens > 0 ? args.tokens : deck.model.context_length;
+  const GenerationMemory m = plan_generation(deck, args.ranks, args.sequences, tokens);
+  const double mib = 1.0 / 1048576.0;
+  if (args.json) {
+    nlohmann::json j = {{"ranks", args.ranks}, {"sequences", args.sequences}, {"tokens", tokens},
+                        {"bytes_per_rank", {{"parameters", m.parameters}, {"kv_cache", m.kv_cache},
+                                            {"decode_buffers", m.decode_buffers}, {"total", m.total()}}}};
+    if (mem) j["mem_per_rank"] = *mem, j["fits"] = m.total() <= *mem;
+    Log::info("{}", j.dump());
+  } else {
+    Log::info("fsdpp plan --generate: {} sequence(s) of up to {} tokens on {} rank(s) (mesh.tp = {}); nothing runs\n"
+              "Per-rank memory (MiB):\n"
+              "  parameters (f32, this rank's tensor-parallel part)   {:>12.1f}\n"
+              "  KV cache (k and v of every block)                    {:>12.1f}\n"
+              "  decode buffers (a prefill forward of {:>5} rows)     {:>12.1f}\n"
+              "                                                       ------------\n"
+              "  total per rank                                       {:>12.1f}{}",
+              args.sequences, tokens, args.ranks, args.ranks, m.parameters * mib, m.kv_cache * mib,
+              std::min(args.sequences * tokens, GenerationOptions{}.prefill_rows), m.decode_buffers * mib, m.total() * mib,
+              mem ? fmt::format("   of {:.2f} GiB per rank: {}", *mem / 1073741824.0,
+                                m.total() <= *mem ? "fits" : "does NOT fit") : std::string());
+  }
+  return mem && m.total() > *mem ? 3 : 0;
+}
 
 nlohmann::json plan_json(const MemoryPlan& plan, std::optional<std::int64_t> mem) {
   const PlannedMemory& m = plan.memory;
@@ -56,10 +87,16 @@ Command add_plan_command(CLI::App& app) {
   cli->add_option("--mem-per-rank", args->mem_per_rank, "Memory each rank has (80GiB, 512MiB): says whether the "
                                                         "plan fits and the largest micro-batch that does");
   cli->add_flag("--json", args->json, "Print the plan as one JSON object instead of the table");
+  cli->add_flag("--generate", args->generate, "Plan fsdpp generate instead of training: the model split over the "
+                                               "ranks (mesh.tp), its KV cache and decode buffers");
+  cli->add_option("--sequences", args->sequences, "--generate: prompts generated together (1)")->check(CLI::PositiveNumber);
+  cli->add_option("--tokens", args->tokens, "--generate: prompt plus new tokens per sequence (model.context_length)")
+      ->check(CLI::PositiveNumber);
   return {cli, [args](Runtime& rt) {
             const Deck deck = deck_from_words(rt.world(), args->words);
             std::optional<std::int64_t> mem;
             if (!args->mem_per_rank.empty()) mem = parse_byte_size(args->mem_per_rank, "--mem-per-rank");
+            if (args->generate) return plan_generate(deck, *args, mem);
             const MemoryPlan plan = plan_memory(deck, args->ranks);
             if (args->json) Log::info("{}", plan_json(plan, mem).dump());
             else Log::info("fsdpp plan: {} on {} rank(s); nothing runs and no model is allocated\n{}",

@@ -123,6 +123,10 @@ TEST_CASE("generate: greedy continuations do not depend on the batch; a seed rep
     CHECK(both.prefill_tokens == 8);
     CHECK(both.decode_tokens == 2 * 4);
     CHECK(both.tokens[0].size() == 5);
+    // A prefill in forwards of 3 rows (the second prompt split across them) continues alike.
+    GenerationOptions chunked = greedy;
+    chunked.prefill_rows = 3;
+    CHECK(generate(*model, {a, b}, chunked).tokens == both.tokens);
     // The greedy tokens are the argmax of the training forward's logits on the growing sequence.
     std::vector<std::int32_t> seq(b.begin(), b.end());
     for (int t : both.tokens[1]) {

@@ -103,6 +103,23 @@ TEST_CASE("BPE: added tokens are matched first, leftmost-longest, with lstrip; n
   CHECK(encode(*t, "<|end|") == Ids{});  // a partial special token is ordinary text (here: no vocabulary entries)
 }
 
+TEST_CASE("decode: the text of ids, special tokens included, as Hugging Face's decode; byte-level ids are bytes") {
+  const std::string added =
+      R"({"id": 9, "content": "<|end|>", "single_word": false, "lstrip": false, "rstrip": false,
+          "normalized": false, "special": true})";
+  auto t = bpe_tokenizer_from_json(tiny_json(R"(["a", "b"], ["Ġ", "a"])", "", added), "t.json");
+  for (const std::string text : {"ab a", "ab<|end|> abc", "c a ab"}) {
+    CAPTURE(text);
+    CHECK(t->decode(encode(*t, text)) == text);
+  }
+  CHECK(t->decode({3, 0, 9}) == " a<|end|>");  // Ġ is the space's byte
+  CHECK(usage_error_of([&] { t->decode({0, 10}); }) == "t.json: token id 10 is outside its 10 ids");
+  auto bytes = byte_level_tokenizer();
+  const std::string text = "grüße, 世界\n\x01";
+  CHECK(bytes->decode(encode(*bytes, text)) == text);
+  CHECK(usage_error_of([&] { bytes->decode({256}); }).rfind("token id 256 is not a byte", 0) == 0);
+}
+
 TEST_CASE("BPE: a Sequence of Split and ByteLevel, as Llama 3 and Qwen files have") {
   const std::string pre = R"({"type": "Sequence", "pretokenizers": [
       {"type": "Split", "pattern": {"Regex": "\\p{L}{1,2}|\\s+"}, "behavior": "Isolated", "invert": false},

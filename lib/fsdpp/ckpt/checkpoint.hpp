@@ -206,6 +206,9 @@ void load_weights(MPI_Comm comm, const std::string& path, const std::vector<Para
 // it; every rank keeps its rows (broadcast_from_rank0). Collective; UsageError lists every mismatch.
 void load_consolidated(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params);
 
+// The resolved deck an fsdpp checkpoint was written with (its model, for fsdpp generate and eval). UsageError for
+// another kind of file (a weights file carries no deck). Serial, any rank.
+std::string checkpoint_deck(const std::string& path);
 // `fsdpp ckpt inspect`: meta, parameters with shapes and shards, bytes, step and deck. Serial, any rank.
 std::string inspect_checkpoint(const std::string& path);
 // `fsdpp ckpt verify`: the layout (digest, shapes, offsets, rows, shard counts), every checksum, and that every

@@ -61,6 +61,15 @@ std::string inspect_checkpoint(const std::string& path) {
   return out;
 }
 
+std::string checkpoint_deck(const std::string& path) {
+  h5::Handle file = h5::open_file(path, MPI_COMM_NULL);
+  h5::Handle meta = h5::open_group(file, "/meta", path);
+  const std::string format = h5::get_string(meta, "format", path + " /meta");
+  FSDPP_REQUIRE(format == "fsdpp-checkpoint", "{} is an {} file, which carries no deck: pass the model's deck with "
+                "--deck", path, format);
+  return h5::get_string(meta, "deck", path);
+}
+
 // Every attribute is checked before it sizes anything: a shard is read only when its rows match its dataset and
 // the bytes the file holds for it (fuzzing found negative, overflowing and made-up sizes read as real ones).
 std::vector<std::string> verify_checkpoint(const std::string& path) {

@@ -57,6 +57,7 @@ struct BpeModel {
   std::array<bool, 256> added_first_byte{};
   std::int64_t vocab_size = 0;
   std::string pre_tokenizer_text;
+  std::vector<std::string> id_bytes;  // decode: each id's bytes (a vocabulary token's, mapped back; an added token's)
 };
 
 std::uint64_t pair_key(std::uint32_t a, std::uint32_t b) { return (std::uint64_t{a} << 32) | b; }
@@ -244,6 +245,16 @@ class BpeTokenizer final : public Tokenizer {
   }
   std::unique_ptr<Tokenizer> fork() const override { return std::make_unique<BpeTokenizer>(m_); }
 
+  std::string decode(const std::vector<std::uint32_t>& ids) const override {
+    std::string text;
+    for (std::uint32_t id : ids) {
+      if (id >= m_->id_bytes.size())
+        throw UsageError(fmt::format("{}: token id {} is outside its {} ids", m_->origin, id, m_->vocab_size));
+      text += m_->id_bytes[id];
+    }
+    return text;
+  }
+
   void encode(std::string_view window, std::size_t length, bool starts_text, std::vector<std::uint32_t>& out) override {
     std::size_t pos = 0;
     bool segment_starts = starts_text;
@@ -414,6 +425,36 @@ std::string byte_level_string(std::string_view bytes) {
   return out;
 }
 
+namespace {
+
+// The bytes of every id: ByteLevel's decoder maps a vocabulary token's code points back to bytes (the inverse of
+// byte_to_unicode; a code point outside it stays as its UTF-8, as tokenizers' decoder leaves it); an added token
+// is its content as it is.
+void read_decoding_table(BpeModel& m) {
+  std::unordered_map<char32_t, unsigned char> to_byte;
+  for (int b = 0; b < 256; ++b) to_byte[byte_to_unicode()[static_cast<std::size_t>(b)]] = static_cast<unsigned char>(b);
+  m.id_bytes.assign(static_cast<std::size_t>(m.vocab_size), std::string());
+  for (const auto& [token, id] : m.vocab) {
+    std::string& bytes = m.id_bytes[id];
+    for (std::size_t i = 0; i < token.size();) {
+      const unsigned char lead = static_cast<unsigned char>(token[i]);
+      const std::size_t length = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+      char32_t cp = length == 1 ? lead : lead & (0x3F >> (length - 1));
+      for (std::size_t k = 1; k < length && i + k < token.size(); ++k)
+        cp = (cp << 6) | (static_cast<unsigned char>(token[i + k]) & 0x3F);
+      const auto found = to_byte.find(cp);
+      if (found != to_byte.end())
+        bytes.push_back(static_cast<char>(found->second));
+      else
+        bytes.append(token, i, length);
+      i += length;
+    }
+  }
+  for (const AddedToken& t : m.added) m.id_bytes[t.id] = t.content;
+}
+
+}  // namespace
+
 std::unique_ptr<Tokenizer> bpe_tokenizer_from_json(std::string_view json_text, const std::string& origin) {
   auto model = std::make_shared<BpeModel>();
   model->origin = origin;
@@ -430,6 +471,7 @@ std::unique_ptr<Tokenizer> bpe_tokenizer_from_json(std::string_view json_text, c
     read_pre_tokenizer(*model, root);
     read_model(*model, root);
     read_added_tokens(*model, root);
+    read_decoding_table(*model);
   } catch (const Json::exception& e) {  // a field of the wrong type
     throw UsageError(fmt::format("{}: unexpected tokenizer.json structure: {}", origin, e.what()));
   }

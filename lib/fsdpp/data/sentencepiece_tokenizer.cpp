@@ -18,6 +18,19 @@ class SentencePieceTokenizer final : public Tokenizer {
   }
   std::unique_ptr<Tokenizer> fork() const override { return std::make_unique<SentencePieceTokenizer>(sp_, origin_); }
 
+  std::string decode(const std::vector<std::uint32_t>& ids) const override {
+    std::vector<int> pieces;
+    for (std::uint32_t id : ids) {
+      if (static_cast<std::int64_t>(id) >= sp_->GetPieceSize())
+        throw UsageError(fmt::format("{}: token id {} is outside its {} pieces", origin_, id, sp_->GetPieceSize()));
+      pieces.push_back(static_cast<int>(id));
+    }
+    std::string text;
+    const auto status = sp_->Decode(pieces, &text);
+    if (!status.ok()) throw Error(fmt::format("{}: SentencePiece failed to decode: {}", origin_, status.ToString()));
+    return text;
+  }
+
   void encode(std::string_view window, std::size_t length, bool, std::vector<std::uint32_t>& out) override {
     const std::string_view text = window.substr(0, length);
     for (std::size_t begin = 0; begin < text.size();) {

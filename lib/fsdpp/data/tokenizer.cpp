@@ -23,6 +23,16 @@ class ByteLevelTokenizer final : public Tokenizer {
   void encode(std::string_view window, std::size_t length, bool, std::vector<std::uint32_t>& out) override {
     for (std::size_t i = 0; i < length; ++i) out.push_back(static_cast<unsigned char>(window[i]));
   }
+  std::string decode(const std::vector<std::uint32_t>& ids) const override {
+    std::string text;
+    for (std::uint32_t id : ids) {
+      if (id >= kByteVocabSize)
+        throw UsageError(fmt::format("token id {} is not a byte: the byte-level tokenizer has 256 ids; pass the "
+                                     "model's --tokenizer", id));
+      text.push_back(static_cast<char>(id));
+    }
+    return text;
+  }
 };
 
 bool is_ascii_alnum(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }

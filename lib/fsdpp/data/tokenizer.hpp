@@ -30,6 +30,10 @@ class Tokenizer {
                       std::vector<std::uint32_t>& out) = 0;
   // An independent copy for another thread: shares the read-only model, owns its caches and scratch.
   virtual std::unique_ptr<Tokenizer> fork() const = 0;
+  // The text of `ids`, as Hugging Face's decode(ids) (special tokens included) or SentencePiece's DecodeIds: the
+  // bytes of each token in turn (byte-level tokens may end mid-character; the caller shows the text once whole).
+  // An id outside the vocabulary is a UsageError.
+  virtual std::string decode(const std::vector<std::uint32_t>& ids) const = 0;
 };
 
 // The tokenizer in `path`: a tokenizer.json (byte-level BPE) or a SentencePiece .model, told apart by content.

@@ -1,6 +1,8 @@
 #include "fsdpp/infer/generator.hpp"
 
+#include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/train/build_model.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -41,6 +43,30 @@ void forward(CausalLM& model, KvCache& cache, Rows& rows, DecodeStep& step) {
 
 }  // namespace
 
+Deck generation_layout(Deck deck, int ranks) {
+  deck.fsdp.strategy = ShardStrategy::full_shard;
+  deck.fsdp.offload = OffloadPolicy::none;
+  deck.mesh.dp_replicate = 0;  // absent
+  deck.mesh.dp_shard = 1;
+  deck.mesh.tp = ranks;
+  deck.mesh.tp_sequence_parallel = false;
+  return deck;
+}
+
+GenerationMemory plan_generation(const Deck& layout, int ranks, int sequences, int capacity, int prefill_rows) {
+  FSDPP_REQUIRE(capacity <= layout.model.context_length, "--tokens {}: a sequence holds at most model.context_length = "
+                "{} tokens (prompt and generated)", capacity, layout.model.context_length);
+  const Deck deck = generation_layout(layout, ranks);
+  const auto model = make_model(deck.model);
+  const auto parallel = parallelize_for_planning(*model, deck, ranks);  // the tensor-parallel shapes
+  const auto& lm = dynamic_cast<const CausalLM&>(*model);
+  GenerationMemory m;
+  for (const Parameter* p : lm.parameters()) m.parameters += 4 * p->numel();
+  m.kv_cache = lm.kv_cache_bytes_for(sequences, capacity);
+  m.decode_buffers = lm.decode_buffer_bytes_for(sequences, capacity, std::min(sequences * capacity, prefill_rows));
+  return m;
+}
+
 Generation generate(CausalLM& model, const std::vector<std::vector<int>>& prompts, const GenerationOptions& options) {
   options.sampling.validate();
   FSDPP_REQUIRE(options.max_new_tokens >= 1, "--max-new-tokens is {}; it must be at least 1", options.max_new_tokens);
@@ -74,17 +100,30 @@ Generation generate(CausalLM& model, const std::vector<std::vector<int>>& prompt
       done[static_cast<std::size_t>(s)] = true;
   };
 
-  // Prefill: every prompt token, each sequence's first new token from its last row.
+  // Prefill: every prompt token, in forwards of at most prefill_rows rows; each sequence's first new token from
+  // the logits of its last row, in the forward that holds it.
+  FSDPP_REQUIRE(options.prefill_rows >= 1, "prefill_rows is {}; it must be at least 1", options.prefill_rows);
   const auto t0 = Clock::now();
-  Rows rows;
-  rows.last_row.assign(static_cast<std::size_t>(S), 0);
-  for (int s = 0; s < S; ++s) {
-    for (int id : prompts[static_cast<std::size_t>(s)]) rows.add(id, s, length[static_cast<std::size_t>(s)]++);
-  }
   DecodeStep step;
-  forward(model, cache, rows, step);
-  for (int s = 0; s < S; ++s) choose(step, s, 0);
-  out.prefill_tokens = static_cast<std::int64_t>(rows.tokens.size());
+  Rows rows;
+  std::vector<int> ends_here;  // the sequences whose last prompt token is in this forward
+  auto flush = [&] {
+    forward(model, cache, rows, step);
+    for (int s : ends_here) choose(step, s, 0);
+    out.prefill_tokens += static_cast<std::int64_t>(rows.tokens.size());
+    rows = Rows();
+    ends_here.clear();
+  };
+  for (int s = 0; s < S; ++s) {
+    const auto& prompt = prompts[static_cast<std::size_t>(s)];
+    for (std::size_t i = 0; i < prompt.size(); ++i) {
+      if (rows.last_row.empty()) rows.last_row.assign(static_cast<std::size_t>(S), 0);
+      rows.add(prompt[i], s, length[static_cast<std::size_t>(s)]++);
+      if (i + 1 == prompt.size()) ends_here.push_back(s);
+      if (static_cast<int>(rows.tokens.size()) == options.prefill_rows) flush();
+    }
+  }
+  if (!rows.tokens.empty()) flush();
   const auto t1 = Clock::now();
   out.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
 

@@ -276,12 +276,15 @@ BufferTable CausalLM::decode_head_table(DecodeHead& h, int N, int S) const {
   return t;
 }
 
-std::int64_t CausalLM::decode_bytes_for(int sequences, int capacity, int rows) const {
+std::int64_t CausalLM::kv_cache_bytes_for(int sequences, int capacity) const {
   const DecoderBlock::Local l = blocks_.front()->local();
+  return KvCache::bytes_for(config_.n_layer, sequences, capacity, l.kv_heads * l.head_size);
+}
+
+std::int64_t CausalLM::decode_buffer_bytes_for(int sequences, int capacity, int rows) const {
   DecodeBuffers blocks;
   DecodeHead head;
-  return KvCache::bytes_for(config_.n_layer, sequences, capacity, l.kv_heads * l.head_size) +
-         blocks_.front()->decode_table(blocks, rows, capacity).bytes() + decode_head_table(head, rows, sequences).bytes();
+  return blocks_.front()->decode_table(blocks, rows, capacity).bytes() + decode_head_table(head, rows, sequences).bytes();
 }
 
 void CausalLM::decode_forward(Flow& flow) {

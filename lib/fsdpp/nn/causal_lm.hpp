@@ -73,10 +73,11 @@ class CausalLM : public LanguageModel {
   void apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) override;
   TensorParallelGroup& tensor_parallel() override { return *context_->tp; }
 
-  // Decoding (kv_cache.hpp): a cache for `sequences` of up to `capacity` positions (at most context_length), and
-  // what it and a decode forward of up to `rows` rows take, from their tables (`fsdpp plan --generate`).
+  // Decoding (kv_cache.hpp): a cache for `sequences` of up to `capacity` positions (at most context_length); what
+  // it takes, and what a decode forward of up to `rows` rows adds, from their tables (`fsdpp plan --generate`).
   KvCache make_kv_cache(int sequences, int capacity) const;
-  std::int64_t decode_bytes_for(int sequences, int capacity, int rows) const;
+  std::int64_t kv_cache_bytes_for(int sequences, int capacity) const;
+  std::int64_t decode_buffer_bytes_for(int sequences, int capacity, int rows) const;
 
  protected:
   // On "meta": shapes and init rules only, no storage. `dims`: the blocks' (for the RoPE head size).
