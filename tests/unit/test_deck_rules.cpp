@@ -1,7 +1,7 @@
 // The rules that tie deck keys together (config/deck_rules.hpp): each one is a function that names its keys,
 // parse_deck reports it at the key set last, and the code that depends on a rule gets the same words from the
-// same function. Also the key table's other single sources: which architectures read which keys, and the
-// names of other frameworks, ambiguous ones refused.
+// same function; launch-time rules apply only where they are used. Also the key table's other single sources:
+// which architectures read which keys, and the names of other frameworks, ambiguous ones refused.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
 
@@ -11,6 +11,7 @@
 #include "fsdpp/nn/tensor_parallel.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/train/data_feed.hpp"
 
 #include <string>
 #include <vector>
@@ -221,4 +222,17 @@ TEST_CASE("deck rules: other frameworks' names point at ours, and ambiguous ones
         "deck.yaml:1:19: unknown key 'micro_batch_size' in 'train' (did you mean 'micro_batch'?)");
   CHECK(deck_error("train: {steps: 5, global_batch_size: 8}\n") ==
         "deck.yaml:1:19: unknown key 'global_batch_size' in 'train' (did you mean 'global_batch'?)");
+}
+
+TEST_CASE("deck rules: validation batches (fsdpp eval) need no batch split; training batches do") {
+  // tiny.yaml: 16 sequences in micro-batches of 8, which 3 data-parallel ranks cannot split.
+  const Deck deck = fsdpp::test::input_deck("tiny.yaml", {});
+  fsdpp::DataFeed data(deck, 3, 2);
+  fsdpp::Flow flow;
+  data.load_val(0, flow);  // micro_batch windows of this rank's share of the validation batch
+  CHECK(flow.B == deck.train.micro_batch);
+  CHECK(flow.T == deck.model.context_length);
+  CHECK_THROWS_WITH_AS(data.accumulation_steps(), doctest::Contains("x 3 data-parallel ranks = 24"), DeckRuleError);
+  CHECK_THROWS_AS(data.load_train(0, flow), DeckRuleError);
+  CHECK(fsdpp::DataFeed(deck, 2, 1).accumulation_steps() == 1);
 }

@@ -180,15 +180,22 @@ void check_reshard_after_forward_group(int group_size, int shard_ranks) {
            "fsdp.reshard_after_forward = {} must divide the {} ranks of the shard group", group_size, shard_ranks);
 }
 
-int grad_accum_steps(const TrainConfig& train, int dp_size) {
+int grad_accum_steps(std::int64_t global_batch, std::int64_t micro_batch, int dp_size) {
   FSDPP_CHECK(dp_size >= 1, "grad_accum_steps: data-parallel size must be >= 1, got {}", dp_size);
-  const std::int64_t per_pass = std::int64_t{train.micro_batch} * dp_size;
-  if (train.global_batch % per_pass != 0)
+  if (global_batch < 1 || micro_batch < 1)
+    broken({"train.global_batch", "train.micro_batch"},
+           "train.global_batch ({}) and train.micro_batch ({}) must be at least 1", global_batch, micro_batch);
+  const std::int64_t per_pass = micro_batch * dp_size;
+  if (global_batch % per_pass != 0)
     broken({"train.global_batch", "train.micro_batch"},
            "train.global_batch ({}) must be a multiple of train.micro_batch ({}) x {} data-parallel ranks = {}; change "
-           "train.global_batch or train.micro_batch, or the number of ranks", train.global_batch, train.micro_batch,
-           dp_size, per_pass);
-  return static_cast<int>(train.global_batch / per_pass);
+           "train.global_batch or train.micro_batch, or the number of ranks", global_batch, micro_batch, dp_size,
+           per_pass);
+  return static_cast<int>(global_batch / per_pass);
+}
+
+int grad_accum_steps(const TrainConfig& train, int dp_size) {
+  return grad_accum_steps(train.global_batch, train.micro_batch, dp_size);
 }
 
 }  // namespace fsdpp

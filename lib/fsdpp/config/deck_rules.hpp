@@ -78,7 +78,9 @@ void check_job_size(const MeshConfig& mesh, int world_size);
 // fsdp.reshard_after_forward = k (FSDP2's int) divides the ranks of the shard group. k <= 0: unused.
 void check_reshard_after_forward_group(int group_size, int shard_ranks);
 // Micro-batches each rank runs per optimizer step: global_batch / (micro_batch x dp_size); a DeckRuleError
-// when it does not divide. Training's rule (DataFeed, the planner), not building a model's.
+// when it does not divide. Training's rule (the trainer, the sampler's split, the planner), not building a
+// model's or evaluating one's.
+int grad_accum_steps(std::int64_t global_batch, std::int64_t micro_batch, int dp_size);
 int grad_accum_steps(const TrainConfig& train, int dp_size);
 
 }  // namespace fsdpp
