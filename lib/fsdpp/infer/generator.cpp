@@ -45,6 +45,9 @@ void forward(CausalLM& model, KvCache& cache, Rows& rows, DecodeStep& step) {
 
 Deck generation_layout(Deck deck, int ranks) {
   deck.fsdp.strategy = ShardStrategy::full_shard;
+  // Generation runs no backward: the deck's schedule of training (a reshard group k, which must divide the shard
+  // group: one rank here) does not apply to it.
+  deck.fsdp.reshard_after_forward = {};
   deck.fsdp.offload = OffloadPolicy::none;
   deck.mesh.dp_replicate = 0;  // absent
   deck.mesh.dp_shard = 1;
