@@ -236,3 +236,14 @@ TEST_CASE("deck rules: validation batches (fsdpp eval) need no batch split; trai
   CHECK_THROWS_AS(data.load_train(0, flow), DeckRuleError);
   CHECK(fsdpp::DataFeed(deck, 2, 1).accumulation_steps() == 1);
 }
+
+TEST_CASE("deck rules: a model that runs no backward is laid out without training's reshard group") {
+  const Deck trained = fsdpp::test::input_deck("tiny.yaml", {"fsdp.reshard_after_forward=2"});
+  CHECK_THROWS_WITH_AS(fsdpp::parallel_layout(trained, 1), "fsdp.reshard_after_forward = 2 must divide the 1 ranks "
+                       "of the shard group", DeckRuleError);
+  const Deck forward = fsdpp::forward_only(trained);
+  CHECK(forward.fsdp.reshard_after_forward.kind == fsdpp::ReshardAfterForward::Kind::automatic);
+  CHECK(fsdpp::parallel_layout(forward, 1).block_options.reshard_after_forward_ranks == 0);
+  CHECK(fsdpp::parallel_layout(forward, 3).mesh.back().size == 3);
+  CHECK(forward.train.global_batch == trained.train.global_batch);  // nothing else changes
+}

@@ -44,10 +44,8 @@ void forward(CausalLM& model, KvCache& cache, Rows& rows, DecodeStep& step) {
 }  // namespace
 
 Deck generation_layout(Deck deck, int ranks) {
+  deck = forward_only(std::move(deck));  // no backward: training's reshard group does not apply
   deck.fsdp.strategy = ShardStrategy::full_shard;
-  // Generation runs no backward: the deck's schedule of training (a reshard group k, which must divide the shard
-  // group: one rank here) does not apply to it.
-  deck.fsdp.reshard_after_forward = {};
   deck.fsdp.offload = OffloadPolicy::none;
   deck.mesh.dp_replicate = 0;  // absent
   deck.mesh.dp_shard = 1;

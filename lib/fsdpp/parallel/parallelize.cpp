@@ -87,6 +87,11 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   return layout;
 }
 
+Deck forward_only(Deck deck) {
+  deck.fsdp.reshard_after_forward = {};
+  return deck;
+}
+
 Parallelism::Parallelism(ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh, MPI_Comm world)
     : layout_(std::move(layout)), mesh_(std::move(mesh)) {
   std::vector<std::string> dp;

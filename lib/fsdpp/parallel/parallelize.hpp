@@ -56,6 +56,11 @@ struct ParallelLayout {
 // UsageError, the same on every rank, for a deck that cannot run on `world_size` ranks.
 ParallelLayout parallel_layout(const Deck& deck, int world_size);
 
+// The deck as a model that runs no backward sees it (fsdpp init, eval, generate): fsdp.reshard_after_forward
+// back to auto, so that its group k, which only a backward uses (and which must divide the shard group), does not
+// refuse a launch it does not concern. Training's other options are kept.
+Deck forward_only(Deck deck);
+
 // The communicator backend `comm.backend` asks for on this build (UsageError for nccl on a host build).
 CommBackend choose_backend(CommBackendChoice choice);
 
