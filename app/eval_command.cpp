@@ -12,6 +12,7 @@
 #include "fsdpp/data/token_file.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/train/build_model.hpp"
 #include "fsdpp/train/data_feed.hpp"
 #include "fsdpp/train/evaluator.hpp"
@@ -88,7 +89,7 @@ int run_eval(Runtime& rt, const EvalArgs& args) {
   }
   std::vector<std::string> overrides = args.overrides;
   overrides.push_back("data.source=" + args.tokens);
-  const Deck deck = parse_deck(text, name, overrides);
+  const Deck deck = forward_only(parse_deck(text, name, overrides));  // evaluation runs no backward
   TrainModel t = build_model(rt.world(), deck);
   load_weights(rt.world(), args.source, t.model->parameters());
   double mean = 0;

@@ -4,6 +4,7 @@
 #include "commands.hpp"
 
 #include "fsdpp/config/deck.hpp"
+#include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/train/build_model.hpp"
 #include "fsdpp/train/memory_check.hpp"
 
@@ -16,7 +17,8 @@ Command add_init_command(CLI::App& app) {
   cli->add_option("deck_and_overrides", *words, "deck.yaml, then section.key=value overrides");
   cli->add_option("--out", *out, "The seed file to write (HDF5, whole tensors at /model/<name>)")->required();
   return {cli, [words, out](Runtime& rt) {
-            const Deck deck = deck_from_words(rt.world(), *words);
+            // The initial weights need no step: neither training's batch split nor its reshard group applies.
+            const Deck deck = forward_only(deck_from_words(rt.world(), *words));
             if (memory_check_enabled(rt.world())) check_memory_before_allocation(rt.world(), deck, MemoryUse::init);
             write_seed_checkpoint(rt.world(), deck, *out);
             Log::info("wrote the initial weights of {} (seed {}, {} parameters) to {}; train from them with "

@@ -1,6 +1,7 @@
 #pragma once
 // The decks of input/ for tests, parsed with overrides, writing no run files.
 #include "fsdpp/config/deck.hpp"
+#include "fsdpp/runtime/error.hpp"
 
 #include <cstdlib>
 #include <fstream>
@@ -24,6 +25,17 @@ inline Deck input_deck(const std::string& name, const std::vector<std::string>& 
   Deck deck = parse_deck(text.str(), name, overrides);
   deck.run.output.clear();  // no files from tests
   return deck;
+}
+
+// The UsageError text parse_deck throws for `text` (named deck.yaml) and `overrides`, or "(no error)": what a
+// user would see, for tests that assert it exactly.
+inline std::string deck_error(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_deck(text, "deck.yaml", overrides);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 }  // namespace fsdpp::test

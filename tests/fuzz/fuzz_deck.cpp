@@ -7,6 +7,7 @@
 #include "fuzz_common.hpp"
 
 #include "fsdpp/config/deck.hpp"
+#include "fsdpp/config/deck_rules.hpp"
 
 #include <string>
 #include <vector>

@@ -3,6 +3,7 @@
 // batch at any data-parallel size, resumable state).
 #include "mpi_test.hpp"
 
+#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/data/sampler.hpp"
 #include "fsdpp/data/synthetic_corpus.hpp"
 #include "fsdpp/data/token_file.hpp"
@@ -277,17 +278,18 @@ TEST_CASE("sampler: a global batch is the same sequences on 1, 2 or 4 data-paral
       for (int R : {1, 2, 4}) {
         std::vector<std::int64_t> joined;  // rank parts in rank order, each walked micro-step by micro-step
         for (int r = 0; r < R; ++r)
-          for (std::int64_t a = 0; a < accumulation_steps(G, m, R); ++a) {
+          for (std::int64_t a = 0; a < grad_accum_steps(G, m, R); ++a) {
             const auto part = s.window_offsets(split, step, G, micro_batch_first_sequence(G, m, R, r, a), m);
             joined.insert(joined.end(), part.begin(), part.end());
           }
         CHECK(joined == whole);
       }
     }
-  CHECK(accumulation_steps(32, 4, 4) == 2);
-  CHECK(usage_error_of([] { accumulation_steps(32, 3, 2); }) ==
-        "train.global_batch (32) must be a multiple of train.micro_batch (3) x data-parallel size (2) = 6; change "
-        "train.global_batch or train.micro_batch, or run on a different number of ranks");
+  // The deck's one batch-split rule (config/deck_rules.hpp), which the sampler walks.
+  CHECK(grad_accum_steps(32, 4, 4) == 2);
+  CHECK(usage_error_of([] { micro_batch_first_sequence(32, 3, 2, 0, 0); }) ==
+        "train.global_batch (32) must be a multiple of train.micro_batch (3) x 2 data-parallel ranks = 6; change "
+        "train.global_batch or train.micro_batch, or the number of ranks");
 }
 
 TEST_CASE("sampler: saving and restoring the state reproduces the next batch exactly") {

@@ -1,8 +1,10 @@
 // The YAML input deck: defaults, overrides, the resolved-deck round trip, --help-deck, and malformed decks,
 // each checked for its exact message (what a user sees is the contract: file:line:col, key path, expected, got).
+#include "input_decks.hpp"
 #include "mpi_test.hpp"
 
 #include "fsdpp/config/deck.hpp"
+#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <algorithm>
@@ -16,15 +18,7 @@ namespace {
 
 const char* const kMinimal = "train:\n  steps: 10\n";
 
-// The UsageError text parse_deck throws, or "(no error)".
-std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
-  try {
-    parse_deck(text, "deck.yaml", overrides);
-  } catch (const fsdpp::UsageError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using fsdpp::test::deck_error;
 
 }  // namespace
 
@@ -54,9 +48,9 @@ TEST_CASE("deck: a minimal deck gets every default") {
   CHECK(d.fsdp.reshard_after_forward.kind == fsdpp::ReshardAfterForward::Kind::automatic);
   CHECK(d.fsdp.param_dtype == fsdpp::DType::f32);
   CHECK(d.fsdp.accumulate == fsdpp::GradAccumulation::sharded);
-  REQUIRE(d.mesh.dims().size() == 1);
-  CHECK(d.mesh.dims()[0].name == "dp_shard");
-  CHECK(d.mesh.dims()[0].size == -1);
+  CHECK(d.mesh.dp_replicate == 0);  // absent
+  CHECK(d.mesh.dp_shard == -1);
+  CHECK(d.mesh.tp == 1);
   CHECK(d.checkpoint.dir == "runs/tiny/checkpoints");
   CHECK(d.checkpoint.interval == 0);
   CHECK(d.checkpoint.resume == fsdpp::ResumeMode::off);
@@ -88,19 +82,16 @@ TEST_CASE("deck: values, comments, empty sections and YAML's boolean spellings")
   CHECK(d.fsdp.reshard_after_forward.kind == fsdpp::ReshardAfterForward::Kind::group);
   CHECK(d.fsdp.reshard_after_forward.group_size == 2);
   CHECK(d.fsdp.param_dtype == fsdpp::DType::bf16);
-  // Mesh keys merge into the default {dp_shard: -1}, outermost dimension first.
-  REQUIRE(d.mesh.dims().size() == 2);
-  CHECK(d.mesh.dims()[0].name == "dp_replicate");
-  CHECK(d.mesh.dims()[0].size == 2);
-  CHECK(d.mesh.dims()[1].name == "dp_shard");
-  CHECK(d.mesh.dims()[1].size == -1);
+  // Mesh keys merge into the default {dp_shard: -1} (parallel_layout orders them, test_parallelize.cpp).
+  CHECK(d.mesh.dp_replicate == 2);
+  CHECK(d.mesh.dp_shard == -1);
   CHECK(d.checkpoint.resume == fsdpp::ResumeMode::automatic);
   CHECK(d.checkpoint.async);
 }
 
 TEST_CASE("deck: overrides apply after the file, in order, and derived defaults follow them") {
   const Deck d = parse_deck("train:\n  steps: 10\noptim:\n  lr: 1e-3\n", "deck.yaml",
-                            {"train.steps=50", "optim.lr=3e-4", "run.name=exp1", "mesh.dp_replicate=2",
+                            {"train.steps=50", "optim.lr=3e-4", "run.name=exp1", "mesh.dp_replicate=2", "fsdp.strategy=hybrid_shard",
                              "fsdp.reshard_after_forward=false", "checkpoint.resume=true", "train.steps=60",
                              "train.global_batch=32", "data.source=data/my corpus.bin"});
   CHECK(d.train.steps == 60);  // the last override of a key wins
@@ -125,7 +116,8 @@ TEST_CASE("deck: the resolved deck parses back to the same deck") {
       "optim: {lr: 0.1, beta2: 0.999, eps: 1e-10, weight_decay: 0}\n"
       "schedule: {kind: cosine, warmup_steps: 7, min_lr: 1e-5}\n"
       "train: {steps: 300, global_batch: 64, micro_batch: 8, grad_clip: 0.5}\n"
-      "fsdp: {reshard_after_forward: 8, reduce_dtype: bf16, offload: cpu, accumulate: unsharded}\n"
+      "fsdp: {strategy: hybrid_shard, reshard_after_forward: 8, reduce_dtype: bf16, offload: cpu,\n"
+      "       accumulate: unsharded}\n"
       "mesh: {dp_replicate: -1, dp_shard: 4}\n"
       "checkpoint: {dir: /scratch/ckpt, interval: 100, resume: auto, keep_last: 3}\n",
       "deck.yaml", {});
@@ -201,67 +193,69 @@ TEST_CASE("deck: accumulation steps come from the global batch, the micro-batch 
 }
 
 TEST_CASE("deck: unknown and duplicate keys and sections are rejected with a suggestion") {
-  CHECK(error_of("train:\n  steps: 10\n  global_bach: 8\n") ==
+  CHECK(deck_error("train:\n  steps: 10\n  global_bach: 8\n") ==
         "deck.yaml:3:3: unknown key 'global_bach' in 'train' (did you mean 'global_batch'?)");
-  // Names from other frameworks point at ours.
-  CHECK(error_of("train:\n  steps: 10\n  batch_sizee: 8\n") ==
-        "deck.yaml:3:3: unknown key 'batch_sizee' in 'train' (did you mean 'global_batch'?)");
-  CHECK(error_of("model:\n  block_size: 256\n") ==
+  // Names from other frameworks point at ours; a near miss of an ambiguous one, at every key it may mean.
+  CHECK(deck_error("train:\n  steps: 10\n  batch_sizee: 8\n") ==
+        "deck.yaml:3:3: unknown key 'batch_sizee' in 'train' (did you mean 'global_batch' or 'micro_batch'?)");
+  CHECK(deck_error("train:\n  steps: 10\n  max_stepz: 8\n") ==
+        "deck.yaml:3:3: unknown key 'max_stepz' in 'train' (did you mean 'steps'?)");
+  CHECK(deck_error("model:\n  block_size: 256\n") ==
         "deck.yaml:2:3: unknown key 'block_size' in 'model' (did you mean 'context_length'?)");
-  CHECK(error_of("train:\n  steps: 10\n  frobnicate: 1\n") == "deck.yaml:3:3: unknown key 'frobnicate' in 'train'");
-  CHECK(error_of("optim:\n  lr: 1e-3\n  beta1: 0.9\n  lr: 2e-3\n") ==
+  CHECK(deck_error("train:\n  steps: 10\n  frobnicate: 1\n") == "deck.yaml:3:3: unknown key 'frobnicate' in 'train'");
+  CHECK(deck_error("optim:\n  lr: 1e-3\n  beta1: 0.9\n  lr: 2e-3\n") ==
         "deck.yaml:4:3: duplicate key 'lr' in 'optim' (first at line 2)");
-  CHECK(error_of("trian:\n  steps: 5\n") == "deck.yaml:1:1: unknown section 'trian' (did you mean 'train'?)");
-  CHECK(error_of("train: {steps: 5}\nlog: {interval: 1}\ntrain: {steps: 6}\n") ==
+  CHECK(deck_error("trian:\n  steps: 5\n") == "deck.yaml:1:1: unknown section 'trian' (did you mean 'train'?)");
+  CHECK(deck_error("train: {steps: 5}\nlog: {interval: 1}\ntrain: {steps: 6}\n") ==
         "deck.yaml:3:1: duplicate section 'train' (first at line 1)");
-  CHECK(error_of("train: {steps: 5}\nmesh:\n  dp_shrd: 4\n") ==
+  CHECK(deck_error("train: {steps: 5}\nmesh:\n  dp_shrd: 4\n") ==
         "deck.yaml:3:3: unknown key 'dp_shrd' in 'mesh' (did you mean 'dp_shard'?)");
 }
 
 TEST_CASE("deck: wrong types say where, which key, what was expected and what was found") {
-  CHECK(error_of("model:\n  n_head: twelve\n") == "deck.yaml:2:11: model.n_head: expected an integer, got 'twelve'");
-  CHECK(error_of("train:\n  steps: 1.5\n") == "deck.yaml:2:10: train.steps: expected an integer, got '1.5'");
-  CHECK(error_of("train:\n  steps:\n") == "deck.yaml:2:3: train.steps: expected an integer, got nothing");
-  CHECK(error_of("model:\n  n_layer: [1, 2]\n") == "deck.yaml:2:12: model.n_layer: expected an integer, got a sequence");
-  CHECK(error_of("train: {steps: 5}\noptim: {lr: fast}\n") == "deck.yaml:2:13: optim.lr: expected a number, got 'fast'");
-  CHECK(error_of("train: {steps: 5}\nmodel: {tie_embeddings: maybe}\n") ==
+  CHECK(deck_error("model:\n  n_head: twelve\n") == "deck.yaml:2:11: model.n_head: expected an integer, got 'twelve'");
+  CHECK(deck_error("train:\n  steps: 1.5\n") == "deck.yaml:2:10: train.steps: expected an integer, got '1.5'");
+  CHECK(deck_error("train:\n  steps:\n") == "deck.yaml:2:3: train.steps: expected an integer, got nothing");
+  CHECK(deck_error("model:\n  n_layer: [1, 2]\n") == "deck.yaml:2:12: model.n_layer: expected an integer, got a sequence");
+  CHECK(deck_error("train: {steps: 5}\noptim: {lr: fast}\n") == "deck.yaml:2:13: optim.lr: expected a number, got 'fast'");
+  CHECK(deck_error("train: {steps: 5}\nmodel: {tie_embeddings: maybe}\n") ==
         "deck.yaml:2:25: model.tie_embeddings: expected true or false, got 'maybe'");
-  CHECK(error_of("train: {steps: 5}\nrun: {name: a/b}\n") == "deck.yaml:2:13: run.name: expected a name without '/', got 'a/b'");
-  CHECK(error_of("train: 5\n") == "deck.yaml:1:8: section 'train': expected a map of keys, got '5'");
-  CHECK(error_of("- train\n- model\n") == "deck.yaml:1:1: expected a map of sections (run, model, data, ...), got a sequence");
+  CHECK(deck_error("train: {steps: 5}\nrun: {name: a/b}\n") == "deck.yaml:2:13: run.name: expected a name without '/', got 'a/b'");
+  CHECK(deck_error("train: 5\n") == "deck.yaml:1:8: section 'train': expected a map of keys, got '5'");
+  CHECK(deck_error("- train\n- model\n") == "deck.yaml:1:1: expected a map of sections (run, model, data, ...), got a sequence");
 }
 
 TEST_CASE("deck: out-of-range and unknown enumerated values name what is allowed") {
-  CHECK(error_of("train:\n  steps: 0\n") == "deck.yaml:2:10: train.steps: expected an integer >= 1, got 0");
-  CHECK(error_of("train: {steps: 5}\noptim:\n  beta1: 1.5\n") ==
+  CHECK(deck_error("train:\n  steps: 0\n") == "deck.yaml:2:10: train.steps: expected an integer >= 1, got 0");
+  CHECK(deck_error("train: {steps: 5}\noptim:\n  beta1: 1.5\n") ==
         "deck.yaml:3:10: optim.beta1: expected a number in [0, 1), got 1.5");
-  CHECK(error_of("train: {steps: 5}\noptim:\n  lr: 0\n") == "deck.yaml:3:7: optim.lr: expected a number > 0, got 0");
-  CHECK(error_of("train: {steps: 5}\nmodel:\n  n_embd: 99999999999999999999\n") ==
+  CHECK(deck_error("train: {steps: 5}\noptim:\n  lr: 0\n") == "deck.yaml:3:7: optim.lr: expected a number > 0, got 0");
+  CHECK(deck_error("train: {steps: 5}\nmodel:\n  n_embd: 99999999999999999999\n") ==
         "deck.yaml:3:11: model.n_embd: expected an integer in [1, 2147483647], got 99999999999999999999");
-  CHECK(error_of("train: {steps: 5}\nrun:\n  seed: -1\n") == "deck.yaml:3:9: run.seed: expected an integer >= 0, got -1");
-  CHECK(error_of("train: {steps: 5}\noptim:\n  name: adam\n") ==
+  CHECK(deck_error("train: {steps: 5}\nrun:\n  seed: -1\n") == "deck.yaml:3:9: run.seed: expected an integer >= 0, got -1");
+  CHECK(deck_error("train: {steps: 5}\noptim:\n  name: adam\n") ==
         "deck.yaml:3:9: optim.name: expected adamw|sgd, got 'adam' (did you mean 'adamw'?)");
-  CHECK(error_of("train: {steps: 5}\nfsdp:\n  strategy: zero3\n") ==
+  CHECK(deck_error("train: {steps: 5}\nfsdp:\n  strategy: zero3\n") ==
         "deck.yaml:3:13: fsdp.strategy: expected full_shard|hybrid_shard|shard_grad_op|no_shard, got 'zero3'");
-  CHECK(error_of("train: {steps: 5}\nfsdp:\n  param_dtype: fp16\n") ==
+  CHECK(deck_error("train: {steps: 5}\nfsdp:\n  param_dtype: fp16\n") ==
         "deck.yaml:3:16: fsdp.param_dtype: expected f32|bf16, got 'fp16' (did you mean 'bf16'?)");
-  CHECK(error_of("train: {steps: 5}\nfsdp:\n  reshard_after_forward: maybe\n") ==
+  CHECK(deck_error("train: {steps: 5}\nfsdp:\n  reshard_after_forward: maybe\n") ==
         "deck.yaml:3:26: fsdp.reshard_after_forward: expected auto, true, false or an integer >= 2, got 'maybe'");
-  CHECK(error_of("train: {steps: 5}\nfsdp:\n  reshard_after_forward: 1\n") ==
+  CHECK(deck_error("train: {steps: 5}\nfsdp:\n  reshard_after_forward: 1\n") ==
         "deck.yaml:3:26: fsdp.reshard_after_forward: expected auto, true, false or an integer >= 2, got '1'");
-  CHECK(error_of("train: {steps: 5}\nmesh:\n  dp_shard: 0\n") ==
+  CHECK(deck_error("train: {steps: 5}\nmesh:\n  dp_shard: 0\n") ==
         "deck.yaml:3:13: mesh.dp_shard: expected -1 (infer from the job size) or an integer >= 1, got 0");
-  CHECK(error_of("train: {steps: 5}\ncheckpoint:\n  resume: later\n") ==
+  CHECK(deck_error("train: {steps: 5}\ncheckpoint:\n  resume: later\n") ==
         "deck.yaml:3:11: checkpoint.resume: expected true, false, auto, none or a checkpoint path (.h5), got 'later'");
 }
 
 TEST_CASE("deck: YAML syntax errors and missing required keys") {
-  CHECK(error_of("train:\n  steps: [1,\n") == "deck.yaml:3:1: YAML syntax error: end of sequence flow not found");
-  CHECK(error_of("train:\n  steps: 5\n global_batch: 8\n") == "deck.yaml:3:2: YAML syntax error: end of map not found");
-  CHECK(error_of("train: {steps: 5}\n---\nmodel: {n_head: 4}\n") ==
+  CHECK(deck_error("train:\n  steps: [1,\n") == "deck.yaml:3:1: YAML syntax error: end of sequence flow not found");
+  CHECK(deck_error("train:\n  steps: 5\n global_batch: 8\n") == "deck.yaml:3:2: YAML syntax error: end of map not found");
+  CHECK(deck_error("train: {steps: 5}\n---\nmodel: {n_head: 4}\n") ==
         "deck.yaml:3:1: a deck is one YAML document, but a second one starts here");
-  CHECK(error_of("train:\n  global_batch: 8\n") == "deck.yaml:1:1: missing required key 'steps' in 'train'");
-  CHECK(error_of("model: {n_head: 4}\n") ==
+  CHECK(deck_error("train:\n  global_batch: 8\n") == "deck.yaml:1:1: missing required key 'steps' in 'train'");
+  CHECK(deck_error("model: {n_head: 4}\n") ==
         "deck.yaml: missing required key 'steps' in 'train' (the deck has no 'train' section)");
 }
 
@@ -269,49 +263,49 @@ TEST_CASE("deck: YAML syntax errors and missing required keys") {
 // (tests/fuzz/regressions/deck/). Each case here ran out of memory before the fix.
 TEST_CASE("deck: a stray ',' where the deck starts is a syntax error, not a hang") {
   const std::string unexpected = "YAML syntax error: unexpected ',' where a document should start";
-  CHECK(error_of(",train: {steps: 5}\n") == "deck.yaml:1:1: " + unexpected);
-  CHECK(error_of("# comment\n,\n") == "deck.yaml:2:1: " + unexpected);
-  CHECK(error_of("---\n, train: {steps: 5}\n") == "deck.yaml:2:1: " + unexpected);
-  CHECK(error_of("train: {steps: 5}\n---\n,\n") == "deck.yaml:3:1: " + unexpected);
+  CHECK(deck_error(",train: {steps: 5}\n") == "deck.yaml:1:1: " + unexpected);
+  CHECK(deck_error("# comment\n,\n") == "deck.yaml:2:1: " + unexpected);
+  CHECK(deck_error("---\n, train: {steps: 5}\n") == "deck.yaml:2:1: " + unexpected);
+  CHECK(deck_error("train: {steps: 5}\n---\n,\n") == "deck.yaml:3:1: " + unexpected);
 }
 
 TEST_CASE("deck: bad overrides") {
-  CHECK(error_of(kMinimal, {"train.steps"}) == "override 'train.steps': expected key=value");
-  CHECK(error_of(kMinimal, {"train.stepz=5"}) == "override 'train.stepz=5': unknown key 'stepz' in 'train' (did you mean 'steps'?)");
-  CHECK(error_of(kMinimal, {"trian.steps=5"}) == "override 'trian.steps=5': unknown section 'trian' (did you mean 'train'?)");
-  CHECK(error_of(kMinimal, {"steps=5"}) == "override 'steps=5': expected section.key=value (did you mean 'train.steps'?)");
-  CHECK(error_of(kMinimal, {"optim.lr=fast"}) == "override 'optim.lr=fast': expected a number, got 'fast'");
-  CHECK(error_of(kMinimal, {"train.steps="}) == "override 'train.steps=': expected an integer, got ''");
-  CHECK(error_of(kMinimal, {"train.steps=-3"}) == "override 'train.steps=-3': expected an integer >= 1, got -3");
-  CHECK(error_of(kMinimal, {"fsdp.reshard_after_forward=sometimes"}) ==
+  CHECK(deck_error(kMinimal, {"train.steps"}) == "override 'train.steps': expected key=value");
+  CHECK(deck_error(kMinimal, {"train.stepz=5"}) == "override 'train.stepz=5': unknown key 'stepz' in 'train' (did you mean 'steps'?)");
+  CHECK(deck_error(kMinimal, {"trian.steps=5"}) == "override 'trian.steps=5': unknown section 'trian' (did you mean 'train'?)");
+  CHECK(deck_error(kMinimal, {"steps=5"}) == "override 'steps=5': expected section.key=value (did you mean 'train.steps'?)");
+  CHECK(deck_error(kMinimal, {"optim.lr=fast"}) == "override 'optim.lr=fast': expected a number, got 'fast'");
+  CHECK(deck_error(kMinimal, {"train.steps="}) == "override 'train.steps=': expected an integer, got ''");
+  CHECK(deck_error(kMinimal, {"train.steps=-3"}) == "override 'train.steps=-3': expected an integer >= 1, got -3");
+  CHECK(deck_error(kMinimal, {"fsdp.reshard_after_forward=sometimes"}) ==
         "override 'fsdp.reshard_after_forward=sometimes': expected auto, true, false or an integer >= 2, got 'sometimes'");
 }
 
 TEST_CASE("deck: checks across keys point at the key most recently set") {
-  CHECK(error_of("train: {steps: 5}\nmodel:\n  n_embd: 100\n  n_head: 12\n") ==
+  CHECK(deck_error("train: {steps: 5}\nmodel:\n  n_embd: 100\n  n_head: 12\n") ==
         "deck.yaml:4:11: model.n_embd (100) must be a multiple of model.n_head (12)");
-  CHECK(error_of("train: {steps: 5, global_batch: 4, micro_batch: 8}\n") ==
+  CHECK(deck_error("train: {steps: 5, global_batch: 4, micro_batch: 8}\n") ==
         "deck.yaml:1:49: train.micro_batch (8) must be <= train.global_batch (4)");
-  CHECK(error_of("train: {steps: 5, global_batch: 12, micro_batch: 8}\n") ==
+  CHECK(deck_error("train: {steps: 5, global_batch: 12, micro_batch: 8}\n") ==
         "deck.yaml:1:50: train.global_batch (12) must be a multiple of train.micro_batch (8)");
-  CHECK(error_of("train: {steps: 5}\noptim: {lr: 1e-3}\n", {"schedule.min_lr=0.01"}) ==
+  CHECK(deck_error("train: {steps: 5}\noptim: {lr: 1e-3}\n", {"schedule.min_lr=0.01"}) ==
         "override 'schedule.min_lr=0.01': schedule.min_lr (0.01) must be <= optim.lr (0.001)");
-  CHECK(error_of("schedule: {warmup_steps: 200}\ntrain: {steps: 100}\n") ==
+  CHECK(deck_error("schedule: {warmup_steps: 200}\ntrain: {steps: 100}\n") ==
         "deck.yaml:2:16: schedule.warmup_steps (200) must be <= train.steps (100)");
-  CHECK(error_of("train: {steps: 5}\ndata: {val_fraction: 0}\n") ==
+  CHECK(deck_error("train: {steps: 5}\ndata: {val_fraction: 0}\n") ==
         "deck.yaml:2:22: train.eval_interval (100) needs held-out data: set data.val_fraction > 0, or "
         "train.eval_interval: 0");
-  CHECK(error_of("train: {steps: 5}\nmesh: {dp_replicate: -1}\n") ==
+  CHECK(deck_error("train: {steps: 5}\nmesh: {dp_replicate: -1}\n") ==
         "deck.yaml:2:22: mesh.dp_replicate and mesh.dp_shard are both -1, but only one size can be inferred from "
         "the job size (mesh.dp_shard is -1 unless set)");
-  CHECK(error_of("train: {steps: 5}\nfsdp: {strategy: hybrid_shard}\n") ==
+  CHECK(deck_error("train: {steps: 5}\nfsdp: {strategy: hybrid_shard}\n") ==
         "deck.yaml:2:18: fsdp.strategy hybrid_shard needs a mesh.dp_replicate dimension, e.g. mesh: {dp_replicate: "
         "2, dp_shard: -1}");
-  CHECK(error_of("train: {steps: 5}\nfsdp: {strategy: shard_grad_op, reshard_after_forward: true}\n") ==
+  CHECK(deck_error("train: {steps: 5}\nfsdp: {strategy: shard_grad_op, reshard_after_forward: true}\n") ==
         "deck.yaml:2:56: fsdp.reshard_after_forward (true) contradicts fsdp.strategy shard_grad_op, which keeps "
         "parameters unsharded after forward; leave it auto or set false");
   // An override is the newest edit, so it is named even when the other key came from the file.
-  CHECK(error_of("", {"train.steps=5", "data.val_fraction=0"}) ==
+  CHECK(deck_error("", {"train.steps=5", "data.val_fraction=0"}) ==
         "override 'data.val_fraction=0': train.eval_interval (100) needs held-out data: set data.val_fraction > 0, "
         "or train.eval_interval: 0");
 }
@@ -330,7 +324,7 @@ TEST_CASE("deck: checkpoint.on_error is abort or continue, abort by default") {
   const Deck d = parse_deck("train: {steps: 5}\ncheckpoint: {on_error: continue}\n", "deck.yaml");
   CHECK(d.checkpoint.on_error == fsdpp::CheckpointOnError::keep_going);
   CHECK(parse_deck(resolved_deck_yaml(d), "deck.yaml").checkpoint.on_error == fsdpp::CheckpointOnError::keep_going);
-  CHECK(error_of("train: {steps: 5}\ncheckpoint: {on_error: retry}\n").find("checkpoint.on_error") != std::string::npos);
+  CHECK(deck_error("train: {steps: 5}\ncheckpoint: {on_error: retry}\n").find("checkpoint.on_error") != std::string::npos);
   CHECK(fsdpp::deck_help().find("  checkpoint.on_error ") != std::string::npos);
 }
 
@@ -339,7 +333,7 @@ TEST_CASE("deck: model.attention is auto, fused, batched or reference, auto by d
   const Deck d = parse_deck("train: {steps: 5}\nmodel: {attention: fused}\n", "deck.yaml");
   CHECK(d.model.attention == fsdpp::AttentionKind::fused);
   CHECK(parse_deck(resolved_deck_yaml(d), "deck.yaml").model.attention == fsdpp::AttentionKind::fused);
-  const std::string e = error_of("train: {steps: 5}\nmodel: {attention: flash}\n");
+  const std::string e = deck_error("train: {steps: 5}\nmodel: {attention: flash}\n");
   CAPTURE(e);
   CHECK(e.rfind("deck.yaml:2:20: model.attention", 0) == 0);
   for (const char* choice : {"auto", "fused", "batched", "reference"}) CHECK(e.find(choice) != std::string::npos);
@@ -368,30 +362,30 @@ TEST_CASE("deck: model.arch llama fills its derived keys, echoes them, and parse
 }
 
 TEST_CASE("deck: Llama keys are refused for gpt2, and Llama shapes are checked") {
-  CHECK(error_of("train: {steps: 5}\nmodel:\n  n_kv_head: 4\n") ==
+  CHECK(deck_error("train: {steps: 5}\nmodel:\n  n_kv_head: 4\n") ==
         "deck.yaml:3:14: model.n_kv_head applies to Llama models only, but model.arch is gpt2: remove "
         "model.n_kv_head or set model.arch: llama (or qwen2)");
-  CHECK(error_of("train: {steps: 5}\nmodel: {arch: gpt2}\n", {"model.rope_theta=5e5"}) ==
+  CHECK(deck_error("train: {steps: 5}\nmodel: {arch: gpt2}\n", {"model.rope_theta=5e5"}) ==
         "override 'model.rope_theta=5e5': model.rope_theta applies to Llama models only, but model.arch is gpt2: "
         "remove model.rope_theta or set model.arch: llama (or qwen2)");
-  CHECK(error_of("train: {steps: 5}\nmodel:\n  arch: llama\n  n_head: 12\n  n_kv_head: 5\n") ==
+  CHECK(deck_error("train: {steps: 5}\nmodel:\n  arch: llama\n  n_head: 12\n  n_kv_head: 5\n") ==
         "deck.yaml:5:14: model.n_kv_head (5) must divide model.n_head (12): each key/value head serves n_head / "
         "n_kv_head query heads");
-  CHECK(error_of("train: {steps: 5}\nmodel:\n  arch: llama\n  n_embd: 100\n  n_head: 12\n") ==
+  CHECK(deck_error("train: {steps: 5}\nmodel:\n  arch: llama\n  n_embd: 100\n  n_head: 12\n") ==
         "deck.yaml:5:11: model.n_embd (100) must be a multiple of model.n_head (12)");
-  CHECK(error_of("train: {steps: 5}\nmodel:\n  arch: llama\n  n_embd: 36\n  n_head: 12\n") ==
+  CHECK(deck_error("train: {steps: 5}\nmodel:\n  arch: llama\n  n_embd: 36\n  n_head: 12\n") ==
         "deck.yaml:5:11: the head size model.n_embd / model.n_head (36 / 12 = 3) must be even: RoPE rotates "
         "channel pairs");
-  CHECK(error_of("train: {steps: 5}\nmodel: {arch: mamba}\n").find("model.arch") != std::string::npos);
-  CHECK(error_of("train: {steps: 5}\nmodel: {arch: llama, norm_eps: 0}\n").find("model.norm_eps") !=
+  CHECK(deck_error("train: {steps: 5}\nmodel: {arch: mamba}\n").find("model.arch") != std::string::npos);
+  CHECK(deck_error("train: {steps: 5}\nmodel: {arch: llama, norm_eps: 0}\n").find("model.norm_eps") !=
         std::string::npos);
-  CHECK(error_of("train: {steps: 5}\nmodel: {arch: llama, rope_scaling_factor: 0.5}\n") ==
+  CHECK(deck_error("train: {steps: 5}\nmodel: {arch: llama, rope_scaling_factor: 0.5}\n") ==
         "deck.yaml:2:43: model.rope_scaling_factor (0.5) must be at least 1 (1: plain RoPE; Llama 3.1: 8, Llama "
         "3.2: 32)");
-  CHECK(error_of("train: {steps: 5}\nmodel: {arch: llama, rope_scaling_factor: 8, rope_high_freq_factor: 1}\n") ==
+  CHECK(deck_error("train: {steps: 5}\nmodel: {arch: llama, rope_scaling_factor: 8, rope_high_freq_factor: 1}\n") ==
         "deck.yaml:2:69: model.rope_high_freq_factor (1) must exceed model.rope_low_freq_factor (1) (Llama 3.1: 4 "
         "and 1)");
-  CHECK(error_of("train: {steps: 5}\nmodel: {arch: gpt2, rope_scaling_factor: 8}\n").find(
+  CHECK(deck_error("train: {steps: 5}\nmodel: {arch: gpt2, rope_scaling_factor: 8}\n").find(
             "model.rope_scaling_factor applies to Llama models only") != std::string::npos);
 }
 
@@ -419,10 +413,10 @@ TEST_CASE("deck: matmul.precision and matmul.tf32 choose the GEMM precision") {
   CHECK(again.matmul.tf32);
   CHECK(fsdpp::resolved_deck_yaml(d).find("matmul:\n  precision: bf16\n  tf32: true\n") != std::string::npos);
 
-  CHECK(error_of("train: {steps: 5}\nmatmul: {precision: fp8}\n") ==
+  CHECK(deck_error("train: {steps: 5}\nmatmul: {precision: fp8}\n") ==
         "deck.yaml:2:21: matmul.precision: expected auto|f32|bf16, got 'fp8'");
-  CHECK(error_of("train: {steps: 5}\nmatmul: {tf32: maybe}\n").find("matmul.tf32") != std::string::npos);
-  CHECK(error_of(kMinimal, {"matmul.precison=bf16"}).find("did you mean 'precision'") != std::string::npos);
+  CHECK(deck_error("train: {steps: 5}\nmatmul: {tf32: maybe}\n").find("matmul.tf32") != std::string::npos);
+  CHECK(deck_error(kMinimal, {"matmul.precison=bf16"}).find("did you mean 'precision'") != std::string::npos);
   const std::string help = fsdpp::deck_help();
   CHECK(help.find("matmul.precision            auto|f32|bf16                  default: auto") != std::string::npos);
   CHECK(help.find("default: true on GPU builds, false on CPU builds") != std::string::npos);

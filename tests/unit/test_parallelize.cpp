@@ -3,9 +3,11 @@
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
 
+#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/train/build_model.hpp"
+#include "fsdpp/train/memory_plan.hpp"
 
 #include <map>
 
@@ -133,4 +135,24 @@ TEST_CASE("parallelize: no_shard runs as a shard group of one rank: no all-gathe
   std::int64_t params = 0;
   for (Parameter* p : model.parameters()) params += p->numel() * 4;
   CHECK(ledger->peak == params);  // the whole gradients, once; parameters are used in place
+}
+
+// A rule runs only where it applies: building the model (fsdpp init's memory check) plans the model states and
+// splits no batch; planning a training step still applies training's batch split.
+TEST_CASE("plan: the model states alone need no batch split; a training step does") {
+  const Deck deck = tiny({});  // 16 sequences in micro-batches of 8: no split over 3 data-parallel ranks
+  const MemoryPlan states = plan_model_states(deck, 3);
+  CHECK(states.shard_ranks == 3);
+  CHECK(states.units.size() == static_cast<std::size_t>(deck.model.n_layer + 1));
+  CHECK(states.memory.activations == 0);
+  CHECK(states.memory.unsharded_parameters == 0);
+  CHECK_THROWS_WITH_AS(plan_memory(deck, 3), doctest::Contains("x 3 data-parallel ranks"), DeckRuleError);
+  // Where both apply, the model states are the training plan's.
+  const MemoryPlan step = plan_memory(deck, 2);
+  const MemoryPlan two = plan_model_states(deck, 2);
+  CHECK(two.memory.parameters == step.memory.parameters);
+  CHECK(two.memory.gradients == step.memory.gradients);
+  CHECK(two.memory.optimizer == step.memory.optimizer);
+  CHECK(two.units.size() == step.units.size());
+  CHECK(step.memory.activations > 0);
 }

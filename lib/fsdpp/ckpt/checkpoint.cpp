@@ -4,13 +4,12 @@
 
 #include "fsdpp/ckpt/directory.hpp"
 #include "fsdpp/ckpt/h5.hpp"
-#include "fsdpp/ckpt/layout.hpp"
 #include "fsdpp/ckpt/save_faults.hpp"
+#include "fsdpp/ckpt/save_layout.hpp"
 #include "fsdpp/ckpt/tensor_entries.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
-#include "fsdpp/version.hpp"
 
 #include <cerrno>
 #include <cstring>
@@ -18,6 +17,7 @@
 #include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -105,32 +105,16 @@ std::vector<Slab> file_shards(const Parameter& p) {
   return out;
 }
 
-// DTensor-style, one entry per mesh dimension: "tp: Shard(1), dp_shard: Shard(0)"; under HSDP
-// "dp_replicate: Replicate(), dp_shard: Shard(0)". The shard mesh's text is "dp_replicate=2 x dp_shard=2 (...)".
+// DTensor-style, one entry per mesh dimension, from the placements' own mesh dimensions: "tp: Shard(1),
+// dp_shard: Shard(0)"; under HSDP "dp_replicate: Replicate(), dp_shard: Shard(0)".
 std::string placements_text(const Parameter& p) {
-  std::string out = p.tensor_parallel() ? "tp: " + p.tensor_parallel()->describe() : std::string();
-  if (!p.placement()) return out.empty() ? "Replicate()" : out;
-  const std::string& mesh = p.placement()->mesh;
-  std::vector<std::string> dims;
-  for (std::size_t at = 0, end = mesh.find(" ("); at < end && at != std::string::npos;) {
-    const std::size_t next = std::min(mesh.find(" x ", at), end);
-    const std::string dim = mesh.substr(at, next - at);
-    dims.push_back(dim.substr(0, dim.find('=')));
-    at = next == end ? std::string::npos : next + 3;
-  }
-  for (std::size_t d = 0; d < dims.size(); ++d)
-    out += fmt::format("{}{}: {}", out.empty() ? "" : ", ", dims[d], d + 1 == dims.size() ? "Shard(0)" : "Replicate()");
-  return out;
+  std::vector<std::string> entries;
+  if (const auto& tp = p.tensor_parallel()) entries.push_back(tp->mesh_dim + ": " + tp->describe());
+  if (const auto& shard = p.placement())
+    for (std::size_t d = 0; d < shard->mesh_dims.size(); ++d)
+      entries.push_back(shard->mesh_dims[d].name + (d + 1 == shard->mesh_dims.size() ? ": Shard(0)" : ": Replicate()"));
+  return entries.empty() ? "Replicate()" : fmt::format("{}", fmt::join(entries, ", "));
 }
-
-std::vector<std::uint64_t> dims_with_rows(const std::vector<std::int64_t>& shape, std::int64_t rows) {
-  std::vector<std::uint64_t> dims(shape.begin(), shape.end());
-  if (dims.empty()) dims.push_back(1);
-  dims[0] = static_cast<std::uint64_t>(rows);
-  return dims;
-}
-
-std::vector<std::int64_t> signed_dims(const std::vector<std::uint64_t>& dims) { return {dims.begin(), dims.end()}; }
 
 // Waits for a nonblocking collective by polling with short sleeps. Open MPI's blocking calls spin a core; a
 // background save waiting on rank 0's fsync would then take that core from training.
@@ -140,19 +124,6 @@ void wait_gently(MPI_Request& request) {
     if (done) return;
     std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
-}
-
-// Creates /a/b/c group by group (metadata: collective in a parallel file).
-h5::Handle create_groups(hid_t file, const std::string& path, const std::string& file_name) {
-  std::size_t at = 1;
-  h5::Handle last;
-  while (at <= path.size()) {
-    const std::size_t next = std::min(path.find('/', at), path.size());
-    const std::string prefix = path.substr(0, next);
-    last = h5::exists(file, prefix) ? h5::open_group(file, prefix, file_name) : h5::create_group(file, prefix, file_name);
-    at = next + 1;
-  }
-  return last;
 }
 
 std::string utc_now() {
@@ -337,81 +308,62 @@ SaveResult save_checkpoint(MPI_Comm comm, const std::string& dir, const Checkpoi
   return r;
 }
 
-PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointSnapshot& snapshot, int keep_last) {
-  begin_save();
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  const TrainProgress& progress = snapshot.progress;
-  const CheckpointMeta& meta = snapshot.meta;
+namespace {
+
+// The file a save of `snapshot` makes, and the bytes of its tensors.
+PreparedSave plan_save(const std::string& dir, const CheckpointSnapshot& snapshot, int keep_last) {
   PreparedSave save;
   save.dir = dir;
   save.keep_last = keep_last;
-  save.final_path = (fs::path(dir) / checkpoint_file_name(progress.step)).string();
-  const auto& tensors = snapshot.tensors;
-  for (const auto& t : tensors) {
+  save.final_path = (fs::path(dir) / checkpoint_file_name(snapshot.progress.step)).string();
+  for (const auto& t : snapshot.tensors) {
     std::int64_t numel = 1;
     for (auto d : t.shape) numel *= d;
     save.bytes += numel * 4;
   }
+  return save;
+}
+
+// Rank 0 makes the folder and checks that it has room for the whole file; every rank hears the verdict.
+void require_room(MPI_Comm comm, const PreparedSave& save, const CheckpointSnapshot& snapshot) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
   std::string error;
   if (rank == 0) {
     std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) error = fmt::format("cannot create checkpoint.dir '{}': {}", dir, ec.message());
-    else error = lacks_space(dir, static_cast<std::uint64_t>(save.bytes) + metadata_bytes(snapshot),
+    fs::create_directories(save.dir, ec);
+    if (ec) error = fmt::format("cannot create checkpoint.dir '{}': {}", save.dir, ec.message());
+    else error = lacks_space(save.dir, static_cast<std::uint64_t>(save.bytes) + metadata_bytes(snapshot),
                              "checkpoint " + save.final_path);
   }
   agree_on_error(comm, error);
+}
 
-  // Every checksum is an attribute, and attributes are written collectively: gather them first.
+// Every shard's checksum, tensor by tensor, on every rank (checksums are attributes, and attributes are written
+// collectively): each writer hashes its own shards, and a sum over the ranks fills in everyone else's.
+std::vector<std::uint64_t> shard_checksums(MPI_Comm comm, const CheckpointSnapshot& snapshot) {
+  const auto& tensors = snapshot.tensors;
   std::vector<std::size_t> first_slot(tensors.size() + 1, 0);
   for (std::size_t t = 0; t < tensors.size(); ++t) first_slot[t + 1] = first_slot[t] + tensors[t].shards.size();
   std::vector<std::uint64_t> sums(first_slot.back(), 0);
   for (std::size_t t = 0; t < tensors.size(); ++t)
     for (const auto& m : tensors[t].mine)
       sums[first_slot[t] + static_cast<std::size_t>(m.shard)] = checksum(m.data.data(), m.data.size());
-  {
-    MPI_Request request;
-    MPI_Iallreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm, &request);
-    wait_gently(request);
-  }
+  MPI_Request request;
+  MPI_Iallreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm, &request);
+  wait_gently(request);
   // An empty shard (a rank with no rows) has the checksum of no bytes, whoever holds it.
   for (std::size_t t = 0; t < tensors.size(); ++t)
     for (std::size_t k = 0; k < tensors[t].shards.size(); ++k)
       if (tensors[t].shards[k].rows == 0) sums[first_slot[t] + k] = checksum(nullptr, 0);
-  const std::string wall_time = broadcast_string(comm, rank == 0 ? utc_now() : std::string());
+  return sums;
+}
 
-  // What the layout digest covers, computed from the same values every rank writes (layout.hpp).
-  LayoutDigest digest;
-  const std::vector<std::pair<const char*, std::string>> meta_text = {
-      {"format", "fsdpp-checkpoint"}, {"mesh", meta.mesh}, {"strategy", meta.strategy},
-      {"param_dtype", meta.param_dtype}, {"reduce_dtype", meta.reduce_dtype}};
-  for (const auto& [name, value] : meta_text) digest.add("/meta", name, value);
-  digest.add("/meta", "format_version", kCheckpointFormatVersion);
-  digest.add("/meta", "world_size", std::int64_t{size});
-  digest.add("/train", "step", progress.step);
-  for (const auto& [key, text] : scalars_as_text(progress.scalars)) digest.add("/train", key, text);
-  if (!snapshot.optimizer_kind.empty()) {
-    digest.add("/optim", "kind", snapshot.optimizer_kind);
-    digest.add("/optim", "steps", snapshot.optimizer_steps);
-  }
-  for (std::size_t t = 0; t < tensors.size(); ++t) {
-    const auto& tensor = tensors[t];
-    digest.add(tensor.group, "global_shape", tensor.shape);
-    digest.add(tensor.group, "dtype", "f32");
-    digest.add(tensor.group, "shard_dim", std::int64_t{0});
-    digest.add(tensor.group, "shards", static_cast<std::int64_t>(tensor.shards.size()));
-    for (std::size_t k = 0; k < tensor.shards.size(); ++k) {
-      const Slab& slab = tensor.shards[k];
-      const std::string object = fmt::format("{}/shard_{}", tensor.group, k);
-      digest.add(object, "offset", slab.offset);
-      digest.add(object, "rows", slab.rows);
-      digest.add(object, "checksum", fmt::format("{}", sums[first_slot[t] + k]));
-      digest.add(object, "dims", signed_dims(dims_with_rows(tensor.shape, slab.rows)));
-    }
-  }
-
+// <final path>.partial, created by every rank (collective); a failure anywhere is every rank's error.
+h5::Handle create_partial(MPI_Comm comm, PreparedSave& save) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  std::string error;
   if (const int e = fault_at(SavePoint::stage))
     error = fmt::format("rank {}: cannot create {}: {}", rank, save.final_path + ".partial", std::strerror(e));
   agree_on_error(comm, error);
@@ -423,46 +375,26 @@ PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const Che
     error = e.what();
   }
   agree_or_clean_up(comm, save, error);
+  return file;
+}
+
+}  // namespace
+
+PreparedSave prepare_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointSnapshot& snapshot, int keep_last) {
+  begin_save();
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  PreparedSave save = plan_save(dir, snapshot, keep_last);
+  require_room(comm, save, snapshot);
+  const std::vector<std::uint64_t> checksums = shard_checksums(comm, snapshot);
+  const std::string wall_time = broadcast_string(comm, rank == 0 ? utc_now() : std::string());
+  // Every object and attribute of the file, the layout digest among them, computed alike on every rank.
+  const std::vector<FileObject> objects = checkpoint_objects(snapshot, checksums, size, wall_time);
+  h5::Handle file = create_partial(comm, save);
+  std::string error;
   try {
-    h5::Handle m = h5::create_group(file, "/meta", save.partial);
-    for (const auto& [name, value] : meta_text) h5::set_attr(m, name, value);
-    h5::set_attr(m, "format_version", kCheckpointFormatVersion);
-    h5::set_attr(m, "fsdpp_version", std::string(FSDPP_VERSION));
-    h5::set_attr(m, "world_size", static_cast<std::int64_t>(size));
-    h5::set_attr(m, "wall_time", wall_time);
-    h5::set_attr(m, "deck", meta.deck);
-    h5::set_attr(m, "layout_xxh64", digest.value());
-    for (std::size_t t = 0; t < tensors.size(); ++t) {
-      const auto& tensor = tensors[t];
-      h5::Handle g = create_groups(file, tensor.group, save.partial);
-      h5::set_attr(g, "global_shape", tensor.shape);
-      h5::set_attr(g, "dtype", std::string("f32"));
-      h5::set_attr(g, "shard_dim", std::int64_t{0});
-      h5::set_attr(g, "shards", static_cast<std::int64_t>(tensor.shards.size()));
-      h5::set_attr(g, "placements", tensor.placements);
-      for (std::size_t k = 0; k < tensor.shards.size(); ++k) {
-        const Slab& slab = tensor.shards[k];
-        h5::Handle ds = h5::create_dataset_f32(g, fmt::format("shard_{}", k), dims_with_rows(tensor.shape, slab.rows), save.partial);
-        h5::set_attr(ds, "offset", slab.offset);
-        h5::set_attr(ds, "rows", slab.rows);
-        h5::set_attr(ds, "checksum", sums[first_slot[t] + k]);
-        // Contiguous and allocated at creation: the shard's bytes have a fixed place in the file.
-        for (std::size_t m = 0; m < tensor.mine.size(); ++m)
-          if (static_cast<std::size_t>(tensor.mine[m].shard) == k && !tensor.mine[m].data.empty())
-            save.writes.push_back({h5::file_offset(ds), t, m});
-      }
-    }
-    h5::Handle tr = h5::create_group(file, "/train", save.partial);
-    h5::set_attr(tr, "step", progress.step);
-    for (const auto& [key, value] : progress.scalars)
-      std::visit([&, &key = key](auto v) { h5::set_attr(tr, key, v); }, value);
-    if (!snapshot.optimizer_kind.empty()) {
-      h5::Handle o = h5::exists(file, "/optim") ? h5::open_group(file, "/optim", save.partial)
-                                                : h5::create_group(file, "/optim", save.partial);
-      h5::set_attr(o, "kind", snapshot.optimizer_kind);
-      h5::set_attr(o, "steps", snapshot.optimizer_steps);
-      for (const auto& [name, value] : snapshot.optimizer_hyperparameters) h5::set_attr(o, name, value);
-    }
+    save.writes = write_objects(file, objects, snapshot, save.partial);
   } catch (const std::exception& e) {
     error = e.what();
   }

@@ -30,10 +30,7 @@
 // them; replicated parameters are written by tp rank 0. Each group's `placements` attribute records the
 // DTensor-style placements ("tp: Shard(1), dp_shard: Shard(0)"). A load reads whole rows and keeps its columns.
 #include "fsdpp/ckpt/state_dict.hpp"
-#include "fsdpp/config/deck.hpp"
-#include "fsdpp/data/sampler.hpp"
-#include "fsdpp/nn/parameter.hpp"
-#include "fsdpp/optim/optimizer.hpp"
+#include "fsdpp/config/deck_enums.hpp"
 
 #include <mpi.h>
 
@@ -44,6 +41,9 @@
 #include <vector>
 
 namespace fsdpp {
+
+class Optimizer;
+class Parameter;
 
 // 2: /meta carries layout_xxh64. Version 1 files (no digest) still load, after the structural checks.
 inline constexpr std::int64_t kCheckpointFormatVersion = 2;

@@ -9,7 +9,7 @@
 //   either mode   with checkpoints of which none checks out is an error listing each file and why (nothing is
 //                 loaded, nothing deleted).
 // The scan checks metadata only; load_checkpoint then verifies every shard's checksum as it reads.
-#include "fsdpp/config/deck.hpp"
+#include "fsdpp/config/deck_enums.hpp"
 
 #include <mpi.h>
 

@@ -1,6 +1,8 @@
 #pragma once
 // Internal to lib/fsdpp/ckpt (save and load): which tensors a checkpoint holds and how their rows split.
 #include "fsdpp/ckpt/checkpoint.hpp"
+#include "fsdpp/nn/parameter.hpp"
+#include "fsdpp/optim/optimizer.hpp"
 
 #include <fmt/format.h>
 #include <xxhash.h>

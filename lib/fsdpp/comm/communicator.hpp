@@ -10,6 +10,7 @@
 //                   In place when send == recv + rank() * count.
 //   reduce_scatter: send [n * count] -> recv [count], block rank() of the reduction over ranks.
 //   all_reduce:     buf [count], in place.   broadcast: buf [count], in place, from `root`.
+#include "fsdpp/tensor/bf16.hpp"
 #include "fsdpp/tensor/dtype.hpp"
 
 #include <cstddef>

@@ -1,5 +1,6 @@
 #include "fsdpp/comm/nccl_communicator.hpp"
 
+#include "fsdpp/runtime/build_info.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <fmt/format.h>
@@ -161,32 +162,7 @@ void require_device_memory(const void* ptr, std::size_t count, const char* op, c
               op, what);
 }
 
-std::string decode_nccl_version(int code) {
-  // 2.9 changed the encoding from major*1000 + minor*100 + patch to major*10000 + minor*100 + patch.
-  const int major = code >= 10000 ? code / 10000 : code / 1000;
-  const int minor = code >= 10000 ? code % 10000 / 100 : code % 1000 / 100;
-  return fmt::format("{}.{}.{}", major, minor, code % 100);
-}
-
-std::string runtime_nccl_version() {
-  int code = 0;
-  return ncclGetVersion(&code) == ncclSuccess ? decode_nccl_version(code) : "unknown";
-}
-
-std::string decode_cuda_version(int code) { return fmt::format("{}.{}", code / 1000, code % 1000 / 10); }
-
 }  // namespace
-
-std::string nccl_version_string() {
-  int runtime = 0;
-  int driver = 0;
-  const bool have_runtime = cudaRuntimeGetVersion(&runtime) == cudaSuccess;
-  const bool have_driver = cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0;
-  cudaGetLastError();  // a missing driver must not poison later CUDA calls
-  return fmt::format("NCCL {} (CUDA runtime {}, {})", runtime_nccl_version(),
-                     have_runtime ? decode_cuda_version(runtime) : "unknown",
-                     have_driver ? "driver " + decode_cuda_version(driver) : std::string("no CUDA driver"));
-}
 
 NcclCommunicator::NcclCommunicator(MPI_Comm group) {
   int devices = 0;
@@ -250,7 +226,7 @@ void NcclCommunicator::release() noexcept {
 }
 
 std::string NcclCommunicator::describe() const {
-  return fmt::format("nccl (size {}, NCCL {})", size_, runtime_nccl_version());
+  return fmt::format("nccl (size {}, NCCL {})", size_, nccl_library_version());
 }
 
 template <class Enqueue> WorkHandle NcclCommunicator::launch(Enqueue&& enqueue) {

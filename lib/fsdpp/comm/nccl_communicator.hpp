@@ -23,9 +23,6 @@
 
 namespace fsdpp {
 
-// "NCCL 2.28.9 (CUDA runtime 13.0, driver 13.0)". Safe to call without a GPU or driver.
-std::string nccl_version_string();
-
 class NcclCommunicator final : public Communicator {
  public:
   // Collective over `group`, which stays owned by the caller. The current CUDA device must already be set.

@@ -7,8 +7,10 @@
 // same UsageError (printed once by rank 0, docs/stack-notes.md §1.5).
 //
 // The schema lives in one table (deck_schema.cpp); adding a key there adds it to parsing, unknown-key
-// detection, the help text and the resolved-deck echo at once.
-#include "fsdpp/mesh/device_mesh.hpp"
+// detection, the help text and the resolved-deck echo at once. The rules that tie keys together (divisibility,
+// head sizes, strategy and mesh combinations, batch splits) are functions of their own (deck_rules.hpp), which
+// parse_deck, parallelize and the models call alike.
+#include "fsdpp/config/deck_enums.hpp"
 #include "fsdpp/nn/attention_kind.hpp"
 #include "fsdpp/tensor/dtype.hpp"
 #include "fsdpp/tensor/matmul.hpp"
@@ -19,20 +21,6 @@
 #include <vector>
 
 namespace fsdpp {
-
-enum class ModelArch { gpt2, llama, qwen2 };  // qwen2: Llama's block with q/k/v biases
-enum class OptimizerKind { adamw, sgd };
-enum class ScheduleKind { constant, cosine };
-enum class DataFormat { automatic, gpt2, uint16, uint32 };
-enum class DataOrder { shuffled, sequential };
-enum class ShardStrategy { full_shard, hybrid_shard, shard_grad_op, no_shard };
-enum class OffloadPolicy { none, cpu };
-enum class GradAccumulation { unsharded, sharded };
-enum class ResumeMode { off, on, automatic, path };
-enum class CommBackendChoice { automatic, mpi, nccl };  // automatic: NCCL when Kokkos computes on a GPU
-enum class CheckpointOnError { abort, keep_going };  // deck names: abort | continue
-enum class NonFinitePolicy { abort, skip };
-enum class MatmulPrecisionChoice { automatic, f32, bf16 };  // automatic: bf16 GEMMs when fsdp.param_dtype is bf16  // what a step with a NaN/Inf loss or gradient norm does
 
 // FSDP2's reshard_after_forward: None | bool | int. "automatic" is None: true for every group but the root.
 struct ReshardAfterForward {
@@ -147,9 +135,6 @@ struct MeshConfig {
   // Sequence parallelism (Megatron-SP): between the tensor-parallel regions the B*T token rows are split over
   // tp (norms, residual adds and the block outputs hold 1/tp of them); all-gather before, reduce-scatter after.
   bool tp_sequence_parallel = false;
-  // Present data-parallel dimensions, outermost first (dp_replicate, dp_shard), as DeviceMesh takes them; tp,
-  // when above 1, goes after them (parallel/parallelize.cpp).
-  std::vector<MeshDim> dims() const;
 };
 
 // The precision of every float GEMM (tensor/matmul.hpp); master weights, gradient reduction and optimizer
@@ -208,24 +193,7 @@ std::vector<std::string> deck_keys();
 // (Llama 3 8B: C 4096, 1.3, 1024 -> 14336; Llama 3.2 1B: C 2048, 1.5, 256 -> 8192).
 int llama_ffn_hidden(int n_embd, double multiplier, int multiple_of);
 
-// Micro-batches each rank runs per optimizer step: global_batch / (micro_batch x dp_size). Known only at
-// launch, so checked here rather than in parse_deck; UsageError when it does not divide.
-int grad_accum_steps(const TrainConfig& train, int dp_size);
-
-std::string_view to_string(ModelArch v);
-std::string_view to_string(AttentionKind v);
-std::string_view to_string(OptimizerKind v);
-std::string_view to_string(ScheduleKind v);
-std::string_view to_string(DataFormat v);
-std::string_view to_string(DataOrder v);
-std::string_view to_string(ShardStrategy v);
-std::string_view to_string(OffloadPolicy v);
-std::string_view to_string(GradAccumulation v);
-std::string_view to_string(ResumeMode v);
-std::string_view to_string(CommBackendChoice v);
-std::string_view to_string(CheckpointOnError v);
-std::string_view to_string(NonFinitePolicy v);
-std::string_view to_string(MatmulPrecisionChoice v);
+std::string_view to_string(AttentionKind v);  // the other enums' names: deck_enums.hpp
 
 // The precision the deck's GEMMs run in: matmul.precision bf16, or auto with fsdp.param_dtype bf16, gives bf16;
 // otherwise tf32 when matmul.tf32 is true, else f32.

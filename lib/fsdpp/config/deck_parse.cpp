@@ -1,6 +1,7 @@
 // Reading a deck: walk every map ourselves, because yaml-cpp 0.7 silently accepts unknown and duplicate keys
 // (docs/stack-notes.md §6.1); then overrides, derived defaults and the checks that involve more than one key.
 #include "fsdpp/config/deck.hpp"
+#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/config/deck_schema.hpp"
 #include "fsdpp/runtime/error.hpp"
 
@@ -58,25 +59,36 @@ const Field* find_field(const std::string& section, const std::string& key) {
   return nullptr;
 }
 
-// " (did you mean 'x'?)" for the known name (of a section when `section` is empty) nearest to `word`.
+// " (did you mean 'x'?)" for the known name (of a section when `section` is empty) nearest to `word`; " (did you
+// mean 'x' or 'y'?)" when that is an ambiguous alias.
 std::string suggestion(const std::string& section, const std::string& word) {
-  std::vector<std::string> names, targets;
+  std::vector<std::string> names;
+  std::vector<std::vector<std::string_view>> targets;
   if (section.empty()) {
-    for (const auto& s : deck_sections()) names.push_back(s.name), targets.push_back(s.name);
+    for (const auto& s : deck_sections()) names.push_back(s.name), targets.push_back({s.name});
   } else {
     for (const auto& f : deck_fields())
-      if (f.section == section) names.push_back(f.key), targets.push_back(f.key);
+      if (f.section == section) names.push_back(f.key), targets.push_back({f.key});
   }
   for (const auto& a : deck_aliases())
-    if (a.section == section) names.emplace_back(a.alias), targets.emplace_back(a.target);
+    if (a.section == section) names.emplace_back(a.alias), targets.push_back(a.targets);
   const std::string best = deck_detail::closest(word, names);
   if (best.empty()) return "";
-  for (std::size_t i = 0; i < names.size(); ++i)
-    if (names[i] == best) return fmt::format(" (did you mean '{}'?)", targets[i]);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (names[i] != best) continue;
+    std::string choices;
+    for (std::size_t t = 0; t < targets[i].size(); ++t)
+      choices += fmt::format("{}'{}'", t == 0 ? "" : t + 1 == targets[i].size() ? " or " : ", ", targets[i][t]);
+    return fmt::format(" (did you mean {}?)", choices);
+  }
   return "";
 }
 
+// An unknown key: an ambiguous alias is refused with what to write instead; anything else gets its nearest name.
 std::string unknown_key(const std::string& section, const std::string& key) {
+  for (const auto& a : deck_aliases())
+    if (a.ambiguous() && a.section == section && a.alias == key)
+      return fmt::format("{}.{} is ambiguous ({}): use {}", section, key, a.ambiguity, a.use);
   return fmt::format("unknown key '{}' in '{}'{}", key, section, suggestion(section, key));
 }
 
@@ -255,7 +267,7 @@ void fill_derived(ParseState& st) {
   if (!st.origins.count("run.output")) d.run.output = "runs/" + d.run.name;
   if (!st.origins.count("checkpoint.dir")) d.checkpoint.dir = d.run.output + "/checkpoints";
   if (!st.origins.count("train.micro_batch")) d.train.micro_batch = d.train.global_batch;
-  if (d.model.arch != ModelArch::gpt2) {
+  if (is_llama_family(d.model.arch)) {
     if (!st.origins.count("model.tie_embeddings")) d.model.tie_embeddings = false;
     if (d.model.arch == ModelArch::qwen2 && !st.origins.count("model.rope_theta")) d.model.rope_theta = 1e6;
     if (d.model.arch == ModelArch::qwen2 && !st.origins.count("model.norm_eps")) d.model.norm_eps = 1e-6;
@@ -265,132 +277,49 @@ void fill_derived(ParseState& st) {
   }
 }
 
-[[noreturn]] void inconsistent(const ParseState& st, std::initializer_list<const char*> paths,
-                               const std::string& message) {
+template <class Keys> [[noreturn]] void inconsistent(const ParseState& st, const Keys& paths, const std::string& message) {
   const Origin* last = nullptr;
-  for (const char* p : paths) {
+  for (const auto& p : paths) {
     const auto found = st.origins.find(p);
     if (found != st.origins.end() && (!last || found->second.rank > last->rank)) last = &found->second;
   }
   reject("{}: {}", last ? last->where : st.file, message);
 }
 
-// The keys only the Llama family reads (deck.hpp), refused in a gpt2 deck rather than silently ignored.
-constexpr const char* kLlamaOnlyKeys[] = {"model.n_kv_head",      "model.ffn_hidden", "model.ffn_multiplier",
-                                          "model.ffn_multiple_of", "model.rope_theta", "model.norm_eps",
-                                          "model.rope_scaling_factor", "model.rope_low_freq_factor",
-                                          "model.rope_high_freq_factor", "model.rope_original_context"};
-
-void check_model(const ParseState& st) {
-  const ModelConfig& m = st.deck.model;
-  if (m.n_embd % m.n_head != 0)
-    inconsistent(st, {"model.n_embd", "model.n_head"},
-                 fmt::format("model.n_embd ({}) must be a multiple of model.n_head ({})", m.n_embd, m.n_head));
-  if (m.arch == ModelArch::gpt2) {
-    for (const char* key : kLlamaOnlyKeys)
-      if (st.origins.count(key))
-        inconsistent(st, {key, "model.arch"},
-                     fmt::format("{} applies to Llama models only, but model.arch is gpt2: remove {} or set "
-                                 "model.arch: llama (or qwen2)", key, key));
-    return;
+// A key the key table marks as read by some architectures only (the Llama family's), set in a deck of another:
+// refused rather than silently ignored.
+void check_architecture_keys(const ParseState& st) {
+  const ModelArch arch = st.deck.model.arch;
+  for (const auto& f : deck_fields()) {
+    if (f.reads(arch) || !st.origins.count(f.path())) continue;
+    std::string archs(to_string(f.archs.front())), others;  // "llama (or qwen2)"
+    for (std::size_t i = 1; i < f.archs.size(); ++i)
+      others += fmt::format("{}{}", i > 1 ? ", " : "", to_string(f.archs[i]));
+    if (!others.empty()) archs += " (or " + others + ")";
+    inconsistent(st, std::vector<std::string>{f.path(), "model.arch"},
+                 fmt::format("{} applies to {} models only, but model.arch is {}: remove {} or set model.arch: {}",
+                             f.path(), f.family, to_string(arch), f.path(), archs));
   }
-  if (m.n_head % m.n_kv_head != 0)
-    inconsistent(st, {"model.n_kv_head", "model.n_head"},
-                 fmt::format("model.n_kv_head ({}) must divide model.n_head ({}): each key/value head serves "
-                             "n_head / n_kv_head query heads", m.n_kv_head, m.n_head));
-  if ((m.n_embd / m.n_head) % 2 != 0)
-    inconsistent(st, {"model.n_embd", "model.n_head"},
-                 fmt::format("the head size model.n_embd / model.n_head ({} / {} = {}) must be even: RoPE rotates "
-                             "channel pairs", m.n_embd, m.n_head, m.n_embd / m.n_head));
-  if (m.rope_scaling_factor < 1)
-    inconsistent(st, {"model.rope_scaling_factor"},
-                 fmt::format("model.rope_scaling_factor ({}) must be at least 1 (1: plain RoPE; Llama 3.1: 8, "
-                             "Llama 3.2: 32)", m.rope_scaling_factor));
-  if (m.rope_scaling_factor != 1 && m.rope_high_freq_factor <= m.rope_low_freq_factor)
-    inconsistent(st, {"model.rope_high_freq_factor", "model.rope_low_freq_factor"},
-                 fmt::format("model.rope_high_freq_factor ({}) must exceed model.rope_low_freq_factor ({}) "
-                             "(Llama 3.1: 4 and 1)", m.rope_high_freq_factor, m.rope_low_freq_factor));
 }
 
-void check_consistency(const ParseState& st) {
+// Every deck-wide rule (deck_rules.hpp), in the order a deck is read: the model, training, then parallelism.
+// The launch-time ones (job size, data-parallel split) wait for a launch.
+void check_rules(const ParseState& st) {
   const Deck& d = st.deck;
-  check_model(st);
-  if (d.train.micro_batch > d.train.global_batch)
-    inconsistent(st, {"train.micro_batch", "train.global_batch"},
-                 fmt::format("train.micro_batch ({}) must be <= train.global_batch ({})", d.train.micro_batch,
-                             d.train.global_batch));
-  if (d.train.global_batch % d.train.micro_batch != 0)
-    inconsistent(st, {"train.micro_batch", "train.global_batch"},
-                 fmt::format("train.global_batch ({}) must be a multiple of train.micro_batch ({})",
-                             d.train.global_batch, d.train.micro_batch));
-  if (d.schedule.min_lr > d.optim.lr)
-    inconsistent(st, {"schedule.min_lr", "optim.lr"},
-                 fmt::format("schedule.min_lr ({}) must be <= optim.lr ({})", d.schedule.min_lr, d.optim.lr));
-  if (d.schedule.warmup_steps > d.train.steps)
-    inconsistent(st, {"schedule.warmup_steps", "train.steps"},
-                 fmt::format("schedule.warmup_steps ({}) must be <= train.steps ({})", d.schedule.warmup_steps,
-                             d.train.steps));
-  if (d.train.eval_interval > 0 && d.data.val_fraction == 0.0)
-    inconsistent(st, {"train.eval_interval", "data.val_fraction"},
-                 fmt::format("train.eval_interval ({}) needs held-out data: set data.val_fraction > 0, or "
-                             "train.eval_interval: 0",
-                             d.train.eval_interval));
-  if (d.mesh.dp_replicate == -1 && d.mesh.dp_shard == -1)
-    inconsistent(st, {"mesh.dp_replicate", "mesh.dp_shard"},
-                 "mesh.dp_replicate and mesh.dp_shard are both -1, but only one size can be inferred from the job "
-                 "size (mesh.dp_shard is -1 unless set)");
-  if (d.fsdp.strategy == ShardStrategy::hybrid_shard && d.mesh.dp_replicate == 0)
-    inconsistent(st, {"fsdp.strategy", "mesh.dp_shard"},
-                 "fsdp.strategy hybrid_shard needs a mesh.dp_replicate dimension, e.g. mesh: {dp_replicate: 2, "
-                 "dp_shard: -1}");
-  if (d.mesh.tp_sequence_parallel && d.mesh.tp == 1)
-    inconsistent(st, {"mesh.tp_sequence_parallel", "mesh.tp"},
-                 "mesh.tp_sequence_parallel splits tokens over the tensor-parallel ranks, but mesh.tp is 1: set "
-                 "mesh.tp > 1, or remove mesh.tp_sequence_parallel");
-  if (d.mesh.tp > 1 && d.mesh.tp_sequence_parallel &&
-      (std::int64_t{d.train.micro_batch} * d.model.context_length) % d.mesh.tp != 0)
-    inconsistent(st, {"mesh.tp_sequence_parallel", "mesh.tp"},
-                 fmt::format("mesh.tp_sequence_parallel splits a micro-batch's train.micro_batch x "
-                             "model.context_length = {} x {} = {} tokens over mesh.tp = {} ranks: make it a multiple "
-                             "of {}", d.train.micro_batch, d.model.context_length,
-                             std::int64_t{d.train.micro_batch} * d.model.context_length, d.mesh.tp, d.mesh.tp));
-  if (d.mesh.tp > 1) {
-    const bool llama = d.model.arch != ModelArch::gpt2;
-    if (d.model.n_head % d.mesh.tp != 0 || (llama && d.model.n_kv_head % d.mesh.tp != 0))
-      inconsistent(st, {"mesh.tp", llama ? "model.n_kv_head" : "model.n_head"},
-                   llama ? fmt::format("mesh.tp ({}) must divide model.n_head ({}) and model.n_kv_head ({}): each "
-                                       "tensor-parallel rank computes whole query and key/value heads", d.mesh.tp,
-                                       d.model.n_head, d.model.n_kv_head)
-                         : fmt::format("mesh.tp ({}) must divide model.n_head ({}): each tensor-parallel rank "
-                                       "computes whole attention heads", d.mesh.tp, d.model.n_head));
-    else if (llama && d.model.ffn_hidden % d.mesh.tp != 0)
-      inconsistent(st, {"mesh.tp", "model.ffn_hidden"},
-                   fmt::format("mesh.tp ({}) must divide the MLP width model.ffn_hidden ({}); set model.ffn_hidden "
-                               "(or model.ffn_multiple_of) to a multiple of {}", d.mesh.tp, d.model.ffn_hidden,
-                               d.mesh.tp));
-    else if (std::int64_t{d.mesh.tp - 1} * ((d.model.vocab_size + d.mesh.tp - 1) / d.mesh.tp) >= d.model.vocab_size)
-      inconsistent(st, {"mesh.tp", "model.vocab_size"},
-                   fmt::format("mesh.tp ({}) splits model.vocab_size ({}) like torch.chunk, which leaves the last "
-                               "tensor-parallel rank no vocabulary rows; use a smaller mesh.tp", d.mesh.tp,
-                               d.model.vocab_size));
-    if (d.fsdp.strategy == ShardStrategy::no_shard)
-      inconsistent(st, {"mesh.tp", "fsdp.strategy"},
-                   "fsdp.strategy no_shard lays its own mesh over every rank; combine mesh.tp with full_shard, "
-                   "shard_grad_op or hybrid_shard");
+  check_architecture_keys(st);
+  try {
+    check_model_shape(d.model);
+    check_batch(d.train);
+    check_schedule(d.schedule, d.optim, d.train);
+    check_evaluation(d.train, d.data);
+    check_parallel_strategy(d.fsdp, d.mesh);
+    check_tensor_parallel(d.model, d.mesh.tp);
+    if (d.mesh.tp_sequence_parallel)
+      check_sequence_parallel_tokens(d.train.micro_batch, d.model.context_length, d.mesh.tp);
+    check_activation_checkpointing(d.train.activation_checkpointing, d.model.n_layer);
+  } catch (const DeckRuleError& e) {
+    inconsistent(st, e.keys(), e.what());
   }
-  const ActivationCheckpointing& ac = d.train.activation_checkpointing;
-  if (ac.kind == ActivationCheckpointing::Kind::every && ac.every > d.model.n_layer)
-    inconsistent(st, {"train.activation_checkpointing", "model.n_layer"},
-                 fmt::format("train.activation_checkpointing every_{} checkpoints blocks h.{}, h.{}, ..., but the "
-                             "model has only {} (model.n_layer): none would be; use every_<k> with k <= {}, or full",
-                             ac.every, ac.every - 1, 2 * ac.every - 1, d.model.n_layer, d.model.n_layer));
-  const auto reshard = d.fsdp.reshard_after_forward.kind;
-  const bool reshards = reshard == ReshardAfterForward::Kind::yes || reshard == ReshardAfterForward::Kind::group;
-  if (reshards && (d.fsdp.strategy == ShardStrategy::shard_grad_op || d.fsdp.strategy == ShardStrategy::no_shard))
-    inconsistent(st, {"fsdp.strategy", "fsdp.reshard_after_forward"},
-                 fmt::format("fsdp.reshard_after_forward ({}) contradicts fsdp.strategy {}, which keeps parameters "
-                             "unsharded after forward; leave it auto or set false",
-                             to_string(d.fsdp.reshard_after_forward), to_string(d.fsdp.strategy)));
 }
 
 }  // namespace
@@ -402,18 +331,8 @@ Deck parse_deck(const std::string& yaml_text, const std::string& file_name, cons
   for (std::size_t i = 0; i < overrides.size(); ++i) apply_override(st, overrides[i], i);
   check_required(st);
   fill_derived(st);
-  check_consistency(st);
+  check_rules(st);
   return st.deck;
-}
-
-int grad_accum_steps(const TrainConfig& train, int dp_size) {
-  FSDPP_REQUIRE(dp_size >= 1, "grad_accum_steps: data-parallel size must be >= 1, got {}", dp_size);
-  const std::int64_t per_pass = std::int64_t{train.micro_batch} * dp_size;
-  FSDPP_REQUIRE(train.global_batch % per_pass == 0,
-                "train.global_batch ({}) must be a multiple of train.micro_batch ({}) x {} data-parallel ranks = {}; "
-                "change train.global_batch or train.micro_batch, or the number of ranks",
-                train.global_batch, train.micro_batch, dp_size, per_pass);
-  return static_cast<int>(train.global_batch / per_pass);
 }
 
 }  // namespace fsdpp

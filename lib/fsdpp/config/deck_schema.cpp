@@ -273,11 +273,14 @@ Field mesh_dim(std::string_view path, int MeshConfig::*member, std::string doc) 
   return f;
 }
 
-// A key only the Llama family (llama, qwen2) reads: left out of a gpt2 deck's echo (so the echo parses back), its
-// default documented.
+// A key only the Llama family (llama, qwen2) reads: refused in a gpt2 deck (deck_parse.cpp), left out of its
+// echo (so the echo parses back), its default documented. The one list of which architectures read which keys.
 Field llama_only(Field f, std::string default_doc) {
+  for (const auto& arch : kArchs)
+    if (is_llama_family(arch.value)) f.archs.push_back(arch.value);
+  f.family = "Llama";
   const auto get = f.get;
-  f.get = [get](const Deck& d) { return d.model.arch != ModelArch::gpt2 ? get(d) : std::string(); };
+  f.get = [get](const Deck& d) { return is_llama_family(d.model.arch) ? get(d) : std::string(); };
   f.default_doc = std::move(default_doc);
   return f;
 }
@@ -497,23 +500,31 @@ const std::vector<Field>& deck_fields() {
 
 const std::vector<Alias>& deck_aliases() {
   static const std::vector<Alias> aliases = {
-      {"", "optimizer", "optim"},        {"", "training", "train"},
-      {"", "logging", "log"},            {"", "scheduler", "schedule"},
-      {"", "lr_schedule", "schedule"},   {"", "ckpt", "checkpoint"},
-      {"run", "output_dir", "output"},   {"run", "out_dir", "output"},
-      {"model", "block_size", "context_length"}, {"model", "n_ctx", "context_length"},
-      {"model", "seq_len", "context_length"},    {"model", "n_positions", "context_length"},
-      {"model", "d_model", "n_embd"},    {"model", "hidden_size", "n_embd"},
-      {"model", "num_layers", "n_layer"}, {"model", "num_heads", "n_head"},
-      {"data", "path", "source"},        {"data", "file", "source"},
-      {"optim", "learning_rate", "lr"},  {"optim", "optimizer", "name"},
-      {"optim", "epsilon", "eps"},       {"schedule", "warmup", "warmup_steps"},
-      {"schedule", "lr_min", "min_lr"},  {"schedule", "type", "kind"},
-      {"train", "batch_size", "global_batch"}, {"train", "max_steps", "steps"},
-      {"train", "micro_batch_size", "micro_batch"}, {"train", "clip_grad_norm", "grad_clip"},
-      {"train", "max_norm", "grad_clip"}, {"log", "log_interval", "interval"},
-      {"fsdp", "sharding_strategy", "strategy"}, {"fsdp", "cpu_offload", "offload"},
-      {"checkpoint", "path", "dir"},     {"checkpoint", "keep", "keep_last"}};
+      {"", "optimizer", {"optim"}},        {"", "training", {"train"}},
+      {"", "logging", {"log"}},            {"", "scheduler", {"schedule"}},
+      {"", "lr_schedule", {"schedule"}},   {"", "ckpt", {"checkpoint"}},
+      {"run", "output_dir", {"output"}},   {"run", "out_dir", {"output"}},
+      {"model", "block_size", {"context_length"}}, {"model", "n_ctx", {"context_length"}},
+      {"model", "seq_len", {"context_length"}},    {"model", "n_positions", {"context_length"}},
+      {"model", "d_model", {"n_embd"}},    {"model", "hidden_size", {"n_embd"}},
+      {"model", "num_layers", {"n_layer"}}, {"model", "num_heads", {"n_head"}},
+      {"data", "path", {"source"}},        {"data", "file", {"source"}},
+      {"optim", "learning_rate", {"lr"}},  {"optim", "optimizer", {"name"}},
+      {"optim", "epsilon", {"eps"}},       {"schedule", "warmup", {"warmup_steps"}},
+      {"schedule", "lr_min", {"min_lr"}},  {"schedule", "type", {"kind"}},
+      {"train", "max_steps", {"steps"}},   {"train", "global_batch_size", {"global_batch"}},
+      {"train", "micro_batch_size", {"micro_batch"}}, {"train", "local_batch_size", {"micro_batch"}},
+      {"train", "clip_grad_norm", {"grad_clip"}}, {"train", "max_norm", {"grad_clip"}},
+      {"log", "log_interval", {"interval"}},
+      {"fsdp", "sharding_strategy", {"strategy"}}, {"fsdp", "cpu_offload", {"offload"}},
+      {"checkpoint", "keep", {"keep_last"}},
+      // Ambiguous: refused, never mapped to one of ours.
+      {"train", "batch_size", {"global_batch", "micro_batch"}, "per process in nanoGPT and llm.c",
+       "train.global_batch (sequences per optimizer step, all ranks) or train.micro_batch (per rank per forward)"},
+      {"checkpoint", "path", {"dir", "resume", "init_from"},
+       "a folder to save in, or a file to continue or start from, depending on the framework",
+       "checkpoint.dir (the folder saves go to), checkpoint.resume (a checkpoint file to continue a run from) or "
+       "checkpoint.init_from (weights to start a new run from)"}};
   return aliases;
 }
 

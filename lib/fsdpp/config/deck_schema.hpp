@@ -5,6 +5,7 @@
 // includes none of yaml-cpp's.
 #include "fsdpp/config/deck.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -33,17 +34,32 @@ struct Field {
   std::function<void(Deck&, const YAML::Node& value, const std::string& where)> set;
   // The value as YAML text for the echo; empty to leave the key out (an absent mesh dimension).
   std::function<std::string(const Deck&)> get;
+  // The architectures that read the key (the Llama family's model.* keys), named together as `family` ("Llama");
+  // empty: every architecture. parse_deck refuses the key in a deck of another architecture, and the echo
+  // leaves it out there.
+  std::vector<ModelArch> archs;
+  std::string family;
 
   std::string path() const { return section + "." + key; }
+  bool reads(ModelArch arch) const {
+    return archs.empty() || std::find(archs.begin(), archs.end(), arch) != archs.end();
+  }
 };
 
 const std::vector<Section>& deck_sections();
 const std::vector<Field>& deck_fields();
 
 // Names other frameworks use for our keys and sections, so that "did you mean" can point from them to ours:
-// {"train", "batch_size", "global_batch"}; an empty section means a top-level section name.
+// {"model", "block_size", {"context_length"}}; an empty section means a top-level section name. A name that
+// means different things in different frameworks (train.batch_size: per process in nanoGPT and llm.c, per
+// job here) is ambiguous: it is refused with `ambiguity` and `use` instead of being mapped to one key, and a
+// near miss of it is pointed at every key it may mean.
 struct Alias {
-  std::string_view section, alias, target;
+  std::string_view section, alias;
+  std::vector<std::string_view> targets;  // ours: one name, or each key an ambiguous alias may mean
+  std::string_view ambiguity = {};        // why the name cannot be mapped: "per process in nanoGPT and llm.c"
+  std::string_view use = {};              // what to write instead, each key with its meaning
+  bool ambiguous() const { return !ambiguity.empty(); }
 };
 const std::vector<Alias>& deck_aliases();
 

@@ -86,13 +86,6 @@ std::string to_string(const ActivationCheckpointing& v) {
   return "?";
 }
 
-std::vector<MeshDim> MeshConfig::dims() const {
-  std::vector<MeshDim> out;
-  if (dp_replicate != 0) out.push_back({"dp_replicate", dp_replicate});
-  if (dp_shard != 0) out.push_back({"dp_shard", dp_shard});
-  return out;
-}
-
 namespace deck_detail {
 
 namespace {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/data/random.hpp"
 #include "fsdpp/runtime/error.hpp"
 
@@ -106,21 +107,9 @@ void WindowSampler::set_state(const SamplerState& state) {
   next_step_ = state.next_step;
 }
 
-std::int64_t accumulation_steps(std::int64_t global_batch, std::int64_t micro_batch, int dp_size) {
-  FSDPP_REQUIRE(global_batch >= 1 && micro_batch >= 1 && dp_size >= 1,
-                "train.global_batch ({}), train.micro_batch ({}) and the data-parallel size ({}) must be positive",
-                global_batch, micro_batch, dp_size);
-  const std::int64_t per_pass = micro_batch * dp_size;
-  FSDPP_REQUIRE(global_batch % per_pass == 0,
-                "train.global_batch ({}) must be a multiple of train.micro_batch ({}) x data-parallel size ({}) = {}; "
-                "change train.global_batch or train.micro_batch, or run on a different number of ranks",
-                global_batch, micro_batch, dp_size, per_pass);
-  return global_batch / per_pass;
-}
-
 std::int64_t micro_batch_first_sequence(std::int64_t global_batch, std::int64_t micro_batch, int dp_size,
                                         int dp_rank, std::int64_t micro_step) {
-  const std::int64_t accum = accumulation_steps(global_batch, micro_batch, dp_size);
+  const std::int64_t accum = grad_accum_steps(global_batch, micro_batch, dp_size);
   FSDPP_REQUIRE(dp_rank >= 0 && dp_rank < dp_size, "data-parallel rank {} is outside 0..{}", dp_rank, dp_size - 1);
   FSDPP_REQUIRE(micro_step >= 0 && micro_step < accum, "micro-step {} is outside 0..{}", micro_step, accum - 1);
   return dp_rank * (global_batch / dp_size) + micro_step * micro_batch;

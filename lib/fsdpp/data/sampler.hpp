@@ -91,12 +91,9 @@ class WindowSampler {
   SampleOrder order_ = SampleOrder::shuffled;
 };
 
-// Gradient-accumulation steps per optimizer step: global_batch / (micro_batch * dp_size). UsageError when that
-// does not divide, naming the deck keys.
-std::int64_t accumulation_steps(std::int64_t global_batch, std::int64_t micro_batch, int dp_size);
-
 // The first sequence (within its global batch) of micro-step `micro_step` on data-parallel rank `dp_rank`: the
-// rank owns the contiguous block [dp_rank * G/R, (dp_rank+1) * G/R) and walks it micro_batch at a time.
+// rank owns the contiguous block [dp_rank * G/R, (dp_rank+1) * G/R) and walks it micro_batch at a time, in
+// grad_accum_steps (config/deck_rules.hpp: the deck's batch split, a DeckRuleError when it does not divide).
 std::int64_t micro_batch_first_sequence(std::int64_t global_batch, std::int64_t micro_batch, int dp_size,
                                         int dp_rank, std::int64_t micro_step);
 

@@ -1,5 +1,6 @@
 #include "fsdpp/fsdp/fully_shard.hpp"
 
+#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
 
@@ -39,14 +40,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-ShardPlacement place(const Parameter& p, int ranks, int rank, const std::string& mesh) {
+ShardPlacement place(const Parameter& p, int ranks, int rank, const DeviceMesh& mesh) {
   ShardPlacement s;
   s.ranks = ranks;
   s.rank = rank;
   s.chunk_rows = chunk_rows(p.rows(), ranks);
   s.offset_rows = std::min<std::int64_t>(rank * s.chunk_rows, p.rows());
   s.local_rows = std::clamp<std::int64_t>(p.rows() - rank * s.chunk_rows, 0, s.chunk_rows);
-  s.mesh = mesh;
+  for (int d = 0; d < mesh.ndim(); ++d) s.mesh_dims.push_back({mesh.name(d), mesh.dim_size(d)});
+  s.mesh = mesh.describe();
   return s;
 }
 
@@ -105,8 +107,7 @@ FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions o
   shard_is_whole_ = ranks_ == 1 && options_.mp_policy.param_dtype == DType::f32 && !options_.offload_policy.cpu;
 
   if (const int k = options_.reshard_after_forward_ranks; k > 0) {
-    FSDPP_REQUIRE(ranks_ % k == 0, "fully_shard({}): reshard_after_forward = {} must divide the {} ranks of the shard "
-                  "group", module.display_name(), k, ranks_);
+    check_reshard_after_forward_group(k, ranks_);  // the deck's rule (parallel_layout ran it before the mesh)
     if (k == 1) options_.reshard_after_forward = false;
     else if (k == ranks_) options_.reshard_after_forward = true;
     else {
@@ -122,10 +123,9 @@ FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions o
     if (!p->placement()) params_.push_back(p);  // parameters of sharded descendants belong to their groups
   FSDPP_REQUIRE(!params_.empty(), "fully_shard({}): every parameter of this module already belongs to a sharded "
                 "submodule; nothing is left to shard", module.display_name());
-  const std::string mesh_name = mesh.describe();
   for (Parameter* p : params_) {
     const bool materialized = !p->is_meta() && p->value().extent(0) > 0;
-    ShardPlacement placement = place(*p, ranks_, rank_, mesh_name);
+    ShardPlacement placement = place(*p, ranks_, rank_, mesh);
     placement.offloaded = options_.offload_policy.cpu;
     placement.memory = options_.offload_policy.cpu ? (options_.offload_policy.pin_memory ? "host (pinned)" : "host")
                                                    : std::string(MemSpace::name());

@@ -44,6 +44,7 @@ void forward(CausalLM& model, KvCache& cache, Rows& rows, DecodeStep& step) {
 }  // namespace
 
 Deck generation_layout(Deck deck, int ranks) {
+  deck = forward_only(std::move(deck));  // no backward: training's reshard group does not apply
   deck.fsdp.strategy = ShardStrategy::full_shard;
   deck.fsdp.offload = OffloadPolicy::none;
   deck.mesh.dp_replicate = 0;  // absent

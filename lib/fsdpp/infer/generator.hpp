@@ -31,7 +31,7 @@ struct Generation {
 
 // The layout generation runs a deck's model on, whatever it was trained on: every one of `ranks` ranks one
 // tensor-parallel rank of one replica (mesh.tp = ranks; full_shard over a data-parallel group of one, no sequence
-// parallelism, no offload).
+// parallelism, no offload, reshard_after_forward auto: the training schedule's options do not apply).
 Deck generation_layout(Deck deck, int ranks);
 
 // What generating `sequences` of up to `capacity` tokens takes per rank, by category (fsdpp plan --generate).

@@ -24,6 +24,12 @@ struct InitRule {
 // How an optimizer treats a parameter by default (AdamW decays only matrices that are not embeddings).
 enum class ParamRole { weight, bias, norm, embedding };
 
+// A dimension of the device mesh a placement refers to, by name and size (DeviceMesh's MeshDim, as data).
+struct PlacementDim {
+  std::string name;  // "dp_shard", "dp_replicate", "tp"
+  int size = 1;
+};
+
 // Where a parameter sharded by fully_shard lives: rows split along dim 0 like torch.chunk. Every rank keeps a
 // padded buffer of chunk_rows rows; the first local_rows of them are real, starting at global row offset_rows.
 struct ShardPlacement {
@@ -32,7 +38,10 @@ struct ShardPlacement {
   std::int64_t chunk_rows = 0;   // ceil(rows / ranks): the padded rows every rank stores
   std::int64_t offset_rows = 0;  // min(rank * chunk_rows, rows)
   std::int64_t local_rows = 0;   // real rows here: chunk_rows, fewer on the last ranks, or 0
-  std::string mesh;              // the shard mesh, for messages ("dp_shard=4")
+  // The mesh fully_shard was given, outermost first: rows are split over the last dimension (DTensor's
+  // Shard(0)) and replicated over any before it (HSDP's dp_replicate: Replicate()).
+  std::vector<PlacementDim> mesh_dims;
+  std::string mesh;              // the same mesh, for messages ("dp_shard=4 (4 ranks, mpi)")
   bool offloaded = false;        // CPU offload: the shard, its gradient and optimizer state live in host memory
   std::string memory;            // where the shard lives: "Host", "Cuda", "host (pinned)", ...
 };
@@ -47,6 +56,7 @@ struct TensorParallelPlacement {
   int dim = 0;
   int ranks = 1, rank = 0;
   int blocks = 1;
+  std::string mesh_dim = "tp";   // the mesh dimension the split is over (TensorParallelGroup's)
   std::string describe() const;  // "Shard(0)", "Shard(1)", "StridedShard(0, blocks=3)"
 };
 

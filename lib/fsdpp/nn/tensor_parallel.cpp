@@ -1,5 +1,6 @@
 #include "fsdpp/nn/tensor_parallel.hpp"
 
+#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/nn/kernels/residual.hpp"
 #include "fsdpp/nn/kernels/vocab_parallel.hpp"
 #include "fsdpp/nn/language_model.hpp"
@@ -11,8 +12,10 @@
 
 namespace fsdpp {
 
-TensorParallelGroup::TensorParallelGroup(int ranks, int rank, Communicator* comm, bool sequence_parallel)
-    : ranks_(ranks), rank_(rank), sequence_parallel_(sequence_parallel && ranks > 1), comm_(comm) {
+TensorParallelGroup::TensorParallelGroup(int ranks, int rank, Communicator* comm, bool sequence_parallel,
+                                         std::string mesh_dim)
+    : ranks_(ranks), rank_(rank), sequence_parallel_(sequence_parallel && ranks > 1), mesh_dim_(std::move(mesh_dim)),
+      comm_(comm) {
   FSDPP_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "tensor-parallel rank {} of {}", rank, ranks);
   FSDPP_CHECK(ranks == 1 || comm != nullptr, "a tensor-parallel group of {} ranks needs a communicator", ranks);
 }
@@ -107,10 +110,7 @@ std::vector<View1<float>> TensorParallelGroup::norm_gradients(const std::vector<
   return out;
 }
 
-void TensorParallelGroup::require_vocabulary_rows(int V) const {
-  FSDPP_REQUIRE(std::int64_t{ranks_ - 1} * chunk_rows(V, ranks_) < V, "mesh.tp ({}) leaves the last tensor-parallel "
-                "rank no rows of model.vocab_size ({}); use a smaller mesh.tp", ranks_, V);
-}
+void TensorParallelGroup::require_vocabulary_rows(int V) const { check_vocabulary_split(V, ranks_); }
 
 int TensorParallelGroup::vocab_offset(int V) const {
   return static_cast<int>(std::min<std::int64_t>(rank_ * chunk_rows(V, ranks_), V));

@@ -23,6 +23,7 @@
 #include "fsdpp/tensor/types.hpp"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace fsdpp {
@@ -38,8 +39,10 @@ struct TensorParallelStats {
 class TensorParallelGroup {
  public:
   TensorParallelGroup() = default;  // one rank: no tensor parallelism
-  // `comm` may refuse to communicate (a planning mesh): the model is then only shaped, never run.
-  TensorParallelGroup(int ranks, int rank, Communicator* comm, bool sequence_parallel = false);
+  // `comm` may refuse to communicate (a planning mesh): the model is then only shaped, never run. `mesh_dim`:
+  // the name of the mesh dimension the group is, which every placement it makes records.
+  TensorParallelGroup(int ranks, int rank, Communicator* comm, bool sequence_parallel = false,
+                      std::string mesh_dim = "tp");
 
   int ranks() const { return ranks_; }
   int rank() const { return rank_; }
@@ -49,7 +52,8 @@ class TensorParallelGroup {
   int local_rows(int N) const { return sequence_parallel_ ? N / ranks_ : N; }
   // Elements [rank * count, (rank + 1) * count) of buf: this rank's block of a gathered or scattered buffer.
   View1<float> own_block(const View1<float>& buf, std::size_t count) const;
-  TensorParallelPlacement shard(int dim, int blocks = 1) const { return {dim, ranks_, rank_, blocks}; }
+  TensorParallelPlacement shard(int dim, int blocks = 1) const { return {dim, ranks_, rank_, blocks, mesh_dim_}; }
+  const std::string& mesh_dim() const { return mesh_dim_; }
 
   // buf[0, count) reduced over the tp ranks, in place (sum or max). Counted in stats().
   void all_reduce(const View1<float>& buf, std::size_t count, ReduceOp op);
@@ -78,7 +82,8 @@ class TensorParallelGroup {
   std::vector<View1<float>> norm_gradients(const std::vector<Parameter*>& norms, const View1<float>& partial,
                                            int first_slot) const;
 
-  // UsageError unless splitting `V` rows like torch.chunk leaves every tp rank some (the models' check).
+  // The deck's rule check_vocabulary_split (config/deck_rules.hpp) on this group: a DeckRuleError unless
+  // splitting `V` rows like torch.chunk leaves every tp rank some.
   void require_vocabulary_rows(int V) const;
 
   // The vocabulary: this rank's rows of a (V, C) embedding or LM head start at vocab_offset (torch.chunk).
@@ -98,6 +103,7 @@ class TensorParallelGroup {
 
   int ranks_ = 1, rank_ = 0;
   bool sequence_parallel_ = false;
+  std::string mesh_dim_ = "tp";
   Communicator* comm_ = nullptr;
   TensorParallelStats stats_;
 };

@@ -1,6 +1,7 @@
 #include "fsdpp/parallel/parallelize.hpp"
 
 #include "fsdpp/comm/make_communicator.hpp"
+#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <fmt/format.h>
@@ -27,39 +28,39 @@ CommBackend choose_backend(CommBackendChoice choice) {
   return CommBackend::mpi;
 }
 
+namespace {
+
+// The data-parallel dimensions the deck sets, outermost first (dp_replicate, dp_shard), as DeviceMesh takes them.
+std::vector<MeshDim> data_parallel_dims(const MeshConfig& mesh) {
+  std::vector<MeshDim> out;
+  if (mesh.dp_replicate != 0) out.push_back({"dp_replicate", mesh.dp_replicate});
+  if (mesh.dp_shard != 0) out.push_back({"dp_shard", mesh.dp_shard});
+  return out;
+}
+
+}  // namespace
+
 ParallelLayout parallel_layout(const Deck& deck, int world_size) {
+  // The deck's strategy and mesh rules (parse_deck ran them on a parsed deck; a Deck built in code meets them
+  // here), then the launch's: the job size.
+  check_parallel_strategy(deck.fsdp, deck.mesh);
+  check_job_size(deck.mesh, world_size);
   ParallelLayout layout;
   layout.strategy = deck.fsdp.strategy;
   layout.backend = choose_backend(deck.comm.backend);
-  const std::vector<MeshDim> dims = deck.mesh.dims();
   // Tensor parallelism takes consecutive ranks (the innermost dimension); the data-parallel dimensions are laid
   // over the world / tp groups.
   layout.tp = deck.mesh.tp;
   layout.sequence_parallel = deck.mesh.tp > 1 && deck.mesh.tp_sequence_parallel;
-  FSDPP_REQUIRE(world_size % layout.tp == 0, "mesh.tp is {}, which does not divide the {} ranks of the job: launch a "
-                "multiple of {} ranks, or change mesh.tp", layout.tp, world_size, layout.tp);
-  FSDPP_REQUIRE(layout.tp == 1 || deck.fsdp.strategy != ShardStrategy::no_shard, "mesh.tp combines with "
-                "fsdp.strategy full_shard, shard_grad_op or hybrid_shard, not no_shard");
   world_size /= layout.tp;
-  switch (deck.fsdp.strategy) {
-    case ShardStrategy::no_shard:
-      // DDP: every rank a replica, each parameter "sharded" over a group of one.
-      layout.mesh = resolve_mesh_shape({{"dp_replicate", -1}, {"dp_shard", 1}}, world_size);
-      layout.sync_every_micro_batch = false;
-      layout.loss_scale_ranks = world_size;
-      layout.gradient_divide_factor = 1;
-      break;
-    case ShardStrategy::hybrid_shard:
-      FSDPP_REQUIRE(dims.size() == 2, "fsdp.strategy hybrid_shard needs a 2-D mesh: set mesh.dp_replicate (and "
-                    "mesh.dp_shard)");
-      layout.mesh = resolve_mesh_shape(dims, world_size);
-      break;
-    case ShardStrategy::full_shard:
-    case ShardStrategy::shard_grad_op:
-      FSDPP_REQUIRE(dims.size() == 1, "mesh.dp_replicate is set, which makes a 2-D mesh: use fsdp.strategy "
-                    "hybrid_shard, or remove mesh.dp_replicate");
-      layout.mesh = resolve_mesh_shape(dims, world_size);
-      break;
+  if (deck.fsdp.strategy == ShardStrategy::no_shard) {
+    // DDP: every rank a replica, each parameter "sharded" over a group of one.
+    layout.mesh = resolve_mesh_shape({{"dp_replicate", -1}, {"dp_shard", 1}}, world_size);
+    layout.sync_every_micro_batch = false;
+    layout.loss_scale_ranks = world_size;
+    layout.gradient_divide_factor = 1;
+  } else {
+    layout.mesh = resolve_mesh_shape(data_parallel_dims(deck.mesh), world_size);  // 2-D exactly for hybrid_shard
   }
   if (deck.fsdp.accumulate == GradAccumulation::unsharded) layout.sync_every_micro_batch = false;
   const int shard_ranks = layout.mesh.back().size;  // before tp joins the mesh
@@ -76,8 +77,7 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   else if (raf.kind == ReshardAfterForward::Kind::yes)
     block.reshard_after_forward = true;
   else if (raf.kind == ReshardAfterForward::Kind::group) {
-    FSDPP_REQUIRE(shard_ranks % raf.group_size == 0, "fsdp.reshard_after_forward = {} must divide the {} ranks of the "
-                  "shard group", raf.group_size, shard_ranks);
+    check_reshard_after_forward_group(raf.group_size, shard_ranks);  // here, before any communicator exists
     block.reshard_after_forward_ranks = raf.group_size;
   }
   FullyShardOptions& root = layout.root_options;
@@ -85,6 +85,11 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   root.offload_policy = block.offload_policy;
   if (block.reshard_after_forward == false) root.reshard_after_forward = false;
   return layout;
+}
+
+Deck forward_only(Deck deck) {
+  deck.fsdp.reshard_after_forward = {};
+  return deck;
 }
 
 Parallelism::Parallelism(ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh, MPI_Comm world)
@@ -128,32 +133,6 @@ std::vector<UnitSummary> Parallelism::units() const {
   return out;
 }
 
-std::vector<std::string> Parallelism::banner(const std::string& optimizer_state, int optimizer_state_copies) const {
-  std::int64_t local = 0, largest_unsharded = 0;
-  std::string names;
-  const std::vector<UnitSummary> all = units();
-  for (const UnitSummary& u : all) {
-    local += u.sharded_numel;
-    largest_unsharded = std::max(largest_unsharded, u.unsharded_numel);
-    names += fmt::format("{}{} ({} params)", names.empty() ? "" : ", ", u.name, u.parameters);
-  }
-  const double mib = 4.0 / 1048576.0;  // f32
-  const char* how = layout_.strategy == ShardStrategy::no_shard ? "replicated (no_shard: DDP) over" : "fully_shard over";
-  std::vector<std::string> lines;
-  lines.push_back(fmt::format("{} {}: {} units: {}", how, describe(), all.size(), names));
-  if (layout_.tp > 1)
-    lines.push_back(fmt::format("tensor parallel over tp={} (Megatron: attention split by heads, the MLP column- then "
-                                "row-parallel, vocabulary-parallel embedding and loss{}); fully_shard over {}",
-                                layout_.tp, layout_.sequence_parallel ? "; sequence parallel: norms and residuals "
-                                "hold 1/tp of the tokens" : "", dp_mesh_->describe()));
-  lines.push_back(fmt::format("shards live in {} memory", root_->parameters().front()->placement()->memory));
-  lines.push_back(fmt::format("bytes per rank: parameters {:.2f} MiB, gradients {:.2f} MiB, {} {:.2f} MiB (f32 "
-                              "shards, padded); largest unsharded group {:.2f} MiB", local * mib, local * mib,
-                              optimizer_state, optimizer_state_copies * local * mib, largest_unsharded * mib));
-  if (!ac_summary_.empty()) lines.push_back(ac_summary_);
-  return lines;
-}
-
 int apply_activation_checkpointing(LanguageModel& model, const ActivationCheckpointing& ac) {
   const std::vector<Module*> blocks = model.block_modules();
   for (std::size_t l = 0; l < blocks.size(); ++l) blocks[l]->set_recompute_in_backward(ac.recomputes(static_cast<int>(l)));
@@ -161,24 +140,6 @@ int apply_activation_checkpointing(LanguageModel& model, const ActivationCheckpo
 }
 
 namespace {
-
-// "activation checkpointing: every_2 (h.1, h.3 of 4 blocks recompute in backward): activations 198.1 MiB per
-// micro-batch of 8 instead of 236.1 MiB (38.0 MiB saved)", or empty when no block recomputes.
-std::string activation_checkpointing_summary(const LanguageModel& model, const Deck& deck) {
-  const int recomputing = model.recomputing_blocks();
-  if (recomputing == 0) return {};
-  std::string names;
-  const std::vector<Module*> blocks = model.block_modules();
-  for (const Module* b : blocks)
-    if (b->recomputes_in_backward()) names += (names.empty() ? "" : ", ") + b->path();
-  const int B = deck.train.micro_batch, T = deck.model.context_length;
-  const double with = model.activation_bytes_for(B, T, recomputing) / 1048576.0;
-  const double without = model.activation_bytes_for(B, T, 0) / 1048576.0;
-  return fmt::format("activation checkpointing: {} ({} of {} blocks recompute in backward): activations {:.1f} MiB "
-                     "per micro-batch of {} instead of {:.1f} MiB ({:.1f} MiB saved)",
-                     to_string(deck.train.activation_checkpointing), names, blocks.size(), with, B, without,
-                     without - with);
-}
 
 std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, ParallelLayout layout,
                                    std::unique_ptr<DeviceMesh> mesh, MPI_Comm world) {
@@ -191,12 +152,11 @@ std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, Paral
     const int tp_dim = whole.dim_index("tp");
     model.apply_tensor_parallel(
         std::make_shared<TensorParallelGroup>(whole.dim_size(tp_dim), whole.coordinate(tp_dim), &whole.comm(tp_dim),
-                                              l.sequence_parallel));
+                                              l.sequence_parallel, whole.name(tp_dim)));
   }
   // AC before fully_shard, as torchtitan applies AC before FSDP: recomputation happens inside each block's
   // backward, after fully_shard's pre-backward all-gather.
   apply_activation_checkpointing(model, deck.train.activation_checkpointing);
-  par->set_activation_checkpointing_summary(activation_checkpointing_summary(model, deck));
   for (Module* block : model.block_modules()) fully_shard(*block, par->data_parallel_mesh(), l.block_options);
   FsdpGroup& root = fully_shard(model, par->data_parallel_mesh(), l.root_options);
   if (l.gradient_divide_factor > 0)

@@ -18,7 +18,7 @@
 //     the replicas;
 // and it answers what the rest of training asks of the layout: which ranks take which sequences, the loss
 // scale and when gradients synchronize, the group gradient norms are summed over, which ranks write
-// checkpoint shards, and the bytes per rank the banner reports.
+// checkpoint shards, and the units with their sizes (the run banner, train/step_metrics.cpp, and the plan).
 //
 // `fsdpp plan` calls parallelize_for_planning, the same code over a planning mesh (no MPI, no storage), so
 // nothing else maps deck keys to sharding.
@@ -55,6 +55,11 @@ struct ParallelLayout {
 
 // UsageError, the same on every rank, for a deck that cannot run on `world_size` ranks.
 ParallelLayout parallel_layout(const Deck& deck, int world_size);
+
+// The deck as a model that runs no backward sees it (fsdpp init, eval, generate): fsdp.reshard_after_forward
+// back to auto, so that its group k, which only a backward uses (and which must divide the shard group), does not
+// refuse a launch it does not concern. Training's other options are kept.
+Deck forward_only(Deck deck);
 
 // The communicator backend `comm.backend` asks for on this build (UsageError for nccl on a host build).
 CommBackend choose_backend(CommBackendChoice choice);
@@ -102,10 +107,6 @@ class Parallelism {
 
   // The units fully_shard made, blocks first and the root last (the order of the banner and the plan).
   std::vector<UnitSummary> units() const;
-  std::vector<std::string> banner(const std::string& optimizer_state, int optimizer_state_copies) const;
-
-  // "activation checkpointing: ..." for the banner: which blocks, and the activation bytes it saves.
-  void set_activation_checkpointing_summary(std::string line) { ac_summary_ = std::move(line); }
 
   void attach(Module& model, FsdpGroup& root) {
     model_ = &model;
@@ -119,7 +120,6 @@ class Parallelism {
   std::unique_ptr<MpiCommunicator> host_world_;  // host scalars; null on a planning mesh
   Module* model_ = nullptr;
   FsdpGroup* root_ = nullptr;
-  std::string ac_summary_;  // empty: no activation checkpointing
 };
 
 // Sets recompute_in_backward on the blocks `ac` names (module.hpp, "Activation checkpointing"); returns how many.

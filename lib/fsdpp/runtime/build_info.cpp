@@ -10,10 +10,46 @@
 #include <mpi.h>
 
 #ifdef FSDPP_HAVE_CUDA
-#include "fsdpp/comm/nccl_communicator.hpp"
+#include <cuda_runtime_api.h>
+#include <nccl.h>
 #endif
 
 namespace fsdpp {
+namespace {
+
+#ifdef FSDPP_HAVE_CUDA
+std::string decode_nccl_version(int code) {
+  // 2.9 changed the encoding from major*1000 + minor*100 + patch to major*10000 + minor*100 + patch.
+  const int major = code >= 10000 ? code / 10000 : code / 1000;
+  const int minor = code >= 10000 ? code % 10000 / 100 : code % 1000 / 100;
+  return fmt::format("{}.{}.{}", major, minor, code % 100);
+}
+
+std::string decode_cuda_version(int code) { return fmt::format("{}.{}", code / 1000, code % 1000 / 10); }
+
+// "NCCL 2.28.9 (CUDA runtime 13.0, driver 13.0)". Safe to call without a GPU or driver.
+std::string nccl_version_string() {
+  int runtime = 0;
+  int driver = 0;
+  const bool have_runtime = cudaRuntimeGetVersion(&runtime) == cudaSuccess;
+  const bool have_driver = cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0;
+  cudaGetLastError();  // a missing driver must not poison later CUDA calls
+  return fmt::format("NCCL {} (CUDA runtime {}, {})", nccl_library_version(),
+                     have_runtime ? decode_cuda_version(runtime) : "unknown",
+                     have_driver ? "driver " + decode_cuda_version(driver) : std::string("no CUDA driver"));
+}
+#endif
+
+}  // namespace
+
+std::string nccl_library_version() {
+#ifdef FSDPP_HAVE_CUDA
+  int code = 0;
+  return ncclGetVersion(&code) == ncclSuccess ? decode_nccl_version(code) : "unknown";
+#else
+  return "not built";
+#endif
+}
 
 std::string kokkos_description() {
   std::string backends;

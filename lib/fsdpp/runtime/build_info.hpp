@@ -11,5 +11,8 @@ std::vector<std::pair<std::string, std::string>> build_info();
 std::string kokkos_description();  // "3.4.01 (Serial)"
 std::string blas_description();    // OpenBLAS's own config string
 std::string format_build_info();   // the rows as an aligned table
+// The NCCL library's version ("2.28.9"; "unknown" when it cannot say, "not built" without CUDA/NCCL). Here
+// rather than in comm/ because the banner reports it too, and runtime sits below comm.
+std::string nccl_library_version();
 
 }  // namespace fsdpp

@@ -1,11 +1,12 @@
 #pragma once
-// Element types that cross the wire and, later, the disk.
-#include "fsdpp/tensor/bf16.hpp"
-
+// Element types that cross the wire and, later, the disk. Kokkos-free (bf16 is only named here; bf16.hpp
+// defines it), so that the deck, which stores a DType, does not pull in Kokkos.
 #include <cstddef>
 #include <string_view>
 
 namespace fsdpp {
+
+struct bf16;
 
 enum class DType { f32, f64, bf16, bytes };
 

@@ -1,5 +1,6 @@
 #include "fsdpp/train/data_feed.hpp"
 
+#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/data/synthetic_corpus.hpp"
 #include "fsdpp/data/token_file.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -55,13 +56,15 @@ DataFeed::DataFeed(const Deck& deck, int dp_size, int dp_rank)
 DataFeed::DataFeed(const Deck& deck, int dp_size, int dp_rank, Loaded&& data)
     : sampler_(make_sampler(data, deck)), description_(std::move(data.description)), entropy_floor_(data.entropy_floor),
       T_(deck.model.context_length), micro_batch_(deck.train.micro_batch), global_batch_(deck.train.global_batch),
-      dp_size_(dp_size), dp_rank_(dp_rank), accum_(grad_accum_steps(deck.train, dp_size)),
+      dp_size_(dp_size), dp_rank_(dp_rank),
       host_inputs_(static_cast<std::size_t>(micro_batch_) * T_), host_targets_(host_inputs_.size()),
       inputs_("batch.inputs", host_inputs_.size()), targets_("batch.targets", host_inputs_.size()) {
   FSDPP_REQUIRE(!(deck.train.eval_interval > 0 && !sampler_.has_val()),
                 "train.eval_interval is {} but the data has no validation split; set data.val_fraction > 0 or "
                 "train.eval_interval: 0", deck.train.eval_interval);
 }
+
+int DataFeed::accumulation_steps() const { return grad_accum_steps(global_batch_, micro_batch_, dp_size_); }
 
 void DataFeed::upload(Flow& flow) {
   Kokkos::deep_copy(inputs_, HostView1<std::int32_t>(host_inputs_.data(), host_inputs_.size()));

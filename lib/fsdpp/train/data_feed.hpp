@@ -16,12 +16,16 @@ namespace fsdpp {
 class DataFeed final : public Stateful {
  public:
   // `dp_size` ranks take disjoint parts of each global batch; this one is `dp_rank`. UsageError for a deck
-  // whose data cannot serve it (too short for a window, an evaluation without a validation split).
+  // whose data cannot serve it (too short for a window, an evaluation without a validation split). The global
+  // batch need not split over `dp_size` unless training batches are asked for (validation batches, `fsdpp
+  // eval`, take micro_batch sequences per rank whatever the global batch).
   DataFeed(const Deck& deck, int dp_size, int dp_rank);
 
   const std::string& description() const { return description_; }
   std::optional<double> entropy_floor() const { return entropy_floor_; }  // synthetic corpus only
-  int accumulation_steps() const { return accum_; }
+  // Micro-batches per optimizer step on each rank: the deck's batch split (grad_accum_steps, a DeckRuleError
+  // when the global batch does not split over the data-parallel ranks).
+  int accumulation_steps() const;
   int data_parallel_size() const { return dp_size_; }
 
   // Micro-batch `micro_step` of the current global batch into flow.tokens/targets, on the device.
@@ -44,7 +48,7 @@ class DataFeed final : public Stateful {
   WindowSampler sampler_;
   std::string description_;
   std::optional<double> entropy_floor_;
-  int T_, micro_batch_, global_batch_, dp_size_, dp_rank_, accum_;
+  int T_, micro_batch_, global_batch_, dp_size_, dp_rank_;
   std::vector<std::int32_t> host_inputs_, host_targets_;
   View1<std::int32_t> inputs_, targets_;  // (micro_batch, T) each
 };

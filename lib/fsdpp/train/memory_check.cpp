@@ -101,7 +101,9 @@ bool memory_check_enabled(MPI_Comm world) {
 void check_memory_before_allocation(MPI_Comm world, const Deck& deck, MemoryUse use) {
   int ranks = 1;
   MPI_Comm_size(world, &ranks);
-  const MemoryPlan plan = plan_memory(deck, ranks);  // the planner's UsageError for a deck that cannot run
+  // The planner's UsageError for a deck that cannot run so; init builds the model and runs no step, so only
+  // the model states are planned for it (a batch that does not split over these ranks is training's business).
+  const MemoryPlan plan = use == MemoryUse::training ? plan_memory(deck, ranks) : plan_model_states(deck, ranks);
   const auto available = memory_available_per_rank(world);
   if (!available) return;
   const std::int64_t have = available->bytes_per_rank;

@@ -1,5 +1,6 @@
 #include "fsdpp/train/memory_plan.hpp"
 
+#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/tensor/matmul.hpp"
@@ -62,21 +63,30 @@ std::int64_t MemoryPlan::largest_micro_batch(std::int64_t bytes) const {
   return (bytes - fixed_bytes()) / per_sequence_bytes;
 }
 
-MemoryPlan plan_memory(const Deck& deck, int ranks) {
-  FSDPP_REQUIRE(ranks >= 1, "--ranks is {}; it must be at least 1", ranks);
-  // Shapes only: a model on meta allocates nothing, and its groups run dry on a planning mesh.
-  const std::unique_ptr<LanguageModel> shapes = make_model(deck.model);
-  const std::unique_ptr<Parallelism> par = parallelize_for_planning(*shapes, deck, ranks);
+namespace {
+
+// The model on meta, sharded on a planning mesh as a launch of `ranks` would shard it.
+struct PlannedModel {
+  std::unique_ptr<LanguageModel> shapes;
+  std::unique_ptr<Parallelism> par;
   MemoryPlan plan;
+};
+
+// The mesh, the units and the model states (parameters, gradients, optimizer state): what building the model
+// needs, and no batch.
+PlannedModel plan_sharding(const Deck& deck, int ranks) {
+  FSDPP_REQUIRE(ranks >= 1, "--ranks is {}; it must be at least 1", ranks);
+  PlannedModel out;
+  // Shapes only: a model on meta allocates nothing, and its groups run dry on a planning mesh.
+  out.shapes = make_model(deck.model);
+  out.par = parallelize_for_planning(*out.shapes, deck, ranks);
+  MemoryPlan& plan = out.plan;
   plan.ranks = ranks;
   plan.strategy = std::string(to_string(deck.fsdp.strategy));
-  plan.mesh = par->mesh().shape();
+  plan.mesh = out.par->mesh().shape();
   plan.shard_ranks = plan.mesh.back().size;
-  plan.micro_batch = deck.train.micro_batch;
-  plan.accum_steps = grad_accum_steps(deck.train, par->data_parallel_size());
-
   PlannedMemory& m = plan.memory;
-  for (const UnitSummary& u : par->units()) {
+  for (const UnitSummary& u : out.par->units()) {
     PlannedUnit unit;
     unit.name = u.name;
     unit.parameters = u.parameters;
@@ -88,33 +98,53 @@ MemoryPlan plan_memory(const Deck& deck, int ranks) {
   m.gradients = m.parameters;
   m.optimizer = deck.optim.name == OptimizerKind::adamw ? 2 * m.parameters
                                                         : (deck.optim.momentum != 0 ? m.parameters : 0);
+  return out;
+}
+
+// One training step on top: the batch split, activations, and fully_shard's unsharded memory at its peak.
+void plan_training_step(const Deck& deck, PlannedModel& planned) {
+  MemoryPlan& plan = planned.plan;
+  LanguageModel& shapes = *planned.shapes;
+  Parallelism& par = *planned.par;
+  plan.micro_batch = deck.train.micro_batch;
+  plan.accum_steps = grad_accum_steps(deck.train, par.data_parallel_size());
+  PlannedMemory& m = plan.memory;
   const int T = deck.model.context_length;
   // parallelize_for_planning set which blocks recompute in backward, as training will.
-  plan.recomputing_blocks = shapes->recomputing_blocks();
-  m.activations = shapes->activation_bytes_for(plan.micro_batch, T, plan.recomputing_blocks);
-  plan.activations_without_checkpointing = shapes->activation_bytes_for(plan.micro_batch, T, 0);
+  plan.recomputing_blocks = shapes.recomputing_blocks();
+  m.activations = shapes.activation_bytes_for(plan.micro_batch, T, plan.recomputing_blocks);
+  plan.activations_without_checkpointing = shapes.activation_bytes_for(plan.micro_batch, T, 0);
   m.batch = std::int64_t{2} * plan.micro_batch * T * 4;
-  plan.per_sequence_bytes = shapes->activation_bytes_for(1, T, plan.recomputing_blocks) + std::int64_t{2} * T * 4;
+  plan.per_sequence_bytes = shapes.activation_bytes_for(1, T, plan.recomputing_blocks) + std::int64_t{2} * T * 4;
 
   // One training step of fully_shard's real schedule, dry: its events are the unsharded memory.
   auto peak = std::make_shared<PeakOfEvents>();
-  par->root().add_memory_listener(peak);
+  par.root().add_memory_listener(peak);
   Flow flow;
   flow.B = plan.micro_batch;
   flow.T = T;
   for (int a = 0; a < plan.accum_steps; ++a) {
-    par->before_micro_batch(a, plan.accum_steps);
-    shapes->dry_run(flow, Pass::forward);
-    shapes->dry_run(flow, Pass::backward);
+    par.before_micro_batch(a, plan.accum_steps);
+    shapes.dry_run(flow, Pass::forward);
+    shapes.dry_run(flow, Pass::backward);
   }
   m.unsharded_parameters = peak->unsharded_parameters();
   m.unsharded_gradients = peak->unsharded_gradients();
   m.comm_buffers = peak->comm_buffers();
   // The dry groups ran the buffer pool's rule too: what it reserves beyond the live peak is cached free blocks.
-  const FsdpStats pool = fsdp_stats(par->root().module());
+  const FsdpStats pool = fsdp_stats(par.root().module());
   m.pool_cached = pool.pool_peak_reserved_bytes - pool.pool_peak_live_bytes;
   plan.peak_moment = peak->moment();
-  return plan;
+}
+
+}  // namespace
+
+MemoryPlan plan_model_states(const Deck& deck, int ranks) { return plan_sharding(deck, ranks).plan; }
+
+MemoryPlan plan_memory(const Deck& deck, int ranks) {
+  PlannedModel planned = plan_sharding(deck, ranks);
+  plan_training_step(deck, planned);
+  return std::move(planned.plan);
 }
 
 std::int64_t parse_byte_size(std::string_view text, std::string_view what) {

@@ -8,6 +8,7 @@
 // What it predicts is what MemoryAccounting measures: bytes in Views of the compute memory space. The trainer
 // prints the measured peak at the end of a run, and tests/cli/plan_vs_measured.sh holds the two within 1%.
 #include "fsdpp/config/deck.hpp"
+#include "fsdpp/mesh/device_mesh.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -61,6 +62,10 @@ struct MemoryPlan {
 // UsageError when the deck cannot run on `ranks` (mesh sizes, batch divisibility), with the same words the
 // trainer would use.
 MemoryPlan plan_memory(const Deck& deck, int ranks);
+// The model states alone: mesh, units, parameters, gradients and optimizer state on `ranks`, without a step
+// (micro_batch and accum_steps stay 1, the batch-dependent figures 0). For building a model without training
+// it (fsdpp init), so training's rules, the batch split among them, do not apply.
+MemoryPlan plan_model_states(const Deck& deck, int ranks);
 
 // "80GiB", "512 MiB", "1.5T", "4096" (bytes) -> bytes. Binary units; UsageError naming `what` otherwise.
 std::int64_t parse_byte_size(std::string_view text, std::string_view what);

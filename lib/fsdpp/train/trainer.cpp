@@ -10,6 +10,7 @@
 #include "fsdpp/runtime/memory_accounting.hpp"
 #include "fsdpp/runtime/preemption.hpp"
 #include "fsdpp/runtime/watchdog.hpp"
+#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/train/build_model.hpp"
 #include "fsdpp/train/checkpointer.hpp"
 #include "fsdpp/train/data_feed.hpp"
@@ -87,6 +88,9 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   TrainModel built = build_model(comm, deck);
   LanguageModel& model = *built.model;
   Parallelism& parallel = *built.parallel;
+  // Training's batch split, on every rank alike before any step (train_command's memory check, when on, has
+  // refused such a launch before anything was allocated).
+  grad_accum_steps(deck.train, parallel.data_parallel_size());
   DataFeed data(deck, parallel.data_parallel_size(), parallel.data_parallel_rank());
   if (deck.checkpoint.init_from != "none") {
     load_weights(comm, deck.checkpoint.init_from, model.parameters());

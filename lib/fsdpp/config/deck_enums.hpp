@@ -1,0 +1,41 @@
+#pragma once
+// The deck's enumerations and their deck names, without the deck itself: for code that takes one choice from a
+// deck (a checkpoint's on_error, a model's architecture) and has no business with the rest. The names are the
+// key table's (deck_values.cpp), so to_string gives back what a deck says.
+#include <string_view>
+
+namespace fsdpp {
+
+enum class ModelArch { gpt2, llama, qwen2 };  // qwen2: Llama's block with q/k/v biases
+enum class OptimizerKind { adamw, sgd };
+enum class ScheduleKind { constant, cosine };
+enum class DataFormat { automatic, gpt2, uint16, uint32 };
+enum class DataOrder { shuffled, sequential };
+enum class ShardStrategy { full_shard, hybrid_shard, shard_grad_op, no_shard };
+enum class OffloadPolicy { none, cpu };
+enum class GradAccumulation { unsharded, sharded };
+enum class ResumeMode { off, on, automatic, path };
+enum class CommBackendChoice { automatic, mpi, nccl };  // automatic: NCCL when Kokkos computes on a GPU
+enum class CheckpointOnError { abort, keep_going };  // deck names: abort | continue
+enum class NonFinitePolicy { abort, skip };  // what a step with a NaN/Inf loss or gradient norm does
+enum class MatmulPrecisionChoice { automatic, f32, bf16 };  // automatic: bf16 GEMMs when fsdp.param_dtype is bf16
+
+// The Llama family: Llama's block (RMSNorm, RoPE, grouped-query attention, SwiGLU), which reads the model.*
+// keys the key table marks as the family's (deck_schema.cpp, llama_only).
+constexpr bool is_llama_family(ModelArch arch) { return arch == ModelArch::llama || arch == ModelArch::qwen2; }
+
+std::string_view to_string(ModelArch v);
+std::string_view to_string(OptimizerKind v);
+std::string_view to_string(ScheduleKind v);
+std::string_view to_string(DataFormat v);
+std::string_view to_string(DataOrder v);
+std::string_view to_string(ShardStrategy v);
+std::string_view to_string(OffloadPolicy v);
+std::string_view to_string(GradAccumulation v);
+std::string_view to_string(ResumeMode v);
+std::string_view to_string(CommBackendChoice v);
+std::string_view to_string(CheckpointOnError v);
+std::string_view to_string(NonFinitePolicy v);
+std::string_view to_string(MatmulPrecisionChoice v);
+
+}  // namespace fsdpp

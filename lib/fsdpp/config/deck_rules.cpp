@@ -1,0 +1,201 @@
+// The rules that tie deck keys together (deck_rules.hpp says who calls them). Each message says what is wrong
+// with the values it saw and what to change; parse_deck adds where the deck set the key.
+#include "fsdpp/config/deck_rules.hpp"
+
+#include "fsdpp/config/deck.hpp"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+namespace fsdpp {
+namespace {
+
+template <class... Args>
+[[noreturn]] void broken(std::vector<std::string> keys, fmt::format_string<Args...> f, Args&&... args) {
+  throw DeckRuleError(std::move(keys), fmt::format(f, std::forward<Args>(args)...));
+}
+
+// The rules of Llama's block (RMSNorm, RoPE, grouped-query attention, SwiGLU) on top of the common ones.
+void check_llama_family_shape(const ModelConfig& m) {
+  if (m.n_kv_head < 1 || m.n_head % m.n_kv_head != 0)
+    broken({"model.n_kv_head", "model.n_head"},
+           "model.n_kv_head ({}) must divide model.n_head ({}): each key/value head serves n_head / n_kv_head query "
+           "heads", m.n_kv_head, m.n_head);
+  if ((m.n_embd / m.n_head) % 2 != 0)
+    broken({"model.n_embd", "model.n_head"},
+           "the head size model.n_embd / model.n_head ({} / {} = {}) must be even: RoPE rotates channel pairs",
+           m.n_embd, m.n_head, m.n_embd / m.n_head);
+  if (m.ffn_hidden < 1)
+    broken({"model.ffn_hidden", "model.ffn_multiplier"}, "model.ffn_hidden ({}) must be at least 1", m.ffn_hidden);
+  if (!(m.rope_theta > 0)) broken({"model.rope_theta"}, "model.rope_theta ({}) must be positive", m.rope_theta);
+  if (!(m.norm_eps > 0)) broken({"model.norm_eps"}, "model.norm_eps ({}) must be positive", m.norm_eps);
+  if (!(m.rope_scaling_factor >= 1))
+    broken({"model.rope_scaling_factor"},
+           "model.rope_scaling_factor ({}) must be at least 1 (1: plain RoPE; Llama 3.1: 8, Llama 3.2: 32)",
+           m.rope_scaling_factor);
+  if (m.rope_scaling_factor == 1) return;  // the three below shape the scaling only
+  if (!(m.rope_low_freq_factor > 0))
+    broken({"model.rope_low_freq_factor"}, "model.rope_low_freq_factor ({}) must be positive (Llama 3.1: 1)",
+           m.rope_low_freq_factor);
+  if (!(m.rope_high_freq_factor > m.rope_low_freq_factor))
+    broken({"model.rope_high_freq_factor", "model.rope_low_freq_factor"},
+           "model.rope_high_freq_factor ({}) must exceed model.rope_low_freq_factor ({}) (Llama 3.1: 4 and 1)",
+           m.rope_high_freq_factor, m.rope_low_freq_factor);
+  if (m.rope_original_context < 1)
+    broken({"model.rope_original_context"}, "model.rope_original_context ({}) must be at least 1 (Llama 3.1: 8192)",
+           m.rope_original_context);
+}
+
+}  // namespace
+
+DeckRuleError::DeckRuleError(std::vector<std::string> keys, const std::string& message)
+    : UsageError(message), keys_(std::move(keys)) {}
+
+void check_model_shape(const ModelConfig& m) {
+  if (m.vocab_size < 2)
+    broken({"model.vocab_size"}, "model.vocab_size ({}) must be at least 2: the model predicts one of its tokens",
+           m.vocab_size);
+  for (const auto& [key, value] : {std::pair<const char*, int>{"model.context_length", m.context_length},
+                                   {"model.n_layer", m.n_layer}, {"model.n_head", m.n_head},
+                                   {"model.n_embd", m.n_embd}})
+    if (value < 1) broken({key}, "{} ({}) must be at least 1", key, value);
+  if (m.n_embd % m.n_head != 0)
+    broken({"model.n_embd", "model.n_head"}, "model.n_embd ({}) must be a multiple of model.n_head ({})", m.n_embd,
+           m.n_head);
+  if (is_llama_family(m.arch)) check_llama_family_shape(m);
+}
+
+void check_tensor_parallel(const ModelConfig& m, int tp) {
+  if (tp <= 1) return;
+  if (!is_llama_family(m.arch)) {
+    if (m.n_head % tp != 0)  // GPT-2's MLP width 4C then splits too: C is a multiple of n_head
+      broken({"mesh.tp", "model.n_head"},
+             "mesh.tp ({}) must divide model.n_head ({}): each tensor-parallel rank computes whole attention heads",
+             tp, m.n_head);
+  } else {
+    if (m.n_head % tp != 0 || m.n_kv_head % tp != 0)
+      broken({"mesh.tp", "model.n_head", "model.n_kv_head"},
+             "mesh.tp ({}) must divide model.n_head ({}) and model.n_kv_head ({}): each tensor-parallel rank computes "
+             "whole query and key/value heads", tp, m.n_head, m.n_kv_head);
+    if (m.ffn_hidden % tp != 0)
+      broken({"mesh.tp", "model.ffn_hidden", "model.ffn_multiple_of", "model.ffn_multiplier"},
+             "mesh.tp ({}) must divide the MLP width model.ffn_hidden ({}); set model.ffn_hidden (or "
+             "model.ffn_multiple_of) to a multiple of {}", tp, m.ffn_hidden, tp);
+  }
+  check_vocabulary_split(m.vocab_size, tp);
+}
+
+void check_vocabulary_split(int vocab_size, int tp) {
+  // torch.chunk: ceil(V / tp) rows per rank, so the trailing ranks may get fewer rows, or none.
+  const std::int64_t per_rank = (std::int64_t{vocab_size} + tp - 1) / tp;
+  if (std::int64_t{tp - 1} * per_rank >= vocab_size)
+    broken({"mesh.tp", "model.vocab_size"},
+           "mesh.tp ({}) splits model.vocab_size ({}) like torch.chunk, which leaves the last tensor-parallel rank no "
+           "vocabulary rows; use a smaller mesh.tp", tp, vocab_size);
+}
+
+void check_sequence_parallel_tokens(std::int64_t micro_batch, std::int64_t tokens_per_sequence, int tp) {
+  const std::int64_t tokens = micro_batch * tokens_per_sequence;
+  if (tp > 1 && tokens % tp != 0)
+    broken({"mesh.tp_sequence_parallel", "mesh.tp", "train.micro_batch", "model.context_length"},
+           "mesh.tp_sequence_parallel splits a micro-batch's train.micro_batch x model.context_length = {} x {} = {} "
+           "tokens over mesh.tp = {} ranks: make it a multiple of {}", micro_batch, tokens_per_sequence, tokens, tp,
+           tp);
+}
+
+void check_parallel_strategy(const FsdpConfig& fsdp, const MeshConfig& mesh) {
+  if (mesh.dp_replicate == -1 && mesh.dp_shard == -1)
+    broken({"mesh.dp_replicate", "mesh.dp_shard"},
+           "mesh.dp_replicate and mesh.dp_shard are both -1, but only one size can be inferred from the job size "
+           "(mesh.dp_shard is -1 unless set)");
+  const bool replicas = mesh.dp_replicate != 0;
+  if (fsdp.strategy == ShardStrategy::hybrid_shard && !replicas)
+    broken({"fsdp.strategy", "mesh.dp_replicate"},
+           "fsdp.strategy hybrid_shard needs a mesh.dp_replicate dimension, e.g. mesh: {{dp_replicate: 2, dp_shard: "
+           "-1}}");
+  if ((fsdp.strategy == ShardStrategy::full_shard || fsdp.strategy == ShardStrategy::shard_grad_op) && replicas)
+    broken({"mesh.dp_replicate", "fsdp.strategy"},
+           "mesh.dp_replicate ({}) makes a 2-D mesh, which fsdp.strategy {} does not use: set fsdp.strategy "
+           "hybrid_shard, or remove mesh.dp_replicate", mesh.dp_replicate, to_string(fsdp.strategy));
+  if (mesh.tp_sequence_parallel && mesh.tp == 1)
+    broken({"mesh.tp_sequence_parallel", "mesh.tp"},
+           "mesh.tp_sequence_parallel splits tokens over the tensor-parallel ranks, but mesh.tp is 1: set mesh.tp > 1, "
+           "or remove mesh.tp_sequence_parallel");
+  if (mesh.tp > 1 && fsdp.strategy == ShardStrategy::no_shard)
+    broken({"mesh.tp", "fsdp.strategy"},
+           "fsdp.strategy no_shard lays its own mesh over every rank; combine mesh.tp with full_shard, shard_grad_op "
+           "or hybrid_shard");
+  const auto reshard = fsdp.reshard_after_forward.kind;
+  const bool reshards = reshard == ReshardAfterForward::Kind::yes || reshard == ReshardAfterForward::Kind::group;
+  if (reshards && (fsdp.strategy == ShardStrategy::shard_grad_op || fsdp.strategy == ShardStrategy::no_shard))
+    broken({"fsdp.strategy", "fsdp.reshard_after_forward"},
+           "fsdp.reshard_after_forward ({}) contradicts fsdp.strategy {}, which keeps parameters unsharded after "
+           "forward; leave it auto or set false", to_string(fsdp.reshard_after_forward), to_string(fsdp.strategy));
+}
+
+void check_batch(const TrainConfig& train) {
+  if (train.micro_batch > train.global_batch)
+    broken({"train.micro_batch", "train.global_batch"}, "train.micro_batch ({}) must be <= train.global_batch ({})",
+           train.micro_batch, train.global_batch);
+  if (train.global_batch % train.micro_batch != 0)
+    broken({"train.micro_batch", "train.global_batch"},
+           "train.global_batch ({}) must be a multiple of train.micro_batch ({})", train.global_batch,
+           train.micro_batch);
+}
+
+void check_schedule(const ScheduleConfig& schedule, const OptimConfig& optim, const TrainConfig& train) {
+  if (schedule.min_lr > optim.lr)
+    broken({"schedule.min_lr", "optim.lr"}, "schedule.min_lr ({}) must be <= optim.lr ({})", schedule.min_lr,
+           optim.lr);
+  if (schedule.warmup_steps > train.steps)
+    broken({"schedule.warmup_steps", "train.steps"}, "schedule.warmup_steps ({}) must be <= train.steps ({})",
+           schedule.warmup_steps, train.steps);
+}
+
+void check_evaluation(const TrainConfig& train, const DataConfig& data) {
+  if (train.eval_interval > 0 && data.val_fraction == 0.0)
+    broken({"train.eval_interval", "data.val_fraction"},
+           "train.eval_interval ({}) needs held-out data: set data.val_fraction > 0, or train.eval_interval: 0",
+           train.eval_interval);
+}
+
+void check_activation_checkpointing(const ActivationCheckpointing& ac, int n_layer) {
+  if (ac.kind == ActivationCheckpointing::Kind::every && ac.every > n_layer)
+    broken({"train.activation_checkpointing", "model.n_layer"},
+           "train.activation_checkpointing every_{} checkpoints blocks h.{}, h.{}, ..., but the model has only {} "
+           "(model.n_layer): none would be; use every_<k> with k <= {}, or full", ac.every, ac.every - 1,
+           2 * ac.every - 1, n_layer, n_layer);
+}
+
+void check_job_size(const MeshConfig& mesh, int world_size) {
+  if (world_size % mesh.tp != 0)
+    broken({"mesh.tp"}, "mesh.tp is {}, which does not divide the {} ranks of the job: launch a multiple of {} ranks, "
+           "or change mesh.tp", mesh.tp, world_size, mesh.tp);
+}
+
+void check_reshard_after_forward_group(int group_size, int shard_ranks) {
+  if (group_size > 0 && shard_ranks % group_size != 0)
+    broken({"fsdp.reshard_after_forward", "mesh.dp_shard"},
+           "fsdp.reshard_after_forward = {} must divide the {} ranks of the shard group", group_size, shard_ranks);
+}
+
+int grad_accum_steps(std::int64_t global_batch, std::int64_t micro_batch, int dp_size) {
+  FSDPP_CHECK(dp_size >= 1, "grad_accum_steps: data-parallel size must be >= 1, got {}", dp_size);
+  if (global_batch < 1 || micro_batch < 1)
+    broken({"train.global_batch", "train.micro_batch"},
+           "train.global_batch ({}) and train.micro_batch ({}) must be at least 1", global_batch, micro_batch);
+  const std::int64_t per_pass = micro_batch * dp_size;
+  if (global_batch % per_pass != 0)
+    broken({"train.global_batch", "train.micro_batch"},
+           "train.global_batch ({}) must be a multiple of train.micro_batch ({}) x {} data-parallel ranks = {}; change "
+           "train.global_batch or train.micro_batch, or the number of ranks", global_batch, micro_batch, dp_size,
+           per_pass);
+  return static_cast<int>(global_batch / per_pass);
+}
+
+int grad_accum_steps(const TrainConfig& train, int dp_size) {
+  return grad_accum_steps(train.global_batch, train.micro_batch, dp_size);
+}
+
+}  // namespace fsdpp

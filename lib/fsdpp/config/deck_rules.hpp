@@ -1,0 +1,86 @@
+#pragma once
+// The rules that tie deck keys together, each written once: a pure function per rule (or per small family of
+// rules on the same keys) that throws a DeckRuleError naming the keys involved.
+//
+//   - parse_deck calls the deck-wide ones on every deck, after the derived defaults are filled, and reports a
+//     DeckRuleError at the deck line or override that set one of its keys last ("deck.yaml:4:11: ...");
+//   - the code that depends on a rule calls the same function where it depends on it: parallel_layout (the
+//     strategy and mesh, the job size, the reshard group), fully_shard (the reshard group), the vocabulary
+//     split (TensorParallelGroup), the models (shape, tensor and sequence parallelism), DataFeed and the
+//     planner (the batch split). A ModelConfig built in code, a test or an import gets the deck's words.
+//   - rules that need the launch (the job size, the data-parallel size) run only where that launch is known
+//     and used: `fsdpp init` builds a model and never splits a batch, so grad_accum_steps is not its rule.
+//
+// This header names the deck's structs without including them, so that the layers below the deck (nn, fsdp)
+// can call a rule without taking the deck in.
+#include "fsdpp/runtime/error.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fsdpp {
+
+struct ModelConfig;
+struct TrainConfig;
+struct ScheduleConfig;
+struct OptimConfig;
+struct DataConfig;
+struct FsdpConfig;
+struct MeshConfig;
+struct ActivationCheckpointing;
+
+// A broken rule: what() says what is wrong and what to do; keys() are the deck keys the rule ties together
+// ("mesh.tp", "model.n_head"), so that parse_deck can point at the one the user set last.
+class DeckRuleError : public UsageError {
+ public:
+  DeckRuleError(std::vector<std::string> keys, const std::string& message);
+  const std::vector<std::string>& keys() const { return keys_; }
+
+ private:
+  std::vector<std::string> keys_;
+};
+
+// ---- the model (model.*) --------------------------------------------------------------------------------
+// Every architecture: vocab_size >= 2, positive sizes, n_embd a multiple of n_head. The Llama family (llama,
+// qwen2): n_kv_head divides n_head, an even head size (RoPE rotates channel pairs), a positive ffn_hidden,
+// rope_theta and norm_eps, and RoPE scaling with factor >= 1 and high_freq_factor > low_freq_factor > 0.
+void check_model_shape(const ModelConfig& model);
+
+// ---- tensor and sequence parallelism (mesh.tp) ----------------------------------------------------------
+// tp > 1 splits whole heads (n_head; and n_kv_head for the Llama family), the MLP width (ffn_hidden for the
+// Llama family; GPT-2's 4C follows from n_head) and the vocabulary. Nothing for tp <= 1.
+void check_tensor_parallel(const ModelConfig& model, int tp);
+// torch.chunk's split of `vocab_size` rows over tp ranks leaves the last rank some rows.
+void check_vocabulary_split(int vocab_size, int tp);
+// Under mesh.tp_sequence_parallel a micro-batch's B x T token rows are split over tp: a multiple of tp.
+void check_sequence_parallel_tokens(std::int64_t micro_batch, std::int64_t tokens_per_sequence, int tp);
+
+// ---- strategy and mesh (fsdp.strategy, fsdp.reshard_after_forward, mesh.*) ------------------------------
+// At most one of dp_replicate and dp_shard is -1; hybrid_shard needs dp_replicate, full_shard and
+// shard_grad_op refuse it; tp_sequence_parallel needs tp > 1; no_shard does not combine with tp;
+// reshard_after_forward true or k contradicts shard_grad_op and no_shard.
+void check_parallel_strategy(const FsdpConfig& fsdp, const MeshConfig& mesh);
+
+// ---- training (train.*, schedule.*) ---------------------------------------------------------------------
+// micro_batch <= global_batch and divides it (the split over data-parallel ranks is grad_accum_steps').
+void check_batch(const TrainConfig& train);
+// min_lr <= lr, warmup_steps <= steps.
+void check_schedule(const ScheduleConfig& schedule, const OptimConfig& optim, const TrainConfig& train);
+// eval_interval > 0 needs held-out data (val_fraction > 0).
+void check_evaluation(const TrainConfig& train, const DataConfig& data);
+// every_<k> names at least one of the model's n_layer blocks.
+void check_activation_checkpointing(const ActivationCheckpointing& ac, int n_layer);
+
+// ---- launch time: known only once the job's size is ----------------------------------------------------
+// mesh.tp divides the job's ranks.
+void check_job_size(const MeshConfig& mesh, int world_size);
+// fsdp.reshard_after_forward = k (FSDP2's int) divides the ranks of the shard group. k <= 0: unused.
+void check_reshard_after_forward_group(int group_size, int shard_ranks);
+// Micro-batches each rank runs per optimizer step: global_batch / (micro_batch x dp_size); a DeckRuleError
+// when it does not divide. Training's rule (the trainer, the sampler's split, the planner), not building a
+// model's or evaluating one's.
+int grad_accum_steps(std::int64_t global_batch, std::int64_t micro_batch, int dp_size);
+int grad_accum_steps(const TrainConfig& train, int dp_size);
+
+}  // namespace fsdpp
