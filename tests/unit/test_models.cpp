@@ -170,7 +170,7 @@ TEST_CASE("models: init scales: 0.02, the residual projections 0.02/sqrt(2L), bi
       {ModelArch::qwen2, {{"layers.0.self_attn.k_proj.weight", 0.02}, {"layers.0.self_attn.q_proj.bias", 0},
                           {"layers.3.self_attn.v_proj.bias", 0}, {"layers.3.mlp.down_proj.weight", 0.02 / std::sqrt(8.0)}}}};
   for (const auto& [arch, expected] : scales) {
-    const std::string shown_arch = to_string(arch);  // a copy: CAPTURE cannot capture a structured binding before C++20
+    const std::string shown_arch(to_string(arch));  // a copy: CAPTURE cannot capture a structured binding before C++20
     CAPTURE(shown_arch);
     const auto model = make_model(model_config(arch, 512, 16, 128, 4, 4, false, 352));
     model->to_empty();
