@@ -10,6 +10,7 @@
 #include "fsdpp/config/deck_schema.hpp"
 #include "fsdpp/nn/tensor_parallel.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
+#include "fsdpp/train/build_model.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/train/data_feed.hpp"
 
@@ -109,11 +110,13 @@ TEST_CASE("deck rules: tensor parallelism splits whole heads, the MLP width and 
         "mesh.tp (4) splits model.vocab_size (5) like torch.chunk, which leaves the last tensor-parallel rank no "
         "vocabulary rows; use a smaller mesh.tp");
   fsdpp::check_vocabulary_split(7, 4);  // 2, 2, 2, 1 rows
-  // The group the models call runs the same rule.
+  // A model split over tensor-parallel ranks asks the same rule.
+  fsdpp::ModelConfig five_tokens = llama(4, 4, 176);
+  five_tokens.vocab_size = 5;
+  const auto model = fsdpp::make_model(five_tokens);
   const fsdpp::DeviceMesh planning = fsdpp::DeviceMesh::planning({{"tp", 4}}, 4, 0);
-  const fsdpp::TensorParallelGroup group(4, 0, &planning.comm(0));
-  CHECK_THROWS_WITH_AS(group.require_vocabulary_rows(5), doctest::Contains("leaves the last tensor-parallel rank no "
-                       "vocabulary rows"), DeckRuleError);
+  CHECK_THROWS_WITH_AS(model->apply_tensor_parallel(std::make_shared<fsdpp::TensorParallelGroup>(4, 0, &planning.comm(0))),
+                       doctest::Contains("leaves the last tensor-parallel rank no vocabulary rows"), DeckRuleError);
   CHECK(broken([] { fsdpp::check_sequence_parallel_tokens(1, 6, 4); }) ==
         std::pair<std::vector<std::string>, std::string>{
             {"mesh.tp_sequence_parallel", "mesh.tp", "train.micro_batch", "model.context_length"},

@@ -7,6 +7,7 @@
 #include "mpi_test.hpp"
 
 #include "fsdpp/config/deck.hpp"
+#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/train/build_model.hpp"
 
@@ -133,10 +134,11 @@ TEST_CASE("models: a model refuses a config of another architecture or an imposs
   CHECK_THROWS_WITH_AS(Gpt{llama}, "a gpt2 model built from a model.arch llama deck", UsageError);
   ModelConfig odd = llama;
   odd.n_embd = 12, odd.n_head = 4;  // head size 3: RoPE rotates pairs
-  CHECK_THROWS_WITH_AS(Llama{odd}, doctest::Contains("model.n_embd / model.n_head is 3"), UsageError);
+  CHECK_THROWS_WITH_AS(Llama{odd}, doctest::Contains("model.n_embd / model.n_head (12 / 4 = 3) must be even"),
+                       DeckRuleError);  // the deck's own rule, from config/deck_rules.cpp
   ModelConfig gqa = llama;
   gqa.arch = ModelArch::qwen2, gqa.n_kv_head = 3;
-  CHECK_THROWS_WITH_AS(Qwen2{gqa}, "model.n_kv_head (3) must divide model.n_head (4)", UsageError);
+  CHECK_THROWS_WITH_AS(Qwen2{gqa}, doctest::Contains("model.n_kv_head (3) must divide model.n_head (4)"), DeckRuleError);
 }
 
 TEST_CASE("models: initial values depend only on (seed, name, index): a split tensor gets the same values") {

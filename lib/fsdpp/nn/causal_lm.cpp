@@ -1,5 +1,7 @@
 #include "fsdpp/nn/causal_lm.hpp"
 
+#include "fsdpp/config/deck_rules.hpp"
+
 #include "fsdpp/nn/kernels/crossentropy.hpp"
 #include "fsdpp/nn/kernels/decode.hpp"
 #include "fsdpp/nn/kernels/embedding.hpp"
@@ -47,27 +49,7 @@ CausalLM::CausalLM(const ModelConfig& c, LmLayout layout, const BlockDims& dims)
 
 void CausalLM::require_shape(const ModelConfig& c, ModelArch arch) {
   FSDPP_REQUIRE(c.arch == arch, "a {} model built from a model.arch {} deck", to_string(arch), to_string(c.arch));
-  FSDPP_REQUIRE(c.vocab_size >= 2, "model.vocab_size is {}; it must be at least 2", c.vocab_size);
-  FSDPP_REQUIRE(c.context_length >= 1, "model.context_length is {}; it must be at least 1", c.context_length);
-  FSDPP_REQUIRE(c.n_layer >= 1, "model.n_layer is {}; it must be at least 1", c.n_layer);
-  FSDPP_REQUIRE(c.n_head >= 1 && c.n_embd >= 1 && c.n_embd % c.n_head == 0,
-                "model.n_embd ({}) must be a positive multiple of model.n_head ({})", c.n_embd, c.n_head);
-  if (arch == ModelArch::gpt2) return;
-  FSDPP_REQUIRE((c.n_embd / c.n_head) % 2 == 0, "model.n_embd / model.n_head is {}; RoPE rotates channel pairs, so "
-                "the head size must be even", c.n_embd / c.n_head);
-  FSDPP_REQUIRE(c.n_kv_head >= 1 && c.n_head % c.n_kv_head == 0, "model.n_kv_head ({}) must divide model.n_head ({})",
-                c.n_kv_head, c.n_head);
-  FSDPP_REQUIRE(c.ffn_hidden >= 1, "model.ffn_hidden is {}; it must be at least 1", c.ffn_hidden);
-  FSDPP_REQUIRE(c.rope_theta > 0, "model.rope_theta is {}; it must be positive", c.rope_theta);
-  FSDPP_REQUIRE(c.norm_eps > 0, "model.norm_eps is {}; it must be positive", c.norm_eps);
-  FSDPP_REQUIRE(c.rope_scaling_factor >= 1, "model.rope_scaling_factor is {}; it must be at least 1 (1: no scaling)",
-                c.rope_scaling_factor);
-  FSDPP_REQUIRE(c.rope_scaling_factor == 1 || (c.rope_low_freq_factor > 0 &&
-                                               c.rope_high_freq_factor > c.rope_low_freq_factor &&
-                                               c.rope_original_context > 0),
-                "model.rope_high_freq_factor ({}) must exceed model.rope_low_freq_factor ({}) > 0, and "
-                "model.rope_original_context ({}) be positive", c.rope_high_freq_factor, c.rope_low_freq_factor,
-                c.rope_original_context);
+  check_model_shape(c);  // the deck's rules, written once in config/deck_rules.cpp
 }
 
 std::vector<DecoderBlock*> CausalLM::decoder_blocks() const {
@@ -101,11 +83,7 @@ double CausalLM::flops_per_token(int T) const {
 
 void CausalLM::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
   const int k = tp->ranks();
-  FSDPP_REQUIRE(dims_.heads % k == 0 && dims_.kv_heads % k == 0, "mesh.tp ({}) must divide model.n_head ({}) and "
-                "the key/value heads ({}): each tensor-parallel rank computes whole query and key/value heads", k,
-                dims_.heads, dims_.kv_heads);
-  FSDPP_REQUIRE(dims_.mlp_width % k == 0, "mesh.tp ({}) must divide the MLP width ({})", k, dims_.mlp_width);
-  tp->require_vocabulary_rows(config_.vocab_size);
+  check_tensor_parallel(config_, k);  // heads, MLP width and vocabulary rows split whole over the tp ranks
   context_->tp = std::move(tp);
   const TensorParallelGroup& group = *context_->tp;
   token_embedding.set_tensor_parallel(group.shard(0));  // the vocabulary: embedding rows and logits columns
@@ -204,9 +182,7 @@ void CausalLM::forward(Flow& flow) {
   FSDPP_REQUIRE(T >= 1 && T <= config_.context_length, "sequence length {} exceeds model.context_length {}", T,
                 config_.context_length);
   const bool sp = tp.sequence_parallel();
-  FSDPP_REQUIRE(!sp || N % tp.ranks() == 0, "mesh.tp_sequence_parallel splits a micro-batch's {} x {} = {} tokens "
-                "over mesh.tp = {} ranks, which does not divide them: choose train.micro_batch and the sequence length "
-                "so that B x T is a multiple of {}", B, T, N, tp.ranks(), tp.ranks());
+  if (sp) check_sequence_parallel_tokens(B, T, tp.ranks());
   const int Nl = tp.local_rows(N);
   head_buffers_.ensure("lm", B, T, [&] { return head_table(head_, B, T); });
   embed(flow, N);

@@ -1,6 +1,5 @@
 #include "fsdpp/nn/tensor_parallel.hpp"
 
-#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/nn/kernels/residual.hpp"
 #include "fsdpp/nn/kernels/vocab_parallel.hpp"
 #include "fsdpp/nn/language_model.hpp"
@@ -110,7 +109,6 @@ std::vector<View1<float>> TensorParallelGroup::norm_gradients(const std::vector<
   return out;
 }
 
-void TensorParallelGroup::require_vocabulary_rows(int V) const { check_vocabulary_split(V, ranks_); }
 
 int TensorParallelGroup::vocab_offset(int V) const {
   return static_cast<int>(std::min<std::int64_t>(rank_ * chunk_rows(V, ranks_), V));

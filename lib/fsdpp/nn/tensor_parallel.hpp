@@ -82,10 +82,6 @@ class TensorParallelGroup {
   std::vector<View1<float>> norm_gradients(const std::vector<Parameter*>& norms, const View1<float>& partial,
                                            int first_slot) const;
 
-  // The deck's rule check_vocabulary_split (config/deck_rules.hpp) on this group: a DeckRuleError unless
-  // splitting `V` rows like torch.chunk leaves every tp rank some.
-  void require_vocabulary_rows(int V) const;
-
   // The vocabulary: this rank's rows of a (V, C) embedding or LM head start at vocab_offset (torch.chunk).
   int vocab_offset(int V) const;
   // Vocabulary-parallel cross-entropy (kernels/vocab_parallel.hpp) over this rank's (N, Vl) logits: the row
