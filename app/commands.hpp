@@ -43,5 +43,6 @@ Command add_init_command(CLI::App& app);   // fsdpp init [deck.yaml] --out seed.
 Command add_report_command(CLI::App& app); // fsdpp report <run-folder>
 Command add_plan_command(CLI::App& app);   // fsdpp plan <deck> --ranks N [--mem-per-rank 80GiB]
 Command add_generate_command(CLI::App& app);  // fsdpp generate <ckpt> --prompt TEXT
+Command add_debug_command(CLI::App& app);  // fsdpp debug flight <dir>
 
 }  // namespace fsdpp::app
