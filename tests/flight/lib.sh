@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # Shared by the flight-recorder tests (sourced): the caller sets fsdpp, mpirun and dir.
 set -u
 fail() { echo "FAIL: $*"; exit 1; }
