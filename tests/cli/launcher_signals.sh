@@ -11,17 +11,10 @@
 set -u
 fsdpp=$1; mpirun=$2; wrapper=$3; dir=$4
 rm -rf "$dir"; mkdir -p "$dir"
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=tests/flight/lib.sh
+. "$(dirname "$0")/../flight/lib.sh"  # fail, wait_for_steps
 export MPIEXEC=$mpirun
 args=(train.steps=400 schedule.warmup_steps=2 train.eval_interval=0 log.interval=1 checkpoint.interval=100000)
-
-wait_for_steps() {  # run folder, steps
-  for _ in $(seq 600); do
-    [ -f "$1/metrics.jsonl" ] && [ "$(wc -l < "$1/metrics.jsonl")" -ge "$2" ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
 
 # try SIGNAL EXPECTED-EXIT-CODE [steps]
 try() {

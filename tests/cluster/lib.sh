@@ -58,15 +58,5 @@ sys.exit(0 if len(common) >= least and worst <= 1e-5 else 1)
 PY
 }
 
-# Waits until run folder $1 has logged $2 steps (at most $3 seconds, default 120).
-wait_for_steps() {
-  local deadline=$((SECONDS + ${3:-120}))
-  while [ $SECONDS -lt $deadline ]; do
-    [ -f "$1/metrics.jsonl" ] && [ "$(wc -l < "$1/metrics.jsonl")" -ge "$2" ] && return 0
-    sleep 0.2
-  done
-  return 1
-}
-
 # The fsdpp processes running on node $1.
 fsdpp_on() { for p in $("$V" pids "$1"); do [ "$(cat "/proc/$p/comm" 2>/dev/null)" = fsdpp ] && echo "$p"; done; }

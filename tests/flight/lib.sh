@@ -1,5 +1,5 @@
 # shellcheck shell=bash disable=SC2034
-# Shared by the flight-recorder tests (sourced): the caller sets fsdpp, mpirun and dir.
+# Shared by the tests of one-host runs under mpiexec (sourced): the flight recorder's and the launcher's.
 set -u
 fail() { echo "FAIL: $*"; exit 1; }
 host=$(hostname)

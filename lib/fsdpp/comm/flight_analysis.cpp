@@ -1,6 +1,6 @@
 #include "fsdpp/comm/flight_analysis.hpp"
 
-#include "fsdpp/comm/rank_names.hpp"
+#include "fsdpp/runtime/rank_names.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <fmt/format.h>

@@ -3,7 +3,7 @@
 #include "fsdpp/comm/flight_dump.hpp"
 #include "fsdpp/comm/flight_recorder.hpp"
 #include "fsdpp/comm/peer_channel.hpp"
-#include "fsdpp/comm/rank_names.hpp"
+#include "fsdpp/runtime/rank_names.hpp"
 #include "fsdpp/runtime/fatal.hpp"
 #include "fsdpp/runtime/log.hpp"
 

@@ -1,4 +1,4 @@
-#include "fsdpp/comm/rank_names.hpp"
+#include "fsdpp/runtime/rank_names.hpp"
 
 #include <map>
 
