@@ -143,8 +143,6 @@ class NcclWork final : public Work {
     }
   }
 
-  const std::shared_ptr<NcclCompletion>& completion() const { return completion_; }
-
   void wait() override {
     check();
     CUDA_CHECK(cudaStreamWaitEvent(compute_, completion_->done_event(), 0));
