@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <set>
 
 namespace fsdpp {
 
@@ -61,8 +62,9 @@ std::vector<DimensionTraffic> traffic_by_dimension(MPI_Comm world, const std::ve
   return table;
 }
 
-std::string format_traffic(const std::vector<DimensionTraffic>& traffic, int hosts) {
+std::string format_traffic(const std::vector<DimensionTraffic>& traffic, const std::vector<std::string>& host_of_rank) {
   if (traffic.empty()) return "traffic by mesh dimension: not available (the ranks' communicators differ)";
+  const std::size_t hosts = std::set<std::string>(host_of_rank.begin(), host_of_rank.end()).size();
   std::string text = fmt::format("Traffic by mesh dimension ({} host(s); ring bytes between hosts, all ranks):\n", hosts);
   text += fmt::format("  {:<34} {:>11} {:>14} {:>18}\n", "dimension", "collectives", "payload MiB", "between hosts B");
   double total = 0;

@@ -36,6 +36,6 @@ struct DimensionTraffic {
 std::vector<DimensionTraffic> traffic_by_dimension(MPI_Comm world, const std::vector<std::string>& host_of_rank);
 
 // The end-of-run table: one line per dimension, then the total bytes that crossed between nodes.
-std::string format_traffic(const std::vector<DimensionTraffic>& traffic, int hosts);
+std::string format_traffic(const std::vector<DimensionTraffic>& traffic, const std::vector<std::string>& host_of_rank);
 
 }  // namespace fsdpp

@@ -23,7 +23,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <set>
 
 namespace fsdpp {
 
@@ -175,7 +174,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   // the links' byte counters.
   if (const std::vector<std::string> hosts = hosts_for_traffic(comm); !hosts.empty()) {
     const std::vector<DimensionTraffic> traffic = traffic_by_dimension(comm, hosts);
-    if (speaks) Log::info("{}", format_traffic(traffic, static_cast<int>(std::set<std::string>(hosts.begin(), hosts.end()).size())));
+    if (speaks) Log::info("{}", format_traffic(traffic, hosts));
   }
   return summary;
 }
