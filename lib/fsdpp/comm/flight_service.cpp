@@ -15,6 +15,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 namespace fsdpp {
 namespace {
@@ -69,7 +70,8 @@ void on_request(Service& s, int asking_rank, const std::string& reason) {
 }
 
 std::string text_for_abort(Service& s, const std::string& message) {
-  const std::vector<int> silent = s.channel->ask_all_to_dump(message, kAnswerWait_s);
+  const std::optional<std::vector<int>> asked = s.channel->ask_all_to_dump(message, kAnswerWait_s);
+  const std::vector<int> silent = asked.value_or(std::vector<int>{});
   std::string path;
   try {
     path = dump(s, "aborting: " + message, silent);
@@ -79,7 +81,9 @@ std::string text_for_abort(Service& s, const std::string& message) {
   const std::vector<std::string>& hosts = s.channel->hosts();
   std::string text = fmt::format("[rank {}] flight recorder: this rank's last {} collectives are in {}; ", s.rank,
                                  FlightRecorder::records().size(), path);
-  if (silent.empty()) {
+  if (!asked) {
+    text += fmt::format("the other ranks were not asked to dump theirs ({}). ", s.channel->problem());
+  } else if (silent.empty()) {
     text += s.world_size > 1 ? "every other rank answered and dumped its own. " : "";
   } else {
     text += fmt::format("{} did not answer a request to dump within {:.0f} s: stopped, gone, or cut off from rank {} "
@@ -112,6 +116,9 @@ void FlightService::start(MPI_Comm world, std::size_t records, const std::string
   s->channel = std::make_unique<PeerChannel>(world, std::string(host, static_cast<std::size_t>(length)),
                                              [raw](int asking, const std::string& reason) { on_request(*raw, asking, reason); });
   FlightRecorder::configure(records);
+  if (!s->channel->usable() && s->rank == 0)
+    Log::warn("flight recorder: no side channel ({}): a rank that aborts dumps its own records only, and SIGUSR2 "
+              "dumps nothing", s->channel->problem());
   s->ready = true;
   {
     std::lock_guard<std::mutex> lock(g_mutex);

@@ -2,6 +2,8 @@
 
 #include "fsdpp/runtime/error.hpp"
 
+#include <fmt/format.h>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -98,16 +100,19 @@ PeerChannel::PeerChannel(MPI_Comm world, const std::string& host, DumpRequest on
   int size = 1;
   MPI_Comm_rank(world, &rank_);
   MPI_Comm_size(world, &size);
+  // Nothing may throw before the all-gather below: every rank must reach it, whatever failed here.
   std::uint16_t port = 0;
-  socket_ = open_udp_socket(port);
-  if (pipe2(pipe_, O_CLOEXEC) != 0) {
-    close(socket_);
-    FSDPP_CHECK(false, "flight recorder: cannot create a pipe: {}", std::strerror(errno));
+  std::string problem;
+  try {
+    socket_ = open_udp_socket(port);
+    FSDPP_CHECK(pipe2(pipe_, O_CLOEXEC) == 0, "flight recorder: cannot create a pipe: {}", std::strerror(errno));
+  } catch (const std::exception& e) {
+    problem = e.what();
   }
 
   Card mine{};
   std::strncpy(mine.host, host.c_str(), sizeof mine.host - 1);
-  mine.port = port;
+  mine.port = problem.empty() ? port : 0;  // 0: no channel on this rank
   const std::vector<std::uint32_t> addresses = own_addresses(sizeof mine.ipv4 / sizeof mine.ipv4[0]);
   mine.count = static_cast<std::uint8_t>(addresses.size());
   std::copy(addresses.begin(), addresses.end(), mine.ipv4);
@@ -116,25 +121,41 @@ PeerChannel::PeerChannel(MPI_Comm world, const std::string& host, DumpRequest on
   if (rank_ == 0) token_ = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}();
   FSDPP_MPI_CHECK(MPI_Bcast(&token_, 1, MPI_UINT64_T, 0, world));
 
-  for (const Card& card : cards) {
+  for (std::size_t r = 0; r < cards.size(); ++r) {
+    const Card& card = cards[r];
     hosts_.emplace_back(card.host);
     ports_.push_back(card.port);
+    if (card.port == 0 && problem_.empty()) {
+      const bool mine_failed = r == static_cast<std::size_t>(rank_) && !problem.empty();
+      problem_ = fmt::format("rank {} on {} has no side channel{}", r, hosts_.back(), mine_failed ? ": " + problem : "");
+    }
     // A rank on this host answers on loopback; one elsewhere on its host's own addresses.
     if (hosts_.back() == host) addresses_.push_back({htonl(INADDR_LOOPBACK)});
     else addresses_.emplace_back(card.ipv4, card.ipv4 + card.count);
+  }
+  if (!usable()) {  // all or nothing: a rank that asks must be able to count on every answer
+    release();
+    return;
   }
   g_wake_fd = pipe_[1];
   thread_ = std::thread([this] { serve(); });
 }
 
 PeerChannel::~PeerChannel() {
-  g_wake_fd = -1;
-  const char quit = 'q';
-  if (write(pipe_[1], &quit, 1) != 1) {}  // the thread ends at the next poll
-  if (thread_.joinable()) thread_.join();
-  close(pipe_[0]);
-  close(pipe_[1]);
-  close(socket_);
+  if (thread_.joinable()) {
+    g_wake_fd = -1;
+    const char quit = 'q';
+    if (write(pipe_[1], &quit, 1) != 1) {}  // the thread ends at the next poll
+    thread_.join();
+  }
+  release();
+}
+
+void PeerChannel::release() noexcept {
+  for (int* fd : {&pipe_[0], &pipe_[1], &socket_}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
 }
 
 void PeerChannel::wake_from_signal() {
@@ -171,7 +192,8 @@ void PeerChannel::serve() {
   }
 }
 
-std::vector<int> PeerChannel::ask_all_to_dump(const std::string& reason, double wait_s) const {
+std::optional<std::vector<int>> PeerChannel::ask_all_to_dump(const std::string& reason, double wait_s) const {
+  if (!usable()) return std::nullopt;
   const int ranks = static_cast<int>(hosts_.size());
   std::vector<bool> answered(hosts_.size(), false);
   answered[static_cast<std::size_t>(rank_)] = true;
@@ -180,10 +202,7 @@ std::vector<int> PeerChannel::ask_all_to_dump(const std::string& reason, double 
   try {
     fd = open_udp_socket(port);  // its own socket: the answers must not reach the serving thread
   } catch (const std::exception&) {
-    std::vector<int> all;
-    for (int r = 0; r < ranks; ++r)
-      if (r != rank_) all.push_back(r);
-    return all;
+    return std::nullopt;
   }
   const Message request = make_message(token_, rank_, kDumpRequest, reason);
   const auto deadline = std::chrono::steady_clock::now() +
