@@ -44,5 +44,6 @@ Command add_report_command(CLI::App& app); // fsdpp report <run-folder>
 Command add_plan_command(CLI::App& app);   // fsdpp plan <deck> --ranks N [--mem-per-rank 80GiB]
 Command add_generate_command(CLI::App& app);  // fsdpp generate <ckpt> --prompt TEXT
 Command add_eval_command(CLI::App& app);      // fsdpp eval <ckpt> <tokens.bin>
+Command add_debug_command(CLI::App& app);  // fsdpp debug flight <dir>
 
 }  // namespace fsdpp::app

@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
                                              app::add_init_command(cli), app::add_ckpt_command(cli), app::add_report_command(cli),
                                              app::add_plan_command(cli), app::add_generate_command(cli), app::add_eval_command(cli),
                                              app::add_bench_command(cli),
-                                             app::add_mesh_command(cli)};
+                                             app::add_mesh_command(cli), app::add_debug_command(cli)};
 
   // Parse before MPI starts (so --device can steer device selection), but report after, from rank 0 only.
   std::exception_ptr parse_error;

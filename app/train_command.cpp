@@ -5,6 +5,8 @@
 
 #include "embedded_decks.hpp"
 #include "fsdpp/ckpt/save_faults.hpp"
+#include "fsdpp/comm/collective_faults.hpp"
+#include "fsdpp/comm/flight_service.hpp"
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -100,7 +102,19 @@ int run_train(Runtime& rt, const TrainArgs& args) {
         if (step == at) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
       };
   }
+  // Test hook for the flight recorder: FSDPP_TEST_SKIP_COLLECTIVE=<rank>:<dimension>:<seq> makes that rank skip
+  // that collective, so the ranks desynchronise.
+  if (const char* skip = std::getenv("FSDPP_TEST_SKIP_COLLECTIVE"); skip && *skip) {
+    const CollectiveSkip fault = parse_collective_skip(skip);
+    if (fault.rank == rt.rank()) arm_collective_skip(fault);
+  }
+  // Where each rank runs: the first thing to check on a new cluster (--log-all-ranks prints every rank's line).
+  const char* gpus = std::getenv("CUDA_VISIBLE_DEVICES");
+  Log::info("placement: rank {} on {}: node-local rank {} of {}, device {}{}", rt.rank(), rt.hostname(),
+            rt.local_rank(), rt.local_size(), rt.device().name,
+            gpus ? fmt::format(" (CUDA_VISIBLE_DEVICES={})", gpus) : std::string());
   install_preemption_handlers();
+  FlightService::install_signal_handler();
   const TrainSummary summary = train(rt.world(), deck, options);
   Log::tee_to("");
   return summary.preempted ? kPreemptedExitCode : 0;

@@ -14,6 +14,10 @@ grep -E "watchdog" "$dir/run.log"
 echo "exit code $rc after $elapsed s"
 [ "$rc" != 0 ] || { tail -20 "$dir/run.log"; echo "FAIL: the stalled job exited 0"; exit 1; }
 [ "$elapsed" -lt 60 ] || { echo "FAIL: the job took $elapsed s to end; the watchdog should end it within seconds"; exit 1; }
-n=$(grep -Ec "error: collective watchdog: all_gather over dp_shard did not finish within 3 s \(.*at step 3\)" "$dir/run.log")
+n=$(grep -Ec "error: collective watchdog: all_gather over dp_shard \(#[0-9]+, .*all-gather\) did not finish within 3 s \(.*at step 3\)" "$dir/run.log")
 [ "$n" = 1 ] || { tail -20 "$dir/run.log"; echo "FAIL: the watchdog message appears $n times, expected once"; exit 1; }
+grep -Eq "flight recorder: .*fsdpp debug flight $dir/run/flight$" "$dir/run.log" || { echo "FAIL: the log does not point at fsdpp debug flight"; exit 1; }
+report=$("$fsdpp" debug flight "$dir/run/flight") || { echo "FAIL: fsdpp debug flight"; exit 1; }
+echo "$report"
+grep -q "rank 1 on $(hostname) never entered it" <<< "$report" || { echo "FAIL: the flight report does not name rank 1"; exit 1; }
 echo "watchdog: the stalled job ended after $elapsed s naming all_gather over dp_shard at step 3"

@@ -10,12 +10,21 @@
 //                   In place when send == recv + rank() * count.
 //   reduce_scatter: send [n * count] -> recv [count], block rank() of the reduction over ranks.
 //   all_reduce:     buf [count], in place.   broadcast: buf [count], in place, from `root`.
+//
+// The public operations are not virtual: each one first goes through issue(), which numbers it on this
+// communicator, counts its traffic and records it in the flight recorder (comm/flight_recorder.hpp), and only
+// then hands it to the backend's start_*/run_* with the ticket the backend reports its start and end with. One
+// place for that, whatever the backend.
+#include "fsdpp/comm/flight_recorder.hpp"
 #include "fsdpp/tensor/bf16.hpp"
 #include "fsdpp/tensor/dtype.hpp"
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace fsdpp {
 
@@ -48,6 +57,8 @@ using WorkHandle = std::unique_ptr<Work>;
 class Communicator {
  public:
   virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
@@ -55,34 +66,27 @@ class Communicator {
   virtual std::string describe() const = 0;  // backend, algorithms, group size: for logs and benchmarks
   // What the group is, for messages such as the collective watchdog's: the mesh dimension ("dp_shard").
   const std::string& label() const { return label_; }
-  void set_label(std::string label) { label_ = std::move(label); }
+  void set_label(std::string label);
+  // This communicator in the flight recorder's registry, and the collectives issued on it so far.
+  std::uint32_t flight_id() const { return flight_id_; }
+  std::uint64_t issued() const { return issued_.load(std::memory_order_relaxed); }
   // True when a collective is ordered after the device work issued before it by the backend itself (NCCL waits
   // on an event of Kokkos' stream), so callers need no Kokkos::fence() first; false when the collective reads
   // the buffers from the host or another thread (MPI), which must see finished kernels.
   virtual bool stream_ordered() const { return false; }
 
-  virtual WorkHandle all_gather_async(const void* send, void* recv, std::size_t count, DType dtype) = 0;
-  virtual WorkHandle reduce_scatter_async(const void* send, void* recv, std::size_t count, DType dtype,
-                                          ReduceScatterOptions options = {}) = 0;
-  virtual WorkHandle all_reduce_async(void* buf, std::size_t count, DType dtype, ReduceOp op) = 0;
-  virtual WorkHandle broadcast_async(void* buf, std::size_t count, DType dtype, int root) = 0;
-  virtual WorkHandle barrier_async() = 0;
+  WorkHandle all_gather_async(const void* send, void* recv, std::size_t count, DType dtype);
+  WorkHandle reduce_scatter_async(const void* send, void* recv, std::size_t count, DType dtype,
+                                  ReduceScatterOptions options = {});
+  WorkHandle all_reduce_async(void* buf, std::size_t count, DType dtype, ReduceOp op);
+  WorkHandle broadcast_async(void* buf, std::size_t count, DType dtype, int root);
+  WorkHandle barrier_async();
 
-  // Blocking forms. Backends may override them to skip the asynchronous machinery.
-  virtual void all_gather(const void* send, void* recv, std::size_t count, DType dtype) {
-    all_gather_async(send, recv, count, dtype)->wait();
-  }
-  virtual void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
-                              ReduceScatterOptions options = {}) {
-    reduce_scatter_async(send, recv, count, dtype, options)->wait();
-  }
-  virtual void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
-    all_reduce_async(buf, count, dtype, op)->wait();
-  }
-  virtual void broadcast(void* buf, std::size_t count, DType dtype, int root) {
-    broadcast_async(buf, count, dtype, root)->wait();
-  }
-  virtual void barrier() { barrier_async()->wait(); }
+  void all_gather(const void* send, void* recv, std::size_t count, DType dtype);
+  void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceScatterOptions options = {});
+  void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op);
+  void broadcast(void* buf, std::size_t count, DType dtype, int root);
+  void barrier();
 
   // Typed conveniences: the dtype follows from the element type.
   template <class T> void all_gather(const T* send, T* recv, std::size_t count) {
@@ -98,8 +102,50 @@ class Communicator {
     broadcast(buf, count, dtype_of_v<T>, root);
   }
 
+ protected:
+  // Registers with the flight recorder under `backend`'s name.
+  explicit Communicator(CommBackend backend);
+  // The members' world ranks, in group order, for the flight recorder and the traffic counters.
+  void set_members(std::vector<int> world_ranks);
+
+  // The backends. The asynchronous forms start the collective; the blocking ones may skip the asynchronous
+  // machinery (the default waits on the asynchronous form). Either reports the ticket's start and end:
+  // comm/collective_scope.hpp for collectives the host runs, the watchdog's device tracking for NCCL.
+  virtual WorkHandle start_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
+                                      const CollectiveTicket& ticket) = 0;
+  virtual WorkHandle start_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                                          ReduceScatterOptions options, const CollectiveTicket& ticket) = 0;
+  virtual WorkHandle start_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op,
+                                      const CollectiveTicket& ticket) = 0;
+  virtual WorkHandle start_broadcast(void* buf, std::size_t count, DType dtype, int root,
+                                     const CollectiveTicket& ticket) = 0;
+  virtual WorkHandle start_barrier(const CollectiveTicket& ticket) = 0;
+  virtual void run_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
+                              const CollectiveTicket& ticket) {
+    start_all_gather(send, recv, count, dtype, ticket)->wait();
+  }
+  virtual void run_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                                  ReduceScatterOptions options, const CollectiveTicket& ticket) {
+    start_reduce_scatter(send, recv, count, dtype, options, ticket)->wait();
+  }
+  virtual void run_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op, const CollectiveTicket& ticket) {
+    start_all_reduce(buf, count, dtype, op, ticket)->wait();
+  }
+  virtual void run_broadcast(void* buf, std::size_t count, DType dtype, int root, const CollectiveTicket& ticket) {
+    start_broadcast(buf, count, dtype, root, ticket)->wait();
+  }
+  virtual void run_barrier(const CollectiveTicket& ticket) { start_barrier(ticket)->wait(); }
+
  private:
+  // Numbers, counts and records one collective; nullopt when a test's fault switch makes this rank skip it
+  // (comm/collective_faults.hpp).
+  std::optional<CollectiveTicket> issue(CollectiveOp op, std::size_t count, DType dtype, int root = -1);
+  template <class Start> WorkHandle issue_async(CollectiveOp op, std::size_t count, DType dtype, int root, Start&& start);
+  template <class Run> void issue_blocking(CollectiveOp op, std::size_t count, DType dtype, int root, Run&& run);
+
   std::string label_ = "a group";
+  std::uint32_t flight_id_ = 0;
+  std::atomic<std::uint64_t> issued_{0};
 };
 
 }  // namespace fsdpp

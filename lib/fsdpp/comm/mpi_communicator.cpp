@@ -1,5 +1,6 @@
 #include "fsdpp/comm/mpi_communicator.hpp"
 
+#include "fsdpp/comm/group_members.hpp"
 #include "fsdpp/comm/mpi_algorithms.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/watchdog.hpp"
@@ -76,15 +77,19 @@ std::string MpiAlgorithms::describe() const {
 }
 
 MpiCommunicator::MpiCommunicator(MPI_Comm group, MpiAlgorithms algorithms)
-    : algorithms_(algorithms), executor_([] {
+    : Communicator(CommBackend::mpi), algorithms_(algorithms), executor_([] {
         int level = MPI_THREAD_SINGLE;
         MPI_Query_thread(&level);
         return level >= MPI_THREAD_MULTIPLE;
       }()) {
   FSDPP_MPI_CHECK(MPI_Comm_dup(group, &comm_));
+  // Errors come back to fsdpp (FSDPP_MPI_CHECK throws; the rank then aborts through abort_job, with the flight
+  // recorder's dumps) instead of Open MPI ending the job at once with its own message.
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   set_label(fmt::format("a group of {} ranks", size_));
+  set_members(world_ranks_of(comm_));
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -103,16 +108,17 @@ WorkHandle MpiCommunicator::start(std::function<void()> task) {
   return std::make_unique<MpiWork>(executor_.submit(std::move(task)));
 }
 
-void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t count, DType dtype) {
-  const CollectiveWatchdog::Scope watched("all_gather", label());
+void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
+                                    const CollectiveTicket& t) {
+  const CollectiveWatchdog::Scope watched(t);
   const mpi_algorithms::Context c{comm_, rank_, size_, algorithms_.segment_bytes, algorithms_.max_message_elements, &scratch_};
   if (algorithms_.all_gather == MpiAlgorithms::AllGather::ring) mpi_algorithms::all_gather_ring(c, send, recv, count, dtype);
   else mpi_algorithms::all_gather_native(c, send, recv, count, dtype);
 }
 
 void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
-                                        ReduceScatterOptions o) {
-  const CollectiveWatchdog::Scope watched("reduce_scatter", label());
+                                        ReduceScatterOptions o, const CollectiveTicket& t) {
+  const CollectiveWatchdog::Scope watched(t);
   const mpi_algorithms::Context c{comm_, rank_, size_, algorithms_.segment_bytes, algorithms_.max_message_elements, &scratch_};
   const double post = o.post_scale / (o.op == ReduceOp::avg ? size_ : 1);
   if (algorithms_.reduce_scatter == MpiAlgorithms::ReduceScatter::ring)
@@ -121,8 +127,8 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_
     mpi_algorithms::reduce_scatter_native(c, send, recv, count, dtype, o.pre_scale, post);
 }
 
-void MpiCommunicator::do_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
-  const CollectiveWatchdog::Scope watched("all_reduce", label());
+void MpiCommunicator::do_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op, const CollectiveTicket& t) {
+  const CollectiveWatchdog::Scope watched(t);
   const mpi_algorithms::Context c{comm_, rank_, size_, algorithms_.segment_bytes, algorithms_.max_message_elements, &scratch_};
   if (algorithms_.all_reduce == MpiAlgorithms::AllReduce::ring &&
       count * dtype_size(dtype) >= algorithms_.ring_all_reduce_min_bytes)
@@ -131,8 +137,8 @@ void MpiCommunicator::do_all_reduce(void* buf, std::size_t count, DType dtype, R
     mpi_algorithms::all_reduce_native(c, buf, count, dtype, op);
 }
 
-void MpiCommunicator::do_broadcast(void* buf, std::size_t count, DType dtype, int root) {
-  const CollectiveWatchdog::Scope watched("broadcast", label());
+void MpiCommunicator::do_broadcast(void* buf, std::size_t count, DType dtype, int root, const CollectiveTicket& t) {
+  const CollectiveWatchdog::Scope watched(t);
   const mpi_algorithms::Context c{comm_, rank_, size_, algorithms_.segment_bytes, algorithms_.max_message_elements, &scratch_};
   mpi_algorithms::broadcast_native(c, buf, count, dtype, root);
 }
@@ -153,55 +159,57 @@ void MpiCommunicator::do_broadcast(void* buf, std::size_t count, DType dtype, in
   check_buffer(buf, count, "", "broadcast");                                                             \
   FSDPP_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of this group of {}", root, size_)
 
-WorkHandle MpiCommunicator::all_gather_async(const void* send, void* recv, std::size_t count, DType dtype) {
+WorkHandle MpiCommunicator::start_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
+                                             const CollectiveTicket& t) {
   FSDPP_CHECK_ALL_GATHER();
-  return start([=] { do_all_gather(send, recv, count, dtype); });
+  return start([=] { do_all_gather(send, recv, count, dtype, t); });
 }
-void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t count, DType dtype) {
+void MpiCommunicator::run_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
+                                     const CollectiveTicket& t) {
   FSDPP_CHECK_ALL_GATHER();
-  executor_.run_inline([&] { do_all_gather(send, recv, count, dtype); });
+  executor_.run_inline([&] { do_all_gather(send, recv, count, dtype, t); });
 }
 
-WorkHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, std::size_t count, DType dtype,
-                                                 ReduceScatterOptions options) {
+WorkHandle MpiCommunicator::start_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                                                 ReduceScatterOptions options, const CollectiveTicket& t) {
   FSDPP_CHECK_REDUCE_SCATTER();
-  return start([=] { do_reduce_scatter(send, recv, count, dtype, options); });
+  return start([=] { do_reduce_scatter(send, recv, count, dtype, options, t); });
 }
-void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
-                                     ReduceScatterOptions options) {
+void MpiCommunicator::run_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                                         ReduceScatterOptions options, const CollectiveTicket& t) {
   FSDPP_CHECK_REDUCE_SCATTER();
-  executor_.run_inline([&] { do_reduce_scatter(send, recv, count, dtype, options); });
+  executor_.run_inline([&] { do_reduce_scatter(send, recv, count, dtype, options, t); });
 }
 
-WorkHandle MpiCommunicator::all_reduce_async(void* buf, std::size_t count, DType dtype, ReduceOp op) {
+WorkHandle MpiCommunicator::start_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op,
+                                             const CollectiveTicket& t) {
   FSDPP_CHECK_ALL_REDUCE();
-  return start([=] { do_all_reduce(buf, count, dtype, op); });
+  return start([=] { do_all_reduce(buf, count, dtype, op, t); });
 }
-void MpiCommunicator::all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
+void MpiCommunicator::run_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op, const CollectiveTicket& t) {
   FSDPP_CHECK_ALL_REDUCE();
-  executor_.run_inline([&] { do_all_reduce(buf, count, dtype, op); });
+  executor_.run_inline([&] { do_all_reduce(buf, count, dtype, op, t); });
 }
 
-WorkHandle MpiCommunicator::broadcast_async(void* buf, std::size_t count, DType dtype, int root) {
+WorkHandle MpiCommunicator::start_broadcast(void* buf, std::size_t count, DType dtype, int root,
+                                            const CollectiveTicket& t) {
   FSDPP_CHECK_BROADCAST();
-  return start([=] { do_broadcast(buf, count, dtype, root); });
+  return start([=] { do_broadcast(buf, count, dtype, root, t); });
 }
-void MpiCommunicator::broadcast(void* buf, std::size_t count, DType dtype, int root) {
+void MpiCommunicator::run_broadcast(void* buf, std::size_t count, DType dtype, int root, const CollectiveTicket& t) {
   FSDPP_CHECK_BROADCAST();
-  executor_.run_inline([&] { do_broadcast(buf, count, dtype, root); });
+  executor_.run_inline([&] { do_broadcast(buf, count, dtype, root, t); });
 }
 
-WorkHandle MpiCommunicator::barrier_async() {
-  return start([this] {
-    const CollectiveWatchdog::Scope watched("barrier", label());
-    FSDPP_MPI_CHECK(MPI_Barrier(comm_));
-  });
+void MpiCommunicator::do_barrier(const CollectiveTicket& t) {
+  const CollectiveWatchdog::Scope watched(t);
+  FSDPP_MPI_CHECK(MPI_Barrier(comm_));
 }
-void MpiCommunicator::barrier() {
-  executor_.run_inline([this] {
-    const CollectiveWatchdog::Scope watched("barrier", label());
-    FSDPP_MPI_CHECK(MPI_Barrier(comm_));
-  });
+WorkHandle MpiCommunicator::start_barrier(const CollectiveTicket& t) {
+  return start([this, t] { do_barrier(t); });
+}
+void MpiCommunicator::run_barrier(const CollectiveTicket& t) {
+  executor_.run_inline([&] { do_barrier(t); });
 }
 
 }  // namespace fsdpp

@@ -54,29 +54,32 @@ class MpiCommunicator final : public Communicator {
   void set_algorithms(const MpiAlgorithms& algorithms) { algorithms_ = algorithms; }
   bool asynchronous() const { return executor_.threaded(); }
 
-  WorkHandle all_gather_async(const void* send, void* recv, std::size_t count, DType dtype) override;
-  WorkHandle reduce_scatter_async(const void* send, void* recv, std::size_t count, DType dtype,
-                                  ReduceScatterOptions options = {}) override;
-  WorkHandle all_reduce_async(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
-  WorkHandle broadcast_async(void* buf, std::size_t count, DType dtype, int root) override;
-  WorkHandle barrier_async() override;
+ protected:
+  WorkHandle start_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
+                              const CollectiveTicket& ticket) override;
+  WorkHandle start_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                                  ReduceScatterOptions options, const CollectiveTicket& ticket) override;
+  WorkHandle start_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op,
+                              const CollectiveTicket& ticket) override;
+  WorkHandle start_broadcast(void* buf, std::size_t count, DType dtype, int root, const CollectiveTicket& ticket) override;
+  WorkHandle start_barrier(const CollectiveTicket& ticket) override;
 
-  void all_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
-  void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
-                      ReduceScatterOptions options = {}) override;
-  void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
-  void broadcast(void* buf, std::size_t count, DType dtype, int root) override;
-  void barrier() override;
-  using Communicator::all_gather;
-  using Communicator::all_reduce;
-  using Communicator::broadcast;
-  using Communicator::reduce_scatter;
+  void run_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
+                      const CollectiveTicket& ticket) override;
+  void run_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceScatterOptions options,
+                          const CollectiveTicket& ticket) override;
+  void run_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op, const CollectiveTicket& ticket) override;
+  void run_broadcast(void* buf, std::size_t count, DType dtype, int root, const CollectiveTicket& ticket) override;
+  void run_barrier(const CollectiveTicket& ticket) override;
 
  private:
-  void do_all_gather(const void* send, void* recv, std::size_t count, DType dtype);
-  void do_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceScatterOptions o);
-  void do_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op);
-  void do_broadcast(void* buf, std::size_t count, DType dtype, int root);
+  // Run on whichever thread executes the collective, inside a CollectiveScope (start, end, watchdog).
+  void do_all_gather(const void* send, void* recv, std::size_t count, DType dtype, const CollectiveTicket& t);
+  void do_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceScatterOptions o,
+                         const CollectiveTicket& t);
+  void do_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op, const CollectiveTicket& t);
+  void do_broadcast(void* buf, std::size_t count, DType dtype, int root, const CollectiveTicket& t);
+  void do_barrier(const CollectiveTicket& t);
   WorkHandle start(std::function<void()> task);
 
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -1,10 +1,14 @@
 #include "fsdpp/comm/nccl_communicator.hpp"
 
+#include "fsdpp/comm/group_members.hpp"
 #include "fsdpp/runtime/build_info.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/fatal.hpp"
+#include "fsdpp/runtime/watchdog.hpp"
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -58,27 +62,75 @@ const char* nccl_last_error() {
 namespace fsdpp {
 namespace {
 
-// An async error means a peer or the network failed mid-collective: the other ranks are stuck in NCCL
-// kernels, so neither an exception nor ncclCommDestroy (which can block) would end the job. Abort instead.
-void abort_on_async_error(ncclComm_t comm, int world_rank) {
+const char* async_error_text(ncclComm_t comm) {
   ncclResult_t async = ncclSuccess;
   const ncclResult_t rc = ncclCommGetAsyncError(comm, &async);
   const ncclResult_t error = rc != ncclSuccess ? rc : async;
-  if (error == ncclSuccess) return;
-  std::fprintf(stderr, "[rank %d] NCCL async error: %s (%s)\n", world_rank, ncclGetErrorString(error),
-               nccl_last_error());
-  ncclCommAbort(comm);
-  MPI_Abort(MPI_COMM_WORLD, 1);
+  return error == ncclSuccess ? nullptr : ncclGetErrorString(error);
 }
 
-// Owns one completion event; created before the collective is enqueued, so that no collective is ever in
-// flight without a handle that waits for it.
-class NcclWork final : public Work {
+// One collective on the comm stream as the watchdog and the Work handle observe it: an event recorded before it
+// and one after it, and the communicator, for its asynchronous errors. Shared by the handle and the watchdog
+// (runtime/watchdog.hpp), so the events live as long as either looks at them.
+class NcclCompletion final : public DeviceCompletion {
  public:
-  NcclWork(ncclComm_t comm, cudaStream_t compute, int world_rank)
-      : comm_(comm), compute_(compute), world_rank_(world_rank) {
+  NcclCompletion(ncclComm_t comm, std::shared_ptr<std::atomic<bool>> aborted) : comm_(comm), aborted_(std::move(aborted)) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&start_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   }
+  ~NcclCompletion() override {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(done_);
+  }
+  NcclCompletion(const NcclCompletion&) = delete;
+  NcclCompletion& operator=(const NcclCompletion&) = delete;
+
+  cudaEvent_t start_event() const { return start_; }
+  cudaEvent_t done_event() const { return done_; }
+
+  // The done event first: once it has fired the communicator is not needed (and may be gone).
+  Progress poll(std::string& error) override {
+    if (finished(done_, error)) return Progress::done;
+    if (!error.empty()) return Progress::failed;
+    if (const char* async = async_error_text(comm_)) {
+      error = fmt::format("{} ({})", async, nccl_last_error());
+      return Progress::failed;
+    }
+    return finished(start_, error) ? Progress::running : Progress::queued;
+  }
+
+  // Once per communicator, whoever comes first (the watchdog, a failing wait, teardown).
+  void abort() override {
+    if (!aborted_->exchange(true)) ncclCommAbort(comm_);
+  }
+
+ private:
+  static bool finished(cudaEvent_t event, std::string& error) {
+    const cudaError_t rc = cudaEventQuery(event);
+    if (rc == cudaSuccess) return true;
+    if (rc != cudaErrorNotReady) error = fmt::format("cudaEventQuery failed: {}", cudaGetErrorString(rc));
+    return false;
+  }
+
+  ncclComm_t comm_;
+  std::shared_ptr<std::atomic<bool>> aborted_;
+  cudaEvent_t start_ = nullptr, done_ = nullptr;
+};
+
+// An asynchronous failure means a peer or the network failed mid-collective: the other ranks are stuck in NCCL
+// kernels, so neither an exception nor ncclCommDestroy (which can block) would end the job. Abort instead, with
+// the flight recorder's dumps (runtime/fatal.hpp).
+[[noreturn]] void abort_on_failure(NcclCompletion& completion, const CollectiveTicket& ticket, const std::string& error) {
+  completion.abort();
+  abort_job(fmt::format("NCCL: {} failed: {}. Aborting the job", describe_collective(ticket), error));
+}
+
+// The handle of one collective; its completion exists before the collective is enqueued, so that no
+// collective is ever in flight without a handle that waits for it.
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<NcclCompletion> completion, cudaStream_t compute, const CollectiveTicket& ticket)
+      : completion_(std::move(completion)), compute_(compute), ticket_(ticket) {}
   NcclWork(const NcclWork&) = delete;
   NcclWork& operator=(const NcclWork&) = delete;
 
@@ -87,30 +139,21 @@ class NcclWork final : public Work {
       try {
         wait();
       } catch (const std::exception& e) {  // a destructor must not throw; the job cannot continue either
-        std::fprintf(stderr, "[rank %d] %s\n", world_rank_, e.what());
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        abort_job(e.what());
       }
     }
-    cudaEventDestroy(done_);
   }
 
-  cudaEvent_t done() const { return done_; }
-
   void wait() override {
-    abort_on_async_error(comm_, world_rank_);
-    CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
+    check();
+    CUDA_CHECK(cudaStreamWaitEvent(compute_, completion_->done_event(), 0));
     waited_ = true;
   }
 
-  bool is_completed() override {
-    const cudaError_t rc = cudaEventQuery(done_);
-    if (rc == cudaSuccess) return true;
-    if (rc != cudaErrorNotReady) throw_cuda_error("cudaEventQuery", rc, __FILE__, __LINE__);
-    abort_on_async_error(comm_, world_rank_);
-    return false;
-  }
+  bool is_completed() override { return check() == DeviceCompletion::Progress::done; }
 
-  // Blocks the host. Polls rather than cudaEventSynchronize, which would hang forever on a failed peer.
+  // Blocks the host. Polls rather than cudaEventSynchronize, which would hang forever on a failed peer; the
+  // watchdog ends a wait that outlasts comm.timeout_s.
   void synchronize() {
     const auto start = std::chrono::steady_clock::now();
     while (!is_completed()) {
@@ -120,14 +163,21 @@ class NcclWork final : public Work {
       else
         std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
+    FlightRecorder::completed(ticket_);
     waited_ = true;  // complete, so work on any stream already sees the result
   }
 
  private:
-  ncclComm_t comm_;
+  DeviceCompletion::Progress check() {
+    std::string error;
+    const DeviceCompletion::Progress progress = completion_->poll(error);
+    if (progress == DeviceCompletion::Progress::failed) abort_on_failure(*completion_, ticket_, error);
+    return progress;
+  }
+
+  std::shared_ptr<NcclCompletion> completion_;
   cudaStream_t compute_;
-  int world_rank_;
-  cudaEvent_t done_ = nullptr;
+  CollectiveTicket ticket_;
   bool waited_ = false;
 };
 
@@ -164,7 +214,8 @@ void require_device_memory(const void* ptr, std::size_t count, const char* op, c
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(MPI_Comm group) {
+NcclCommunicator::NcclCommunicator(MPI_Comm group)
+    : Communicator(CommBackend::nccl), aborted_(std::make_shared<std::atomic<bool>>(false)) {
   int devices = 0;
   const cudaError_t rc = cudaGetDeviceCount(&devices);
   if (rc != cudaSuccess || devices == 0) {
@@ -176,7 +227,6 @@ NcclCommunicator::NcclCommunicator(MPI_Comm group) {
   }
   FSDPP_MPI_CHECK(MPI_Comm_rank(group, &rank_));
   FSDPP_MPI_CHECK(MPI_Comm_size(group, &size_));
-  FSDPP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
 
   try {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -189,6 +239,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm group) {
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     FSDPP_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group));
     NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
+    set_members(world_ranks_of(group));
   } catch (...) {
     release();
     throw;
@@ -200,6 +251,7 @@ NcclCommunicator::~NcclCommunicator() { release(); }
 void NcclCommunicator::release() noexcept {
   bool healthy = true;
   if (comm_) {
+    CollectiveWatchdog::forget_communicator(flight_id());  // it must not poll this communicator once it is gone
     // Poll rather than cudaStreamSynchronize: a peer failing now must not turn teardown into a hang.
     while (healthy && cudaStreamQuery(stream_) == cudaErrorNotReady) {
       ncclResult_t async = ncclSuccess;
@@ -211,7 +263,7 @@ void NcclCommunicator::release() noexcept {
       ncclCommFinalize(comm_);  // flushes outstanding operations so Destroy releases cleanly
 #endif
       ncclCommDestroy(comm_);
-    } else {
+    } else if (!aborted_->exchange(true)) {
       ncclCommAbort(comm_);  // Finalize/Destroy could block forever on a failed communicator
     }
     comm_ = nullptr;
@@ -229,23 +281,27 @@ std::string NcclCommunicator::describe() const {
   return fmt::format("nccl (size {}, NCCL {})", size_, nccl_library_version());
 }
 
-template <class Enqueue> WorkHandle NcclCommunicator::launch(Enqueue&& enqueue) {
-  auto work = std::make_unique<NcclWork>(comm_, compute_, world_rank_);
+template <class Enqueue> WorkHandle NcclCommunicator::launch(const CollectiveTicket& ticket, Enqueue&& enqueue) {
+  auto completion = std::make_shared<NcclCompletion>(comm_, aborted_);
+  auto work = std::make_unique<NcclWork>(completion, compute_, ticket);
   CUDA_CHECK(cudaEventRecord(ready_, compute_));  // the collective must see what compute wrote so far
   CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
+  CUDA_CHECK(cudaEventRecord(completion->start_event(), stream_));
   std::forward<Enqueue>(enqueue)();
-  CUDA_CHECK(cudaEventRecord(work->done(), stream_));
+  CUDA_CHECK(cudaEventRecord(completion->done_event(), stream_));
+  CollectiveWatchdog::watch_device(ticket, completion);  // its start and end in the flight record; its timeout
   return work;
 }
 
-WorkHandle NcclCommunicator::all_gather_async(const void* send, void* recv, std::size_t count, DType dtype) {
+WorkHandle NcclCommunicator::start_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
+                                              const CollectiveTicket& ticket) {
   require_device_memory(send, count, "all_gather", "send buffer");
   require_device_memory(recv, count, "all_gather", "receive buffer");
-  return launch([&] { NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_)); });
+  return launch(ticket, [&] { NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_)); });
 }
 
-WorkHandle NcclCommunicator::reduce_scatter_async(const void* send, void* recv, std::size_t count, DType dtype,
-                                                  ReduceScatterOptions options) {
+WorkHandle NcclCommunicator::start_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                                                  ReduceScatterOptions options, const CollectiveTicket& ticket) {
   require_arithmetic(dtype, "reduce_scatter");
   FSDPP_CHECK(options.op == ReduceOp::sum || options.op == ReduceOp::avg,
               "reduce_scatter supports sum and avg, not {}", reduce_op_name(options.op));
@@ -256,7 +312,7 @@ WorkHandle NcclCommunicator::reduce_scatter_async(const void* send, void* recv, 
   const double scale = options.pre_scale * options.post_scale;
   if (scale == 1.0) {
     const ncclRedOp_t op = options.op == ReduceOp::avg ? ncclAvg : ncclSum;
-    return launch([&] { NCCL_CHECK(ncclReduceScatter(send, recv, count, type, op, comm_, stream_)); });
+    return launch(ticket, [&] { NCCL_CHECK(ncclReduceScatter(send, recv, count, type, op, comm_, stream_)); });
   }
   // post * sum(pre * x) == sum(pre * post * x): one pre-multiplied sum, no extra scaling pass.
   const double factor = options.op == ReduceOp::avg ? scale / size_ : scale;
@@ -274,44 +330,52 @@ WorkHandle NcclCommunicator::reduce_scatter_async(const void* send, void* recv, 
     ncclComm_t comm;
     ~OpGuard() { ncclRedOpDestroy(op, comm); }
   } guard{op, comm_};
-  return launch([&] { NCCL_CHECK(ncclReduceScatter(send, recv, count, type, op, comm_, stream_)); });
+  return launch(ticket, [&] { NCCL_CHECK(ncclReduceScatter(send, recv, count, type, op, comm_, stream_)); });
 }
 
-WorkHandle NcclCommunicator::all_reduce_async(void* buf, std::size_t count, DType dtype, ReduceOp op) {
+WorkHandle NcclCommunicator::start_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op,
+                                              const CollectiveTicket& ticket) {
   require_arithmetic(dtype, "all_reduce");
   require_device_memory(buf, count, "all_reduce", "buffer");
   const ncclRedOp_t nccl_op = op == ReduceOp::avg ? ncclAvg : op == ReduceOp::max ? ncclMax : ncclSum;
-  return launch([&] { NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(dtype), nccl_op, comm_, stream_)); });
+  return launch(ticket,
+                [&] { NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(dtype), nccl_op, comm_, stream_)); });
 }
 
-WorkHandle NcclCommunicator::broadcast_async(void* buf, std::size_t count, DType dtype, int root) {
+WorkHandle NcclCommunicator::start_broadcast(void* buf, std::size_t count, DType dtype, int root,
+                                             const CollectiveTicket& ticket) {
   FSDPP_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of this group of {}", root, size_);
   require_device_memory(buf, count, "broadcast", "buffer");
-  return launch([&] { NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(dtype), root, comm_, stream_)); });
+  return launch(ticket, [&] { NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(dtype), root, comm_, stream_)); });
 }
 
 // NCCL has no barrier; an all-reduce cannot complete anywhere before every rank has joined it.
-WorkHandle NcclCommunicator::barrier_async() {
-  return launch([&] { NCCL_CHECK(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclInt32, ncclSum, comm_, stream_)); });
+WorkHandle NcclCommunicator::start_barrier(const CollectiveTicket& ticket) {
+  return launch(ticket, [&] {
+    NCCL_CHECK(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclInt32, ncclSum, comm_, stream_));
+  });
 }
 
-void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t count, DType dtype) {
-  wait_on_host(all_gather_async(send, recv, count, dtype));
+void NcclCommunicator::run_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
+                                      const CollectiveTicket& ticket) {
+  wait_on_host(start_all_gather(send, recv, count, dtype, ticket));
 }
 
-void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
-                                      ReduceScatterOptions options) {
-  wait_on_host(reduce_scatter_async(send, recv, count, dtype, options));
+void NcclCommunicator::run_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                                          ReduceScatterOptions options, const CollectiveTicket& ticket) {
+  wait_on_host(start_reduce_scatter(send, recv, count, dtype, options, ticket));
 }
 
-void NcclCommunicator::all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
-  wait_on_host(all_reduce_async(buf, count, dtype, op));
+void NcclCommunicator::run_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op,
+                                      const CollectiveTicket& ticket) {
+  wait_on_host(start_all_reduce(buf, count, dtype, op, ticket));
 }
 
-void NcclCommunicator::broadcast(void* buf, std::size_t count, DType dtype, int root) {
-  wait_on_host(broadcast_async(buf, count, dtype, root));
+void NcclCommunicator::run_broadcast(void* buf, std::size_t count, DType dtype, int root,
+                                     const CollectiveTicket& ticket) {
+  wait_on_host(start_broadcast(buf, count, dtype, root, ticket));
 }
 
-void NcclCommunicator::barrier() { wait_on_host(barrier_async()); }
+void NcclCommunicator::run_barrier(const CollectiveTicket& ticket) { wait_on_host(start_barrier(ticket)); }
 
 }  // namespace fsdpp

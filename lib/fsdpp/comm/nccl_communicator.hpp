@@ -11,7 +11,10 @@
 // NOT RUN ON A GPU YET: this ordering was compile-checked only (CUDA 13, Kokkos 4.6.01, no GPU on the build
 // machines); tests/gpu/run is the first thing to run on one.
 // An asynchronous NCCL failure (a dead peer, a network error) cannot be recovered from: it is printed, the
-// NCCL communicator is aborted and the job is ended with MPI_Abort, rather than left to hang.
+// NCCL communicator is aborted and the job is ended through abort_job (runtime/fatal.hpp: flight records
+// dumped, then MPI_Abort), rather than left to hang. Every collective is handed to the collective watchdog
+// (runtime/watchdog.hpp), which polls its events and ncclCommGetAsyncError and aborts a collective that outlasts
+// comm.timeout_s, and which marks its start and end in the flight recorder.
 // Work handles must be waited on or destroyed before their communicator.
 #include "fsdpp/comm/communicator.hpp"
 
@@ -19,6 +22,8 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <atomic>
+#include <memory>
 #include <string>
 
 namespace fsdpp {
@@ -43,38 +48,36 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t compute_stream() const { return compute_; }
   cudaStream_t comm_stream() const { return stream_; }
 
-  WorkHandle all_gather_async(const void* send, void* recv, std::size_t count, DType dtype) override;
-  WorkHandle reduce_scatter_async(const void* send, void* recv, std::size_t count, DType dtype,
-                                  ReduceScatterOptions options = {}) override;
-  WorkHandle all_reduce_async(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
-  WorkHandle broadcast_async(void* buf, std::size_t count, DType dtype, int root) override;
-  WorkHandle barrier_async() override;
+ protected:
+  WorkHandle start_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
+                              const CollectiveTicket& ticket) override;
+  WorkHandle start_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                                  ReduceScatterOptions options, const CollectiveTicket& ticket) override;
+  WorkHandle start_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op,
+                              const CollectiveTicket& ticket) override;
+  WorkHandle start_broadcast(void* buf, std::size_t count, DType dtype, int root, const CollectiveTicket& ticket) override;
+  WorkHandle start_barrier(const CollectiveTicket& ticket) override;
 
-  void all_gather(const void* send, void* recv, std::size_t count, DType dtype) override;
-  void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
-                      ReduceScatterOptions options = {}) override;
-  void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) override;
-  void broadcast(void* buf, std::size_t count, DType dtype, int root) override;
-  void barrier() override;
-
-  // The typed conveniences of the base class, which the overrides above would otherwise hide.
-  using Communicator::all_gather;
-  using Communicator::all_reduce;
-  using Communicator::broadcast;
-  using Communicator::reduce_scatter;
+  void run_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
+                      const CollectiveTicket& ticket) override;
+  void run_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceScatterOptions options,
+                          const CollectiveTicket& ticket) override;
+  void run_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op, const CollectiveTicket& ticket) override;
+  void run_broadcast(void* buf, std::size_t count, DType dtype, int root, const CollectiveTicket& ticket) override;
+  void run_barrier(const CollectiveTicket& ticket) override;
 
  private:
-  template <class Enqueue> WorkHandle launch(Enqueue&& enqueue);
+  template <class Enqueue> WorkHandle launch(const CollectiveTicket& ticket, Enqueue&& enqueue);
   void release() noexcept;
 
   int rank_ = 0;
   int size_ = 1;
-  int world_rank_ = 0;  // for "[rank r]" in messages: the rank users see in logs and scheduler output
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaStream_t compute_ = nullptr;  // nullptr: the legacy default stream
   cudaEvent_t ready_ = nullptr;     // reused: cudaStreamWaitEvent captures the event's state when it is called
   int* barrier_buf_ = nullptr;      // one device int, all-reduced by barrier()
+  std::shared_ptr<std::atomic<bool>> aborted_;  // ncclCommAbort ran (once, whoever called it)
 };
 
 }  // namespace fsdpp

@@ -147,6 +147,7 @@ struct MatmulConfig {
 struct CommConfig {
   CommBackendChoice backend = CommBackendChoice::automatic;
   double timeout_s = 600;  // collective watchdog: abort the job when an MPI collective takes longer; 0: off
+  std::int64_t flight_records = 4096;  // flight recorder: the last collectives each rank keeps (comm/flight_recorder.hpp)
 };
 
 struct CheckpointConfig {

@@ -454,9 +454,14 @@ std::vector<Field> make_fields() {
                      "Collectives of training: nccl (device memory, GPU builds), mpi (host memory), or auto: nccl "
                      "when Kokkos computes on a GPU, mpi otherwise."));
   f.push_back(real("comm.timeout_s", &Deck::comm, &CommConfig::timeout_s, kNonNegative,
-                   "Collective watchdog: an MPI collective of training that has not finished after this many "
-                   "seconds (a rank stuck or gone) is reported with its operation, mesh dimension and step, and "
-                   "the job is aborted; 0 turns the watchdog off."));
+                   "Collective watchdog: a collective of training (MPI or NCCL) or a checkpoint save that has not "
+                   "finished after this many seconds (a rank stuck or gone) is reported with its operation, mesh "
+                   "dimension and step, and the job is aborted after the flight recorder's dumps; 0 turns the "
+                   "watchdog off."));
+  f.push_back(integer("comm.flight_records", &Deck::comm, &CommConfig::flight_records, 0,
+                      "Flight recorder: each rank keeps its last this many collectives (about 100 bytes each), dumped "
+                      "to <run.output>/flight when the watchdog fires, a rank aborts, or on SIGUSR2; explained by "
+                      "`fsdpp debug flight`. 0 keeps none.", 1 << 24));
 
   f.push_back(text("checkpoint.dir", &Deck::checkpoint, &CheckpointConfig::dir, "Folder for checkpoints."));
   f.back().default_doc = "<run.output>/checkpoints";

@@ -1,5 +1,6 @@
 #include "fsdpp/fsdp/fully_shard.hpp"
 
+#include "fsdpp/comm/flight_recorder.hpp"
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
@@ -325,6 +326,7 @@ void FsdpGroup::start_all_gather() {
   if (shard_is_whole_) return;  // the shard is the whole parameter: nothing to gather
   const bool in_backward = context_ && context_->in_backward;
   if (context_) (in_backward ? context_->stats.backward_all_gathers : context_->stats.forward_all_gathers)++;
+  const FlightSite site(module_.display_name() + (in_backward ? " backward all-gather" : " forward all-gather"));
   if (options_.mp_policy.param_dtype == DType::bf16) all_gather_flat(gather_bf16_, post_forward_bf16_, in_backward);
   else all_gather_flat(gather_f32_, post_forward_f32_, in_backward);
 }
@@ -522,6 +524,7 @@ void FsdpGroup::reduce_scatter_gradients() {
   // the general path.
   const bool whole = ranks_ == 1 && options_.mp_policy.reduce_dtype == DType::f32 && !options_.offload_policy.cpu &&
                      (divide_factor_ == 0 || divide_factor_ == 1) && requires_all_reduce_ && !partial_reduction_.bytes;
+  const FlightSite site(module_.display_name() + " gradient reduction");
   if (whole) all_reduce_whole_gradients();
   else if (options_.mp_policy.reduce_dtype == DType::bf16) reduce_scatter_flat<bf16>();
   else reduce_scatter_flat<float>();
@@ -533,6 +536,8 @@ void FsdpGroup::reduce_scatter_gradients() {
 
 void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
   if (!initialized_) lazy_init();
+  // Tensor-parallel collectives inside this unit's pass are named after it in the flight recorder.
+  FlightSite::enter_unit(module_.display_name(), pass != Pass::forward);
   if (pass == Pass::forward) {
     if (is_root_) context_->forward_order.clear();
     wait_for_unshard();
@@ -571,6 +576,7 @@ void FsdpGroup::prefetch(const std::vector<Module*>& chosen, const std::vector<F
 }
 
 void FsdpGroup::after(Module&, Pass pass, Flow& flow) {
+  FlightSite::leave_unit(module_.display_name(), pass != Pass::forward);
   if (pass == Pass::forward) {
     context_->forward_order.push_back(this);
     if (!is_root_ && !dry_) round_to(flow.x, options_.mp_policy.output_dtype);

@@ -47,18 +47,25 @@ namespace {
 // The communicator of a planning mesh: a size and a rank, and an error for anything that would communicate.
 class PlanningCommunicator final : public Communicator {
  public:
-  PlanningCommunicator(int size, int rank) : size_(size), rank_(rank) {}
+  PlanningCommunicator(int size, int rank) : Communicator(CommBackend::mpi), size_(size), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   CommBackend backend() const override { return CommBackend::mpi; }
   std::string describe() const override { return fmt::format("planning ({} ranks, no communication)", size_); }
-  WorkHandle all_gather_async(const void*, void*, std::size_t, DType) override { refuse("all_gather"); }
-  WorkHandle reduce_scatter_async(const void*, void*, std::size_t, DType, ReduceScatterOptions) override {
+
+ protected:
+  WorkHandle start_all_gather(const void*, void*, std::size_t, DType, const CollectiveTicket&) override {
+    refuse("all_gather");
+  }
+  WorkHandle start_reduce_scatter(const void*, void*, std::size_t, DType, ReduceScatterOptions,
+                                  const CollectiveTicket&) override {
     refuse("reduce_scatter");
   }
-  WorkHandle all_reduce_async(void*, std::size_t, DType, ReduceOp) override { refuse("all_reduce"); }
-  WorkHandle broadcast_async(void*, std::size_t, DType, int) override { refuse("broadcast"); }
-  WorkHandle barrier_async() override { refuse("barrier"); }
+  WorkHandle start_all_reduce(void*, std::size_t, DType, ReduceOp, const CollectiveTicket&) override {
+    refuse("all_reduce");
+  }
+  WorkHandle start_broadcast(void*, std::size_t, DType, int, const CollectiveTicket&) override { refuse("broadcast"); }
+  WorkHandle start_barrier(const CollectiveTicket&) override { refuse("barrier"); }
 
  private:
   [[noreturn]] static void refuse(const char* op) {

@@ -2,6 +2,7 @@
 
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/rank_names.hpp"
 
 #include <fmt/format.h>
 
@@ -36,20 +37,6 @@ DevicePlan plan_device(int local_rank, int visible_devices, DevicePolicy policy)
   return plan;
 }
 
-namespace {
-
-// "0 and 1", "0, 2 and 4"
-std::string join_and(const std::vector<int>& values) {
-  std::string text;
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (i > 0) text += i + 1 == values.size() ? " and " : ", ";
-    text += std::to_string(values[i]);
-  }
-  return text;
-}
-
-}  // namespace
-
 std::optional<std::string> find_shared_gpu(const std::vector<std::string>& gpu_ids,
                                            const std::vector<int>& world_ranks, bool allow_sharing) {
   if (allow_sharing) return std::nullopt;
@@ -59,11 +46,11 @@ std::optional<std::string> find_shared_gpu(const std::vector<std::string>& gpu_i
     for (std::size_t b = a + 1; b < gpu_ids.size(); ++b)
       if (gpu_ids[b] == gpu_ids[a]) local.push_back(static_cast<int>(b));
     if (local.size() < 2) continue;
-    std::string who = "node-local ranks " + join_and(local);
+    std::string who = "node-local ranks " + join_numbers(local);
     if (world_ranks.size() == gpu_ids.size()) {
       std::vector<int> world;
       for (int l : local) world.push_back(world_ranks[static_cast<std::size_t>(l)]);
-      who = fmt::format("ranks {} ({})", join_and(world), who);
+      who = fmt::format("ranks {} ({})", join_numbers(world), who);
     }
     return fmt::format(
         "{} would {} run on the same GPU (PCI bus id {}), so {} ranks would share one GPU. Launch one rank per "

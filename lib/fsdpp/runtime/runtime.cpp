@@ -2,6 +2,7 @@
 
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/fatal.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 
@@ -202,9 +203,7 @@ void Runtime::fail(const std::exception& error) {
     Log::error_all_ranks(error.what());
     exit_all(2);
   }
-  Log::error_one_rank(error.what());
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::abort();  // MPI_Abort does not return; this keeps [[noreturn]] honest if it ever did
+  abort_job(error.what());  // with the flight recorder's dumps when a training run is in progress
 }
 
 }  // namespace fsdpp

@@ -57,7 +57,8 @@ class Runtime {
   [[noreturn]] void exit_all(int code, double timeout_s = 60.0);
 
   // Turn an exception that reached main into the right exit: a UsageError is printed once by rank 0 and every
-  // rank exits with code 2; any other error is printed with its rank and the job is aborted (MPI_Abort).
+  // rank exits with code 2; any other error is printed with its rank and the job is aborted (abort_job,
+  // runtime/fatal.hpp: with the flight recorder's dumps when a training run is in progress).
   [[noreturn]] void fail(const std::exception& error);
 
  private:

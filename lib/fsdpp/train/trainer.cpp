@@ -2,6 +2,8 @@
 
 #include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/ckpt/dir_lock.hpp"
+#include "fsdpp/comm/flight_service.hpp"
+#include "fsdpp/comm/traffic.hpp"
 #include "fsdpp/optim/adamw.hpp"
 #include "fsdpp/optim/lr_schedule.hpp"
 #include "fsdpp/optim/sgd.hpp"
@@ -64,6 +66,14 @@ void prepare_output(int rank, const Deck& deck) {
   std::ofstream(deck.run.output + "/deck.resolved.yaml") << resolved_deck_yaml(deck);
 }
 
+// Every rank's host for the traffic table; empty (no table) when the run is not over MPI_COMM_WORLD, whose
+// ranks the communicators name their members by.
+std::vector<std::string> hosts_for_traffic(MPI_Comm comm) {
+  int same = MPI_UNEQUAL;
+  MPI_Comm_compare(comm, MPI_COMM_WORLD, &same);
+  return same == MPI_IDENT || same == MPI_CONGRUENT ? FlightService::hosts() : std::vector<std::string>{};
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -82,6 +92,10 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   const ScopedGemmPrecision gemm_precision(resolved_gemm_precision(deck));
   // One run saves into a checkpoint folder at a time; a second one stops here, on every rank.
   const CheckpointDirLock checkpoint_lock(comm, deck.checkpoint.dir, deck.checkpoint.interval > 0);
+  // The last collectives of every rank, dumped to <run.output>/flight by the watchdog, an abort or SIGUSR2.
+  const FlightService::Run flight(comm, static_cast<std::size_t>(deck.comm.flight_records),
+                                  (deck.run.output.empty() ? std::string(".") : deck.run.output) + "/flight",
+                                  deck.comm.timeout_s);
 
   // Built on meta, parallelized, then given storage and values: no rank ever holds the whole model, and
   // element i of every tensor gets the same value on any number of ranks.
@@ -116,7 +130,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     if (const auto note = data.epoch_note(step); note && speaks) Log::info("{}", *note);
     const float lr = schedule.at(step);
     const std::int64_t done = step + 1;
-    CollectiveWatchdog::set_step(done);
+    FlightRecorder::set_step(done);
     if (options.before_step) options.before_step(done);
     const StepResult result = train_step.run(done, lr);
     if (result.skipped && speaks) Log::warn("{}", result.nonfinite);
@@ -131,6 +145,8 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     }
     if (checkpointer.due(done, last)) {
       timers.mark(kOther);
+      // A save is collective (parallel HDF5): a rank lost in it must not hang the others either.
+      const CollectiveWatchdog::Region watched(fmt::format("checkpoint save of step {}", done));
       checkpointer.save(done);
       timers.mark(kCheckpoint);
     }
@@ -140,6 +156,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     const int signal = options.handle_preemption && !last ? preemption_requested(comm) : 0;
     if (signal != 0) {
       // Finish cleanly: the save is synchronous and waits for any background one, so nothing is in flight.
+      const CollectiveWatchdog::Region watched(fmt::format("checkpoint save of step {} (preemption)", done));
       checkpointer.finish();
       const std::string where = checkpointer.enabled() ? checkpointer.save_and_wait(done)
                                                        : "no checkpoint (checkpoint.interval is 0)";
@@ -151,9 +168,18 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
       break;
     }
   }
-  checkpointer.finish();  // the last save completes before the run reports
+  {
+    const CollectiveWatchdog::Region watched("the last checkpoint save");
+    checkpointer.finish();  // the last save completes before the run reports
+  }
   TrainSummary summary = metrics.finish(model, data.entropy_floor());
   summary.preempted = preempted;
+  // What crossed between hosts, from fsdpp's own counters (comm/traffic.hpp): tests/cluster/ checks it against
+  // the links' byte counters.
+  if (const std::vector<std::string> hosts = hosts_for_traffic(comm); !hosts.empty()) {
+    const std::vector<DimensionTraffic> traffic = traffic_by_dimension(comm, hosts);
+    if (speaks) Log::info("{}", format_traffic(traffic, hosts));
+  }
   return summary;
 }
 

@@ -1,0 +1,116 @@
+#include "fsdpp/comm/communicator.hpp"
+
+#include "fsdpp/comm/collective_faults.hpp"
+#include "fsdpp/comm/traffic.hpp"
+
+namespace fsdpp {
+namespace {
+
+// The handle of a collective a test's fault switch made this rank skip: there is nothing to wait for.
+class SkippedWork final : public Work {
+ public:
+  void wait() override {}
+  bool is_completed() override { return true; }
+};
+
+}  // namespace
+
+Communicator::Communicator(CommBackend backend)
+    : flight_id_(FlightRecorder::register_comm(comm_backend_name(backend))) {}
+
+void Communicator::set_label(std::string label) {
+  FlightRecorder::set_label(flight_id_, label);
+  label_ = std::move(label);
+}
+
+void Communicator::set_members(std::vector<int> world_ranks) {
+  FlightRecorder::set_members(flight_id_, std::move(world_ranks), rank());
+}
+
+std::optional<CollectiveTicket> Communicator::issue(CollectiveOp op, std::size_t count, DType dtype, int root) {
+  const std::uint64_t seq = issued_.load(std::memory_order_relaxed) + 1;
+  if (collective_fault_armed() && take_collective_skip(label_, seq)) return std::nullopt;
+  issued_.store(seq, std::memory_order_relaxed);
+  return FlightRecorder::issue(flight_id_, seq, op, count, dtype,
+                               ring_bytes_sent(op, count, dtype, size(), rank(), root, backend()));
+}
+
+// A backend that throws before the collective starts (a bad argument) leaves a failed record, not one that
+// looks in flight forever.
+template <class Start>
+WorkHandle Communicator::issue_async(CollectiveOp op, std::size_t count, DType dtype, int root, Start&& start) {
+  const std::optional<CollectiveTicket> ticket = issue(op, count, dtype, root);
+  if (!ticket) return std::make_unique<SkippedWork>();
+  try {
+    return start(*ticket);
+  } catch (...) {
+    FlightRecorder::failed(*ticket);
+    throw;
+  }
+}
+
+template <class Run>
+void Communicator::issue_blocking(CollectiveOp op, std::size_t count, DType dtype, int root, Run&& run) {
+  const std::optional<CollectiveTicket> ticket = issue(op, count, dtype, root);
+  if (!ticket) return;
+  try {
+    run(*ticket);
+  } catch (...) {
+    FlightRecorder::failed(*ticket);
+    throw;
+  }
+}
+
+WorkHandle Communicator::all_gather_async(const void* send, void* recv, std::size_t count, DType dtype) {
+  return issue_async(CollectiveOp::all_gather, count, dtype, -1,
+                     [&](const CollectiveTicket& t) { return start_all_gather(send, recv, count, dtype, t); });
+}
+
+WorkHandle Communicator::reduce_scatter_async(const void* send, void* recv, std::size_t count, DType dtype,
+                                              ReduceScatterOptions options) {
+  return issue_async(CollectiveOp::reduce_scatter, count, dtype, -1, [&](const CollectiveTicket& t) {
+    return start_reduce_scatter(send, recv, count, dtype, options, t);
+  });
+}
+
+WorkHandle Communicator::all_reduce_async(void* buf, std::size_t count, DType dtype, ReduceOp op) {
+  return issue_async(CollectiveOp::all_reduce, count, dtype, -1,
+                     [&](const CollectiveTicket& t) { return start_all_reduce(buf, count, dtype, op, t); });
+}
+
+WorkHandle Communicator::broadcast_async(void* buf, std::size_t count, DType dtype, int root) {
+  return issue_async(CollectiveOp::broadcast, count, dtype, root,
+                     [&](const CollectiveTicket& t) { return start_broadcast(buf, count, dtype, root, t); });
+}
+
+WorkHandle Communicator::barrier_async() {
+  return issue_async(CollectiveOp::barrier, 0, DType::bytes, -1,
+                     [&](const CollectiveTicket& t) { return start_barrier(t); });
+}
+
+void Communicator::all_gather(const void* send, void* recv, std::size_t count, DType dtype) {
+  issue_blocking(CollectiveOp::all_gather, count, dtype, -1,
+                 [&](const CollectiveTicket& t) { run_all_gather(send, recv, count, dtype, t); });
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                                  ReduceScatterOptions options) {
+  issue_blocking(CollectiveOp::reduce_scatter, count, dtype, -1,
+                 [&](const CollectiveTicket& t) { run_reduce_scatter(send, recv, count, dtype, options, t); });
+}
+
+void Communicator::all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op) {
+  issue_blocking(CollectiveOp::all_reduce, count, dtype, -1,
+                 [&](const CollectiveTicket& t) { run_all_reduce(buf, count, dtype, op, t); });
+}
+
+void Communicator::broadcast(void* buf, std::size_t count, DType dtype, int root) {
+  issue_blocking(CollectiveOp::broadcast, count, dtype, root,
+                 [&](const CollectiveTicket& t) { run_broadcast(buf, count, dtype, root, t); });
+}
+
+void Communicator::barrier() {
+  issue_blocking(CollectiveOp::barrier, 0, DType::bytes, -1, [&](const CollectiveTicket& t) { run_barrier(t); });
+}
+
+}  // namespace fsdpp
