@@ -180,10 +180,10 @@ void HfConfigReader::finish(const std::string& model) const {
   for (const auto& [field, value] : json_->value.items())
     if (std::find(read_.begin(), read_.end(), field) == read_.end() && (parent_keys_ || !harmless(field)))
       unknown.push_back(fmt::format("'{}' ({})", field, type_text(value)));
-  FSDPP_REQUIRE(unknown.empty(), "{}: {} {} not implemented for {} models: {}; fsdpp cannot tell how {} the "
+  FSDPP_REQUIRE(unknown.empty(), "{}: {} {} {} not implemented by fsdpp's {}; fsdpp cannot tell how {} the "
                 "computation, and refuses to load a model it may compute differently", where_,
-                unknown.size() == 1 ? "field" : "fields", unknown.size() == 1 ? "is" : "are", model,
-                fmt::join(unknown, ", "), unknown.size() == 1 ? "it changes" : "they change");
+                unknown.size() == 1 ? "field" : "fields", fmt::join(unknown, ", "), unknown.size() == 1 ? "is" : "are",
+                model, unknown.size() == 1 ? "it changes" : "they change");
 }
 
 struct HfConfigWriter::Json {

@@ -46,7 +46,8 @@ class HfConfigReader {
   // An object field (rope_scaling), read by its own reader; nullopt when absent or null.
   std::optional<HfConfigReader> object(const char* field);
   void ignore(const char* field);  // understood, and without effect on what fsdpp computes
-  // Refuses every field neither read nor harmless in any config (token ids, generation defaults, labels, ...).
+  // Refuses every field neither read nor harmless in any config (token ids, generation defaults, labels, ...);
+  // `model` names what fsdpp implements ("Llama", "llama3 RoPE scaling") in the message.
   void finish(const std::string& model) const;
 
   // The value of a field as JSON text ("64", "\"gelu\""), for messages; "absent" when it is not there.

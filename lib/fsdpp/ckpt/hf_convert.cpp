@@ -71,7 +71,10 @@ struct HfWeights {
     for (const auto& [name, shape] : expected)
       if (!by_name.count(name))
         problems += fmt::format("\n  missing from {}: {} ({})", files.what, naming.hf_key(name), shape_text(shape));
-    FSDPP_REQUIRE(problems.empty(), "{} does not match the {} model it should hold:{}", files.what, naming.model, problems);
+    FSDPP_REQUIRE(problems.empty(), "{} does not match the {} model it should hold:{}{}", files.what, naming.model,
+                  problems, !files.folder ? ""
+                                : fmt::format("\n{}/config.json and the weights beside it must describe one model",
+                                              files.what));
   }
 
   // The tensor in fsdpp's layout.

@@ -60,6 +60,7 @@ HfWeightFiles hf_weight_files(const std::string& folder) {
   const fs::path dir(folder);
   HfWeightFiles w;
   w.what = folder;
+  w.folder = true;
   if (is_file((dir / kHfWeightsFile).string())) {
     w.files.push_back((dir / kHfWeightsFile).string());
     return w;

@@ -26,6 +26,7 @@ inline constexpr const char* kHfIndexFile = "model.safetensors.index.json";
 // Where a model's safetensors weights are: one file, or a folder's shards and the index that maps them.
 struct HfWeightFiles {
   std::string what;                // the folder or the file, for messages
+  bool folder = false;             // a model folder (with its config.json), not a lone file
   std::vector<std::string> files;  // paths, in order
   std::string index;               // the index's path; empty for one file
   std::map<std::string, std::string> shard_of;  // HF tensor name -> shard path (empty without an index)
