@@ -31,7 +31,8 @@ namespace {
 struct GenerateArgs {
   std::string source;
   std::vector<std::string> overrides;
-  std::string deck, prompt, prompts_file, prompt_ids, tokenizer, logits_file;
+  std::string deck, prompt, prompts_file, tokenizer, logits_file;
+  std::vector<std::string> prompt_ids;  // one prompt each
   bool ignore_eos = false;
   GenerationOptions options;
 };
@@ -119,7 +120,7 @@ int run_generate(Runtime& rt, GenerateArgs args) {
 
   std::vector<std::vector<int>> prompts;
   if (!args.prompt_ids.empty()) {
-    prompts.push_back(parse_ids(args.prompt_ids));
+    for (const std::string& ids : args.prompt_ids) prompts.push_back(parse_ids(ids));
   } else {
     for (const std::string& text : prompt_texts(rt.world(), args)) {
       std::vector<std::uint32_t> ids;
@@ -173,7 +174,8 @@ Command add_generate_command(CLI::App& app) {
   cli->add_option("--deck", args->deck, "The deck of the model (required for a weights file)");
   cli->add_option("--prompt", args->prompt, "A prompt to continue");
   cli->add_option("--prompts", args->prompts_file, "A file of prompts, one per line, continued as one batch");
-  cli->add_option("--prompt-ids", args->prompt_ids, "A prompt as token ids, e.g. 3,17,42 (no tokenizer)");
+  cli->add_option("--prompt-ids", args->prompt_ids, "A prompt as token ids, e.g. 3,17,42 (no tokenizer); repeat "
+                                                    "it for a batch of prompts");
   cli->add_option("--tokenizer", args->tokenizer, "The model's tokenizer.json or SentencePiece .model (default: a "
                                                   "model folder's tokenizer.json, else byte-level, one token per byte)");
   cli->add_option("--max-new-tokens", args->options.max_new_tokens, "Tokens to generate per prompt (64)");
