@@ -1,4 +1,4 @@
-// fsdpp eval <checkpoint | weights> <tokens> [--deck deck.yaml] [key=value ...] [--all]: the mean loss and the
+// fsdpp eval <checkpoint | weights | model-folder> <tokens> [--deck deck.yaml] [key=value ...] [--all]: the mean loss and the
 // perplexity of a model on a token file, on any number of ranks, laid out as the deck says (fully_shard,
 // HSDP, tensor parallelism).
 //   default  the deck's validation split of the file and its train.eval_batches micro-batches per data-parallel
@@ -79,19 +79,11 @@ LossSum evaluate_all(const Deck& deck, TrainModel& t) {
 }
 
 int run_eval(Runtime& rt, const EvalArgs& args) {
-  std::string text, name = args.deck;
-  if (!args.deck.empty()) {
-    text = read_deck_everywhere(rt.world(), args.deck);
-  } else {
-    root_does(rt.world(), [&] { text = checkpoint_deck(args.source); });
-    text = broadcast_string(rt.world(), std::move(text));
-    name = args.source + " (its deck)";
-  }
   std::vector<std::string> overrides = args.overrides;
   overrides.push_back("data.source=" + args.tokens);
-  const Deck deck = forward_only(parse_deck(text, name, overrides));  // evaluation runs no backward
+  const Deck deck = forward_only(model_deck(rt.world(), args.source, args.deck, overrides));  // no backward
   TrainModel t = build_model(rt.world(), deck);
-  load_weights(rt.world(), args.source, t.model->parameters());
+  load_weights(rt.world(), args.source, t.model->parameters(), &deck.model);
   double mean = 0;
   std::string what;
   if (args.all) {
@@ -122,7 +114,8 @@ Command add_eval_command(CLI::App& app) {
   auto* cli = app.add_subcommand("eval", "Mean loss and perplexity of a model on a token file (its validation split, "
                                          "or --all of it), on any number of ranks");
   auto args = std::make_shared<EvalArgs>();
-  cli->add_option("source", args->source, "An fsdpp checkpoint (its deck is used), or a weights file with --deck")
+  cli->add_option("source", args->source, "An fsdpp checkpoint (its deck is used), a Hugging Face model folder (its "
+                                          "config.json and weights), or a weights file with --deck")
       ->required();
   cli->add_option("tokens", args->tokens, "A token file (.bin, .u16, .u32), e.g. from fsdpp tokenize")->required();
   cli->add_option("overrides", args->overrides, "section.key=value overrides of the deck (train.eval_batches, ...)");

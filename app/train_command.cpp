@@ -36,7 +36,7 @@ Deck deck_from_words(MPI_Comm world, std::vector<std::string> words) {
     text = read_deck_everywhere(world, file_name);
     words.erase(words.begin());
   }
-  return parse_deck(text, file_name, words);
+  return parse_deck_everywhere(world, text, file_name, words);
 }
 
 namespace {

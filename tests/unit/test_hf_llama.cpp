@@ -6,6 +6,7 @@
 #include "mpi_test.hpp"
 
 #include "fsdpp/ckpt/checkpoint.hpp"
+#include "fsdpp/ckpt/hf_export.hpp"
 #include "fsdpp/ckpt/hf_llama.hpp"
 #include "fsdpp/ckpt/safetensors.hpp"
 #include "fsdpp/nn/qwen2.hpp"

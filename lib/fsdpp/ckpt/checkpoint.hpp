@@ -199,9 +199,11 @@ void consolidate_checkpoint(const std::string& checkpoint, const std::string& ou
 // keeping its own rows of `p`. Shared by every whole-tensor import. Collective.
 void broadcast_into_shard(MPI_Comm comm, std::vector<float>& whole, Parameter& p);
 
-// Weights only (fine-tuning, checkpoint.init_from): from an fsdpp checkpoint or a consolidated file, into
-// (possibly sharded) parameters. Collective; UsageError lists every mismatch.
-void load_weights(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params);
+// Weights only (fine-tuning, checkpoint.init_from): from an fsdpp checkpoint, a consolidated file, a .safetensors
+// file or a Hugging Face model folder, into (possibly sharded) parameters. A folder's config.json must describe
+// `model` when given (the deck's; every contradiction named). Collective; UsageError lists every mismatch.
+void load_weights(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params,
+                  const ModelConfig* model = nullptr);
 // Loads a consolidated file into (possibly sharded) parameters: rank 0 reads each whole tensor and broadcasts
 // it; every rank keeps its rows (broadcast_from_rank0). Collective; UsageError lists every mismatch.
 void load_consolidated(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params);

@@ -5,6 +5,7 @@
 #include "fsdpp/ckpt/layout.hpp"
 #include "fsdpp/ckpt/tensor_entries.hpp"
 #include "fsdpp/ckpt/hf_convert.hpp"
+#include "fsdpp/ckpt/hf_folder.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/version.hpp"
@@ -73,9 +74,18 @@ void consolidate_checkpoint(const std::string& checkpoint, const std::string& ou
   }
 }
 
-void load_weights(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params) {
+void load_weights(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params,
+                  const ModelConfig* model) {
   if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) {
-    load_hf_safetensors(comm, path, params);
+    load_hf_weights(comm, path, params);
+    return;
+  }
+  int folder = 0;  // rank 0's view: it is the one that reads
+  root_does(comm, [&] { folder = is_model_folder(path) ? 1 : 0; });
+  FSDPP_MPI_CHECK(MPI_Bcast(&folder, 1, MPI_INT, 0, comm));
+  if (folder) {
+    if (model) check_hf_folder_config(comm, path, *model);
+    load_hf_weights(comm, path, params);
     return;
   }
   // Rank 0 tells the kind; every rank then takes the same path.

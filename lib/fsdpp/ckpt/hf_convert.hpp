@@ -1,7 +1,8 @@
 #pragma once
-// Hugging Face safetensors in and out, for any architecture whose parameter names map 1:1 onto HF keys: the
-// mapping is an HfNaming (hf_gpt2.hpp, hf_llama.hpp); the rest (shape checks listing every mismatch, finiteness,
-// F32/BF16 export, init_from a .safetensors file) is shared here.
+// Hugging Face safetensors in, for any architecture whose parameter names map 1:1 onto HF keys: the mapping is
+// an HfNaming (hf_gpt2.hpp, hf_llama.hpp); the rest (shape checks listing every mismatch, finiteness, one file or
+// a folder's shards, init_from) is shared here. Out: hf_export.hpp.
+#include "fsdpp/config/deck.hpp"
 #include "fsdpp/nn/parameter.hpp"
 
 #include <mpi.h>
@@ -14,31 +15,48 @@
 
 namespace fsdpp {
 
+class HfConfigReader;
+class HfConfigWriter;
+
+// One architecture's Hugging Face conventions: its parameter names, and its config.json (hf_config.hpp).
 struct HfNaming {
   const char* model;  // "GPT-2", "Llama", "Qwen2": for messages
+  const char* model_type;    // config.json's "gpt2", "llama", "qwen2"
+  const char* architecture;  // config.json's architectures: "GPT2LMHeadModel", "LlamaForCausalLM", ...
+  ModelArch arch;
   std::optional<std::string> (*fsdpp_name)(const std::string& hf_key);  // nullopt: not a parameter (buffers)
   std::string (*hf_key)(const std::string& fsdpp_name);
   bool (*transposed)(const std::string& fsdpp_name);  // HF stores this 2-D weight [in, out]
   // HF's GPT-2 files always hold lm_head.weight, a copy of the tied wte: dropped for a tied model. A Llama file
   // with a head is an untied model, refused by a tied deck.
   bool drops_head_when_tied;
+  // config.json -> the model (every field read, checked or refused), and back.
+  void (*read_config)(HfConfigReader& config, ModelConfig& model);
+  void (*write_config)(const ModelConfig& model, HfConfigWriter& config);
 };
 
 // The naming of the model whose fsdpp parameter names these are (Qwen2's q_proj biases, else Llama's
 // embed_tokens.weight, else GPT-2's).
 const HfNaming& hf_naming_for(const std::vector<std::string>& fsdpp_names);
+const HfNaming& hf_naming_of(ModelArch arch);
+const HfNaming* hf_naming_of_model_type(const std::string& model_type);  // nullptr: not one fsdpp implements
 
 using ShapeMap = std::map<std::string, std::vector<std::int64_t>>;  // fsdpp name -> shape
 
-// A safetensors file into an fsdpp weights file (whole tensors at /model/<name>, for checkpoint.init_from),
-// every tensor checked against `expected`, every mismatch listed. Serial. Returns the model's name.
-const char* import_hf(const std::string& safetensors, const std::string& out, const ShapeMap& expected);
+// A 2-D [rows, cols] tensor as [cols, rows] (the Conv1D weights HF's GPT-2 stores transposed).
+std::vector<float> transposed(const std::vector<float>& in, std::int64_t rows, std::int64_t cols);
 
-// An fsdpp checkpoint or weights file into HF safetensors (dtype F32 or BF16), one tensor at a time; the naming
-// follows the parameter names in the file. Serial. Returns the model's name ("GPT-2", "Llama").
-const char* export_hf(const std::string& weights, const std::string& out, const std::string& dtype);
+// A .safetensors file, or a model folder's weights (hf_folder.hpp: one file or an index and its shards), into
+// an fsdpp weights file (whole tensors at /model/<name>, for checkpoint.init_from), every tensor checked against
+// `expected`, every mismatch listed; `out` appears whole or not at all. Serial. Returns the model's name.
+const char* import_hf(const std::string& source, const std::string& out, const ShapeMap& expected);
 
-// checkpoint.init_from with a .safetensors file: rank 0 reads and maps each tensor, every rank keeps its rows.
-void load_hf_safetensors(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params);
+// checkpoint.init_from with a .safetensors file or a model folder: rank 0 reads and maps each tensor, every rank
+// keeps its rows.
+void load_hf_weights(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params);
+
+// A model folder's config.json describes `model` (the deck's): UsageError naming each contradiction (the deck key
+// and the config field, both values). Collective: rank 0 reads.
+void check_hf_folder_config(MPI_Comm comm, const std::string& folder, const ModelConfig& model);
 
 }  // namespace fsdpp

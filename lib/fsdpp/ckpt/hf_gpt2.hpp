@@ -3,7 +3,8 @@
 // and its Conv1D layers (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj weights) store [in, out] where fsdpp
 // stores [out, in]: those are transposed both ways. HF's lm_head.weight is the tied wte and is dropped when
 // embeddings are tied; the attention-mask buffers (attn.bias, attn.masked_bias) of older files are ignored.
-#include "fsdpp/ckpt/hf_convert.hpp"  // load_hf_safetensors, export_hf
+#include "fsdpp/ckpt/hf_convert.hpp"
+#include "fsdpp/ckpt/hf_export.hpp"
 #include "fsdpp/nn/gpt.hpp"
 
 #include <mpi.h>

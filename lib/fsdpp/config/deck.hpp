@@ -16,6 +16,7 @@
 #include "fsdpp/tensor/matmul.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,6 +69,9 @@ struct ModelConfig {
   double rope_high_freq_factor = 4.0;
   int rope_original_context = 8192;
   double norm_eps = 1e-5;       // RMSNorm eps
+  // A Hugging Face model folder whose config.json gives the keys above (parse_deck's ModelSourceReader reads
+  // it); the deck's own model.* keys must agree with it. Not echoed: the resolved deck holds the values.
+  std::string from_hf;
 };
 
 struct DataConfig {
@@ -176,10 +180,37 @@ struct Deck {
   CheckpointConfig checkpoint;
 };
 
+// A model described outside the deck (model.from_hf: a Hugging Face folder's config.json, read by
+// ckpt/hf_config.hpp): its model, and every deck key it determines with the field that gave it.
+struct ModelSource {
+  ModelConfig model;
+  std::string where;  // "<folder>/config.json", for messages
+  struct Key {
+    std::string deck_key;  // "model.n_embd"
+    std::string field;     // "hidden_size"
+    // The deck may hold less (Llama's context_length: RoPE has no table, so training on sequences shorter than
+    // max_position_embeddings is the same model).
+    bool deck_may_be_less = false;
+  };
+  std::vector<Key> keys;
+};
+// Reads the folder model.from_hf names. parse_deck itself reads no file: its caller passes how (app/, which
+// reads on rank 0 and maps the text on every rank).
+using ModelSourceReader = std::function<ModelSource(const std::string& folder)>;
+
 // Parses deck text plus "section.key=value" overrides (applied after the file, in order, last one wins) and
-// fills every default. `file_name` appears in error messages and names the run by default. Throws UsageError.
+// fills every default. `file_name` appears in error messages and names the run by default. With model.from_hf,
+// `from_hf` reads the folder: its keys fill the model section, and a model.* key the deck sets to another value
+// is an error naming both. Throws UsageError.
 Deck parse_deck(const std::string& yaml_text, const std::string& file_name,
-                const std::vector<std::string>& overrides = {});
+                const std::vector<std::string>& overrides = {}, const ModelSourceReader& from_hf = {});
+
+// Where `model` (a deck's) contradicts `source`, one line per key: "model.n_embd is 32, but hidden_size is 64 in
+// <where>". Empty: the same model.
+std::vector<std::string> model_conflicts(const ModelConfig& model, const ModelSource& source);
+
+// The given keys ("model.arch", ...) of `deck` as YAML, grouped by section in the key table's order.
+std::string deck_keys_yaml(const Deck& deck, const std::vector<std::string>& keys);
 
 // The deck with every default filled, in the table's key order; parse_deck of it gives the same Deck.
 std::string resolved_deck_yaml(const Deck& deck);

@@ -229,6 +229,19 @@ void apply_override(ParseState& st, const std::string& text, std::size_t index) 
   st.origins[field->path()] = {kOverrideRank + static_cast<std::int64_t>(index), where};
 }
 
+// model.from_hf: the folder's keys fill the model section before the derived defaults (which then see them as
+// given); the keys it gave are recorded as coming from it, so a rule they break points at its file.
+void read_model_source(ParseState& st, const ModelSourceReader& from_hf) {
+  if (st.deck.model.from_hf.empty()) return;
+  const std::string& at_key = st.origins.at("model.from_hf").where;
+  if (!from_hf) reject("{}: model.from_hf: this command reads no model folder; give the model.* keys instead", at_key);
+  std::map<std::string, std::string> set_by_deck;
+  for (const auto& [path, origin] : st.origins) set_by_deck[path] = origin.where;
+  const ModelSource source = from_hf(st.deck.model.from_hf);
+  deck_detail::apply_model_source(st.deck, source, set_by_deck);
+  for (const auto& key : source.keys) st.origins.emplace(key.deck_key, Origin{0, source.where + " (" + key.field + ")"});
+}
+
 void check_required(const ParseState& st) {
   for (const auto& f : deck_fields()) {
     if (!f.required || st.origins.count(f.path())) continue;
@@ -324,11 +337,13 @@ void check_rules(const ParseState& st) {
 
 }  // namespace
 
-Deck parse_deck(const std::string& yaml_text, const std::string& file_name, const std::vector<std::string>& overrides) {
+Deck parse_deck(const std::string& yaml_text, const std::string& file_name, const std::vector<std::string>& overrides,
+                const ModelSourceReader& from_hf) {
   ParseState st;
   st.file = file_name;
   read_document(st, yaml_text);
   for (std::size_t i = 0; i < overrides.size(); ++i) apply_override(st, overrides[i], i);
+  read_model_source(st, from_hf);
   check_required(st);
   fill_derived(st);
   check_rules(st);

@@ -301,6 +301,14 @@ std::vector<Field> make_fields() {
                      "model.tie_embeddings is set); qwen2: Qwen2 / Qwen2.5 (Llama's block plus q/k/v biases; "
                      "rope_theta 1e6 and norm_eps 1e-6 unless set). The model.* keys marked 'llama only' apply "
                      "to llama and qwen2 and are refused for gpt2."));
+  f.push_back(text("model.from_hf", &Deck::model, &ModelConfig::from_hf,
+                   "A Hugging Face model folder: its config.json gives every model.* key it determines (fsdpp ckpt "
+                   "deck <folder> prints them); a model.* key the deck sets as well must agree with it. A config "
+                   "fsdpp would compute differently (another rope_type, sliding windows, biases the architecture "
+                   "lacks, ...) is refused by name. Start from its weights with checkpoint.init_from: <folder>."));
+  f.back().type = "<folder>";
+  f.back().default_doc = "none";
+  f.back().get = [](const Deck&) { return std::string(); };  // the resolved deck holds the values it gave
   f.push_back(integer("model.vocab_size", &Deck::model, &ModelConfig::vocab_size, 1, "Vocabulary size V."));
   f.push_back(integer("model.context_length", &Deck::model, &ModelConfig::context_length, 1,
                       "Sequence length T (rows of wpe)."));

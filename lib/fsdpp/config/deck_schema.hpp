@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -62,6 +63,10 @@ struct Alias {
   bool ambiguous() const { return !ambiguity.empty(); }
 };
 const std::vector<Alias>& deck_aliases();
+
+// model.from_hf (deck_model_source.cpp): every key of `source` into `deck`, except those the deck set itself
+// (`set_by_deck`: key path -> where), which must agree with it (UsageError at that place naming both values).
+void apply_model_source(Deck& deck, const ModelSource& source, const std::map<std::string, std::string>& set_by_deck);
 
 // ---- value vocabulary and helpers (deck_values.cpp) ----
 

@@ -92,7 +92,11 @@ Generation generate(CausalLM& model, const std::vector<std::vector<int>>& prompt
   out.cache_bytes = cache.bytes();
   std::vector<int> length(static_cast<std::size_t>(S));
   std::vector<bool> done(static_cast<std::size_t>(S), false);
+  if (options.keep_prefill_logits) out.prefill_logits.resize(static_cast<std::size_t>(S) * static_cast<std::size_t>(V));
   auto choose = [&](const DecodeStep& step, int s, int produced) {
+    if (produced == 0 && options.keep_prefill_logits)
+      std::copy_n(step.logits.data() + static_cast<std::ptrdiff_t>(std::int64_t{s} * V), V,
+                  out.prefill_logits.data() + static_cast<std::ptrdiff_t>(std::int64_t{s} * V));
     const int token = sample_token(step.logits.data() + static_cast<std::ptrdiff_t>(std::int64_t{s} * V), V,
                                    options.sampling, s, produced);
     out.tokens[static_cast<std::size_t>(s)].push_back(token);

@@ -20,6 +20,7 @@ struct GenerationOptions {
   int prefill_rows = 1024;
   Sampling sampling;
   std::vector<int> stop_tokens;  // generation of a sequence ends after it produces one of these (kept in its output)
+  bool keep_prefill_logits = false;  // Generation::prefill_logits (fsdpp generate --logits)
 };
 
 struct Generation {
@@ -27,6 +28,9 @@ struct Generation {
   std::int64_t prefill_tokens = 0, decode_tokens = 0;
   double prefill_seconds = 0, decode_seconds = 0;  // the first token comes with the prefill
   std::int64_t cache_bytes = 0;
+  // With keep_prefill_logits: each prompt's next-token logits after its last token, (prompts, vocabulary), the
+  // distribution its first new token is chosen from.
+  std::vector<float> prefill_logits;
 };
 
 // The layout generation runs a deck's model on, whatever it was trained on: every one of `ranks` ranks one

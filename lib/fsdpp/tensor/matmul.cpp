@@ -157,8 +157,27 @@ template <class T> void device_gemm_batched(Trans ta, Trans tb, int M, int N, in
 }
 #else
 CBLAS_TRANSPOSE op(Trans t) { return t == Trans::T ? CblasTrans : CblasNoTrans; }
+// One row (a decode step's matrix-vector products): gemv. OpenBLAS 0.3.21 runs such a product through its packed
+// GEMM kernels, which copy the whole weight matrix each call: measured 4-6x slower than sgemv at GPT-2 shapes
+// (C 256, OC 256..4096, one thread; later OpenBLAS releases forward it to gemv themselves). K = 0 stays with gemm,
+// which still scales C by beta.
+template <class T> bool one_row_gemv(Trans ta, Trans tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B,
+                                     int ldb, T beta, T* C) {
+  if (M != 1 || K == 0) return false;
+  const int inc_a = ta == Trans::N ? 1 : lda;  // op(A) is one row: A's row, or A's column
+  // C = op(B)^T a: B (N, K) as stored when op(B) = B^T, else B (K, N) read transposed.
+  const CBLAS_TRANSPOSE t = tb == Trans::T ? CblasNoTrans : CblasTrans;
+  const int rows = tb == Trans::T ? N : K, cols = tb == Trans::T ? K : N;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemv(CblasRowMajor, t, rows, cols, alpha, B, ldb, A, inc_a, beta, C, 1);
+  else
+    cblas_dgemv(CblasRowMajor, t, rows, cols, alpha, B, ldb, A, inc_a, beta, C, 1);
+  return true;
+}
+
 template <class T> void host_gemm(Trans ta, Trans tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B,
                                   int ldb, T beta, T* C, int ldc) {
+  if (one_row_gemv(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C)) return;
   if constexpr (std::is_same_v<T, float>)
     cblas_sgemm(CblasRowMajor, op(ta), op(tb), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else

@@ -107,7 +107,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   grad_accum_steps(deck.train, parallel.data_parallel_size());
   DataFeed data(deck, parallel.data_parallel_size(), parallel.data_parallel_rank());
   if (deck.checkpoint.init_from != "none") {
-    load_weights(comm, deck.checkpoint.init_from, model.parameters());
+    load_weights(comm, deck.checkpoint.init_from, model.parameters(), &deck.model);
     if (speaks) Log::info("weights initialized from {}; training starts at step 0 with a fresh optimizer", deck.checkpoint.init_from);
   }
   const auto optimizer = make_optimizer(deck.optim, model.parameters());

@@ -1,0 +1,47 @@
+// Decks of models named on the command line, and model.from_hf: the one way every subcommand reads a Hugging
+// Face model folder's config.json (rank 0 reads, every rank maps the same text).
+#include "commands.hpp"
+
+#include "fsdpp/ckpt/checkpoint.hpp"
+#include "fsdpp/ckpt/hf_config.hpp"
+#include "fsdpp/ckpt/hf_folder.hpp"
+#include "fsdpp/runtime/collective_errors.hpp"
+
+namespace fsdpp::app {
+
+ModelSourceReader hf_folder_reader(MPI_Comm world) {
+  return [world](const std::string& folder) {
+    std::string text;
+    root_does(world, [&] { text = read_folder_file(folder, kHfConfigFile); });
+    return read_hf_model_config(broadcast_string(world, std::move(text)), folder + "/" + kHfConfigFile);
+  };
+}
+
+Deck parse_deck_everywhere(MPI_Comm world, const std::string& text, const std::string& name,
+                           const std::vector<std::string>& overrides) {
+  return parse_deck(text, name, overrides, hf_folder_reader(world));
+}
+
+bool is_model_folder_everywhere(MPI_Comm world, const std::string& path) {
+  int folder = 0;
+  root_does(world, [&] { folder = is_model_folder(path) ? 1 : 0; });
+  MPI_Bcast(&folder, 1, MPI_INT, 0, world);
+  return folder != 0;
+}
+
+Deck model_deck(MPI_Comm world, const std::string& source, const std::string& deck_path,
+                const std::vector<std::string>& overrides) {
+  if (!deck_path.empty())
+    return parse_deck_everywhere(world, read_deck_everywhere(world, deck_path), deck_path, overrides);
+  if (is_model_folder_everywhere(world, source)) {
+    // The folder's config.json is the model; train.steps, which every deck must give, means nothing here.
+    std::vector<std::string> words = {"model.from_hf=" + source, "train.steps=1"};
+    words.insert(words.end(), overrides.begin(), overrides.end());
+    return parse_deck_everywhere(world, "", source + "/" + kHfConfigFile, words);
+  }
+  std::string text;
+  root_does(world, [&] { text = checkpoint_deck(source); });
+  return parse_deck_everywhere(world, broadcast_string(world, std::move(text)), source + " (its deck)", overrides);
+}
+
+}  // namespace fsdpp::app

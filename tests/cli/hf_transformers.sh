@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# hf_transformers.sh FSDPP MPIEXEC ROOT WORK: fsdpp's Hugging Face model folders against transformers itself
+# (tests/reference/hf_reference.py; installed by tests/reference/ensure-transformers, or skipped with exit 77).
+#   - tiny GPT-2, Llama (grouped-query, untied; and tied) and Qwen2 models, trained by fsdpp so that their choices
+#     are clear, exported with ckpt export --hf: from_pretrained gives fsdpp's next-token logits within 1e-5
+#     (float32), and greedy generate of 48 tokens gives exactly fsdpp's ids;
+#   - a folder written by transformers' save_pretrained in several shards (and transformers 5's config fields)
+#     imports (ckpt import, generate, init_from) and trains, with bitwise the logits of the folder it came from;
+#   - fsdpp ckpt deck's model section parses back to the model transformers counts the parameters of;
+#   - --tokenizer: AutoTokenizer.from_pretrained loads the exported folder, and fsdpp generate uses its tokenizer.
+set -euo pipefail
+fsdpp=$1 mpiexec=$2 root=$3 work=$4
+ref=$root/tests/reference
+py=$("$ref/ensure-transformers") || { echo "$py"; exit 77; }
+rm -rf "$work" && mkdir -p "$work"
+prompt=5,17,42,8,33,1,60,23,9,14,50,2
+common=(train.eval_interval=0 checkpoint.interval=300)
+
+# name deck [overrides...]: train, export, compare logits and greedy ids with transformers.
+compare() {
+  local name=$1 deck=$2; shift 2
+  "$fsdpp" train "$root/input/$deck" "${common[@]}" "checkpoint.dir=$work/$name/ck" "run.output=$work/$name/run" "$@" \
+    >"$work/$name.train.log"
+  "$fsdpp" ckpt export "$work/$name/ck/step_00000300.h5" "$work/$name/hf" --hf | tail -n 1
+  local ids
+  ids=$("$fsdpp" generate "$work/$name/hf" --prompt-ids "$prompt" --max-new-tokens 48 --logits "$work/$name/logits.f32" \
+        | sed -n 's/^continuation ids: //p')
+  "$py" "$ref/hf_reference.py" logits "$work/$name/hf" "$prompt" "$work/$name/logits.f32" 1e-5
+  "$py" "$ref/hf_reference.py" generate "$work/$name/hf" "$prompt" 48 "$ids"
+  # ckpt deck's section parses back as a deck of the same model.
+  { "$fsdpp" ckpt deck "$work/$name/hf"; echo "train: {steps: 1}"; } >"$work/$name/deck.yaml"
+  local ours theirs
+  ours=$("$fsdpp" train "$work/$name/deck.yaml" --dry-run | sed -n 's/^dry run: \([0-9]*\) parameters.*/\1/p')
+  theirs=$("$py" "$ref/hf_reference.py" parameters "$work/$name/hf")
+  [ "$ours" = "$theirs" ] || { echo "FAIL: $name: ckpt deck's model has $ours parameters, transformers counts $theirs"; exit 1; }
+  echo "$name: ckpt deck's model section parses back to $ours parameters, as transformers counts"
+}
+compare gpt2 tiny.yaml
+compare llama-gqa llama-tiny.yaml
+compare llama-tied llama-tiny.yaml model.tie_embeddings=true
+compare qwen2 qwen2-tiny.yaml
+
+# transformers' own folders, in shards: import, generate (bitwise the logits of the folder they came from),
+# start a 2-rank run from them.
+for name in llama-gqa qwen2; do
+  "$py" "$ref/hf_reference.py" shard "$work/$name/hf" "$work/$name/sharded" 100KB
+  "$fsdpp" ckpt import "$work/$name/sharded" "$work/$name/imported.h5"
+  "$fsdpp" generate "$work/$name/sharded" --prompt-ids "$prompt" --max-new-tokens 1 --logits "$work/$name/sharded.f32" >/dev/null
+  cmp "$work/$name/logits.f32" "$work/$name/sharded.f32" ||
+    { echo "FAIL: $name: transformers' sharded folder gives other logits than the folder it saved"; exit 1; }
+  echo "$name: transformers' sharded folder imports, and generates bitwise the logits of the folder it came from"
+  cat >"$work/$name/finetune.yaml" <<EOF
+model:
+  from_hf: $work/$name/sharded
+train: {steps: 2, global_batch: 4, micro_batch: 2, eval_interval: 0}
+checkpoint: {init_from: $work/$name/sharded}
+run: {output: $work/$name/run2}
+EOF
+  "$mpiexec" -n 2 "$fsdpp" train "$work/$name/finetune.yaml" | grep -E "weights initialized from|Loop time of"
+done
+
+# A tokenizer travels with the folder: AutoTokenizer reads it, and fsdpp generate uses it by default.
+"$py" "$ref/hf_reference.py" tokenizer "$root/tests/data/multilingual.txt" "$work/tokenizer.json"
+"$fsdpp" train "$root/input/tiny.yaml" model.vocab_size=320 train.steps=2 checkpoint.interval=2 \
+  "checkpoint.dir=$work/tok/ck" "run.output=$work/tok/run" train.eval_interval=0 schedule.warmup_steps=0 >/dev/null
+"$fsdpp" ckpt export "$work/tok/ck/step_00000002.h5" "$work/tok/hf" --hf --tokenizer "$work/tokenizer.json" | tail -n 1
+"$py" "$ref/hf_reference.py" tokenize "$work/tok/hf" "$work/tokenizer.json" "Hello, wörld: 12345 tokens"
+"$fsdpp" generate "$work/tok/hf" --prompt "Hello" --max-new-tokens 4 | grep -E "^---- continuation \(4 tokens\)"
+echo "hf_transformers: GPT-2, Llama (GQA untied, tied) and Qwen2 folders agree with transformers"

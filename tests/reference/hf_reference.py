@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Hugging Face transformers as the reference for fsdpp's model folders (test-only; run by the python that
+tests/reference/ensure-transformers prints). Every check loads the folder with transformers' own
+from_pretrained, in float32 on the CPU, with one thread.
+
+  hf_reference.py logits FOLDER IDS FSDPP_LOGITS TOL   the next-token logits after the prompt IDS (1,2,3) against
+                                                       fsdpp generate --logits' file; prints the max difference
+  hf_reference.py generate FOLDER IDS N FSDPP_IDS      greedy model.generate of N new tokens against fsdpp's ids;
+                                                       prints the smallest top-1/top-2 logit gap on the way
+  hf_reference.py shard FOLDER OUT MAX_SHARD_SIZE      load FOLDER and save_pretrained(OUT, max_shard_size=...)
+  hf_reference.py parameters FOLDER                    the model's parameter count
+  hf_reference.py tokenizer TEXT OUT                   a byte-level BPE tokenizer.json of 320 tokens trained on TEXT
+  hf_reference.py tokenize FOLDER TOKENIZER_JSON TEXT  AutoTokenizer.from_pretrained(FOLDER) encodes TEXT as the
+                                                       tokenizers library does with TOKENIZER_JSON
+  hf_reference.py bench FOLDER PROMPT_LEN NEW BATCH    transformers' greedy generate: prefill and decode tokens/s
+                                                       (one JSON line)
+"""
+import json
+import sys
+import time
+import warnings
+
+warnings.filterwarnings("ignore")
+
+
+def torch_and_transformers():
+    import torch
+    import transformers
+    torch.set_num_threads(1)
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    return torch, transformers
+
+
+def load(folder):
+    torch, transformers = torch_and_transformers()
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model.eval()
+    return torch, model
+
+
+def ids_of(text):
+    return [int(x) for x in text.split(",") if x]
+
+
+def logits(folder, ids, fsdpp_file, tol):
+    import numpy as np
+    torch, model = load(folder)
+    with torch.no_grad():
+        ref = model(torch.tensor([ids_of(ids)])).logits[0, -1].double().numpy()
+    ours = np.fromfile(fsdpp_file, dtype="<f4").astype(np.float64)
+    if ours.shape != ref.shape:
+        sys.exit(f"FAIL: {fsdpp_file} holds {ours.size} logits, transformers gives {ref.size}")
+    diff = float(np.max(np.abs(ours - ref)))
+    print(f"{folder}: max |logit difference| {diff:.3g} over {ref.size} logits (largest |logit| "
+          f"{float(np.max(np.abs(ref))):.3g}); tolerance {tol}")
+    if not diff <= float(tol):
+        sys.exit(f"FAIL: {folder}: fsdpp's logits differ from transformers' by {diff:.3g} > {tol}")
+
+
+def generate(folder, ids, n, fsdpp_ids):
+    torch, model = load(folder)
+    prompt = torch.tensor([ids_of(ids)])
+    with torch.no_grad():
+        out = model.generate(prompt, max_new_tokens=int(n), min_new_tokens=int(n), do_sample=False,
+                             output_scores=True, return_dict_in_generate=True, pad_token_id=0)
+    new = out.sequences[0, prompt.shape[1]:].tolist()
+    gaps = [float(s[0].topk(2).values[0] - s[0].topk(2).values[1]) for s in out.scores]
+    theirs = ids_of(fsdpp_ids)
+    print(f"{folder}: transformers' greedy {len(new)} tokens {'equal' if new == theirs else 'DIFFER from'} fsdpp's; "
+          f"smallest top-1/top-2 logit gap {min(gaps):.3g}")
+    if new != theirs:
+        first = next((i for i, (a, b) in enumerate(zip(new, theirs)) if a != b), min(len(new), len(theirs)))
+        sys.exit(f"FAIL: {folder}: token {first} differs (transformers {new}, fsdpp {theirs})")
+    if min(gaps) < 1e-3:
+        sys.exit(f"FAIL: {folder}: a top-1/top-2 gap of {min(gaps):.3g} is too small for the comparison to mean "
+                 "anything (a float32 rounding could flip it); train the model so its choices are clear")
+
+
+def shard(folder, out, size):
+    torch, model = load(folder)
+    model.save_pretrained(out, max_shard_size=size)
+    index = json.load(open(f"{out}/model.safetensors.index.json"))
+    print(f"{out}: {len(set(index['weight_map'].values()))} shards written by transformers' save_pretrained")
+
+
+def parameters(folder):
+    torch, model = load(folder)
+    print(model.num_parameters())
+
+
+def tokenizer(text, out):
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([open(text, encoding="utf-8").read()], trainer)
+    tok.save(out)
+
+
+def tokenize(folder, tokenizer_json, text):
+    from tokenizers import Tokenizer
+    _, transformers = torch_and_transformers()
+    auto = transformers.AutoTokenizer.from_pretrained(folder)
+    ours = auto(text, add_special_tokens=False)["input_ids"]
+    ref = Tokenizer.from_file(tokenizer_json).encode(text, add_special_tokens=False).ids
+    print(f"{folder}: AutoTokenizer ({type(auto).__name__}) gives {len(ours)} ids, "
+          f"{'equal to' if ours == ref else 'NOT'} the tokenizers library's")
+    if ours != ref:
+        sys.exit(f"FAIL: AutoTokenizer {ours} vs tokenizers {ref}")
+
+
+def bench(folder, prompt_len, new, batch):
+    torch, model = load(folder)
+    prompt_len, new, batch = int(prompt_len), int(new), int(batch)
+    gen = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, model.config.vocab_size, (batch, prompt_len), generator=gen)
+    kwargs = dict(do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        model.generate(prompts, max_new_tokens=2, min_new_tokens=2, **kwargs)  # warm-up
+        t0 = time.perf_counter()
+        model.generate(prompts, max_new_tokens=1, min_new_tokens=1, **kwargs)
+        prefill = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        model.generate(prompts, max_new_tokens=new, min_new_tokens=new, **kwargs)
+        total = time.perf_counter() - t0
+    decode = max(total - prefill, 1e-9)
+    print(json.dumps({"prefill_tok_s": batch * prompt_len / prefill, "decode_tok_s": batch * (new - 1) / decode,
+                      "batch": batch, "prompt": prompt_len, "new": new, "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    commands = {"logits": logits, "generate": generate, "shard": shard, "parameters": parameters,
+                "tokenizer": tokenizer, "tokenize": tokenize, "bench": bench}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        sys.exit(__doc__)
+    commands[sys.argv[1]](*sys.argv[2:])
