@@ -44,6 +44,7 @@ namespace fsdpp {
 
 class Optimizer;
 class Parameter;
+struct ModelConfig;
 
 // 2: /meta carries layout_xxh64. Version 1 files (no digest) still load, after the structural checks.
 inline constexpr std::int64_t kCheckpointFormatVersion = 2;
