@@ -7,8 +7,10 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 using namespace fsdpp;
 
@@ -142,4 +144,34 @@ TEST_CASE("fsdpp debug flight: a folder without dumps is a usage error that says
   const std::string dir = fresh_dir("empty");
   std::filesystem::create_directories(dir);
   CHECK_THROWS_WITH_AS(explain_flight_dumps(dir), doctest::Contains("no flight-recorder dump (rank<r>.json)"), UsageError);
+}
+
+TEST_CASE("fsdpp debug flight: a rank found silent that dumped after the abort (resumed by the kill) is read as missing") {
+  RecorderReset reset;
+  const std::string dir = fresh_dir("late");
+  const std::uint32_t comm = FlightRecorder::register_comm("mpi");
+  FlightRecorder::set_label(comm, "dp_shard");
+  FlightRecorder::configure(16);
+  FlightRecorder::set_members(comm, {0, 1, 2}, 0);
+  for (std::uint64_t seq = 1; seq <= 4; ++seq) collective(comm, seq, CollectiveOp::all_gather, 64, seq < 4);
+  dump_as(dir, 0, 3, "aborting: collective watchdog: all_gather over dp_shard (#4) did not finish", {2});
+  FlightRecorder::configure(16);
+  FlightRecorder::set_members(comm, {0, 1, 2}, 1);
+  for (std::uint64_t seq = 1; seq <= 4; ++seq) collective(comm, seq, CollectiveOp::all_gather, 64, seq < 4);
+  dump_as(dir, 1, 3, "aborting: collective watchdog: all_gather over dp_shard (#4) did not finish", {2});
+  // Rank 2, stopped in #4, is continued by the launcher's kill: it finishes #4, waits in #5 and dumps last.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  FlightRecorder::configure(16);
+  FlightRecorder::set_members(comm, {0, 1, 2}, 2);
+  for (std::uint64_t seq = 1; seq <= 5; ++seq) collective(comm, seq, CollectiveOp::all_gather, 64, seq < 5);
+  dump_as(dir, 2, 3, "aborting: collective watchdog: all_gather over dp_shard (#5) did not finish");
+  const std::string report = explain_flight_dumps(dir);
+  INFO(report);
+  CHECK(report.find("found rank 2 on nodeB not answering") != std::string::npos);
+  CHECK(report.find("Rank 2 on nodeB dumped only after the job was aborted, having been found not answering") !=
+        std::string::npos);
+  CHECK(report.find("The job hangs in dp_shard (ranks 0, 1 and 2) collective #4, all_gather of 64 f32") !=
+        std::string::npos);
+  CHECK(report.find("ranks 0 and 1 on nodeA entered it and wait") != std::string::npos);
+  CHECK(report.find("rank 2 on nodeB left no dump") != std::string::npos);
 }

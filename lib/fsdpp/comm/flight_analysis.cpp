@@ -320,6 +320,19 @@ std::string explain_flight_dumps(const std::string& dir) {
 
   std::set<int> silent_ranks;  // found not answering by a rank that aborted
   for (const std::vector<int>& silent : silent_sets) silent_ranks.insert(silent.begin(), silent.end());
+  // A rank found not answering that dumped after the first abort was resumed or unstuck meanwhile (a stopped rank
+  // gets SIGCONT with the launcher's kill): its records are from after the hang, so the hang is read without them.
+  double first_abort_s = 1e300;
+  for (const auto& [rank, d] : a.dumps)
+    if (d.reason.rfind("aborting: ", 0) == 0 && !silent_ranks.count(rank)) first_abort_s = std::min(first_abort_s, d.dumped_at_s);
+  std::vector<int> dumped_late;
+  for (const int r : silent_ranks)
+    if (const auto d = a.dumps.find(r); d != a.dumps.end() && d->second.dumped_at_s > first_abort_s) dumped_late.push_back(r);
+  if (!dumped_late.empty()) {
+    sentences.push_back(fmt::format("{} dumped only after the job was aborted, having been found not answering: its "
+                                    "records are from later and are left out below.", ranks_on_hosts(dumped_late, a.hosts)));
+    for (const int r : dumped_late) a.dumps.erase(r);
+  }
   bool aborted = false;
   for (const auto& [rank, d] : a.dumps)
     aborted = aborted || d.reason.rfind("aborting: ", 0) == 0 || d.reason.rfind("asked by", 0) == 0;

@@ -32,6 +32,10 @@ struct Service {
   std::atomic<bool> ready{false};  // the channel is in place: requests arriving before are answered, not dumped
   std::mutex dump_mutex;  // one dump at a time: requests, SIGUSR2 and the abort may meet
   std::chrono::steady_clock::time_point last_requested_dump{};
+  // This rank dumped on its way out (an abort): a later request (a stopped rank resumed by the launcher's kill,
+  // whose own watchdog then fires) must not overwrite that dump, which holds why it aborted and whom it found
+  // silent.
+  std::atomic<bool> dumped_for_abort{false};
 };
 
 std::mutex g_mutex;  // guards g_service's lifetime against the abort hook
@@ -51,7 +55,7 @@ std::string dump(Service& s, const std::string& reason, std::vector<int> not_ans
 
 // On the channel's thread: another rank's request, or SIGUSR2 (asking_rank -1).
 void on_request(Service& s, int asking_rank, const std::string& reason) {
-  if (!s.ready) return;
+  if (!s.ready || s.dumped_for_abort) return;
   try {
     if (asking_rank < 0) {
       const std::string path = dump(s, "SIGUSR2: dumped while the run goes on");
@@ -74,6 +78,7 @@ std::string text_for_abort(Service& s, const std::string& message) {
   const std::vector<int> silent = asked.value_or(std::vector<int>{});
   std::string path;
   try {
+    s.dumped_for_abort = true;  // first: a request arriving meanwhile must not write after this dump
     path = dump(s, "aborting: " + message, silent);
   } catch (const std::exception& e) {
     path = fmt::format("(not written: {})", e.what());
