@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -50,6 +51,10 @@ RuntimeOptions RuntimeOptions::from_environment(RuntimeOptions o) {
 }
 
 Runtime::Runtime(int& argc, char**& argv, RuntimeOptions options) {
+  // A write to the socket of a rank that died (a lost node) must fail with EPIPE, not kill this rank with
+  // SIGPIPE before it can say anything: the collective then stalls, and the watchdog ends the job naming the
+  // collective and, through the flight recorder, the ranks and node that stopped answering.
+  std::signal(SIGPIPE, SIG_IGN);
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
