@@ -79,12 +79,16 @@ const json* value_of(const json& object, const char* field) {
 
 }  // namespace
 
-void HfConfigReader::take(const char* field, const char* deck_key, int& out, std::optional<int> fallback) {
+bool HfConfigReader::record_take(const char* field, const char* deck_key, bool present, bool has_fallback) {
   read_.emplace_back(field);
   (parent_keys_ ? *parent_keys_ : keys_).push_back({deck_key, field, false});
+  FSDPP_REQUIRE(present || has_fallback, "{}: field '{}' is missing; it gives {}", where_, field, deck_key);
+  return present;
+}
+
+void HfConfigReader::take(const char* field, const char* deck_key, int& out, std::optional<int> fallback) {
   const json* v = value_of(json_->value, field);
-  if (!v) {
-    FSDPP_REQUIRE(fallback.has_value(), "{}: field '{}' is missing; it gives {}", where_, field, deck_key);
+  if (!record_take(field, deck_key, v != nullptr, fallback.has_value())) {
     out = *fallback;
     return;
   }
@@ -95,11 +99,8 @@ void HfConfigReader::take(const char* field, const char* deck_key, int& out, std
 }
 
 void HfConfigReader::take(const char* field, const char* deck_key, double& out, std::optional<double> fallback) {
-  read_.emplace_back(field);
-  (parent_keys_ ? *parent_keys_ : keys_).push_back({deck_key, field, false});
   const json* v = value_of(json_->value, field);
-  if (!v) {
-    FSDPP_REQUIRE(fallback.has_value(), "{}: field '{}' is missing; it gives {}", where_, field, deck_key);
+  if (!record_take(field, deck_key, v != nullptr, fallback.has_value())) {
     out = *fallback;
     return;
   }
@@ -109,11 +110,8 @@ void HfConfigReader::take(const char* field, const char* deck_key, double& out, 
 }
 
 void HfConfigReader::take(const char* field, const char* deck_key, bool& out, std::optional<bool> fallback) {
-  read_.emplace_back(field);
-  (parent_keys_ ? *parent_keys_ : keys_).push_back({deck_key, field, false});
   const json* v = value_of(json_->value, field);
-  if (!v) {
-    FSDPP_REQUIRE(fallback.has_value(), "{}: field '{}' is missing; it gives {}", where_, field, deck_key);
+  if (!record_take(field, deck_key, v != nullptr, fallback.has_value())) {
     out = *fallback;
     return;
   }

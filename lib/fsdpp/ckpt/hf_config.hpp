@@ -55,6 +55,9 @@ class HfConfigReader {
 
  private:
   struct Json;
+  // Every take(): marks the field read and its deck key determined; false when the field is absent (then the
+  // fallback applies), a UsageError when it is absent without one.
+  bool record_take(const char* field, const char* deck_key, bool present, bool has_fallback);
   std::unique_ptr<Json> json_;
   std::string where_;
   std::vector<std::string> read_;
@@ -79,6 +82,9 @@ class HfConfigWriter {
 
  private:
   struct Json;
+  // Every take(): marks the field read and its deck key determined; false when the field is absent (then the
+  // fallback applies), a UsageError when it is absent without one.
+  bool record_take(const char* field, const char* deck_key, bool present, bool has_fallback);
   std::unique_ptr<Json> json_;
 };
 
