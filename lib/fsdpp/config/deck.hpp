@@ -107,6 +107,12 @@ struct TrainConfig {
   double grad_clip = 1.0;  // 0: no clipping
   std::int64_t eval_interval = 100;  // 0: never
   int eval_batches = 4;
+  // Samples while training (train/training_samples.hpp): every sample_interval steps, sample_tokens greedy tokens
+  // after sample_prompt, tokenized by sample_tokenizer (empty: one token per byte).
+  std::int64_t sample_interval = 0;  // 0: never
+  std::string sample_prompt = "The";
+  int sample_tokens = 32;
+  std::string sample_tokenizer;
   // A step whose loss or gradient norm is NaN or Inf: abort (a UsageError naming the step and the first
   // parameter with a non-finite gradient), or skip its optimizer update (the sampler still advances); after
   // max_skipped_steps skipped steps in a row, the run stops as abort would.

@@ -404,6 +404,21 @@ std::vector<Field> make_fields() {
                       "Validation loss every this many steps; 0 never."));
   f.push_back(integer("train.eval_batches", &Deck::train, &TrainConfig::eval_batches, 1,
                       "Micro-batches averaged for each validation loss."));
+  f.push_back(integer("train.sample_interval", &Deck::train, &TrainConfig::sample_interval, 0,
+                      "Log a greedy continuation of train.sample_prompt every this many steps (as llm.c prints "
+                      "samples while it trains); 0 never."));
+  f.push_back(text("train.sample_prompt", &Deck::train, &TrainConfig::sample_prompt,
+                   "The text the samples continue."));
+  f.push_back(integer("train.sample_tokens", &Deck::train, &TrainConfig::sample_tokens, 1,
+                      "Tokens each sample generates; with the prompt's, at most model.context_length."));
+  f.push_back(text("train.sample_tokenizer", &Deck::train, &TrainConfig::sample_tokenizer,
+                   "The tokenizer.json or SentencePiece .model the training data was tokenized with, for the "
+                   "samples' text."));
+  f.back().type = "<file>";
+  f.back().default_doc = "one token per byte (fsdpp tokenize's byte-level default)";
+  f.back().get = [](const Deck& d) {  // unset stays unset in the resolved deck (the echo leaves empty values out)
+    return d.train.sample_tokenizer.empty() ? std::string() : yaml_scalar(d.train.sample_tokenizer);
+  };
   f.push_back(choice("train.on_nonfinite", &Deck::train, &TrainConfig::on_nonfinite, kNonFinite,
                      "A step whose loss or gradient norm is NaN or Inf: abort stops the run with an error naming the "
                      "step and the first parameter (in model order) with a non-finite gradient; skip leaves the "

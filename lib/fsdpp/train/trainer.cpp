@@ -17,6 +17,7 @@
 #include "fsdpp/train/checkpointer.hpp"
 #include "fsdpp/train/data_feed.hpp"
 #include "fsdpp/train/evaluator.hpp"
+#include "fsdpp/train/training_samples.hpp"
 #include "fsdpp/train/step_metrics.hpp"
 #include "fsdpp/train/train_step.hpp"
 
@@ -118,6 +119,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   SectionTimers& timers = metrics.timers();
   TrainStep train_step(comm, model, parallel, *optimizer, data, deck.train, timers);
   Evaluator evaluator(model, parallel, data, deck.train);
+  TrainingSamples samples(comm, model, parallel, deck);
   ProgressState progress(static_cast<double>(deck.train.global_batch) * deck.model.context_length);
   ModelState model_state(model.parameters(), optimizer.get());
   Checkpointer checkpointer(comm, deck, parallel, {&model_state, &data, &progress}, progress, speaks);
@@ -141,6 +143,13 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
       const auto t0 = std::chrono::steady_clock::now();
       val = evaluator.run();
       metrics.add_eval_seconds(seconds_since(t0));
+      timers.mark(kEval);
+    }
+    if (samples.due(done)) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::string text = samples.run();
+      if (speaks) Log::info("{}\n{}\n---- end of sample ----", samples.heading(done), text);
+      metrics.add_eval_seconds(seconds_since(t0));  // forwards without a backward, as evaluation's
       timers.mark(kEval);
     }
     if (checkpointer.due(done, last)) {
