@@ -158,6 +158,7 @@ struct CommConfig {
   CommBackendChoice backend = CommBackendChoice::automatic;
   double timeout_s = 600;  // collective watchdog: abort the job when an MPI collective takes longer; 0: off
   std::int64_t flight_records = 4096;  // flight recorder: the last collectives each rank keeps (comm/flight_recorder.hpp)
+  bool overlap = true;  // gradient reductions and tensor-parallel collectives run while compute goes on; false: blocking
 };
 
 struct CheckpointConfig {

@@ -485,6 +485,12 @@ std::vector<Field> make_fields() {
                       "Flight recorder: each rank keeps its last this many collectives (about 100 bytes each), dumped "
                       "to <run.output>/flight when the watchdog fires, a rank aborts, or on SIGUSR2; explained by "
                       "`fsdpp debug flight`. 0 keeps none.", 1 << 24));
+  f.push_back(boolean("comm.overlap", &Deck::comm, &CommConfig::overlap,
+                      "Overlap communication with compute: a unit's gradient reduce-scatter (and the HSDP replica "
+                      "all-reduce after it) is issued when its backward ends and waited for only when its result is "
+                      "needed, and tensor-parallel input-gradient collectives run while the weight gradients are "
+                      "computed. Losses are bitwise the same either way; false blocks on every collective (the "
+                      "schedule before overlap, for comparison)."));
 
   f.push_back(text("checkpoint.dir", &Deck::checkpoint, &CheckpointConfig::dir, "Folder for checkpoints."));
   f.back().default_doc = "<run.output>/checkpoints";
