@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks a run.trace folder (lib/fsdpp/comm/timeline.hpp) and `fsdpp report --trace --json`'s output.
 
-Usage: trace_check.py <run folder> <world size> <report.json> [expected mesh dimension ...]
+Usage: trace_check.py <run folder> <world size> <report.json> [expected mesh dimension ...] [--span NAME ...]
   - every rank<r>.json parses, is an fsdpp trace of rank r in a job of <world size>, and covers the traced steps;
   - per track, the complete events are sorted by start and properly nested (a stack of enclosing spans);
   - per communicator, its events == issued_end - issued_begin == otherData.comms[].events, and the FSDP and
@@ -13,6 +13,9 @@ Usage: trace_check.py <run folder> <world size> <report.json> [expected mesh dim
 import collections
 import json
 import sys
+
+
+EXTRA_SPANS = []  # --span NAME: compute spans this run must have too
 
 
 def ns(us):
@@ -59,7 +62,8 @@ def check_rank(folder, rank, world):
     complete = [e for e in events if e["ph"] == "X"]
     compute = [e for e in complete if e["tid"] == 0]
     names = {e["name"] for e in compute}
-    for needed in ("fsdpp::forward h.0", "fsdpp::backward h.0", "fsdpp::optimizer", "fsdpp::data", "fsdpp::grad_sync"):
+    for needed in ("fsdpp::forward h.0", "fsdpp::backward h.0", "fsdpp::optimizer", "fsdpp::data", "fsdpp::grad_sync",
+                   *EXTRA_SPANS):
         if needed not in names:
             fail(f"{path}: no compute span '{needed}'")
     collectives = {}
@@ -77,21 +81,28 @@ def check_rank(folder, rank, world):
                  f"otherData says {c['events']}")
     # The counters against the sites of the collectives (FSDP: "<unit> forward|backward all-gather",
     # "<unit> gradient reduction"; tensor parallelism: "<unit> forward|backward (tensor parallel)").
+    # FsdpStats counts a unit's gradient all-reduce once, though no_shard issues one per parameter: a run of
+    # consecutive all-reduces with one site on one communicator is one.
     seen = collections.Counter()
-    for e in collectives.values():
+    previous = {}  # tid -> (seq, site) of the last gradient all-reduce
+    for (comm, seq), e in sorted(collectives.items()):
         a = e["args"]
         site, op = a["site"], a["op"]
         if site.endswith(" all-gather") and op == "all_gather":
             seen["fsdp_all_gathers"] += 1
+        elif site.endswith(" gradient reduction") and op == "reduce_scatter":
+            seen["fsdp_reduce_scatters"] += 1
         elif site.endswith(" gradient reduction"):
-            seen["fsdp_reduce_scatters" if op == "reduce_scatter" else "fsdp_all_reduces"] += 1
+            if previous.get(comm) != (seq - 1, site):
+                seen["fsdp_all_reduces"] += 1
+            previous[comm] = (seq, site)
         elif site.endswith("(tensor parallel)"):
             seen["tp_" + op + "s"] += 1
     counters = other["counters"]
     for k, v in counters.items():
         if seen[k] != v:
             fail(f"{path}: counter {k} = {v}, but {seen[k]} such collectives on the communicator tracks")
-    if counters["fsdp_all_gathers"] == 0 or counters["fsdp_reduce_scatters"] == 0:
+    if sum(v for k, v in counters.items() if k.startswith("fsdp_")) == 0:
         fail(f"{path}: no FSDP collectives counted: {counters}")
     waits = 0
     for e in compute:
@@ -114,8 +125,13 @@ def check_rank(folder, rank, world):
 
 
 def main():
-    folder, world, report = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    dims = sys.argv[4:]
+    args = sys.argv[1:]
+    while "--span" in args:
+        at = args.index("--span")
+        EXTRA_SPANS.append(args[at + 1])
+        del args[at:at + 2]
+    folder, world, report = args[0], int(args[1]), args[2]
+    dims = args[3:]
     units = None
     for rank in range(world):
         other, n, waits = check_rank(folder, rank, world)
