@@ -1,8 +1,12 @@
 // fsdpp report <run-folder>: report.png (loss and validation loss, tokens/s, grad norm against step) and a short
 // text summary, from <run>/metrics.jsonl. The plot is drawn by gnuplot (Debian's gnuplot-nox), run as an
 // external program on a data file and a script written next to the report.
+// --trace: the timeline of run.trace instead (comm/trace_analysis.hpp): <run>/trace/merged.json, a table of
+// communication per unit, operation and mesh dimension, and trace.png (one row per rank and track); --json
+// prints the table as one JSON object.
 #include "commands.hpp"
 
+#include "fsdpp/comm/trace_analysis.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <nlohmann/json.hpp>
@@ -35,14 +39,81 @@ std::string plot_script(const std::string& data, const std::string& png, const s
       png, title, data, data, data);
 }
 
+// Text inside a gnuplot single-quoted string, where a quote is written twice.
+std::string gnuplot_quoted(const std::string& text) {
+  std::string out;
+  for (const char c : text) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out;
+}
+
+void run_gnuplot(const std::filesystem::path& folder, const std::filesystem::path& script, const std::string& log) {
+  const int rc = std::system(fmt::format("gnuplot '{}' 2> '{}'", script.string(), (folder / log).string()).c_str());
+  FSDPP_REQUIRE(rc == 0, "gnuplot failed (exit {}); see {}. Install it with apt-get install gnuplot-nox", rc,
+                (folder / log).string());
+}
+
+// trace.png: a box per span, one row per rank x track (top to bottom), a colour per category; spans nested on
+// the compute track are drawn thinner on top of the ones holding them.
+void plot_trace(const TraceReport& t, const std::filesystem::path& folder) {
+  const std::filesystem::path data = folder / "trace.dat", script = folder / "trace.gp", png = folder / "trace.png";
+  const char* colours[] = {"#b0b0b0", "#4e79a7", "#f28e2b", "#edc948", "#59a14f", "#e15759", "#76b7b2", "#9c755f",
+                           "#b07aa1", "#ff0000"};
+  std::string plots;
+  {
+    std::ofstream out(data);
+    int block = 0;  // gnuplot's `index`: the data blocks, two blank lines apart, of the categories that occur
+    for (std::size_t c = 0; c < t.categories.size(); ++c) {
+      std::string rows;
+      for (const TraceBox& b : t.boxes) {
+        if (b.category != static_cast<int>(c)) continue;
+        const double half = std::max(0.12, 0.42 - 0.07 * b.depth);
+        rows += fmt::format("{} {} {} {} {}\n", b.start_ms, b.end_ms, b.row, b.row - half, b.row + half);
+      }
+      if (rows.empty()) continue;
+      out << "# " << t.categories[c] << "\n" << rows << "\n\n";
+      plots += fmt::format("{}'{}' index {} using 1:3:1:2:4:5 with boxxyerror fc rgb '{}' title '{}'",
+                           plots.empty() ? "" : ", ", data.string(), block++, colours[c % 10], t.categories[c]);
+    }
+  }
+  std::string ytics;
+  for (std::size_t r = 0; r < t.rows.size(); ++r) ytics += fmt::format("{}'{}' {}", r ? ", " : "", gnuplot_quoted(t.rows[r]), r);
+  std::ofstream(script) << fmt::format(
+      "set terminal pngcairo noenhanced size 1400,{} font ',10'\n"
+      "set output '{}'\n"
+      "set title '{}: steps {}-{} on {} ranks'\n"
+      "set xlabel 'ms since the first traced step began'\nset grid xtics\n"
+      "set yrange [{}:-0.6]\nset ytics ({})\n"
+      "set style fill solid 1.0 noborder\nset key outside right top\n"
+      "plot {}\n",
+      std::max(300, 140 + 60 * static_cast<int>(t.rows.size())), png.string(), gnuplot_quoted(folder.parent_path().filename().string()),
+      t.first_step, t.last_step, t.ranks, t.rows.size() - 0.4, ytics, plots);
+  run_gnuplot(folder, script, "trace.log");
+}
+
+int report_trace(const std::string& run, bool json) {
+  const TraceReport t = analyze_trace(run);
+  const std::filesystem::path folder = std::filesystem::path(run) / "trace";
+  plot_trace(t, folder);
+  if (json) fmt::print("{}\n", t.json);
+  else Log::info("{}wrote {} and {}", t.table, t.merged_path, (folder / "trace.png").string());
+  return 0;
+}
+
 }  // namespace
 
 Command add_report_command(CLI::App& app) {
   auto* cli = app.add_subcommand("report", "Plot a run's metrics.jsonl into report.png, with a text summary");
   auto run = std::make_shared<std::string>();
   cli->add_option("run", *run, "The run folder (run.output) holding metrics.jsonl")->required();
-  return {cli, [run](Runtime& rt) {
+  auto trace = std::make_shared<bool>(false), json = std::make_shared<bool>(false);
+  cli->add_flag("--trace", *trace,
+                "Summarize the timeline of run.trace instead: merge <run>/trace/rank*.json into merged.json (open it "
+                "in ui.perfetto.dev), print communication per unit, operation and mesh dimension, draw trace.png");
+  cli->add_flag("--json", *json, "With --trace: print the summary as one JSON object");
+  return {cli, [run, trace, json](Runtime& rt) {
             if (rt.rank() != 0) return 0;  // one writer; the others have nothing to do
+            FSDPP_REQUIRE(*trace || !*json, "--json goes with --trace: fsdpp report {} --trace --json", *run);
+            if (*trace) return report_trace(*run, *json);
             namespace fs = std::filesystem;
             const fs::path folder(*run), metrics = folder / "metrics.jsonl";
             std::ifstream in(metrics);
@@ -70,9 +141,7 @@ Command add_report_command(CLI::App& app) {
                 out << fmt::format("{} {} {} {} {}\n", r.step, r.loss, r.tokens_per_s, r.grad_norm, r.val ? *r.val : -1.0);
               std::ofstream(script) << plot_script(data.string(), png.string(), folder.filename().string());
             }
-            const int rc = std::system(fmt::format("gnuplot '{}' 2> '{}'", script.string(), (folder / "report.log").string()).c_str());
-            FSDPP_REQUIRE(rc == 0, "gnuplot failed (exit {}); see {}. Install it with apt-get install gnuplot-nox", rc,
-                          (folder / "report.log").string());
+            run_gnuplot(folder, script, "report.log");
             double best_val = 1e300, tokens = 0;
             for (const Row& r : rows) {
               if (r.val) best_val = std::min(best_val, *r.val);

@@ -8,7 +8,9 @@
 #   2. Runtime: a real `fsdpp train` on 2 ranks (AdamW, bf16 all-gathers, clipping, evaluation, a checkpoint;
 #      then SGD from that checkpoint with unsharded accumulation) runs with a Kokkos Tools library that records
 #      every kernel launched. Each name must be one of the labels found in step 1, or Kokkos' own ("Kokkos::",
-#      e.g. deep_copy's fills); an unlabelled kernel would show up under its functor's type name.
+#      e.g. deep_copy's fills); an unlabelled kernel would show up under its functor's type name. The second run
+#      checkpoints activations, and the Kokkos regions of the timeline (comm/timeline.hpp) must show up too:
+#      each unit's forward and backward, a block's recompute, the optimizer.
 # Usage: kernel_labels.sh <source dir> <fsdpp> <mpiexec> <kernel_names_tool.so> <work dir>
 set -u
 src=$1; fsdpp=$2; mpirun=$3; tool=$4; work=$5
@@ -68,7 +70,8 @@ common="train.global_batch=8 train.micro_batch=2 schedule.warmup_steps=1 log.int
 if ! "$mpirun" -n 2 "$fsdpp" train $common train.steps=4 train.eval_interval=2 train.grad_clip=0.5 \
        fsdp.param_dtype=bf16 checkpoint.dir="$work/ckpt" checkpoint.interval=4 "run.output=$work/run1" > "$work/run1.log" 2>&1 ||
    ! "$mpirun" -n 2 "$fsdpp" train $common train.steps=2 train.eval_interval=0 optim.name=sgd fsdp.accumulate=unsharded \
-       checkpoint.init_from="$work/ckpt/step_00000004.h5" "run.output=$work/run2" > "$work/run2.log" 2>&1; then
+       train.activation_checkpointing=full checkpoint.init_from="$work/ckpt/step_00000004.h5" "run.output=$work/run2" \
+       > "$work/run2.log" 2>&1; then
   echo "FAIL: fsdpp train did not run:"; tail -20 "$work"/run*.log
   exit 1
 fi
@@ -79,8 +82,13 @@ files=("$work"/names/kernels.*)
 }
 seen=$(cat "${files[@]}" | sort -u)
 ours=0
+for region in "fsdpp::forward h.0" "fsdpp::backward h.0" "fsdpp::forward GPT (root)" "fsdpp::recompute h.1" \
+              "fsdpp::optimizer" "fsdpp::data" "fsdpp::grad_sync" "fsdpp::eval" "fsdpp::checkpoint"; do
+  grep -qxF "region $region" <<< "$seen" || { echo "FAIL: no Kokkos region \"$region\" was pushed"; status=1; }
+done
+echo "regions: $(grep -c '^region ' <<< "$seen") distinct Kokkos regions pushed"
 while read -r kind name; do
-  if [[ "$name" == Kokkos::* ]]; then continue; fi
+  if [[ "$kind" == region || "$name" == Kokkos::* ]]; then continue; fi
   if awk -v n="$name" '$1 == "LABEL" && $2 == n { found = 1 } END { exit !found }' "$labels"; then
     ours=$((ours + 1))
     continue
@@ -89,7 +97,7 @@ while read -r kind name; do
   status=1
 done <<< "$seen"
 echo "runtime: $ours distinct fsdpp:: kernels launched by 2 training runs on 2 ranks; the others are Kokkos' own:"
-grep -v ' fsdpp::' <<< "$seen" | sed 's/ \[.*//' | sort | uniq -c | sed 's/^ */  /'
+grep -v ' fsdpp::' <<< "$seen" | grep -v '^region ' | sed 's/ \[.*//' | sort | uniq -c | sed 's/^ */  /'
 [ "$ours" -ge 15 ] || { echo "FAIL: implausibly few fsdpp kernels recorded"; status=1; }
 [ $status -eq 0 ] && echo "kernel labels OK"
 exit $status

@@ -3,6 +3,8 @@
 // parallel_for / parallel_reduce / parallel_scan the process launches and, when Kokkos finalizes, writes the
 // distinct names, one per line as "<kind> <name>", to $FSDPP_KERNEL_NAMES_DIR/kernels.<pid>.
 // Kokkos prints an unlabelled kernel under its functor's type name, so a missing label shows up too.
+// Profile regions (Kokkos::Profiling::pushRegion: fsdpp's timeline spans, comm/timeline.hpp) are recorded as
+// "region <name>".
 #include <unistd.h>
 
 #include <cstdint>
@@ -59,5 +61,8 @@ void kokkosp_begin_parallel_scan(const char* name, std::uint32_t, std::uint64_t*
   *id = 0;
 }
 void kokkosp_end_parallel_scan(std::uint64_t) {}
+
+void kokkosp_push_profile_region(const char* name) { record("region", name); }
+void kokkosp_pop_profile_region() {}
 
 }  // extern "C"

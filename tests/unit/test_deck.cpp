@@ -423,3 +423,30 @@ TEST_CASE("deck: matmul.precision and matmul.tf32 choose the GEMM precision") {
   CHECK(help.find("matmul.precision            auto|f32|bf16                  default: auto") != std::string::npos);
   CHECK(help.find("default: true on GPU builds, false on CPU builds") != std::string::npos);
 }
+
+TEST_CASE("deck: run.trace is none, a step or <first>-<last>, echoed, and checked against train.steps") {
+  CHECK(parse_deck(kMinimal, "deck.yaml").run.trace_first == 0);
+  const Deck range = parse_deck("train: {steps: 10}\nrun: {trace: 2-4}\n", "deck.yaml");
+  CHECK(range.run.trace_first == 2);
+  CHECK(range.run.trace_last == 4);
+  CHECK(resolved_deck_yaml(range).find("trace: 2-4") != std::string::npos);
+  const Deck again = parse_deck(resolved_deck_yaml(range), "deck.yaml");
+  CHECK((again.run.trace_first == 2 && again.run.trace_last == 4));
+  const Deck one = parse_deck(kMinimal, "deck.yaml", {"run.trace=7"});
+  CHECK((one.run.trace_first == 7 && one.run.trace_last == 7));
+  CHECK(parse_deck(resolved_deck_yaml(one), "deck.yaml").run.trace_last == 7);
+  CHECK(parse_deck(resolved_deck_yaml(parse_deck(kMinimal, "deck.yaml")), "deck.yaml").run.trace_first == 0);
+  CHECK(deck_error(kMinimal, {"run.trace=4-2"}) ==
+        "override 'run.trace=4-2': run.trace 4-2 ends before it starts: write <first>-<last> with first <= last, e.g. 2-4");
+  CHECK(deck_error(kMinimal, {"run.trace=9-11"}) ==
+        "override 'run.trace=9-11': run.trace 9-11 goes past the last step (train.steps 10): trace steps 1-10 at most");
+  CHECK(deck_error(kMinimal, {"run.trace=2-3", "comm.flight_records=0"}) ==
+        "override 'comm.flight_records=0': run.trace 2-3 takes its collectives from the flight recorder, but "
+        "comm.flight_records is 0: set comm.flight_records >= 64 (the default is 4096)");
+  CHECK(deck_error(kMinimal, {"run.trace=0-3"}).find("expected steps >= 1") != std::string::npos);
+  CHECK(deck_error(kMinimal, {"run.trace=-3"}).find("expected steps >= 1") != std::string::npos);
+  CHECK(deck_error(kMinimal, {"run.trace=all"}) ==
+        "override 'run.trace=all': expected none, a step (3) or a range of steps (2-4), got 'all'");
+  CHECK(deck_error(kMinimal, {"run.trace=2-"}).find("expected none, a step") != std::string::npos);
+  CHECK(fsdpp::deck_help().find("  run.trace ") != std::string::npos);
+}

@@ -1,6 +1,7 @@
 #include "fsdpp/comm/communicator.hpp"
 
 #include "fsdpp/comm/collective_faults.hpp"
+#include "fsdpp/comm/timeline.hpp"
 #include "fsdpp/comm/traffic.hpp"
 
 namespace fsdpp {
@@ -11,6 +12,25 @@ class SkippedWork final : public Work {
  public:
   void wait() override {}
   bool is_completed() override { return true; }
+};
+
+// While a timeline records (run.trace): the handle of an asynchronous collective whose wait() is a "wait" span
+// on the compute track (comm/timeline.hpp).
+class TimedWork final : public Work {
+ public:
+  TimedWork(WorkHandle work, const CollectiveTicket& ticket) : work_(std::move(work)), ticket_(ticket) {}
+  void wait() override {
+    const double t0 = FlightRecorder::now_s();
+    work_->wait();
+    if (!waited_) Timeline::waited(ticket_, t0, FlightRecorder::now_s(), false);
+    waited_ = true;
+  }
+  bool is_completed() override { return work_->is_completed(); }
+
+ private:
+  WorkHandle work_;
+  CollectiveTicket ticket_;
+  bool waited_ = false;
 };
 
 }  // namespace
@@ -42,7 +62,9 @@ WorkHandle Communicator::issue_async(CollectiveOp op, std::size_t count, DType d
   const std::optional<CollectiveTicket> ticket = issue(op, count, dtype, root);
   if (!ticket) return std::make_unique<SkippedWork>();
   try {
-    return start(*ticket);
+    WorkHandle work = start(*ticket);
+    if (Timeline::recording()) return std::make_unique<TimedWork>(std::move(work), *ticket);
+    return work;
   } catch (...) {
     FlightRecorder::failed(*ticket);
     throw;
@@ -53,12 +75,15 @@ template <class Run>
 void Communicator::issue_blocking(CollectiveOp op, std::size_t count, DType dtype, int root, Run&& run) {
   const std::optional<CollectiveTicket> ticket = issue(op, count, dtype, root);
   if (!ticket) return;
+  const bool timed = Timeline::recording();
+  const double t0 = timed ? FlightRecorder::now_s() : 0;
   try {
     run(*ticket);
   } catch (...) {
     FlightRecorder::failed(*ticket);
     throw;
   }
+  if (timed) Timeline::waited(*ticket, t0, FlightRecorder::now_s(), true);
 }
 
 WorkHandle Communicator::all_gather_async(const void* send, void* recv, std::size_t count, DType dtype) {

@@ -17,6 +17,8 @@ struct Registry {
   std::vector<FlightRecord> ring;  // record n lives in slot (n - 1) % size
   std::uint64_t next_number = 1;
   std::set<std::string> sites;     // interned site names: records point into it
+  bool tracing = false;
+  std::vector<FlightRecord> traced;  // tracing: the records that reached a final state, in that order
   std::atomic<std::int64_t> step{0};
   const Clock::time_point epoch = Clock::now();
 };
@@ -55,6 +57,7 @@ void mark(const CollectiveTicket& ticket, RecordState state) {
   record->state = state;
   if (state == RecordState::started) record->started_s = now;
   else record->completed_s = now;
+  if (r.tracing && state != RecordState::started) r.traced.push_back(*record);
 }
 
 std::string unit_site(const std::string& unit, bool backward) {
@@ -171,6 +174,28 @@ std::string FlightRecorder::site_of(const CollectiveTicket& ticket) {
   std::lock_guard<std::mutex> lock(r.mutex);
   const FlightRecord* record = slot_of(r, ticket.record);
   return record && record->site ? *record->site : std::string();
+}
+
+FlightRecord FlightRecorder::record_of(const CollectiveTicket& ticket) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const FlightRecord* record = slot_of(r, ticket.record);
+  return record ? *record : FlightRecord{};
+}
+
+void FlightRecorder::set_tracing(bool on) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.tracing = on;
+  if (on) r.traced.reserve(std::max<std::size_t>(r.traced.capacity(), 4096));
+}
+
+std::vector<FlightRecord> FlightRecorder::take_traced() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<FlightRecord> out;
+  out.swap(r.traced);
+  return out;
 }
 
 std::vector<FlightRecord> FlightRecorder::records() {

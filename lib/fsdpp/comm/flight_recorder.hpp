@@ -79,6 +79,14 @@ class FlightRecorder {
   static void completed(const CollectiveTicket& ticket);
   static void failed(const CollectiveTicket& ticket);
   static std::string site_of(const CollectiveTicket& ticket);  // "" when unknown or overwritten
+  // A copy of the ticket's record; number 0 when it was never recorded or has been overwritten since.
+  static FlightRecord record_of(const CollectiveTicket& ticket);
+
+  // Tracing (run.trace, comm/timeline.hpp): while on, every record that reaches a final state (completed or
+  // failed) is also copied aside, under the same mutex, so that a timeline keeps the collectives the ring
+  // overwrites. take_traced() hands the copies over (in completion order) and clears them.
+  static void set_tracing(bool on);
+  static std::vector<FlightRecord> take_traced();
 
   // Copies for dumps and reports: the records oldest first, and the registry.
   static std::vector<FlightRecord> records();

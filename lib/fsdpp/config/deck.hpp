@@ -43,6 +43,9 @@ struct RunConfig {
   std::string name;    // default: the deck file's name without its extension
   std::uint64_t seed = 1337;
   std::string output;  // default: runs/<name>; holds the log copy, the resolved deck and metrics.jsonl
+  // run.trace: the optimizer steps (1-based, inclusive) recorded into <output>/trace (comm/timeline.hpp);
+  // 0, 0: none.
+  std::int64_t trace_first = 0, trace_last = 0;
 };
 
 // Defaults are GPT-2 small (124M): the one architecture everyone can check against.

@@ -330,6 +330,7 @@ void check_rules(const ParseState& st) {
     if (d.mesh.tp_sequence_parallel)
       check_sequence_parallel_tokens(d.train.micro_batch, d.model.context_length, d.mesh.tp);
     check_activation_checkpointing(d.train.activation_checkpointing, d.model.n_layer);
+    check_trace(d.run, d.train, d.comm);
   } catch (const DeckRuleError& e) {
     inconsistent(st, e.keys(), e.what());
   }

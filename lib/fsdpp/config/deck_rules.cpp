@@ -11,6 +11,8 @@
 namespace fsdpp {
 namespace {
 
+constexpr std::int64_t kTraceMinFlightRecords = 64;  // a record stays in the ring until it completes; <= 3 are in flight
+
 template <class... Args>
 [[noreturn]] void broken(std::vector<std::string> keys, fmt::format_string<Args...> f, Args&&... args) {
   throw DeckRuleError(std::move(keys), fmt::format(f, std::forward<Args>(args)...));
@@ -158,6 +160,22 @@ void check_evaluation(const TrainConfig& train, const DataConfig& data) {
     broken({"train.eval_interval", "data.val_fraction"},
            "train.eval_interval ({}) needs held-out data: set data.val_fraction > 0, or train.eval_interval: 0",
            train.eval_interval);
+}
+
+void check_trace(const RunConfig& run, const TrainConfig& train, const CommConfig& comm) {
+  if (run.trace_first == 0) return;
+  const std::string steps = run.trace_first == run.trace_last ? fmt::format("{}", run.trace_first)
+                                                              : fmt::format("{}-{}", run.trace_first, run.trace_last);
+  if (run.trace_first > run.trace_last)
+    broken({"run.trace"}, "run.trace {} ends before it starts: write <first>-<last> with first <= last, e.g. {}-{}",
+           steps, run.trace_last, run.trace_first);
+  if (run.trace_last > train.steps)
+    broken({"run.trace", "train.steps"}, "run.trace {} goes past the last step (train.steps {}): trace steps 1-{} "
+           "at most", steps, train.steps, train.steps);
+  if (comm.flight_records < kTraceMinFlightRecords)
+    broken({"run.trace", "comm.flight_records"}, "run.trace {} takes its collectives from the flight recorder, but "
+           "comm.flight_records is {}: set comm.flight_records >= {} (the default is 4096)", steps,
+           comm.flight_records, kTraceMinFlightRecords);
 }
 
 void check_activation_checkpointing(const ActivationCheckpointing& ac, int n_layer) {

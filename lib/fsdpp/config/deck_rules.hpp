@@ -29,6 +29,8 @@ struct DataConfig;
 struct FsdpConfig;
 struct MeshConfig;
 struct ActivationCheckpointing;
+struct RunConfig;
+struct CommConfig;
 
 // A broken rule: what() says what is wrong and what to do; keys() are the deck keys the rule ties together
 // ("mesh.tp", "model.n_head"), so that parse_deck can point at the one the user set last.
@@ -71,6 +73,11 @@ void check_schedule(const ScheduleConfig& schedule, const OptimConfig& optim, co
 void check_evaluation(const TrainConfig& train, const DataConfig& data);
 // every_<k> names at least one of the model's n_layer blocks.
 void check_activation_checkpointing(const ActivationCheckpointing& ac, int n_layer);
+
+// ---- the timeline (run.trace) ----------------------------------------------------------------------------
+// 1 <= first <= last <= train.steps, and the flight recorder on with comm.flight_records >= 64: the timeline's
+// collectives are its records, and a record must still be in the ring when it completes.
+void check_trace(const RunConfig& run, const TrainConfig& train, const CommConfig& comm);
 
 // ---- launch time: known only once the job's size is ----------------------------------------------------
 // mesh.tp divides the job's ranks.

@@ -186,6 +186,35 @@ Field reshard_after_forward() {
   return f;
 }
 
+Field trace_steps() {
+  Field f = base("run.trace",
+                 "Record a per-rank timeline of these optimizer steps (compute spans, each collective per "
+                 "communicator, waits) to <run.output>/trace/rank<r>.json (Chrome trace format); `fsdpp report "
+                 "<run> --trace` merges and summarizes it (docs/trace.md). none; a step; or <first>-<last>.");
+  f.type = "none|<step>|<first>-<last>";
+  f.set = [](Deck& d, const YAML::Node& v, const std::string& where) {
+    const std::string s = scalar_or_fail(v, where, "none, a step or <first>-<last>");
+    const std::string expected = fmt::format("expected none, a step (3) or a range of steps (2-4), got '{}'", s);
+    if (s == "none") {
+      d.run.trace_first = d.run.trace_last = 0;
+      return;
+    }
+    const auto dash = s.find('-', 1);  // a leading '-' is a negative number, refused below
+    const IntText first = parse_integer(s.substr(0, dash));
+    const IntText last = dash == std::string::npos ? first : parse_integer(s.substr(dash + 1));
+    if (!first.is_integer || !last.is_integer || first.overflow || last.overflow) fail(where, expected);
+    if (first.value < 1) fail(where, fmt::format("expected steps >= 1 (the first step is 1), got '{}'", s));
+    d.run.trace_first = first.value;
+    d.run.trace_last = last.value;
+  };
+  f.get = [](const Deck& d) {
+    if (d.run.trace_first == 0) return std::string("none");
+    if (d.run.trace_first == d.run.trace_last) return fmt::format("{}", d.run.trace_first);
+    return fmt::format("{}-{}", d.run.trace_first, d.run.trace_last);
+  };
+  return f;
+}
+
 Field activation_checkpointing() {
   Field f = base("train.activation_checkpointing",
                  "Blocks that keep only their output in forward and recompute the rest in backward (less activation "
@@ -294,6 +323,7 @@ std::vector<Field> make_fields() {
   f.push_back(text("run.output", &Deck::run, &RunConfig::output,
                    "Folder for the log copy, the resolved deck and metrics.jsonl."));
   f.back().default_doc = "runs/<run.name>";
+  f.push_back(trace_steps());
 
   f.push_back(choice("model.arch", &Deck::model, &ModelConfig::arch, kArchs,
                      "gpt2: GPT-2 (LayerNorm, learned positions, GELU MLP, biases); llama: Llama 2/3 (RMSNorm, "

@@ -1,6 +1,7 @@
 #include "fsdpp/fsdp/fully_shard.hpp"
 
 #include "fsdpp/comm/flight_recorder.hpp"
+#include "fsdpp/comm/timeline.hpp"
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
@@ -90,7 +91,9 @@ template <class T> constexpr DType dtype_v = std::is_same_v<T, bf16> ? DType::bf
 // Construction: claim the parameters, place them, shard what is already materialized.
 
 FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions options)
-    : module_(module), unit_name_(module.display_name()), mesh_(mesh), comm_(mesh.comm(mesh.ndim() - 1)),
+    : module_(module), unit_name_(module.display_name()),
+      forward_region_(timeline_region("forward", unit_name_)), backward_region_(timeline_region("backward", unit_name_)),
+      mesh_(mesh), comm_(mesh.comm(mesh.ndim() - 1)),
       options_(options), pool_(std::make_shared<BufferPool>(mesh.is_planning())) {
   FSDPP_REQUIRE(mesh.ndim() == 1 || mesh.ndim() == 2,
                 "fully_shard({}): mesh {} has {} dimensions; pass a 1-D shard mesh, or a 2-D (replicate, shard) mesh "
@@ -535,6 +538,7 @@ void FsdpGroup::reduce_scatter_gradients() {
 // The hooks around each pass.
 
 void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
+  Timeline::enter(pass == Pass::forward ? forward_region_ : backward_region_);  // left at the end of after()
   if (!initialized_) lazy_init();
   // Tensor-parallel collectives inside this unit's pass are named after it in the flight recorder.
   FlightSite::enter_unit(module_.display_name(), pass != Pass::forward);
@@ -576,6 +580,7 @@ void FsdpGroup::prefetch(const std::vector<Module*>& chosen, const std::vector<F
 }
 
 void FsdpGroup::after(Module&, Pass pass, Flow& flow) {
+  const Timeline::Leave leave_span(pass == Pass::forward ? forward_region_ : backward_region_);
   FlightSite::leave_unit(module_.display_name(), pass != Pass::forward);
   if (pass == Pass::forward) {
     context_->forward_order.push_back(this);

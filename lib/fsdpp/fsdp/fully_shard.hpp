@@ -155,6 +155,8 @@ class FsdpGroup final : public ModuleHooks {
 
   Module& module_;
   std::string unit_name_;  // module_.display_name(), named in memory events
+  // The unit's timeline spans and Kokkos regions, pre-hook to post-hook (comm/timeline.hpp): built once.
+  std::string forward_region_, backward_region_;
   DeviceMesh mesh_;
   Communicator& comm_;                         // the shard group: the mesh's last dimension
   Communicator* replicate_comm_ = nullptr;     // HSDP: the mesh's first dimension

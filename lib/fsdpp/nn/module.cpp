@@ -1,5 +1,6 @@
 #include "fsdpp/nn/module.hpp"
 
+#include "fsdpp/comm/timeline.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 namespace fsdpp {
@@ -18,7 +19,10 @@ void Module::operator()(Flow& flow, Pass pass) {
     if (recompute_in_backward_) checkpoint_input_ = flow.x;  // after the hooks: what forward() reads
     forward(flow);
   } else {
-    if (recompute_in_backward_) recompute(flow);
+    if (recompute_in_backward_) {
+      const TimelineScope span(recompute_region_);
+      recompute(flow);
+    }
     backward(flow);
   }
   // After-hooks run in reverse registration order, so hooks nest like scopes.

@@ -105,7 +105,11 @@ class Module {
   void clear_hooks() { hooks_.clear(); }
 
   // Activation checkpointing (above): forward keeps only the input; backward re-runs forward() first.
-  void set_recompute_in_backward(bool on) { recompute_in_backward_ = on; }
+  // The replay is a timeline span and Kokkos region "fsdpp::recompute <path>" (comm/timeline.hpp), named here once.
+  void set_recompute_in_backward(bool on) {
+    recompute_in_backward_ = on;
+    recompute_region_ = "fsdpp::recompute " + display_name();
+  }
   bool recomputes_in_backward() const { return recompute_in_backward_; }
   bool is_recomputing() const { return recomputing_; }  // inside backward's replay of forward()
 
@@ -137,6 +141,7 @@ class Module {
   std::vector<std::shared_ptr<ModuleHooks>> hooks_;
   bool recompute_in_backward_ = false;
   bool recomputing_ = false;
+  std::string recompute_region_;
   View1<float> checkpoint_input_;  // recompute_in_backward_: forward's flow.x, after the forward hooks
   PieceBatch<float, float> zero_grads_;  // zero_grad's table of gradients, reused every step
 };

@@ -1,5 +1,6 @@
 #include "fsdpp/train/train_step.hpp"
 
+#include "fsdpp/comm/timeline.hpp"
 #include "fsdpp/optim/grad_norm.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/train/nonfinite.hpp"
@@ -19,12 +20,15 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
   model_.tensor_parallel().reset_stats();
   double loss = 0;
   for (int a = 0; a < accum; ++a) {
-    data_.load_train(a, flow_);
-    flow_.training = true;
-    // The objective is the mean over the global batch: the layout says how gradients are then combined.
-    flow_.loss_scale = parallel_.loss_scale(accum);
-    parallel_.before_micro_batch(a, accum);
-    timers_.mark(kData);
+    {
+      const TimelineScope span(timeline_names::data);
+      data_.load_train(a, flow_);
+      flow_.training = true;
+      // The objective is the mean over the global batch: the layout says how gradients are then combined.
+      flow_.loss_scale = parallel_.loss_scale(accum);
+      parallel_.before_micro_batch(a, accum);
+      timers_.mark(kData);
+    }
     model_(flow_);
     Kokkos::fence();
     timers_.mark(kForward);
@@ -33,14 +37,18 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
     timers_.mark(kBackward);
     loss += flow_.loss;
   }
-  stats_ = fsdp_stats(model_);
-  // Tensor parallelism's all-reduces block the compute too: they count with the all-reduces (the AllReduce row).
-  const TensorParallelStats& tp = model_.tensor_parallel().stats();
-  stats_.all_reduces += static_cast<int>(tp.all_reduces);
-  stats_.all_reduce_s += tp.seconds;
   StepResult r;
-  r.loss = parallel_.mean_over_ranks(loss / accum);
-  timers_.mark(kGradSync);
+  {
+    const TimelineScope span(timeline_names::grad_sync);
+    stats_ = fsdp_stats(model_);
+    // Tensor parallelism's all-reduces block the compute too: they count with the all-reduces (the AllReduce row).
+    const TensorParallelStats& tp = model_.tensor_parallel().stats();
+    stats_.all_reduces += static_cast<int>(tp.all_reduces);
+    stats_.all_reduce_s += tp.seconds;
+    r.loss = parallel_.mean_over_ranks(loss / accum);
+    timers_.mark(kGradSync);
+  }
+  const TimelineScope optimizer_span(timeline_names::optimizer);
   const auto params = model_.parameters();
   Communicator* norm_group = parallel_.grad_norm_group();  // shards; replicas are copies
   Communicator* tp_group = parallel_.tensor_parallel_group();  // null without tensor parallelism

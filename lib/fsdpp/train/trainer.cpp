@@ -3,6 +3,7 @@
 #include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/ckpt/dir_lock.hpp"
 #include "fsdpp/comm/flight_service.hpp"
+#include "fsdpp/comm/timeline.hpp"
 #include "fsdpp/comm/traffic.hpp"
 #include "fsdpp/optim/adamw.hpp"
 #include "fsdpp/optim/lr_schedule.hpp"
@@ -75,6 +76,20 @@ std::vector<std::string> hosts_for_traffic(MPI_Comm comm) {
   return same == MPI_IDENT || same == MPI_CONGRUENT ? FlightService::hosts() : std::vector<std::string>{};
 }
 
+// The step's FSDP and tensor-parallel collective counts, summed into the timeline's otherData while it records:
+// tests/cli/trace_check.py checks the collectives on the communicator tracks against them.
+void add_timeline_counters(const TrainStep& step, LanguageModel& model) {
+  if (!Timeline::recording()) return;
+  const TensorParallelStats& tp = model.tensor_parallel().stats();
+  const FsdpStats& fsdp = step.fsdp_stats_of_last_step();  // its all_reduces include tensor parallelism's
+  Timeline::add_counter("fsdp_all_gathers", fsdp.forward_all_gathers + fsdp.backward_all_gathers);
+  Timeline::add_counter("fsdp_reduce_scatters", fsdp.reduce_scatters);
+  Timeline::add_counter("fsdp_all_reduces", fsdp.all_reduces - tp.all_reduces);
+  Timeline::add_counter("tp_all_reduces", tp.all_reduces);
+  Timeline::add_counter("tp_all_gathers", tp.all_gathers);
+  Timeline::add_counter("tp_reduce_scatters", tp.reduce_scatters);
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -97,6 +112,9 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   const FlightService::Run flight(comm, static_cast<std::size_t>(deck.comm.flight_records),
                                   (deck.run.output.empty() ? std::string(".") : deck.run.output) + "/flight",
                                   deck.comm.timeout_s);
+  // run.trace: a timeline of the chosen steps in <run.output>/trace (comm/timeline.hpp).
+  const Timeline::Run timeline(deck.run.trace_first, deck.run.trace_last,
+                               (deck.run.output.empty() ? std::string(".") : deck.run.output) + "/trace", comm);
 
   // Built on meta, parallelized, then given storage and values: no rank ever holds the whole model, and
   // element i of every tensor gets the same value on any number of ranks.
@@ -134,20 +152,26 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     const std::int64_t done = step + 1;
     FlightRecorder::set_step(done);
     if (options.before_step) options.before_step(done);
+    Timeline::begin_step(done);
     const StepResult result = train_step.run(done, lr);
+    add_timeline_counters(train_step, model);
     if (result.skipped && speaks) Log::warn("{}", result.nonfinite);
     progress.completed(done, lr);
     const bool last = done == deck.train.steps || done == options.stop_after_step;
     std::optional<double> val;
     if (evaluator.due(done, last)) {
       const auto t0 = std::chrono::steady_clock::now();
+      const TimelineScope span(timeline_names::eval);
       val = evaluator.run();
       metrics.add_eval_seconds(seconds_since(t0));
       timers.mark(kEval);
     }
     if (samples.due(done)) {
       const auto t0 = std::chrono::steady_clock::now();
-      const std::string text = samples.run();
+      const std::string text = [&] {
+        const TimelineScope span(timeline_names::sample);
+        return samples.run();
+      }();
       if (speaks) Log::info("{}\n{}\n---- end of sample ----", samples.heading(done), text);
       metrics.add_eval_seconds(seconds_since(t0));  // forwards without a backward, as evaluation's
       timers.mark(kEval);
@@ -156,11 +180,13 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
       timers.mark(kOther);
       // A save is collective (parallel HDF5): a rank lost in it must not hang the others either.
       const CollectiveWatchdog::Region watched(fmt::format("checkpoint save of step {}", done));
+      const TimelineScope span(timeline_names::checkpoint);
       checkpointer.save(done);
       timers.mark(kCheckpoint);
     }
     metrics.after_step(done, result, train_step.fsdp_stats_of_last_step(), lr, val, last);
     checkpointer.poll();
+    Timeline::end_step(done);
     if (done == options.stop_after_step) break;
     const int signal = options.handle_preemption && !last ? preemption_requested(comm) : 0;
     if (signal != 0) {
@@ -181,6 +207,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     const CollectiveWatchdog::Region watched("the last checkpoint save");
     checkpointer.finish();  // the last save completes before the run reports
   }
+  Timeline::finish();  // a run stopped before run.trace's last step writes what it recorded
   TrainSummary summary = metrics.finish(model, data.entropy_floor());
   summary.preempted = preempted;
   // What crossed between hosts, from fsdpp's own counters (comm/traffic.hpp): tests/cluster/ checks it against
