@@ -3,7 +3,7 @@
 # all-reduce and tensor-parallel collective blocks, as before overlap; all-gathers are prefetched either way) and
 # with comm.overlap=true, the steps after the first traced (run.trace) and read back by `fsdpp report --trace`:
 #   ms/step and tokens/s (median over the timed steps of every round), the communication time per step (each
-#   collective from its start to its completion, summed over the communicators; median over ranks) and the part
+#   collective from its start to its completion, summed over the communicators; mean over ranks) and the part
 #   of it the compute waited on (the wait and blocking spans of the compute track), and their ratio: the exposed
 #   fraction.
 # Layouts, each for input/small.yaml and input/llama-tiny.yaml:
@@ -108,7 +108,8 @@ out, sent, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rows = [json.loads(l) for l in open(out + "/metrics.jsonl")][1:]
 ms = statistics.median(r["ms_per_step"] for r in rows)
 t = json.load(open(out + ".trace.json"))
-compute_s = (ms - t["waited_ms_per_step"]) / 1000
+steps_traced = t["steps"][1] - t["steps"][0] + 1
+compute_s = (ms - t["total"]["waited_ms"] / steps_traced) / 1000
 per_node_per_step = sent / 2 / steps
 print(max(1, int(per_node_per_step * 8 / compute_s / 1e6)))
 PY
@@ -128,12 +129,13 @@ import json, statistics, sys
 runs = {}
 for label, mode, out in (l.split() for l in open(sys.argv[1])):
     rows = [json.loads(l) for l in open(out + "/metrics.jsonl")][1:]
-    t = json.load(open(out + ".trace.json"))
+    t = json.load(open(out + ".trace.json"))  # fsdpp report --trace --json: per rank, summed over the traced steps
+    steps_traced = t["steps"][1] - t["steps"][0] + 1
     r = runs.setdefault(label, {}).setdefault(mode, {"ms": [], "tps": [], "comm": [], "waited": []})
     r["ms"] += [x["ms_per_step"] for x in rows]
     r["tps"] += [x["tokens_per_s"] for x in rows]
-    r["comm"].append(t["comm_ms_per_step"])
-    r["waited"].append(t["waited_ms_per_step"])
+    r["comm"].append(t["total"]["comm_ms"] / steps_traced)
+    r["waited"].append(t["total"]["waited_ms"] / steps_traced)
 med = statistics.median
 configs = []
 print("communication hidden behind compute (medians; comm: collectives from start to completion per step;")
