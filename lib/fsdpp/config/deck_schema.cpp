@@ -230,13 +230,14 @@ PrefetchSetting parse_prefetch_text(const std::string& s, const std::string& whe
 PrefetchSetting parse_prefetch_map(const YAML::Node& v, const std::string& where) {
   PrefetchSetting p;
   for (auto it = v.begin(); it != v.end(); ++it) {
-    const std::string unit = prefetch_unit(scalar_or_fail(it->first, where, "a unit name"), where, "the map");
+    const YAML::Node key = it->first, value = it->second;
+    const std::string unit = prefetch_unit(scalar_or_fail(key, where, "a unit name"), where, "the map");
     std::vector<std::string> targets;
-    if (it->second.IsSequence()) {
-      for (const auto& t : it->second)
-        targets.push_back(prefetch_unit(scalar_or_fail(t, where, "a unit name"), where, unit + "'s list"));
+    if (value.IsSequence()) {
+      for (std::size_t i = 0; i < value.size(); ++i)
+        targets.push_back(prefetch_unit(scalar_or_fail(value[i], where, "a unit name"), where, unit + "'s list"));
     } else {
-      const std::string list = scalar_or_fail(it->second, where, "a unit name or a list of them");
+      const std::string list = scalar_or_fail(value, where, "a unit name or a list of them");
       for (std::size_t t = 0; t <= list.size();) {
         const std::size_t comma = std::min(list.find(',', t), list.size());
         targets.push_back(prefetch_unit(list.substr(t, comma - t), where, list));
@@ -537,7 +538,7 @@ std::vector<Field> make_fields() {
                        "All-gathers each unit starts before its forward runs: the next 0, 1 (FSDP2's default) or 2 "
                        "units in forward order (0: each unit gathers when it runs; 2 holds one more unit's whole "
                        "parameters), or explicit lists per unit, h.0:h.1,h.2;h.1:h.3 (in files also a map, "
-                       "{h.0: [h.1, h.2]}; units are h.<i> and root; units without a list prefetch 1). Losses are "
+                       "{h.0: [h.1, h.2]}; units are h.<i> (layers.<i> for Llama) and root; units without a list prefetch 1). Losses are "
                        "bitwise the same for every setting."));
   f.push_back(prefetch("fsdp.backward_prefetch", &FsdpConfig::backward_prefetch,
                        "All-gathers each unit starts before its backward runs: the next 0, 1 (FSDP2's default) or 2 "

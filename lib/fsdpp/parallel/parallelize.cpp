@@ -99,9 +99,9 @@ std::string schedule_text(const PrefetchSetting& forward, const PrefetchSetting&
   auto ahead = [](const PrefetchSetting& p) {
     return p.lists.empty() ? std::to_string(p.depth) : fmt::format("lists {} (other units {})", to_string(p), p.depth);
   };
-  return fmt::format("prefetch forward {}, backward {} unit(s) ahead; gradient reductions {}", ahead(forward),
-                     ahead(backward), overlap ? "overlap backward (in flight until the next unit's backward ends)"
-                                              : "block (comm.overlap false)");
+  return fmt::format("prefetch: forward {}, backward {} unit(s) ahead; gradient reductions: {}", ahead(forward),
+                     ahead(backward), overlap ? "overlapped (waited for in the next unit's backward)"
+                                              : "blocking (comm.overlap false)");
 }
 
 Deck forward_only(Deck deck) {

@@ -64,7 +64,7 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size);
 // refuse a launch it does not concern. Training's other options are kept.
 Deck forward_only(Deck deck);
 
-// "prefetch forward 1, backward 2 unit(s) ahead; gradient reductions overlap backward": the schedule the deck's
+// "prefetch: forward 1, backward 2 unit(s) ahead; gradient reductions: overlapped (...)": the schedule the deck's
 // fsdp.forward_prefetch, fsdp.backward_prefetch and comm.overlap give (banner and plan).
 std::string schedule_text(const PrefetchSetting& forward, const PrefetchSetting& backward, bool overlap);
 

@@ -205,7 +205,7 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
   line(fmt::format("mesh: {} ({} ranks, fsdp.strategy {}, reshard_after_forward {}, param {} / reduce {})",
                    mesh.empty() ? "none" : mesh, plan.ranks, plan.strategy, to_string(deck.fsdp.reshard_after_forward),
                    dtype_name(deck.fsdp.param_dtype), dtype_name(deck.fsdp.reduce_dtype)));
-  line(fmt::format("schedule: {}", schedule_text(plan.forward_prefetch, plan.backward_prefetch, plan.reduce_scatter_in_flight)));
+  line(fmt::format("{}", schedule_text(plan.forward_prefetch, plan.backward_prefetch, plan.reduce_scatter_in_flight)));
   int tp = 1;  // the tp ranks of one data-parallel rank read the same sequences
   for (const MeshDim& d : plan.mesh) tp = d.name == "tp" ? d.size : tp;
   line(fmt::format("batch: {} sequences x {} tokens per step; {} data-parallel rank(s) x {} micro-batch(es) of {}",
@@ -219,7 +219,7 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
   line("");
   const PlannedMemory& m = plan.memory;
   line("Per-rank memory at the step's peak (MiB):");
-  auto row = [&](const std::string& what, std::int64_t bytes) { line(fmt::format("  {:<52} {:>10.1f}", what, mib(bytes))); };
+  auto row = [&](const std::string& what, std::int64_t bytes) { line(fmt::format("  {:<61} {:>10.1f}", what, mib(bytes))); };
   row("sharded parameters (f32)", m.parameters);
   row("gradients (f32)", m.gradients);
   row(deck.optim.name == OptimizerKind::adamw ? "optimizer state (AdamW m, v; f32)" : "optimizer state (SGD momentum; f32)", m.optimizer);
@@ -230,12 +230,12 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
   row("cached in fully_shard's buffer pool (reserved, free)", m.pool_cached);
   row(fmt::format("activations and backward scratch ({} sequences)", plan.micro_batch), m.activations);
   row("batch tokens and targets", m.batch);
-  line(fmt::format("  {:<52} {:>10}", "", "----------"));
+  line(fmt::format("  {:<61} {:>10}", "", "----------"));
   std::string verdict;
   if (mem_per_rank)
     verdict = fmt::format("   of {} per rank: {} ({:.0f}%)", bytes_text(*mem_per_rank),
                           m.total() <= *mem_per_rank ? "fits" : "DOES NOT FIT", 100.0 * m.total() / *mem_per_rank);
-  line(fmt::format("  {:<52} {:>10.1f}{}", "total per rank", mib(m.total()), verdict));
+  line(fmt::format("  {:<61} {:>10.1f}{}", "total per rank", mib(m.total()), verdict));
   line(fmt::format("peak: {}", plan.peak_moment));
   if (plan.recomputing_blocks > 0)
     line(fmt::format("activation checkpointing {} ({} of {} blocks recompute in backward): activations {:.1f} MiB "
