@@ -50,6 +50,12 @@ int plan_generate(const Deck& deck, const PlanArgs& args, std::optional<std::int
   return mem && m.total() > *mem ? 3 : 0;
 }
 
+// A depth as a number, per-unit lists as the deck writes them ("h.1:h.0").
+nlohmann::json prefetch_json(const PrefetchSetting& p) {
+  if (p.lists.empty()) return p.depth;
+  return to_string(p);
+}
+
 nlohmann::json plan_json(const MemoryPlan& plan, std::optional<std::int64_t> mem) {
   const PlannedMemory& m = plan.memory;
   nlohmann::json units = nlohmann::json::array();
@@ -67,7 +73,10 @@ nlohmann::json plan_json(const MemoryPlan& plan, std::optional<std::int64_t> mem
                                           {"activations", m.activations}, {"batch", m.batch}, {"total", m.total()}}},
                       {"per_sequence_bytes", plan.per_sequence_bytes}, {"peak", plan.peak_moment},
                       {"recomputing_blocks", plan.recomputing_blocks},
-                      {"activations_without_checkpointing", plan.activations_without_checkpointing}};
+                      {"activations_without_checkpointing", plan.activations_without_checkpointing},
+                      {"forward_prefetch", prefetch_json(plan.forward_prefetch)},
+                      {"backward_prefetch", prefetch_json(plan.backward_prefetch)},
+                      {"reduce_scatter_in_flight", plan.reduce_scatter_in_flight}};
   if (mem) {
     j["mem_per_rank"] = *mem;
     j["fits"] = m.total() <= *mem;

@@ -47,6 +47,7 @@ struct Options {
   bool explicit_prefetch = false;  // root prefetches both blocks in forward; h.1 prefetches h.0 in backward
   int micro_batches = 1;          // per rank per step
   bool unsharded_accumulation = false;
+  int forward_prefetch = 1, backward_prefetch = 1;  // units ahead (FullyShardOptions)
 };
 
 struct Run {
@@ -54,6 +55,7 @@ struct Run {
   std::vector<std::vector<float>> params;   // gathered whole parameters after the last step
   std::vector<std::string> names;
   FsdpStats first_step_counts;
+  std::int64_t block_unsharded_bytes = 0;   // one block's whole parameters (f32), padded
   double norm_l2 = 0, norm_inf = 0;         // of the first step's gradients, before clipping
 };
 
@@ -69,6 +71,8 @@ Run train_sharded(MPI_Comm comm, const Options& o, int steps) {
   fo.reshard_after_forward_ranks = o.reshard_ranks;
   fo.mp_policy = o.mp;
   fo.offload_policy.cpu = o.offload;
+  fo.forward_prefetch = o.forward_prefetch;
+  fo.backward_prefetch = o.backward_prefetch;
   for (Block* b : model.blocks()) fully_shard(*b, mesh, fo);
   FullyShardOptions root = fo;
   root.reshard_after_forward_ranks = 0;
@@ -89,6 +93,7 @@ Run train_sharded(MPI_Comm comm, const Options& o, int steps) {
 
   const int per_rank = kGlobalBatch / N, m = per_rank / o.micro_batches;
   Run run;
+  run.block_unsharded_bytes = fsdp_group(*model.blocks()[0])->unsharded_numel() * 4;
   for (int step = 0; step < steps; ++step) {
     model.zero_grad();
     double loss = 0;
@@ -330,6 +335,40 @@ MPI_TEST_CASE("fsdp: collectives per step follow FSDP2's counts, and shards hold
   // wpe has 5 rows: 2, 2, 1 on three ranks.
   const std::int64_t wpe_rows[3] = {2, 2, 1};
   CHECK(model.wpe.placement()->local_rows == wpe_rows[test_rank]);
+}
+
+MPI_TEST_CASE("fsdp: prefetch depth 0, 1, 2 and explicit lists: bitwise the same run and all-gathers; depth 2 "
+              "holds one unit more", 2) {
+  auto run_with = [&](int forward, int backward, bool lists) {
+    Options o;
+    o.forward_prefetch = forward;
+    o.backward_prefetch = backward;
+    o.explicit_prefetch = lists;
+    return train_sharded(test_comm, o, 3);
+  };
+  const Run one = run_with(1, 1, false);
+  struct Case { int forward, backward; bool lists; };
+  for (const Case c : {Case{0, 0, false}, Case{2, 2, false}, Case{0, 2, false}, Case{1, 1, true}, Case{0, 0, true}}) {
+    CAPTURE(c.forward);
+    CAPTURE(c.backward);
+    CAPTURE(c.lists);
+    const Run got = run_with(c.forward, c.backward, c.lists);
+    REQUIRE(got.losses.size() == one.losses.size());
+    for (std::size_t s = 0; s < got.losses.size(); ++s) CHECK(got.losses[s] == one.losses[s]);  // bitwise
+    REQUIRE(got.params.size() == one.params.size());
+    for (std::size_t i = 0; i < got.params.size(); ++i) CHECK(got.params[i] == one.params[i]);
+    CHECK(got.first_step_counts.forward_all_gathers == one.first_step_counts.forward_all_gathers);
+    CHECK(got.first_step_counts.backward_all_gathers == one.first_step_counts.backward_all_gathers);
+    CHECK(got.first_step_counts.all_gather_bytes == one.first_step_counts.all_gather_bytes);
+    CHECK(got.first_step_counts.reduce_scatters == one.first_step_counts.reduce_scatters);
+  }
+  // Two units ahead: one more unit's all-gathered parameters are held at the peak.
+  const Run two = run_with(2, 2, false);
+  CHECK(two.first_step_counts.peak_unsharded_param_bytes - one.first_step_counts.peak_unsharded_param_bytes ==
+        one.block_unsharded_bytes);
+  // None ahead: never more than depth 1.
+  CHECK(run_with(0, 0, false).first_step_counts.peak_unsharded_param_bytes <=
+        one.first_step_counts.peak_unsharded_param_bytes);
 }
 
 MPI_TEST_CASE("fsdp: CPU offload keeps shards in host memory and stages each collective through the device", 2) {

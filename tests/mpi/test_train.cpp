@@ -114,7 +114,10 @@ MPI_TEST_CASE("train: fsdpp plan predicts the measured per-rank peak under every
         // f32 GEMMs: the plan does not count the packing scratch of bf16 GEMMs (tensor/matmul.cpp); this case
         // checks fully_shard's bf16 buffers.
         {"fsdp.param_dtype=bf16", "fsdp.reduce_dtype=bf16", "matmul.precision=f32"},
-        {"fsdp.accumulate=unsharded", "train.micro_batch=1"}, {"optim.name=sgd"}}) {
+        {"fsdp.accumulate=unsharded", "train.micro_batch=1"}, {"optim.name=sgd"},
+        // Prefetch depth changes which whole parameters are live at the peak; the dry step follows it.
+        {"fsdp.forward_prefetch=2"}, {"fsdp.backward_prefetch=0"}, {"fsdp.backward_prefetch=h.1:h.0"},
+        {"comm.overlap=false"}}) {
     auto o = common;
     o.insert(o.end(), extra.begin(), extra.end());
     CAPTURE(o.back());

@@ -45,6 +45,21 @@ inline void check_same_losses(const std::vector<double>& got, const std::vector<
   }
 }
 
+// Element by element with == (not Approx): schedules that must not change any arithmetic.
+template <class T>
+inline void check_bitwise(const std::vector<T>& got, const std::vector<T>& want, const char* what) {
+  REQUIRE(got.size() == want.size());
+  std::size_t differing = 0, first = got.size();
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (!(got[i] == want[i])) {
+      if (!differing) first = i;
+      ++differing;
+    }
+  if (differing) MESSAGE(differing << " " << what << "(s) differ; the first at " << first << ": " << got[first] << " vs "
+                                   << want[first]);
+  CHECK(differing == 0);
+}
+
 // A fresh folder under the temporary directory, the same name on every rank of `comm`.
 inline std::string shared_temp_dir(MPI_Comm comm, int rank, const std::string& stem) {
   char name[256] = {0};

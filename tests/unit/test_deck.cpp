@@ -450,3 +450,54 @@ TEST_CASE("deck: run.trace is none, a step or <first>-<last>, echoed, and checke
   CHECK(deck_error(kMinimal, {"run.trace=2-"}).find("expected none, a step") != std::string::npos);
   CHECK(fsdpp::deck_help().find("  run.trace ") != std::string::npos);
 }
+
+TEST_CASE("deck: fsdp.forward_prefetch and backward_prefetch take 0, 1, 2 or per-unit lists, and echo back") {
+  const Deck defaults = parse_deck(kMinimal, "deck.yaml");
+  CHECK(defaults.fsdp.forward_prefetch.depth == 1);
+  CHECK(defaults.fsdp.backward_prefetch.depth == 1);
+  CHECK(defaults.fsdp.forward_prefetch.lists.empty());
+  CHECK(defaults.comm.overlap);
+
+  const Deck d = parse_deck(kMinimal, "deck.yaml",
+                            {"fsdp.forward_prefetch=2", "fsdp.backward_prefetch=h.3:h.4,h.5;h.4:h.6", "comm.overlap=false"});
+  CHECK(d.fsdp.forward_prefetch.depth == 2);
+  REQUIRE(d.fsdp.backward_prefetch.lists.size() == 2);
+  CHECK(d.fsdp.backward_prefetch.lists[0].first == "h.3");
+  CHECK(d.fsdp.backward_prefetch.lists[0].second == std::vector<std::string>{"h.4", "h.5"});
+  CHECK(d.fsdp.backward_prefetch.lists[1].first == "h.4");
+  CHECK(d.fsdp.backward_prefetch.lists[1].second == std::vector<std::string>{"h.6"});
+  CHECK_FALSE(d.comm.overlap);
+  const std::string yaml = fsdpp::resolved_deck_yaml(d);
+  CHECK(yaml.find("  forward_prefetch: 2\n") != std::string::npos);
+  CHECK(yaml.find("  backward_prefetch: \"h.3:h.4,h.5;h.4:h.6\"\n") != std::string::npos);
+  CHECK(yaml.find("  overlap: false\n") != std::string::npos);
+  const Deck again = parse_deck(yaml, "resolved.yaml");
+  CHECK(fsdpp::resolved_deck_yaml(again) == yaml);
+  CHECK(again.fsdp.backward_prefetch.lists == d.fsdp.backward_prefetch.lists);
+
+  // In files, also a map of unit -> list (or one unit).
+  const Deck map = parse_deck("train: {steps: 5}\nfsdp:\n  forward_prefetch: {root: [h.0, h.1], h.0: h.2}\n"
+                              "  backward_prefetch: 0\n", "deck.yaml");
+  CHECK(fsdpp::to_string(map.fsdp.forward_prefetch) == "root:h.0,h.1;h.0:h.2");
+  CHECK(map.fsdp.backward_prefetch.depth == 0);
+  CHECK(parse_deck(fsdpp::resolved_deck_yaml(map), "resolved.yaml").fsdp.forward_prefetch.lists ==
+        map.fsdp.forward_prefetch.lists);
+}
+
+TEST_CASE("deck: bad prefetch settings say what is allowed") {
+  CHECK(deck_error(kMinimal, {"fsdp.forward_prefetch=3"}) ==
+        "override 'fsdp.forward_prefetch=3': expected 0, 1 or 2 units ahead, or per-unit lists (h.3:h.4,h.5;h.4:h.6), "
+        "got '3'");
+  CHECK(deck_error(kMinimal, {"fsdp.backward_prefetch=-1"}) ==
+        "override 'fsdp.backward_prefetch=-1': expected 0, 1 or 2 units ahead, or per-unit lists (h.3:h.4,h.5;h.4:h.6), "
+        "got '-1'");
+  CHECK(deck_error(kMinimal, {"fsdp.forward_prefetch=often"}) ==
+        "override 'fsdp.forward_prefetch=often': expected 0, 1, 2 or <unit>:<unit>[,<unit>];... (h.3:h.4,h.5;h.4:h.6), "
+        "got 'often'");
+  CHECK(deck_error(kMinimal, {"fsdp.forward_prefetch=h.0:"}) ==
+        "override 'fsdp.forward_prefetch=h.0:': expected a unit name (h.<i> or root) in 'h.0:', got ''");
+  CHECK(deck_error(kMinimal, {"fsdp.forward_prefetch=h.0:h.1;h.0:h.2"}) ==
+        "override 'fsdp.forward_prefetch=h.0:h.1;h.0:h.2': unit h.0 has two prefetch lists; give it one: h.0:h.1,h.2");
+  CHECK(deck_error("train: {steps: 5}\nfsdp: {forward_prefetch: [1, 2]}\n").find("fsdp.forward_prefetch: expected") !=
+        std::string::npos);
+}

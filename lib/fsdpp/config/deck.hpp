@@ -19,6 +19,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace fsdpp {
@@ -27,6 +28,14 @@ namespace fsdpp {
 struct ReshardAfterForward {
   enum class Kind { automatic, yes, no, group } kind = Kind::automatic;
   int group_size = 0;  // Kind::group: keep a 1/group_size slice after forward (FSDP2's int k; >= 2)
+};
+
+// fsdp.forward_prefetch / fsdp.backward_prefetch: how many units ahead each unit starts the next all-gathers
+// (0, 1 or 2; FSDP2 prefetches 1), or explicit per-unit lists (FSDP2's set_modules_to_forward_prefetch): unit
+// name -> the units it prefetches, in order. Units without a list prefetch `depth` ahead.
+struct PrefetchSetting {
+  int depth = 1;
+  std::vector<std::pair<std::string, std::vector<std::string>>> lists;
 };
 
 // train.activation_checkpointing: which transformer blocks recompute their forward in backward instead of
@@ -137,6 +146,7 @@ struct FsdpConfig {
   DType output_dtype = DType::f32;  // f32 or bf16
   OffloadPolicy offload = OffloadPolicy::none;
   GradAccumulation accumulate = GradAccumulation::sharded;
+  PrefetchSetting forward_prefetch, backward_prefetch;
 };
 
 // Known dimensions only, so that a typo is caught; 0 means the dimension is absent from the mesh.
@@ -242,5 +252,6 @@ std::string_view to_string(AttentionKind v);  // the other enums' names: deck_en
 GemmPrecision resolved_gemm_precision(const Deck& deck);
 std::string to_string(const ReshardAfterForward& v);
 std::string to_string(const ActivationCheckpointing& v);  // none | full | every_<k>
+std::string to_string(const PrefetchSetting& v);          // 0 | 1 | 2 | h.3:h.4,h.5;h.4:h.6
 
 }  // namespace fsdpp

@@ -215,6 +215,93 @@ Field trace_steps() {
   return f;
 }
 
+// A unit name in a prefetch list: what the banner and the plan print (h.0, h.1, ..., root); checked against the
+// model's units when it is sharded (parallelize.cpp).
+std::string prefetch_unit(const std::string& text, const std::string& where, const std::string& whole) {
+  std::string s = text;
+  s.erase(0, s.find_first_not_of(" \t"));
+  s.erase(s.find_last_not_of(" \t") + 1);
+  if (s.empty() || s.find_first_of(":;, \t") != std::string::npos)
+    fail(where, fmt::format("expected a unit name (h.<i> or root) in '{}', got '{}'", whole, s));
+  return s;
+}
+
+// The scalar form: 0, 1, 2, or "h.3:h.4,h.5;h.4:h.6" (what --set and the echo use).
+PrefetchSetting parse_prefetch_text(const std::string& s, const std::string& where) {
+  PrefetchSetting p;
+  const IntText n = parse_integer(s);
+  if (n.is_integer) {
+    if (n.overflow || n.value < 0 || n.value > 2)
+      fail(where, fmt::format("expected 0, 1 or 2 units ahead, or per-unit lists (h.3:h.4,h.5;h.4:h.6), got '{}'", s));
+    p.depth = static_cast<int>(n.value);
+    return p;
+  }
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t end = std::min(s.find(';', start), s.size());
+    const std::string entry = s.substr(start, end - start);
+    const auto colon = entry.find(':');
+    if (colon == std::string::npos)
+      fail(where, fmt::format("expected 0, 1, 2 or <unit>:<unit>[,<unit>];... (h.3:h.4,h.5;h.4:h.6), got '{}'", s));
+    std::vector<std::string> targets;
+    for (std::size_t t = colon + 1; t <= entry.size();) {
+      const std::size_t comma = std::min(entry.find(',', t), entry.size());
+      targets.push_back(prefetch_unit(entry.substr(t, comma - t), where, s));
+      t = comma + 1;
+    }
+    p.lists.emplace_back(prefetch_unit(entry.substr(0, colon), where, s), std::move(targets));
+    start = end + 1;
+  }
+  return p;
+}
+
+// The YAML map form, in files: {h.3: [h.4, h.5], h.4: h.6}.
+PrefetchSetting parse_prefetch_map(const YAML::Node& v, const std::string& where) {
+  PrefetchSetting p;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const YAML::Node key = it->first, value = it->second;
+    const std::string unit = prefetch_unit(scalar_or_fail(key, where, "a unit name"), where, "the map");
+    std::vector<std::string> targets;
+    if (value.IsSequence()) {
+      for (std::size_t i = 0; i < value.size(); ++i)
+        targets.push_back(prefetch_unit(scalar_or_fail(value[i], where, "a unit name"), where, unit + "'s list"));
+    } else {
+      const std::string list = scalar_or_fail(value, where, "a unit name or a list of them");
+      for (std::size_t t = 0; t <= list.size();) {
+        const std::size_t comma = std::min(list.find(',', t), list.size());
+        targets.push_back(prefetch_unit(list.substr(t, comma - t), where, list));
+        t = comma + 1;
+      }
+    }
+    p.lists.emplace_back(unit, std::move(targets));
+  }
+  return p;
+}
+
+Field prefetch(std::string_view path, PrefetchSetting FsdpConfig::*member, std::string doc) {
+  Field f = base(path, std::move(doc));
+  f.type = "0|1|2|<unit>:<unit>[,<unit>];...";
+  f.set = [member](Deck& d, const YAML::Node& v, const std::string& where) {
+    PrefetchSetting p = v.IsMap() ? parse_prefetch_map(v, where)
+                                  : parse_prefetch_text(scalar_or_fail(v, where, "0, 1, 2 or per-unit lists"), where);
+    for (std::size_t i = 0; i < p.lists.size(); ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        if (p.lists[i].first == p.lists[j].first) {
+          PrefetchSetting merged;
+          merged.lists = {p.lists[j]};
+          for (const std::string& t : p.lists[i].second) merged.lists[0].second.push_back(t);
+          fail(where, fmt::format("unit {} has two prefetch lists; give it one: {}", p.lists[i].first,
+                                  to_string(merged)));
+        }
+    d.fsdp.*member = std::move(p);
+  };
+  f.get = [member](const Deck& d) {
+    const PrefetchSetting& p = d.fsdp.*member;
+    return p.lists.empty() ? std::to_string(p.depth) : yaml_scalar(to_string(p));  // a depth is a plain integer
+  };
+  return f;
+}
+
 Field activation_checkpointing() {
   Field f = base("train.activation_checkpointing",
                  "Blocks that keep only their output in forward and recompute the rest in backward (less activation "
@@ -477,6 +564,16 @@ std::vector<Field> make_fields() {
   f.push_back(choice("fsdp.accumulate", &Deck::fsdp, &FsdpConfig::accumulate, kAccumulations,
                      "Gradient accumulation: sharded reduce-scatters every micro-batch (sharded memory); "
                      "unsharded keeps full gradients and reduce-scatters once per step (less communication)."));
+  f.push_back(prefetch("fsdp.forward_prefetch", &FsdpConfig::forward_prefetch,
+                       "All-gathers each unit starts before its forward runs: the next 0, 1 (FSDP2's default) or 2 "
+                       "units in forward order (0: each unit gathers when it runs; 2 holds one more unit's whole "
+                       "parameters), or explicit lists per unit, h.0:h.1,h.2;h.1:h.3 (in files also a map, "
+                       "{h.0: [h.1, h.2]}; units are h.<i> (layers.<i> for Llama) and root; units without a list prefetch 1). Losses are "
+                       "bitwise the same for every setting."));
+  f.push_back(prefetch("fsdp.backward_prefetch", &FsdpConfig::backward_prefetch,
+                       "All-gathers each unit starts before its backward runs: the next 0, 1 (FSDP2's default) or 2 "
+                       "units in backward order, or explicit lists per unit as for fsdp.forward_prefetch (in "
+                       "backward, h.1:h.0 prefetches h.0 when h.1's backward starts)."));
 
   f.push_back(choice("matmul.precision", &Deck::matmul, &MatmulConfig::precision, kMatmulPrecisions,
                      "Precision of every float GEMM (linear layers, attention products, lm_head; forward and "

@@ -77,6 +77,16 @@ std::string to_string(const ReshardAfterForward& v) {
   return "?";
 }
 
+std::string to_string(const PrefetchSetting& v) {
+  if (v.lists.empty()) return std::to_string(v.depth);
+  std::string out;
+  for (const auto& [unit, targets] : v.lists) {
+    out += (out.empty() ? "" : ";") + unit + ":";
+    for (std::size_t i = 0; i < targets.size(); ++i) out += (i ? "," : "") + targets[i];
+  }
+  return out;
+}
+
 std::string to_string(const ActivationCheckpointing& v) {
   switch (v.kind) {
     case ActivationCheckpointing::Kind::none: return "none";

@@ -7,6 +7,7 @@
 #include "fsdpp/runtime/log.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <numeric>
 #include <chrono>
 
@@ -20,6 +21,36 @@ struct FsdpContext {
   bool in_backward = false;
   FsdpStats stats;
   std::vector<std::shared_ptr<FsdpMemoryListener>> listeners;
+  // The root's FullyShardOptions, for every group under it.
+  bool overlap_reduction = true;
+  int forward_prefetch = 1, backward_prefetch = 1;
+  // Gradient reductions in flight, oldest first: at most one all-reduce (front) and one reduce-scatter. They
+  // complete only at fixed hook points (never on polling), so every rank issues the same collectives in the
+  // same order, the dry run sees the same memory events, and `shard += reduced` keeps its order.
+  struct Entry {
+    FsdpGroup* group;
+    FsdpGroup::PendingReduction reduction;
+  };
+  std::deque<Entry> pending;
+
+  // In a unit's post-backward, before it issues its own reduction: the all-reduce in flight completes, then
+  // the reduce-scatter in flight (which may issue its all-reduce). FSDP2 waits for the previous
+  // reduce-scatter there too; its buffers are the ones the new reduce-scatter takes from the pool.
+  void advance() {
+    using Stage = FsdpGroup::PendingReduction::Stage;
+    if (!pending.empty() && pending.front().reduction.stage == Stage::all_reduce) {
+      pending.front().group->complete_all_reduce(pending.front().reduction);
+      pending.pop_front();
+    }
+    if (!pending.empty() && pending.front().reduction.stage == Stage::reduce_scatter) {
+      Entry& e = pending.front();
+      e.group->complete_reduce_scatter(e.reduction);
+      if (e.reduction.stage == Stage::reduce_scatter) pending.pop_front();  // done: no all-reduce followed
+    }
+  }
+  void drain() {
+    while (!pending.empty()) advance();
+  }
 };
 
 const char* fsdp_buffer_name(FsdpBuffer buffer) {
@@ -155,6 +186,10 @@ FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions o
 
 FsdpGroup::~FsdpGroup() {
   if (pending_gather_) pending_gather_->wait();
+  // Reductions in flight hold this group's buffers; their Work handles wait quietly as they are destroyed.
+  if (context_)
+    for (auto it = context_->pending.begin(); it != context_->pending.end();)
+      it = it->group == this ? context_->pending.erase(it) : it + 1;
 }
 
 FsdpGroup* fsdp_group(Module& module) { return module.find_hooks<FsdpGroup>(); }
@@ -246,6 +281,9 @@ void FsdpGroup::lazy_init() {
     context->groups.push_back(g);
   }
   context->listeners = listeners_;
+  context->overlap_reduction = options_.overlap_reduction;
+  context->forward_prefetch = options_.forward_prefetch;
+  context->backward_prefetch = options_.backward_prefetch;
   for (FsdpGroup* g : context->groups) {
     g->context_ = context;
     if (!g->pool_->rule().live_bytes()) g->pool_ = pool_;  // one pool for the root (blocks out stay with theirs)
@@ -400,10 +438,21 @@ void FsdpGroup::reshard() {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Gradients: one reduce-scatter per group in reduce_dtype, then (HSDP) one all-reduce over the replicas.
+// Gradients: one reduce-scatter per group in reduce_dtype, then (HSDP) one all-reduce over the replicas. Each is
+// issued when the unit's backward ends and completed at fixed points (FsdpContext::advance), in issue order.
 
-template <class T> void FsdpGroup::reduce_scatter_flat() {
-  Tracked<T> input, output;
+template <class T> void FsdpGroup::issue_reduce_scatter() {
+  PendingReduction pending;
+  pending.all_reduce = requires_all_reduce_;
+  pending.site = module_.display_name() + " gradient reduction";
+  Tracked<T>& input = [&]() -> Tracked<T>& {
+    if constexpr (std::is_same_v<T, bf16>) return pending.in_bf16;
+    else return pending.in_f32;
+  }();
+  Tracked<T>& output = [&]() -> Tracked<T>& {
+    if constexpr (std::is_same_v<T, bf16>) return pending.out_bf16;
+    else return pending.out_f32;
+  }();
   allocate(input, FsdpBuffer::reduce_scatter, layout_.slot * ranks_, module_.display_name() + ".reduce_scatter");
   allocate(output, FsdpBuffer::reduce_scatter, layout_.slot, module_.display_name() + ".reduced");
   // Copy-in: slot q holds chunk q of every gradient (zero-padded); the output is this rank's padded shards.
@@ -418,80 +467,121 @@ template <class T> void FsdpGroup::reduce_scatter_flat() {
     params_[i]->use_grad(shard_grad_[i]);
     release(full_grad_[i], FsdpBuffer::unsharded_grads);
   }
-  const auto t0 = std::chrono::steady_clock::now();
   if (!dry_) {
-    fence_for(comm_);
+    fence_for(comm_);  // the collective reads what the kernels above wrote; nothing writes the buffers until waited
     ReduceScatterOptions o;
     o.op = divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg;
     o.post_scale = divide_factor_ > 0 ? 1.0 / divide_factor_ : 1.0;
-    comm_.reduce_scatter(input.view.data(), output.view.data(), static_cast<std::size_t>(layout_.slot), dtype_v<T>, o);
+    pending.work = comm_.reduce_scatter_async(input.view.data(), output.view.data(),
+                                              static_cast<std::size_t>(layout_.slot), dtype_v<T>, o);
   }
   if (context_) {
     context_->stats.reduce_scatters++;
     context_->stats.reduce_scatter_bytes += input.bytes;
-    context_->stats.reduce_scatter_s += seconds_since(t0);
   }
-  Tracked<float> reduced;
+  context_->pending.push_back({this, std::move(pending)});
+}
+
+void FsdpGroup::complete_reduce_scatter(PendingReduction& pending) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (pending.work) pending.work->wait();
+  pending.work.reset();
+  context_->stats.reduce_scatter_s += seconds_since(t0);
+  Tracked<float>& reduced = pending.reduced;
   allocate(reduced, FsdpBuffer::reduced_f32, layout_.slot, module_.display_name() + ".reduced_f32");
-  if (!dry_) copy_convert(reduced.view, output.view);
-  release(input, FsdpBuffer::reduce_scatter);
-  release(output, FsdpBuffer::reduce_scatter);
-  after_reduction(reduced.view);
+  const bool bf16_reduce = pending.in_bf16.bytes > 0;
+  if (!dry_) {
+    if (bf16_reduce) copy_convert(reduced.view, pending.out_bf16.view);
+    else copy_convert(reduced.view, pending.out_f32.view);
+  }
+  if (bf16_reduce) {
+    release(pending.in_bf16, FsdpBuffer::reduce_scatter);
+    release(pending.out_bf16, FsdpBuffer::reduce_scatter);
+  } else {
+    release(pending.in_f32, FsdpBuffer::reduce_scatter);
+    release(pending.out_f32, FsdpBuffer::reduce_scatter);
+  }
+  if (reduce_over_replicas(pending)) return;  // the all-reduce is in flight; `reduced` stays with it
+  if (!replicate_comm_) accumulate_reduced(reduced.view);
   release(reduced, FsdpBuffer::reduced_f32);
+}
+
+// HSDP, after the reduce-scatter: either sum into the partial reduction (all-reduce skipped this micro-batch),
+// or issue the all-reduce over the replicas on `reduced` (true).
+bool FsdpGroup::reduce_over_replicas(PendingReduction& pending) {
+  if (!replicate_comm_) return false;
+  const View1<float>& reduced = pending.reduced.view;
+  if (!pending.all_reduce) {
+    // Sum over micro-batches now, all-reduce once later.
+    if (!partial_reduction_.bytes)
+      allocate(partial_reduction_, FsdpBuffer::partial_reduction, layout_.slot, "partial_reduction", true);
+    if (!dry_) copy_convert(partial_reduction_.view, reduced, true);
+    return false;
+  }
+  if (partial_reduction_.bytes) {
+    if (!dry_) copy_convert(reduced, partial_reduction_.view, true);
+    release(partial_reduction_, FsdpBuffer::partial_reduction);
+  }
+  // Default: the mean over shards (reduce-scatter) then over replicas. A custom factor was applied whole in
+  // the reduce-scatter, so the replicas are summed.
+  if (!dry_) {
+    fence_for(*replicate_comm_);
+    const FlightSite site(pending.site);
+    pending.work = replicate_comm_->all_reduce_async(reduced.data(), reduced.extent(0), DType::f32,
+                                                     divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg);
+  }
+  context_->stats.all_reduces++;
+  pending.stage = PendingReduction::Stage::all_reduce;
+  return true;
+}
+
+void FsdpGroup::complete_all_reduce(PendingReduction& pending) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (pending.work) pending.work->wait();
+  pending.work.reset();
+  for (WorkHandle& w : pending.per_param) w->wait();
+  pending.per_param.clear();
+  context_->stats.all_reduce_s += seconds_since(t0);
+  if (pending.whole.empty()) {  // HSDP: the reduced shard
+    accumulate_reduced(pending.reduced.view);
+    release(pending.reduced, FsdpBuffer::reduced_f32);
+    return;
+  }
+  // DDP: shard += whole, every parameter in one kernel, after which the whole gradients go back to the pool.
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!dry_) pieces_f32_.add(shard_grad_[i].data(), pending.whole[i].view.data(), layout_.piece[i]);
+    // Back to the pool, to no one before the accumulation below: nothing else allocates in between.
+    release(pending.whole[i], FsdpBuffer::unsharded_grads);
+  }
+  if (!dry_) pieces_f32_.run(PieceOp::accumulate);
 }
 
 // A shard group of one rank: the whole gradients are the shard gradients. Under no_shard (replicas x 1) they
 // are all-reduced over the replicas one parameter at a time, in place (DDP without buckets), then added to
-// the shards.
-void FsdpGroup::all_reduce_whole_gradients() {
-  const auto t0 = std::chrono::steady_clock::now();
+// the shards; on one rank alone they are added at once.
+void FsdpGroup::issue_whole_gradient_all_reduces() {
+  PendingReduction pending;
+  pending.stage = PendingReduction::Stage::all_reduce;
+  if (replicate_comm_ && !dry_) fence_for(*replicate_comm_);
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    if (!dry_) {
+    if (replicate_comm_ && !dry_) {
       const View1<float>& whole = full_grad_[i].view;
-      if (replicate_comm_) {
-        fence_for(*replicate_comm_);
-        replicate_comm_->all_reduce(whole.data(), whole.extent(0), DType::f32,
-                                    divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg);
-      }
-      pieces_f32_.add(shard_grad_[i].data(), whole.data(), layout_.piece[i]);
+      pending.per_param.push_back(replicate_comm_->all_reduce_async(
+          whole.data(), whole.extent(0), DType::f32, divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg));
     }
     params_[i]->use_grad(shard_grad_[i]);
-    // Back to the pool, to no one before the accumulation below: nothing else allocates in between.
-    release(full_grad_[i], FsdpBuffer::unsharded_grads);
+    pending.whole.push_back(std::move(full_grad_[i]));
+    full_grad_[i] = Tracked<float>();
   }
-  pieces_f32_.run(PieceOp::accumulate);  // shard += whole, every parameter in one kernel
-  if (context_ && replicate_comm_) {
-    context_->stats.all_reduces++;
-    context_->stats.all_reduce_s += seconds_since(t0);
+  if (!replicate_comm_) {
+    complete_all_reduce(pending);  // nothing to wait for
+    return;
   }
+  context_->stats.all_reduces++;
+  context_->pending.push_back({this, std::move(pending)});
 }
 
-void FsdpGroup::after_reduction(const View1<float>& reduced) {
-  if (replicate_comm_) {
-    if (!requires_all_reduce_) {
-      // Sum over micro-batches now, all-reduce once later.
-      if (!partial_reduction_.bytes)
-        allocate(partial_reduction_, FsdpBuffer::partial_reduction, layout_.slot, "partial_reduction", true);
-      if (!dry_) copy_convert(partial_reduction_.view, reduced, true);
-      return;
-    }
-    if (partial_reduction_.bytes) {
-      if (!dry_) copy_convert(reduced, partial_reduction_.view, true);
-      release(partial_reduction_, FsdpBuffer::partial_reduction);
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    // Default: the mean over shards (reduce-scatter) then over replicas. A custom factor was applied whole in
-    // the reduce-scatter, so the replicas are summed.
-    if (!dry_) {
-      fence_for(*replicate_comm_);
-      replicate_comm_->all_reduce(reduced.data(), reduced.extent(0), DType::f32,
-                                  divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg);
-    }
-    if (context_) {
-      context_->stats.all_reduces++;
-      context_->stats.all_reduce_s += seconds_since(t0);
-    }
-  }
+void FsdpGroup::accumulate_reduced(const View1<float>& reduced) {
   if (dry_) return;
   // Sharded gradients accumulate (local += new), as FSDP2's do across micro-batches; offloaded ones on the
   // host, after a copy back.
@@ -527,11 +617,13 @@ void FsdpGroup::reduce_scatter_gradients() {
   // the general path.
   const bool whole = ranks_ == 1 && options_.mp_policy.reduce_dtype == DType::f32 && !options_.offload_policy.cpu &&
                      (divide_factor_ == 0 || divide_factor_ == 1) && requires_all_reduce_ && !partial_reduction_.bytes;
+  context_->advance();  // the previous unit's reduce-scatter (and the one before's all-reduce) first
   const FlightSite site(module_.display_name() + " gradient reduction");
-  if (whole) all_reduce_whole_gradients();
-  else if (options_.mp_policy.reduce_dtype == DType::bf16) reduce_scatter_flat<bf16>();
-  else reduce_scatter_flat<float>();
+  if (whole) issue_whole_gradient_all_reduces();
+  else if (options_.mp_policy.reduce_dtype == DType::bf16) issue_reduce_scatter<bf16>();
+  else issue_reduce_scatter<float>();
   grads_unsharded_ = false;
+  if (!context_->overlap_reduction) context_->drain();  // blocking: the schedule before overlap, event for event
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -543,7 +635,10 @@ void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
   // Tensor-parallel collectives inside this unit's pass are named after it in the flight recorder.
   FlightSite::enter_unit(module_.display_name(), pass != Pass::forward);
   if (pass == Pass::forward) {
-    if (is_root_) context_->forward_order.clear();
+    if (is_root_) {
+      context_->drain();  // no reduction crosses into the next micro-batch
+      context_->forward_order.clear();
+    }
     wait_for_unshard();
     if (!is_root_ && options_.mp_policy.cast_forward_inputs && !dry_) round_to(flow.x, options_.mp_policy.param_dtype);
     // Prefetch: the next group's all-gather runs on the communication thread while this module computes.
@@ -571,9 +666,13 @@ void FsdpGroup::prefetch(const std::vector<Module*>& chosen, const std::vector<F
   std::vector<FsdpGroup*> targets;
   for (Module* m : chosen) targets.push_back(group_of(m));
   if (chosen.empty()) {
+    // The next `depth` groups in `order`, nearest first: the all-gathers queue in the order they are used.
+    const int depth = step > 0 ? context_->forward_prefetch : context_->backward_prefetch;
     const auto it = std::find(order.begin(), order.end(), this);
-    const auto at = it - order.begin() + step;
-    if (it != order.end() && at >= 0 && at < static_cast<std::ptrdiff_t>(order.size())) targets.push_back(order[at]);
+    for (int d = 1; d <= depth && it != order.end(); ++d) {
+      const auto at = it - order.begin() + step * d;
+      if (at >= 0 && at < static_cast<std::ptrdiff_t>(order.size())) targets.push_back(order[at]);
+    }
   }
   for (FsdpGroup* g : targets)
     if (g && !g->unsharded_) g->unshard(true);
@@ -594,6 +693,9 @@ void FsdpGroup::after(Module&, Pass pass, Flow& flow) {
   for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->use_grad(shard_grad_[i]);
   if (reshard_after_backward_) reshard();
   if (is_root_) {
+    // The last unit's backward ended: every reduction completes here (FSDP2's post-backward final callback),
+    // so the gradients are whole when backward returns.
+    context_->drain();
     // A prefetch that no backward consumed would hold whole parameters past the step: release it.
     for (FsdpGroup* g : context_->groups)
       if (g != this && (g->gather_started_ || g->unsharded_)) g->reshard();
@@ -664,6 +766,16 @@ FsdpStats fsdp_stats(Module& root) {
   s.pool_peak_live_bytes = pool.peak_live_bytes();
   s.pool_allocations = pool.allocations();
   return s;
+}
+
+void finish_gradient_reduction(Module& root) {
+  FsdpGroup* g = fsdp_group(root);
+  if (g && g->context_) g->context_->drain();
+}
+
+void abandon_gradient_reduction(Module& root) {
+  FsdpGroup* g = fsdp_group(root);
+  if (g && g->context_) g->context_->pending.clear();  // each Work waits quietly, then its buffers are freed
 }
 
 void empty_fsdp_cache(Module& root) {

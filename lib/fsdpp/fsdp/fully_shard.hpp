@@ -27,6 +27,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace fsdpp {
@@ -55,6 +56,13 @@ struct FullyShardOptions {
   int reshard_after_forward_ranks = 0;
   MixedPrecisionPolicy mp_policy;
   CpuOffloadPolicy offload_policy;
+  // Read from the root's options when it first runs forward, for every group under it:
+  // true: a unit's gradient reduce-scatter (and the HSDP all-reduce after it) is issued when its backward ends
+  // and waited for in the next unit's post-backward (FSDP2's schedule); false: each reduction blocks.
+  bool overlap_reduction = true;
+  // All-gathers started ahead of use, in units: 0 none (each unit gathers when it runs), 1 the next unit (FSDP2),
+  // 2 the next two. Units given explicit lists (set_modules_to_*_prefetch) prefetch those instead.
+  int forward_prefetch = 1, backward_prefetch = 1;
 };
 
 // What the groups under one root did since the last reset: collective counts (tests compare them with FSDP2's
@@ -66,8 +74,8 @@ struct FsdpStats {
   std::int64_t host_to_device_bytes = 0;  // CPU offload: shards staged for all-gathers
   std::int64_t device_to_host_bytes = 0;  // CPU offload: reduced gradient shards copied back
   double all_gather_wait_s = 0;           // exposed: waiting for all-gathers not hidden behind compute
-  double reduce_scatter_s = 0;            // blocking reduce-scatters
-  double all_reduce_s = 0;
+  double reduce_scatter_s = 0;            // waited for reduce-scatters (all of their time when blocking)
+  double all_reduce_s = 0;                // waited for all-reduces
   // Unsharded memory, now and at its peak: whole parameters with their all-gather buffers, and whole
   // gradients with their reduce-scatter buffers.
   std::int64_t unsharded_param_bytes = 0, peak_unsharded_param_bytes = 0;
@@ -127,12 +135,30 @@ class FsdpGroup final : public ModuleHooks {
   friend FsdpStats fsdp_stats(Module& root);
   friend void reset_fsdp_stats(Module& root);
   friend void empty_fsdp_cache(Module& root);
+  friend void finish_gradient_reduction(Module& root);
+  friend void abandon_gradient_reduction(Module& root);
   // A transient buffer and the bytes it was reported with: a block of the pool, viewed as T (its View stays
   // empty when the group runs dry).
   template <class T> struct Tracked {
     View1<T> view;
     std::int64_t bytes = 0;
     PoolBlock block;
+  };
+  // A gradient reduction in flight (FsdpContext::pending): the buffers the collective reads and writes stay
+  // here until it was waited for. Stage reduce_scatter: `work` is the reduce-scatter (in/out in reduce_dtype);
+  // stage all_reduce: `work` is the HSDP all-reduce of `reduced`, or `per_param` the DDP all-reduces of `whole`.
+  // Dry groups keep the buffers (for the memory events) and no work. The works are declared last, so they are
+  // destroyed (waited for, quietly) before the buffers they write.
+  struct PendingReduction {
+    enum class Stage { reduce_scatter, all_reduce } stage = Stage::reduce_scatter;
+    Tracked<float> in_f32, out_f32;
+    Tracked<bf16> in_bf16, out_bf16;
+    Tracked<float> reduced;
+    std::vector<Tracked<float>> whole;
+    bool all_reduce = true;  // requires_all_reduce_ when issued
+    std::string site;        // the flight recorder's name for the collectives issued at completion
+    WorkHandle work;
+    std::vector<WorkHandle> per_param;
   };
   template <class T> void allocate(Tracked<T>& buffer, FsdpBuffer kind, std::int64_t count, const std::string& label,
                                    bool zeroed = false);
@@ -146,9 +172,12 @@ class FsdpGroup final : public ModuleHooks {
   template <class T> void all_gather_flat(Tracked<T>& flat, Tracked<T>& kept, bool in_backward);
   void keep_post_forward_slice();
   void reduce_scatter_gradients();
-  template <class T> void reduce_scatter_flat();
-  void all_reduce_whole_gradients();
-  void after_reduction(const View1<float>& reduced);
+  template <class T> void issue_reduce_scatter();
+  void issue_whole_gradient_all_reduces();
+  void complete_reduce_scatter(PendingReduction& pending);
+  void complete_all_reduce(PendingReduction& pending);
+  bool reduce_over_replicas(PendingReduction& pending);  // true: its all-reduce is now in flight
+  void accumulate_reduced(const View1<float>& reduced);
   void accumulate_offloaded_gradients(const View1<float>& reduced);  // CPU offload: into the host shards
   FsdpGroup* group_of(Module* m) const;
   void prefetch(const std::vector<Module*>& chosen, const std::vector<FsdpGroup*>& order, int step);
@@ -211,6 +240,13 @@ std::vector<float> gather_full_parameter(const Parameter& p, const DeviceMesh& m
                                          Communicator* tensor_parallel = nullptr);
 
 FsdpStats fsdp_stats(Module& root);
+// Waits for every gradient reduction still in flight under the root and adds the results to the gradients.
+// Gradients are complete only after it; the root's post-backward (FSDP2's final callback) and its next forward
+// call it too, so it is a no-op after a whole backward. Collective over the data-parallel groups.
+void finish_gradient_reduction(Module& root);
+// Teardown after an error: waits for reductions in flight without using their results (no kernels, quiet), so
+// that no collective outlives its communicator.
+void abandon_gradient_reduction(Module& root);
 void reset_fsdp_stats(Module& root);  // keeps the current unsharded bytes; restarts the peaks from them
 // Returns the cached free blocks of the root's buffer pool to Kokkos (torch.cuda.empty_cache); the next step
 // allocates them again.

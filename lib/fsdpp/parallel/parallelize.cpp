@@ -71,6 +71,11 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   block.mp_policy.reduce_dtype = deck.fsdp.reduce_dtype;
   block.mp_policy.output_dtype = deck.fsdp.output_dtype;
   block.offload_policy.cpu = deck.fsdp.offload == OffloadPolicy::cpu;
+  block.overlap_reduction = deck.comm.overlap;
+  block.forward_prefetch = deck.fsdp.forward_prefetch.depth;
+  block.backward_prefetch = deck.fsdp.backward_prefetch.depth;
+  layout.forward_prefetch = deck.fsdp.forward_prefetch;
+  layout.backward_prefetch = deck.fsdp.backward_prefetch;
   const auto& raf = deck.fsdp.reshard_after_forward;
   if (deck.fsdp.strategy == ShardStrategy::shard_grad_op || raf.kind == ReshardAfterForward::Kind::no)
     block.reshard_after_forward = false;
@@ -83,8 +88,20 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   FullyShardOptions& root = layout.root_options;
   root.mp_policy = block.mp_policy;
   root.offload_policy = block.offload_policy;
+  root.overlap_reduction = block.overlap_reduction;  // the root's options hold for every group under it
+  root.forward_prefetch = block.forward_prefetch;
+  root.backward_prefetch = block.backward_prefetch;
   if (block.reshard_after_forward == false) root.reshard_after_forward = false;
   return layout;
+}
+
+std::string schedule_text(const PrefetchSetting& forward, const PrefetchSetting& backward, bool overlap) {
+  auto ahead = [](const PrefetchSetting& p) {
+    return p.lists.empty() ? std::to_string(p.depth) : fmt::format("lists {} (other units {})", to_string(p), p.depth);
+  };
+  return fmt::format("prefetch: forward {}, backward {} unit(s) ahead; gradient reductions: {}", ahead(forward),
+                     ahead(backward), overlap ? "overlapped (waited for in the next unit's backward)"
+                                              : "blocking (comm.overlap false)");
 }
 
 Deck forward_only(Deck deck) {
@@ -102,6 +119,10 @@ Parallelism::Parallelism(ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh
     host_world_ = std::make_unique<MpiCommunicator>(world);
     host_world_->set_label("the job's ranks (host scalars)");
   }
+}
+
+Parallelism::~Parallelism() {
+  if (model_) abandon_gradient_reduction(*model_);
 }
 
 void Parallelism::before_micro_batch(int index, int count) {
@@ -141,6 +162,35 @@ int apply_activation_checkpointing(LanguageModel& model, const ActivationCheckpo
 
 namespace {
 
+// fsdp.forward_prefetch / backward_prefetch lists: unit names (h.<i>, root) to modules, set on each unit.
+// UsageError for a name that is not a unit, or a unit that names itself.
+void apply_prefetch_lists(LanguageModel& model, const PrefetchSetting& setting, const std::string& key, bool forward) {
+  if (setting.lists.empty()) return;
+  std::vector<std::pair<std::string, Module*>> units;
+  for (Module* block : model.block_modules()) units.emplace_back(block->display_name(), block);
+  units.emplace_back("root", &model);
+  auto find = [&](const std::string& name) -> Module* {
+    for (const auto& [unit, module] : units)
+      if (unit == name) return module;
+    std::string known;
+    for (const auto& u : units) known += (known.empty() ? "" : ", ") + u.first;
+    throw UsageError(fmt::format("{}: '{}' is not a unit of this model; its units are {}", key, name, known));
+  };
+  for (const auto& [name, targets] : setting.lists) {
+    Module* unit = find(name);
+    std::vector<Module*> chosen;
+    for (const std::string& t : targets) {
+      Module* target = find(t);
+      FSDPP_REQUIRE(target != unit, "{}: unit {} prefetches itself; list the units it should start gathering "
+                    "before it runs (e.g. the next one)", key, name);
+      chosen.push_back(target);
+    }
+    FsdpGroup& group = *fsdp_group(*unit);
+    if (forward) group.set_modules_to_forward_prefetch(std::move(chosen));
+    else group.set_modules_to_backward_prefetch(std::move(chosen));
+  }
+}
+
 std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, ParallelLayout layout,
                                    std::unique_ptr<DeviceMesh> mesh, MPI_Comm world) {
   auto par = std::make_unique<Parallelism>(std::move(layout), std::move(mesh), world);
@@ -162,6 +212,8 @@ std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, Paral
   if (l.gradient_divide_factor > 0)
     for (Module* m : model.modules())
       if (FsdpGroup* g = fsdp_group(*m)) g->set_gradient_divide_factor(l.gradient_divide_factor);
+  apply_prefetch_lists(model, l.forward_prefetch, "fsdp.forward_prefetch", true);
+  apply_prefetch_lists(model, l.backward_prefetch, "fsdp.backward_prefetch", false);
   par->attach(model, root);
   return par;
 }

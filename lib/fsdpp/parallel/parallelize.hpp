@@ -43,6 +43,9 @@ struct ParallelLayout {
   bool sequence_parallel = false;  // mesh.tp_sequence_parallel (with tp > 1)
   CommBackend backend = CommBackend::mpi;
   FullyShardOptions block_options, root_options;
+  // fsdp.forward_prefetch / backward_prefetch: the depths are in the options; explicit per-unit lists are
+  // resolved against the model's units when it is sharded.
+  PrefetchSetting forward_prefetch, backward_prefetch;
   // false: gradients stay whole and unreduced until the last micro-batch of a step (no_sync); true: every
   // micro-batch reduce-scatters (sharded accumulation).
   bool sync_every_micro_batch = true;
@@ -61,6 +64,10 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size);
 // refuse a launch it does not concern. Training's other options are kept.
 Deck forward_only(Deck deck);
 
+// "prefetch: forward 1, backward 2 unit(s) ahead; gradient reductions: overlapped (...)": the schedule the deck's
+// fsdp.forward_prefetch, fsdp.backward_prefetch and comm.overlap give (banner and plan).
+std::string schedule_text(const PrefetchSetting& forward, const PrefetchSetting& backward, bool overlap);
+
 // The communicator backend `comm.backend` asks for on this build (UsageError for nccl on a host build).
 CommBackend choose_backend(CommBackendChoice choice);
 
@@ -74,6 +81,10 @@ struct UnitSummary {
 class Parallelism {
  public:
   Parallelism(ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh, MPI_Comm world);
+  // Reductions still in flight (only after an error) are waited for before the communicators they run on go.
+  ~Parallelism();
+  Parallelism(const Parallelism&) = delete;
+  Parallelism& operator=(const Parallelism&) = delete;
 
   const ParallelLayout& layout() const { return layout_; }
   const DeviceMesh& mesh() const { return *mesh_; }

@@ -83,6 +83,9 @@ PlannedModel plan_sharding(const Deck& deck, int ranks) {
   MemoryPlan& plan = out.plan;
   plan.ranks = ranks;
   plan.strategy = std::string(to_string(deck.fsdp.strategy));
+  plan.forward_prefetch = deck.fsdp.forward_prefetch;
+  plan.backward_prefetch = deck.fsdp.backward_prefetch;
+  plan.reduce_scatter_in_flight = deck.comm.overlap;
   plan.mesh = out.par->mesh().shape();
   plan.shard_ranks = plan.mesh.back().size;
   PlannedMemory& m = plan.memory;
@@ -128,6 +131,7 @@ void plan_training_step(const Deck& deck, PlannedModel& planned) {
     shapes.dry_run(flow, Pass::forward);
     shapes.dry_run(flow, Pass::backward);
   }
+  finish_gradient_reduction(par.root().module());  // as TrainStep does before the optimizer
   m.unsharded_parameters = peak->unsharded_parameters();
   m.unsharded_gradients = peak->unsharded_gradients();
   m.comm_buffers = peak->comm_buffers();
@@ -201,6 +205,7 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
   line(fmt::format("mesh: {} ({} ranks, fsdp.strategy {}, reshard_after_forward {}, param {} / reduce {})",
                    mesh.empty() ? "none" : mesh, plan.ranks, plan.strategy, to_string(deck.fsdp.reshard_after_forward),
                    dtype_name(deck.fsdp.param_dtype), dtype_name(deck.fsdp.reduce_dtype)));
+  line(fmt::format("{}", schedule_text(plan.forward_prefetch, plan.backward_prefetch, plan.reduce_scatter_in_flight)));
   int tp = 1;  // the tp ranks of one data-parallel rank read the same sequences
   for (const MeshDim& d : plan.mesh) tp = d.name == "tp" ? d.size : tp;
   line(fmt::format("batch: {} sequences x {} tokens per step; {} data-parallel rank(s) x {} micro-batch(es) of {}",
@@ -214,22 +219,23 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
   line("");
   const PlannedMemory& m = plan.memory;
   line("Per-rank memory at the step's peak (MiB):");
-  auto row = [&](const std::string& what, std::int64_t bytes) { line(fmt::format("  {:<52} {:>10.1f}", what, mib(bytes))); };
+  auto row = [&](const std::string& what, std::int64_t bytes) { line(fmt::format("  {:<61} {:>10.1f}", what, mib(bytes))); };
   row("sharded parameters (f32)", m.parameters);
   row("gradients (f32)", m.gradients);
   row(deck.optim.name == OptimizerKind::adamw ? "optimizer state (AdamW m, v; f32)" : "optimizer state (SGD momentum; f32)", m.optimizer);
   row("unsharded parameters (whole, gathered)", m.unsharded_parameters);
   row("unsharded gradients (whole, before reduce-scatter)", m.unsharded_gradients);
-  row("communication buffers (all-gather, reduce-scatter)", m.comm_buffers);
+  row(plan.reduce_scatter_in_flight ? "communication buffers (all-gather, reduce-scatter in flight)"
+                                    : "communication buffers (all-gather, reduce-scatter)", m.comm_buffers);
   row("cached in fully_shard's buffer pool (reserved, free)", m.pool_cached);
   row(fmt::format("activations and backward scratch ({} sequences)", plan.micro_batch), m.activations);
   row("batch tokens and targets", m.batch);
-  line(fmt::format("  {:<52} {:>10}", "", "----------"));
+  line(fmt::format("  {:<61} {:>10}", "", "----------"));
   std::string verdict;
   if (mem_per_rank)
     verdict = fmt::format("   of {} per rank: {} ({:.0f}%)", bytes_text(*mem_per_rank),
                           m.total() <= *mem_per_rank ? "fits" : "DOES NOT FIT", 100.0 * m.total() / *mem_per_rank);
-  line(fmt::format("  {:<52} {:>10.1f}{}", "total per rank", mib(m.total()), verdict));
+  line(fmt::format("  {:<61} {:>10.1f}{}", "total per rank", mib(m.total()), verdict));
   line(fmt::format("peak: {}", plan.peak_moment));
   if (plan.recomputing_blocks > 0)
     line(fmt::format("activation checkpointing {} ({} of {} blocks recompute in backward): activations {:.1f} MiB "

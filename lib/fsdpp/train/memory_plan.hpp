@@ -54,6 +54,10 @@ struct MemoryPlan {
   std::int64_t per_sequence_bytes = 0;  // what one more sequence per micro-batch adds
   int recomputing_blocks = 0;           // train.activation_checkpointing: blocks that recompute in backward
   std::int64_t activations_without_checkpointing = 0;  // memory.activations had no block recomputed
+  // fsdp.forward_prefetch / backward_prefetch and comm.overlap: with overlap, a unit's reduce-scatter buffers
+  // stay live through the next unit's backward, and the dry step counts them there.
+  PrefetchSetting forward_prefetch, backward_prefetch;
+  bool reduce_scatter_in_flight = true;
   std::int64_t fixed_bytes() const { return memory.total() - micro_batch * per_sequence_bytes; }
   // The most sequences per micro-batch that fit in `bytes` (0: not even one).
   std::int64_t largest_micro_batch(std::int64_t bytes) const;

@@ -62,6 +62,13 @@ std::vector<std::string> parallelism_lines(const Parallelism& parallel, const st
                                 layout.tp, layout.sequence_parallel ? "; sequence parallel: norms and residuals "
                                 "hold 1/tp of the tokens" : "", parallel.data_parallel_mesh().describe()));
   lines.push_back(fmt::format("shards live in {} memory", parallel.root().parameters().front()->placement()->memory));
+  const bool overlap = layout.block_options.overlap_reduction;
+  int thread_level = MPI_THREAD_MULTIPLE;
+  MPI_Query_thread(&thread_level);
+  lines.push_back(schedule_text(layout.forward_prefetch, layout.backward_prefetch, overlap) +
+                  (thread_level < MPI_THREAD_MULTIPLE && layout.backend == CommBackend::mpi
+                       ? "; but MPI lacks THREAD_MULTIPLE: each collective runs when it is issued, nothing overlaps"
+                       : ""));
   lines.push_back(fmt::format("bytes per rank: parameters {:.2f} MiB, gradients {:.2f} MiB, {} {:.2f} MiB (f32 "
                               "shards, padded); largest unsharded group {:.2f} MiB", local * mib, local * mib,
                               optimizer_state, optimizer_state_copies * local * mib, largest_unsharded * mib));

@@ -40,6 +40,9 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
   StepResult r;
   {
     const TimelineScope span(timeline_names::grad_sync);
+    // Gradient reductions still in flight complete here (a no-op after a whole backward: the root's
+    // post-backward drains them), before anything reads the gradients.
+    finish_gradient_reduction(model_);
     stats_ = fsdp_stats(model_);
     // Tensor parallelism's all-reduces block the compute too: they count with the all-reduces (the AllReduce row).
     const TensorParallelStats& tp = model_.tensor_parallel().stats();
