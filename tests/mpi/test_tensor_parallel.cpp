@@ -1,7 +1,8 @@
 // Tensor parallelism composed with fully_shard (nn/tensor_parallel.hpp, parallel/parallelize.cpp): the same
 // losses as one rank on every (dp_replicate, dp_shard, tp) mesh, with and without sequence parallelism, tied and
 // untied, with accumulation and clipping; initial weights identical on every mesh; the gradient norm counted once; Megatron's all-reduce
-// counts; checkpoints saved at dp_shard 2 x tp 2 loaded bitwise on other meshes and resumed; clear errors.
+// counts; checkpoints saved at dp_shard 2 x tp 2 loaded bitwise on other meshes and resumed; clear errors;
+// comm.overlap bitwise the blocking collectives.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
 #include "train_runs.hpp"
@@ -322,5 +323,51 @@ MPI_TEST_CASE("tensor parallel: tp 2 on 2 ranks with sequence parallelism trains
   };
   CHECK(whole_model_on(test_comm, test_rank, 2, untied({"mesh.tp=2"}), load) ==
         whole_model_on(test_comm, test_rank, 1, untied({}), load));
+  if (test_rank == 0) std::filesystem::remove_all(dir);
+}
+
+// comm.overlap (nn/tensor_parallel.hpp): backward starts each column-parallel region's input-gradient reduction
+// (and, under sequence parallelism, the all-gather of Wo's output gradient) before the weight-gradient products
+// and waits after them. The same products and collectives in the same order into every buffer: the losses and
+// the trained weights are those of the blocking backward bit for bit, and so are the collectives' counts and bytes.
+MPI_TEST_CASE("tensor parallel: comm.overlap trains bitwise as blocking collectives, with the same collectives", 4) {
+  const std::string dir = shared_temp_dir(test_comm, test_rank, "fsdpp-tp-overlap");
+  const std::vector<std::pair<const char*, std::vector<std::string>>> cases = {
+      {"tiny.yaml", {"mesh.tp_sequence_parallel=false"}},
+      {"tiny.yaml", {"mesh.tp_sequence_parallel=true"}},
+      {"tiny.yaml", {"mesh.tp_sequence_parallel=true", "train.activation_checkpointing=full"}},
+      {"llama-tiny.yaml", {"mesh.tp_sequence_parallel=false"}},
+      {"llama-tiny.yaml", {"mesh.tp_sequence_parallel=true"}}};
+  int run = 0;
+  for (const auto& [name, extra] : cases) {
+    CAPTURE(name);
+    CAPTURE(extra.front());
+    CAPTURE(extra.back());
+    auto deck = [&](const char* overlap, const std::vector<std::string>& more) {
+      return test::input_deck(name, with(with(kCommon, {"mesh.tp=2", "mesh.dp_shard=2", overlap}), with(extra, more)));
+    };
+    std::vector<double> losses[2];
+    std::vector<float> weights[2];
+    OnePass pass[2];
+    for (int on = 0; on < 2; ++on) {
+      const char* overlap = on ? "comm.overlap=true" : "comm.overlap=false";
+      const std::string out = dir + "/" + std::to_string(run++);
+      losses[on] = losses_on(test_comm, test_rank, 4, deck(overlap, {"checkpoint.interval=6", "checkpoint.dir=" + out}));
+      const std::string path = out + "/" + checkpoint_file_name(6);
+      auto load = [&](MPI_Comm group, TrainModel& t) { load_checkpoint(group, path, weights_of(t)); };
+      weights[on] = whole_model_on(test_comm, test_rank, 4, deck(overlap, {}), load);
+      pass[on] = one_pass(test_comm, deck(overlap, {}), 2, 16);
+    }
+    CHECK(losses[1] == losses[0]);
+    CHECK(!weights[1].empty());
+    CHECK(weights[1] == weights[0]);
+    CHECK(pass[1].loss == pass[0].loss);
+    CHECK(pass[1].grad_norm == pass[0].grad_norm);
+    CHECK(pass[1].tp.all_reduces == pass[0].tp.all_reduces);
+    CHECK(pass[1].tp.all_gathers == pass[0].tp.all_gathers);
+    CHECK(pass[1].tp.reduce_scatters == pass[0].tp.reduce_scatters);
+    CHECK(pass[1].tp.bytes == pass[0].tp.bytes);
+    CHECK(pass[1].fsdp.reduce_scatters == pass[0].fsdp.reduce_scatters);
+  }
   if (test_rank == 0) std::filesystem::remove_all(dir);
 }

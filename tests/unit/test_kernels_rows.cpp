@@ -6,6 +6,7 @@
 // gradient is read back as (result - G0): that checks the += as well as the values.
 #include "kernel_test_cases.hpp"
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -146,6 +147,49 @@ TEST_CASE("rows kernels: linear backward matches finite differences") {
     CHECK(rel_err(f.dw, r.dw) < 1e-5);
     if (with_bias) CHECK(rel_err(f.db, r.db) < 1e-5);
   }
+}
+
+// Tensor parallelism's overlap (nn/tensor_parallel.hpp) runs the two halves apart, the weight half later: each
+// half writes only its own buffers, and together, in either order, they give linear_backward's bits, for a plain
+// (N,OC) gradient and for a column slice of a wider one.
+TEST_CASE("rows kernels: linear backward's input and weight halves are linear_backward, bitwise") {
+  const LinearCase k;
+  const int ld = k.OC + 6, at = 4;  // dout's columns [at, at + OC) of rows of width ld
+  const Vec wide = random_vec(k.N * ld, 28);
+  for (bool with_bias : {true, false})
+    for (bool slice : {false, true})
+      for (bool weight_first : {false, true}) {
+        CAPTURE(with_bias);
+        CAPTURE(slice);
+        CAPTURE(weight_first);
+        const auto dout = to_view<float>(slice ? wide : k.R);
+        const auto inp = to_view<float>(k.inp), w = to_view<float>(k.w);
+        auto buffers = [&] {
+          return std::array<View1<float>, 3>{to_view<float>(k.dinp0), to_view<float>(k.dw0),
+                                             with_bias ? to_view<float>(k.db0) : View1<float>()};
+        };
+        const auto whole = buffers(), halves = buffers();
+        const int width = slice ? ld : k.OC, first = slice ? at : 0;
+        kernels::linear_backward<float>(whole[0], whole[1], whole[2], dout, inp, w, k.N, k.C, k.OC, width, first);
+        auto input_half = [&] {
+          if (slice) kernels::linear_backward_input<float>(halves[0], dout, w, k.N, k.C, k.OC, ld, at);
+          else kernels::linear_backward_input<float>(halves[0], dout, w, k.N, k.C, k.OC);
+        };
+        auto weight_half = [&] {
+          if (slice) kernels::linear_backward_weight<float>(halves[1], halves[2], dout, inp, k.N, k.C, k.OC, ld, at);
+          else kernels::linear_backward_weight<float>(halves[1], halves[2], dout, inp, k.N, k.C, k.OC);
+        };
+        if (weight_first) {
+          weight_half();
+          CHECK(to_vec(halves[0]) == to_vec(to_view<float>(k.dinp0)));  // the input gradient untouched
+          input_half();
+        } else {
+          input_half();
+          CHECK(to_vec(halves[1]) == to_vec(to_view<float>(k.dw0)));  // the weight gradient untouched
+          weight_half();
+        }
+        for (int i = 0; i < 3; ++i) CHECK(to_vec(halves[i]) == to_vec(whole[i]));
+      }
 }
 
 TEST_CASE("rows kernels: gelu forward matches the tanh formula") {

@@ -213,9 +213,13 @@ void CausalLM::backward(Flow& flow) {
   const int Nl = tp.local_rows(N);
   FSDPP_CHECK(flow.training, "backward after a forward with training = false: the loss gradient was not prepared");
   Kokkos::deep_copy(head_.dlnf, 0.0f);
-  linear_backward<float>(head_.dlnf, head().grad(), View1<float>(), head_.logits, head_.lnf, head().value(), N, C, Vl);
-  // Every rank's vocabulary columns contributed to d(lnf): summed, or under sp reduce-scattered to this rank's rows.
-  const View1<float> dlnf = tp.reduce_region_gradient(head_.dlnf, head_.dlnf_local, N, C);
+  linear_backward_input<float>(head_.dlnf, head_.logits, head().value(), N, C, Vl);
+  // Every rank's vocabulary columns contributed to d(lnf): summed, or under sp reduce-scattered to this rank's rows,
+  // while the head's weight gradient (the largest product) is computed (tensor_parallel.hpp). The tied wte gets
+  // it before the embedding's backward adds its own, as without overlap.
+  TpPending reduction = tp.reduce_region_gradient_async(head_.dlnf, head_.dlnf_local, N, C);
+  linear_backward_weight<float>(head().grad(), View1<float>(), head_.logits, head_.lnf, N, C, Vl);
+  const View1<float> dlnf = tp.wait(reduction);
   Kokkos::deep_copy(head_.dx, 0.0f);
   if (sp) Kokkos::deep_copy(head_.norm_grads, 0.0f);
   final_norm.backward(head_.dx, tp.norm_gradients(final_norm.parameters(), head_.norm_grads, 0), dlnf, final_x_,

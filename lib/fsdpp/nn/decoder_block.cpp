@@ -292,6 +292,11 @@ void DecoderBlock::decode_forward(Flow& flow) {
   flow.x = out;
 }
 
+// Each column-parallel region's input gradient is reduced over tp while weight gradients are computed (Megatron's
+// overlap, tensor_parallel.hpp): its dX products first, then the collective is started, then dW products that
+// neither read nor write the collective's buffers, then the wait. Every buffer gets its += in the order of a plain
+// backward, and the products are the same calls, so the bits do not depend on comm.overlap. Every collective is
+// waited here: the next block's backward (or recomputation) writes the same scratch.
 void DecoderBlock::backward(Flow& flow) {
   const int B = flow.B, T = flow.T, N = B * T, C = dims_.C;
   const Local l = local();
@@ -308,16 +313,21 @@ void DecoderBlock::backward(Flow& flow) {
   const Linear& down = *parts_.mlp_out;
   const View1<float> dout_rows = tp.gather_rows(dout, s.gathered, N, C);  // (N,C): Wd's output gradient
   Kokkos::deep_copy(s.dh, 0.0f);
-  linear_backward<float>(s.dh, down.weight.grad(), down.bias_grad(), dout_rows, a.h, down.weight.value(), N,
-                         l.mlp_width, C);
+  linear_backward_input<float>(s.dh, dout_rows, down.weight.value(), N, l.mlp_width, C);
   mlp_activation_backward(s.dbranches, s.dh, a.branches, std::int64_t{N} * l.mlp_width);
   Kokkos::deep_copy(s.dln, 0.0f);
-  for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i) {
-    const Linear& b = *parts_.mlp_in[i];
-    linear_backward<float>(s.dln, b.weight.grad(), b.bias_grad(), s.dbranches[i], a.ln2, b.weight.value(), N, C,
-                           l.mlp_width);
-  }
-  const View1<float> dln2 = tp.reduce_region_gradient(s.dln, s.dln_local, N, C);  // every rank's features fed it
+  for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i)
+    linear_backward_input<float>(s.dln, s.dbranches[i], parts_.mlp_in[i]->weight.value(), N, C, l.mlp_width);
+  const auto mlp_in_weight_gradients = [&] {
+    for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i) {
+      const Linear& b = *parts_.mlp_in[i];
+      linear_backward_weight<float>(b.weight.grad(), b.bias_grad(), s.dbranches[i], a.ln2, N, C, l.mlp_width);
+    }
+  };
+  TpPending reduction = tp.reduce_region_gradient_async(s.dln, s.dln_local, N, C);  // every rank's features fed it
+  linear_backward_weight<float>(down.weight.grad(), down.bias_grad(), dout_rows, a.h, N, l.mlp_width, C);
+  if (!sp) mlp_in_weight_gradients();  // under sp, they overlap the all-gather below
+  const View1<float> dln2 = tp.wait(reduction);
   const View1<float> dres2 = sp ? tp.own_block(s.dres2, local) : s.dres2;  // this rank's rows (all without sp)
   Kokkos::deep_copy(dres2, dout);  // the residual path
   const int mlp_norm_slot = static_cast<int>(parts_.attention_norm->parameters().size());
@@ -325,25 +335,37 @@ void DecoderBlock::backward(Flow& flow) {
                            a.res2, a.ln2_stats, Nl, C);
 
   // Attention: res2 = in + Wo attention(rotate(qkv(norm1(in))))
-  if (sp) tp.all_gather(s.dres2, local);  // Wo's output gradient, every row
+  if (sp) {  // Wo's output gradient, every row
+    TpPending gather = tp.all_gather_async(s.dres2, local);
+    mlp_in_weight_gradients();
+    tp.wait(gather);
+  }
   const Linear& wo = *parts_.attention_out;
   Kokkos::deep_copy(s.datty, 0.0f);
-  linear_backward<float>(s.datty, wo.weight.grad(), wo.bias_grad(), s.dres2, a.atty, wo.weight.value(), N,
-                         l.attention_width, C);
+  linear_backward_input<float>(s.datty, s.dres2, wo.weight.value(), N, l.attention_width, C);
   Kokkos::deep_copy(s.dqkv, 0.0f);
   attention_backward_as(context_->attention, s.dqkv, s.datt, s.datty, a.qkv, a.atty, a.att, s.workspace,
                         attention_shape(l, B, T));
   const RotaryTables& rope = context_->rotary;
   if (rope.enabled) rope_backward<float>(s.dqkv, rope.cos, rope.sin, B, T, W, l.heads + l.kv_heads, l.head_size);
+  const auto each_qkv = [&](const auto& f) {  // f(projection, its width, its first column in the packed row)
+    int at = 0;
+    for (const QkvProjection& p : parts_.qkv) {
+      const int width = static_cast<int>(p.linear->weight.rows());
+      f(*p.linear, width, at);
+      at += width;
+    }
+  };
   Kokkos::deep_copy(s.dln, 0.0f);
-  int at = 0;
-  for (const QkvProjection& p : parts_.qkv) {
-    const Linear& q = *p.linear;
-    const int width = static_cast<int>(q.weight.rows());
-    linear_backward<float>(s.dln, q.weight.grad(), q.bias_grad(), s.dqkv, a.ln1, q.weight.value(), N, C, width, W, at);
-    at += width;
-  }
-  const View1<float> dln1 = tp.reduce_region_gradient(s.dln, s.dln_local, N, C);
+  each_qkv([&](const Linear& q, int width, int at) {
+    linear_backward_input<float>(s.dln, s.dqkv, q.weight.value(), N, C, width, W, at);
+  });
+  reduction = tp.reduce_region_gradient_async(s.dln, s.dln_local, N, C);
+  linear_backward_weight<float>(wo.weight.grad(), wo.bias_grad(), s.dres2, a.atty, N, l.attention_width, C);
+  each_qkv([&](const Linear& q, int width, int at) {
+    linear_backward_weight<float>(q.weight.grad(), q.bias_grad(), s.dqkv, a.ln1, N, C, width, W, at);
+  });
+  const View1<float> dln1 = tp.wait(reduction);
   Kokkos::deep_copy(dout, dres2);  // the residual path, into the caller's buffer: d(out) is no longer needed
   parts_.attention_norm->backward(dout, tp.norm_gradients(parts_.attention_norm->parameters(), s.norm_grads, 0), dln1,
                                  in_, a.ln1_stats, Nl, C);

@@ -12,9 +12,9 @@
 namespace fsdpp {
 
 TensorParallelGroup::TensorParallelGroup(int ranks, int rank, Communicator* comm, bool sequence_parallel,
-                                         std::string mesh_dim)
-    : ranks_(ranks), rank_(rank), sequence_parallel_(sequence_parallel && ranks > 1), mesh_dim_(std::move(mesh_dim)),
-      comm_(comm) {
+                                         std::string mesh_dim, bool overlap)
+    : ranks_(ranks), rank_(rank), sequence_parallel_(sequence_parallel && ranks > 1), overlap_(overlap),
+      mesh_dim_(std::move(mesh_dim)), comm_(comm) {
   FSDPP_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "tensor-parallel rank {} of {}", rank, ranks);
   FSDPP_CHECK(ranks == 1 || comm != nullptr, "a tensor-parallel group of {} ranks needs a communicator", ranks);
 }
@@ -25,7 +25,15 @@ View1<float> TensorParallelGroup::own_block(const View1<float>& buf, std::size_t
   return Kokkos::subview(buf, std::make_pair(first, first + count));
 }
 
+// The scratch buffers a started collective reads and writes are shared by the blocks: the next collective (and
+// the next block's kernels) may only come after its wait().
+void TensorParallelGroup::check_none_in_flight(const char* what) const {
+  FSDPP_CHECK(in_flight_ == 0, "tensor-parallel {} while {} started collective(s) were not waited: every _async "
+              "form's TpPending must be passed to wait() in the backward that started it", what, in_flight_);
+}
+
 template <class Op> void TensorParallelGroup::run(std::int64_t& counter, std::size_t bytes, const Op& op) {
+  check_none_in_flight("collective");
   const auto t0 = std::chrono::steady_clock::now();
   // MPI reads the buffers from the host: the kernels that wrote them must have finished. NCCL orders itself.
   if (!comm_->stream_ordered()) Kokkos::fence();
@@ -33,6 +41,47 @@ template <class Op> void TensorParallelGroup::run(std::int64_t& counter, std::si
   counter += 1;
   stats_.bytes += static_cast<std::int64_t>(bytes);
   stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// run()'s first half: the fence (on this thread, before the collective's thread reads the buffers), the counts;
+// the time to the collective's start counts as exposed, the rest is wait()'s.
+template <class Start>
+TpPending TensorParallelGroup::start(std::int64_t& counter, std::size_t bytes, const View1<float>& result,
+                                     const Start& begin) {
+  check_none_in_flight("collective started");
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!comm_->stream_ordered()) Kokkos::fence();
+  TpPending pending;
+  pending.work = begin();
+  pending.result = result;
+  pending.open = true;
+  ++in_flight_;
+  counter += 1;
+  stats_.bytes += static_cast<std::int64_t>(bytes);
+  stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return pending;
+}
+
+// Without overlap (or tp 1) an _async form has already run blocking: only the bookkeeping of a started one.
+TpPending TensorParallelGroup::ran_blocking(const View1<float>& result) {
+  TpPending pending;
+  pending.result = result;
+  pending.open = true;
+  ++in_flight_;
+  return pending;
+}
+
+View1<float> TensorParallelGroup::wait(TpPending& pending) {
+  FSDPP_CHECK(pending.open, "tensor-parallel wait() on a collective that was not started or was already waited");
+  pending.open = false;
+  --in_flight_;
+  if (pending.work) {
+    const auto t0 = std::chrono::steady_clock::now();
+    WorkHandle work = std::move(pending.work);
+    work->wait();
+    stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return pending.result;
 }
 
 void TensorParallelGroup::all_reduce(const View1<float>& buf, std::size_t count, ReduceOp op) {
@@ -49,11 +98,27 @@ void TensorParallelGroup::all_gather(const View1<float>& buf, std::size_t count)
       [&] { comm_->all_gather(mine.data(), buf.data(), count); });
 }
 
+TpPending TensorParallelGroup::all_gather_async(const View1<float>& buf, std::size_t count) {
+  if (!active() || !overlap_) {
+    all_gather(buf, count);
+    return ran_blocking(buf);
+  }
+  const View1<float> mine = own_block(buf, count);
+  return start(stats_.all_gathers, count * 4 * static_cast<std::size_t>(ranks_), buf,
+               [&] { return comm_->all_gather_async(mine.data(), buf.data(), count, dtype_of_v<float>); });
+}
+
+namespace {
+void check_reduce_scatter(const View1<float>& full, const View1<float>& local, std::size_t count, int ranks) {
+  FSDPP_CHECK(full.extent(0) >= count * static_cast<std::size_t>(ranks) && local.extent(0) >= count,
+              "tensor-parallel reduce-scatter of {} x {} elements from {} into {}", ranks, count, full.extent(0),
+              local.extent(0));
+}
+}  // namespace
+
 void TensorParallelGroup::reduce_scatter(const View1<float>& full, const View1<float>& local, std::size_t count) {
   if (!active()) return;
-  FSDPP_CHECK(full.extent(0) >= count * static_cast<std::size_t>(ranks_) && local.extent(0) >= count,
-              "tensor-parallel reduce-scatter of {} x {} elements from {} into {}", ranks_, count, full.extent(0),
-              local.extent(0));
+  check_reduce_scatter(full, local, count, ranks_);
   run(stats_.reduce_scatters, count * 4 * static_cast<std::size_t>(ranks_),
       [&] { comm_->reduce_scatter(full.data(), local.data(), count); });
 }
@@ -79,6 +144,23 @@ View1<float> TensorParallelGroup::reduce_region_gradient(const View1<float>& par
   }
   reduce_scatter(partial, local, static_cast<std::size_t>(local_rows(N)) * C);
   return local;
+}
+
+TpPending TensorParallelGroup::reduce_region_gradient_async(const View1<float>& partial, const View1<float>& local,
+                                                            int N, int C) {
+  if (!active() || !overlap_) return ran_blocking(reduce_region_gradient(partial, local, N, C));
+  if (!sequence_parallel_) {
+    const std::size_t count = static_cast<std::size_t>(N) * C;
+    FSDPP_CHECK(count <= partial.extent(0), "tensor-parallel all-reduce of {} elements from a buffer of {}", count,
+                partial.extent(0));
+    return start(stats_.all_reduces, count * 4, partial, [&] {
+      return comm_->all_reduce_async(partial.data(), count, dtype_of_v<float>, ReduceOp::sum);
+    });
+  }
+  const std::size_t count = static_cast<std::size_t>(local_rows(N)) * C;
+  check_reduce_scatter(partial, local, count, ranks_);
+  return start(stats_.reduce_scatters, count * 4 * static_cast<std::size_t>(ranks_), local,
+               [&] { return comm_->reduce_scatter_async(partial.data(), local.data(), count, dtype_of_v<float>); });
 }
 
 void TensorParallelGroup::add_norm_gradients(const View1<float>& partial, const std::vector<Parameter*>& norms) {

@@ -18,6 +18,14 @@
 // gradient in backward) and left by a reduce-scatter of its partial outputs instead of the all-reduce (an
 // all-gather of the gradient in backward). The norms then see only local rows, so their weight gradients are
 // partial sums, all-reduced over tp once per backward of a block.
+//
+// Overlap (comm.overlap, Megatron's): in backward, the input gradient of a column-parallel region is complete
+// once every dX GEMM of the region ran, and the weight-gradient GEMMs do not read it. So the region's reduction
+// (or under sequence parallelism the all-gather of the next region's output gradient) is issued with an _async
+// form, the dW GEMMs run, then wait() hands back what the blocking form returns. The same collectives (op, count,
+// communicator, algorithm) in the same order: results and stats counts are the blocking ones. At most one such
+// collective is in flight, and it is waited within the backward that issued it: the buffers it reads and writes
+// are the blocks' shared scratch. Without overlap the _async forms run blocking and wait() only returns.
 #include "fsdpp/comm/communicator.hpp"
 #include "fsdpp/nn/parameter.hpp"
 #include "fsdpp/tensor/types.hpp"
@@ -33,7 +41,17 @@ namespace fsdpp {
 struct TensorParallelStats {
   std::int64_t all_reduces = 0, all_gathers = 0, reduce_scatters = 0;
   std::int64_t bytes = 0;   // payload per rank, f32: the reduced buffer, the gathered output, the scattered input
-  double seconds = 0.0;     // blocking time in the all-reduces (exposed communication)
+  // Time the compute thread spent in tp collectives (exposed communication): the blocking ones whole, the
+  // overlapped ones' issue (the fence before it) and wait.
+  double seconds = 0.0;
+};
+
+// A tensor-parallel collective started by an _async form of TensorParallelGroup. Pass it to the group's wait()
+// before reading `result` or touching the buffers the collective reads or writes.
+struct TpPending {
+  WorkHandle work;      // the collective; null when it ran blocking (comm.overlap false, tp 1)
+  View1<float> result;  // what the blocking form returns
+  bool open = false;    // issued and not yet waited
 };
 
 class TensorParallelGroup {
@@ -41,13 +59,15 @@ class TensorParallelGroup {
   TensorParallelGroup() = default;  // one rank: no tensor parallelism
   // `comm` may refuse to communicate (a planning mesh): the model is then only shaped, never run. `mesh_dim`:
   // the name of the mesh dimension the group is, which every placement it makes records.
+  // `overlap` (comm.overlap): the _async forms start their collective and return; false: they run blocking.
   TensorParallelGroup(int ranks, int rank, Communicator* comm, bool sequence_parallel = false,
-                      std::string mesh_dim = "tp");
+                      std::string mesh_dim = "tp", bool overlap = true);
 
   int ranks() const { return ranks_; }
   int rank() const { return rank_; }
   bool active() const { return ranks_ > 1; }
   bool sequence_parallel() const { return sequence_parallel_; }
+  bool overlap() const { return overlap_; }
   // Token rows this rank holds outside the tensor-parallel regions: N / tp under sequence parallelism, else N.
   int local_rows(int N) const { return sequence_parallel_ ? N / ranks_ : N; }
   // Elements [rank * count, (rank + 1) * count) of buf: this rank's block of a gathered or scattered buffer.
@@ -73,6 +93,12 @@ class TensorParallelGroup {
   //   Backward, out of a region: the region input's gradient, (N,C) partial sums in `partial`: summed in place,
   //   or under sequence parallelism this rank's rows of the sums into `local` (returned).
   View1<float> reduce_region_gradient(const View1<float>& partial, const View1<float>& local, int N, int C);
+  //   The same, started: `partial` (and `local`) belong to the collective until wait().
+  TpPending reduce_region_gradient_async(const View1<float>& partial, const View1<float>& local, int N, int C);
+  //   all_gather, started: `buf` belongs to the collective until wait(); the result is `buf`.
+  TpPending all_gather_async(const View1<float>& buf, std::size_t count);
+  //   Waits for a started collective (rethrowing its error) and returns its result.
+  View1<float> wait(TpPending& pending);
   //   Sequence parallelism, the norms: gradients computed from this rank's rows only sit in consecutive slots of
   //   `partial`, one per parameter (of its length): summed over tp, then added to the parameters' gradients (which
   //   may hold earlier micro-batches' under accumulation, so the sum is taken first).
@@ -96,9 +122,15 @@ class TensorParallelGroup {
 
  private:
   template <class Op> void run(std::int64_t& counter, std::size_t bytes, const Op& op);
+  template <class Start>
+  TpPending start(std::int64_t& counter, std::size_t bytes, const View1<float>& result, const Start& begin);
+  TpPending ran_blocking(const View1<float>& result);
+  void check_none_in_flight(const char* what) const;
 
   int ranks_ = 1, rank_ = 0;
   bool sequence_parallel_ = false;
+  bool overlap_ = true;
+  int in_flight_ = 0;  // started and not yet waited (at most one)
   std::string mesh_dim_ = "tp";
   Communicator* comm_ = nullptr;
   TensorParallelStats stats_;

@@ -202,7 +202,7 @@ std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, Paral
     const int tp_dim = whole.dim_index("tp");
     model.apply_tensor_parallel(
         std::make_shared<TensorParallelGroup>(whole.dim_size(tp_dim), whole.coordinate(tp_dim), &whole.comm(tp_dim),
-                                              l.sequence_parallel, whole.name(tp_dim)));
+                                              l.sequence_parallel, whole.name(tp_dim), deck.comm.overlap));
   }
   // AC before fully_shard, as torchtitan applies AC before FSDP: recomputation happens inside each block's
   // backward, after fully_shard's pre-backward all-gather.

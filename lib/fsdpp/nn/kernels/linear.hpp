@@ -96,7 +96,44 @@ void linear_forward(const View1<T>& out, const View1<const T>& inp, const View1<
   linear_forward<T>(out, inp, weight, bias, N, C, OC, OC, 0);
 }
 
-// dinp += dout[:, at:at+OC] @ weight;  dweight += dout[:, at:at+OC]^T @ inp;  dbias += sum_n dout[n, at:at+OC]
+// Backward in two halves, so that tensor parallelism can start the all-reduce of dinp (which needs every dinp
+// of a region) before the weight gradients are computed, and compute them while it runs (Megatron's overlap).
+// Each half is one of linear_backward's GEMMs, whole: never split into row chunks, since OpenBLAS's blocking
+// depends on M and chunked products would not be bitwise the whole one.
+
+// dinp += dout[:, at:at+OC] @ weight
+template <class T>
+void linear_backward_input(const View1<T>& dinp,           // dinp (N,C), +=
+                           const View1<const T>& dout,     // dout (N,ld), columns at..at+OC
+                           const View1<const T>& weight,   // weight (OC,C)
+                           int N, int C, int OC, int ld, int at) {
+  gemm<T>(Trans::N, Trans::N, N, C, OC, T(1), dout.data() + at, ld, weight.data(), C, T(1), dinp.data(), C);
+}
+// The same for dout (N,OC)
+template <class T>
+void linear_backward_input(const View1<T>& dinp, const View1<const T>& dout, const View1<const T>& weight, int N, int C,
+                           int OC) {
+  linear_backward_input<T>(dinp, dout, weight, N, C, OC, OC, 0);
+}
+
+// dweight += dout[:, at:at+OC]^T @ inp;  dbias += sum_n dout[n, at:at+OC]
+template <class T>
+void linear_backward_weight(const View1<T>& dweight,        // dweight (OC,C), +=
+                            const View1<T>& dbias,          // dbias (OC), +=, or empty for none
+                            const View1<const T>& dout,     // dout (N,ld), columns at..at+OC
+                            const View1<const T>& inp,      // inp (N,C)
+                            int N, int C, int OC, int ld, int at) {
+  gemm<T>(Trans::T, Trans::N, OC, C, N, T(1), dout.data() + at, ld, inp.data(), C, T(1), dweight.data(), C);
+  if (dbias.extent(0) != 0) bias_backward<T>(dbias, dout, N, OC, ld, at);
+}
+// The same for dout (N,OC)
+template <class T>
+void linear_backward_weight(const View1<T>& dweight, const View1<T>& dbias, const View1<const T>& dout,
+                            const View1<const T>& inp, int N, int C, int OC) {
+  linear_backward_weight<T>(dweight, dbias, dout, inp, N, C, OC, OC, 0);
+}
+
+// Both halves: dinp += dout[:, at:at+OC] @ weight;  dweight += dout[:, at:at+OC]^T @ inp;  dbias += sum_n dout
 template <class T>
 void linear_backward(const View1<T>& dinp,           // dinp (N,C), +=
                      const View1<T>& dweight,        // dweight (OC,C), +=
@@ -105,9 +142,8 @@ void linear_backward(const View1<T>& dinp,           // dinp (N,C), +=
                      const View1<const T>& inp,      // inp (N,C)
                      const View1<const T>& weight,   // weight (OC,C)
                      int N, int C, int OC, int ld, int at) {
-  gemm<T>(Trans::N, Trans::N, N, C, OC, T(1), dout.data() + at, ld, weight.data(), C, T(1), dinp.data(), C);
-  gemm<T>(Trans::T, Trans::N, OC, C, N, T(1), dout.data() + at, ld, inp.data(), C, T(1), dweight.data(), C);
-  if (dbias.extent(0) != 0) bias_backward<T>(dbias, dout, N, OC, ld, at);
+  linear_backward_input<T>(dinp, dout, weight, N, C, OC, ld, at);
+  linear_backward_weight<T>(dweight, dbias, dout, inp, N, C, OC, ld, at);
 }
 // The same for dout (N,OC)
 template <class T>
