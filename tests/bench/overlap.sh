@@ -41,7 +41,7 @@ train() {
   while [ "$1" != -- ]; do launch+=("$1"); shift; done
   shift
   local d=$1; shift
-  local out="$work/run-$label-$mode-$RANDOM"
+  local out="$work/run-${label//\//-}-$mode-$RANDOM"
   "${launch[@]}" "$fsdpp" train "$d" "${overrides[@]+"${overrides[@]}"}" "$@" "comm.overlap=$mode" \
     "train.steps=$steps" "run.trace=2-$steps" train.eval_interval=0 schedule.warmup_steps=1 log.interval=1 \
     checkpoint.interval=0 "run.output=$out" >"$out.log" 2>&1 ||
