@@ -98,7 +98,9 @@ if [ "$nodes" = auto ]; then
     # the compute seconds per step (ms/step minus the communication waited on).
     d0=${decks%% *}
     before=$("$V" bytes | awk '{s += $2} END {print s}')
-    train calibrate false "${job_1x2[@]}" -- "$d0"
+    mb0=$("$fsdpp" plan "$d0" "${overrides[@]+"${overrides[@]}"}" --ranks 1 --json |
+          python3 -c 'import json, sys; print(json.load(sys.stdin)["micro_batch"])')
+    train calibrate false "${job_1x2[@]}" -- "$d0" "train.micro_batch=$mb0" "train.global_batch=$((2 * mb0))"
     after=$("$V" bytes | awk '{s += $2} END {print s}')
     calib=$(awk '{print $3}' "$results" | tail -1)
     sed -i '$d' "$results"
@@ -124,7 +126,24 @@ PY
   fi
 fi
 
-python3 - "$results" "$cluster_note" <<'EOF'
+# What tracing costs: off, the timing case's ns per TimelineScope (a Kokkos region push/pop and one atomic load)
+# times the compute spans a step records, against a step; on, a traced run against an untraced one.
+scope_ns=$(build/bin/fsdpp_unit_tests -tc="*TimelineScope timing*" 2>/dev/null | sed -n 's/.*tracing off: \([0-9.]*\) ns.*/\1/p')
+d0=${decks%% *}
+mb0=$("$fsdpp" plan "$d0" "${overrides[@]+"${overrides[@]}"}" --ranks 1 --json |
+      python3 -c 'import json, sys; print(json.load(sys.stdin)["micro_batch"])')
+for round in $(seq "$rounds"); do
+  for traced in yes no; do
+    out="$work/tracecost-$traced-$round"
+    trace_arg="run.trace=2-$steps"; [ $traced = yes ] || trace_arg=run.trace=none
+    mpiexec -n 2 "$fsdpp" train "$d0" "${overrides[@]+"${overrides[@]}"}" "train.micro_batch=$mb0" \
+      "train.global_batch=$((2 * mb0))" "train.steps=$steps" "$trace_arg" train.eval_interval=0 schedule.warmup_steps=1 \
+      log.interval=1 checkpoint.interval=0 "run.output=$out" >"$out.log" 2>&1 || { tail -20 "$out.log" >&2; exit 1; }
+    echo "$traced $out" >>"$work/tracecost.txt"
+  done
+done
+
+python3 - "$results" "$cluster_note" "$work/tracecost.txt" "${scope_ns:-0}" <<'EOF'
 import json, statistics, sys
 runs = {}
 for label, mode, out in (l.split() for l in open(sys.argv[1])):
@@ -165,6 +184,22 @@ out = {"bench": "overlap",
        "speedup": round(med([c["speedup"] for c in configs]), 3),
        "tokens_per_s_ratio_min": round(min(c["tokens_per_s_after"] / c["tokens_per_s_before"] for c in configs), 3),
        "nodes": sys.argv[2], "configs": configs}
+cost = {"yes": [], "no": []}
+spans = []
+for traced, run in (l.split() for l in open(sys.argv[3])):
+    cost[traced] += [json.loads(l)["ms_per_step"] for l in open(run + "/metrics.jsonl")][1:]
+    if traced == "yes":
+        t = json.load(open(run + "/trace/rank0.json"))
+        steps = t["otherData"]["steps"]
+        compute = [e for e in t["traceEvents"] if e.get("ph") == "X" and e.get("tid") == 0 and e.get("cat") not in ("wait", "blocking")]
+        spans.append(len(compute) / (steps[1] - steps[0] + 1))
+scope_ns = float(sys.argv[4])
+ms_untraced = med(cost["no"])
+out["trace_on_overhead"] = round(med(cost["yes"]) / ms_untraced - 1, 4)
+out["trace_off_scope_ns"] = scope_ns
+out["trace_off_overhead"] = scope_ns * med(spans) / (ms_untraced * 1e6)
+print("tracing: on costs %+.1f%% ms/step (median, traced vs untraced run); off, %.1f ns per scope x %.0f scopes per step = %.1e of a step"
+      % (100 * out["trace_on_overhead"], scope_ns, med(spans), out["trace_off_overhead"]))
 print("exposed fraction (worst config with comm <= compute): before %.3f, after %.3f; speedup (median) %.3f; "
       "tokens/s after / before, lowest: %.3f" % (out["exposed_fraction_before"], out["exposed_fraction_after"],
       out["speedup"], out["tokens_per_s_ratio_min"]))
