@@ -339,7 +339,11 @@ MPI_TEST_CASE("tensor parallel: comm.overlap trains bitwise as blocking collecti
       {"llama-tiny.yaml", {"mesh.tp_sequence_parallel=false"}},
       {"llama-tiny.yaml", {"mesh.tp_sequence_parallel=true"}}};
   int run = 0;
-  for (const auto& [name, extra] : cases) {
+  for (const auto& one_case : cases) {
+    // Named copies, not structured bindings: doctest's CAPTURE and the lambda below capture them, which nvcc
+    // (C++17) warns about for structured bindings (#3357-D).
+    const char* const name = one_case.first;
+    const std::vector<std::string>& extra = one_case.second;
     CAPTURE(name);
     CAPTURE(extra.front());
     CAPTURE(extra.back());
