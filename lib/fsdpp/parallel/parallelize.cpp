@@ -138,6 +138,12 @@ double Parallelism::mean_over_ranks(double value) const {
   return value;
 }
 
+double Parallelism::max_over_ranks(double value) const {
+  FSDPP_CHECK(host_world_, "max_over_ranks on a planning layout: there are no ranks to compare");
+  host_world_->all_reduce(&value, 1, ReduceOp::max);
+  return value;
+}
+
 std::vector<UnitSummary> Parallelism::units() const {
   std::vector<UnitSummary> out;
   for (Module* m : model_->modules()) {

@@ -115,6 +115,9 @@ class Parallelism {
   bool writes_checkpoint_shards() const { return dp_mesh_->ndim() == 1 || dp_mesh_->coordinate(0) == 0; }
   // The mean of a host scalar (a loss) over every rank of the job.
   double mean_over_ranks(double value) const;
+  // The largest over every rank (a peak, a signal number). Both go through the host world communicator, so the
+  // collective watchdog and the flight recorder see them: a rank lost at a step's end cannot hang the others.
+  double max_over_ranks(double value) const;
 
   // The units fully_shard made, blocks first and the root last (the order of the banner and the plan).
   std::vector<UnitSummary> units() const;

@@ -20,12 +20,6 @@ void install_preemption_handlers() {
   sigaction(SIGINT, &action, nullptr);
 }
 
-int preemption_requested(MPI_Comm comm) {
-  int signal = static_cast<int>(g_signal);
-  MPI_Allreduce(MPI_IN_PLACE, &signal, 1, MPI_INT, MPI_MAX, comm);
-  return signal;
-}
-
 int preemption_signal() { return static_cast<int>(g_signal); }
 
 }  // namespace fsdpp

@@ -9,16 +9,11 @@
 // job (SIGTERM to the ranks, SIGKILL odls_base_sigkill_timeout = 1 s later, exit code 1), and
 // ess_base_forward_signals refuses SIGTERM and SIGINT. share/scripts/fsdpp-mpiexec wraps mpiexec and turns
 // SIGTERM, SIGINT and SIGHUP into SIGUSR1 (tests/cli/preempt_signals.sh).
-#include <mpi.h>
-
 namespace fsdpp {
 
 inline constexpr int kPreemptedExitCode = 85;
 
 void install_preemption_handlers();            // SIGUSR1, SIGTERM and (once) SIGINT
-// Collective: the signal any rank received (the largest number, MPI_MAX, when ranks got different ones), the
-// same on every rank; 0 when no rank was signalled. A signal that reached rank 1 only is reported as such.
-int preemption_requested(MPI_Comm comm);
 int preemption_signal();                       // the signal received on this rank, 0 if none
 
 }  // namespace fsdpp

@@ -142,8 +142,8 @@ void StepMetrics::after_step(std::int64_t done, const StepResult& r, const FsdpS
   rec.mfu = summary_.sgemm_gflops > 0
                 ? rec.tokens_per_s * summary_.flops_per_token / (summary_.sgemm_gflops * 1e9 * ranks_) : 0;
   rec.peak_mem_bytes = peak_host_memory_bytes();
-  rec.max_peak_mem_bytes = rec.peak_mem_bytes;
-  MPI_Allreduce(MPI_IN_PLACE, &rec.max_peak_mem_bytes, 1, MPI_INT64_T, MPI_MAX, comm_);
+  // Exact in a double below 2^53 bytes.
+  rec.max_peak_mem_bytes = static_cast<std::int64_t>(parallel_.max_over_ranks(static_cast<double>(rec.peak_mem_bytes)));
   rec.exposed_comm_ms = 1000.0 * parallel_.mean_over_ranks(comm_since_log_) / steps;
   comm_since_log_ = 0;
   log_.write(rec);

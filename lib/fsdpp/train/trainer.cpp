@@ -188,7 +188,9 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     checkpointer.poll();
     Timeline::end_step(done);
     if (done == options.stop_after_step) break;
-    const int signal = options.handle_preemption && !last ? preemption_requested(comm) : 0;
+    // The signal any rank received (the largest number when ranks got different ones), the same on every rank.
+    const int signal = options.handle_preemption && !last
+                           ? static_cast<int>(parallel.max_over_ranks(preemption_signal())) : 0;
     if (signal != 0) {
       // Finish cleanly: the save is synchronous and waits for any background one, so nothing is in flight.
       const CollectiveWatchdog::Region watched(fmt::format("checkpoint save of step {} (preemption)", done));
