@@ -49,7 +49,7 @@ struct CalibrateOptions {
   std::string name;
   double memory_gib = 0;
   // The sweep's repeats and the seconds a timed repeat lasts: --quick is the CI's short sweep.
-  int repeats() const { return quick ? 2 : 5; }
+  int repeats() const { return quick ? 3 : 5; }
   double target_s() const { return quick ? 0.0 : 0.05; }
 };
 

@@ -14,8 +14,8 @@
 namespace fsdpp::app::calibrate {
 
 // y = intercept + slope * x, least squares on the relative residual (y - fit) / y, so that small and large
-// sizes weigh alike. A negative intercept is clamped to 0 and the slope refitted (a latency or overhead
-// cannot be negative; noise at small sizes can make the unconstrained fit say so).
+// sizes weigh alike. A negative intercept or a slope <= 0 (a latency or overhead cannot be negative, a bandwidth
+// must be finite; noise can make the unconstrained fit say so) gives the line through the origin instead.
 struct LineFit {
   double intercept = 0, slope = 0;
 };

@@ -30,7 +30,9 @@ LineFit fit_line_relative(const std::vector<double>& x, const std::vector<double
     f.intercept = (s11 * r0 - s01 * r1) / det;
     f.slope = (s00 * r1 - s01 * r0) / det;
   }
-  if (f.intercept < 0 || det <= 0) f = {0, s11 > 0 ? r1 / s11 : 0};  // through the origin
+  // Through the origin when the line would say a negative intercept, or no growth with x (noise swamping the
+  // sizes): with every y positive, that slope is positive.
+  if (f.intercept < 0 || f.slope <= 0 || det <= 0) f = {0, s11 > 0 ? r1 / s11 : 0};
   return f;
 }
 
