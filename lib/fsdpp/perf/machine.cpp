@@ -15,15 +15,6 @@
 
 namespace fsdpp {
 
-const char* collective_op_name(CollectiveOp op) {
-  switch (op) {
-    case CollectiveOp::all_gather: return "all_gather";
-    case CollectiveOp::reduce_scatter: return "reduce_scatter";
-    case CollectiveOp::all_reduce: return "all_reduce";
-  }
-  return "?";
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Presets: spec-sheet figures. Peak FLOP/s are the dense (non-sparse) tensor-core figures; bus bandwidths are
 // achievable ones, 80% of the link per direction (NCCL all-reduce on NVLink and on rail-optimized InfiniBand

@@ -5,6 +5,8 @@
 // nodes): latency and bus bandwidth of each collective algorithm (ring, tree), or figures measured per
 // operation; the node size; the host link for CPU offload. Written as YAML (docs/performance-model.md has the
 // reference): the built-in presets are spec-sheet figures, `fsdpp bench calibrate` writes measured ones.
+#include "fsdpp/perf/time_events.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -12,8 +14,6 @@
 
 namespace fsdpp {
 
-enum class CollectiveOp { all_gather, reduce_scatter, all_reduce };
-const char* collective_op_name(CollectiveOp op);  // "all_gather", as the YAML and the JSON write it
 
 // Achieved TFLOP/s of a GEMM of `flops` (= 2 m n k): peak_tflops * flops / (flops + half_gflop * 1e9). half_gflop
 // is the size at which a GEMM reaches half the peak (launch, tail and memory-bound effects of small GEMMs).
