@@ -215,6 +215,20 @@ KernelFit measure_kernels(MPI_Comm world, const std::vector<std::int64_t>& sizes
   return {line.slope > 0 ? 1.0 / line.slope / 1e9 : 0, line.intercept * 1e6, static_cast<int>(bytes.size())};
 }
 
+// Rows of the first deck's width C: a few (the per-kernel overhead), and the activations of the largest
+// micro-batch of any deck, one and four C wide (an MLP's hidden layer): sizes that live in memory, not in cache,
+// as training's do.
+std::pair<int, std::vector<std::int64_t>> kernel_sizes(const std::vector<Deck>& decks, const CalibrateOptions& o) {
+  std::int64_t tokens = 0;
+  for (const Deck& d : decks) {
+    int mb = d.train.micro_batch > 0 ? d.train.micro_batch : d.train.global_batch;
+    for (int extra : o.micro_batches) mb = std::max(mb, extra);
+    tokens = std::max(tokens, std::int64_t(mb) * d.model.context_length);
+  }
+  const int C = decks.front().model.n_embd;
+  return {C, {std::int64_t(C) * 16, tokens * C, tokens * C * 4}};
+}
+
 // A host <-> device copy (on host builds, a copy between two host buffers): latency and bandwidth.
 calibrate::LineFit measure_host_link(MPI_Comm world, const CalibrateOptions& o) {
   std::vector<double> bytes, seconds;
@@ -366,6 +380,7 @@ void calibrate_network(MPI_Comm world, const std::vector<int>& node_of, const De
   co.repeats = o.repeats();
   co.target_s = o.quick ? 0.005 : 0.02;
   co.backend = deck.comm.backend;
+  co.overlap = deck.comm.overlap;
   for (std::size_t b = 16u << 10; b <= o.max_bytes; b *= o.quick ? 16 : 4) co.bytes.push_back(b);
   std::vector<calibrate::LinkClassFits> fits;
   if (node_of.size() > 1) {
@@ -393,9 +408,7 @@ int run_calibrate(Runtime& rt, const CalibrateOptions& o) {
   m.memory_gib = sig4(o.memory_gib > 0 ? o.memory_gib : memory_gib_per_rank(per_node));
 
   calibrate_gemm(world, decks, o, m);
-  const int C = decks.front().model.n_embd;
-  std::vector<std::int64_t> sizes = {std::int64_t(C) * 16, std::int64_t(C) * 1024};
-  if (!o.quick) sizes.push_back(std::int64_t(C) * 8192);
+  const auto [C, sizes] = kernel_sizes(decks, o);
   progress(world, "non-GEMM kernels (layernorm, rmsnorm, gelu, adamw) at {} sizes", sizes.size());
   const KernelFit k = measure_kernels(world, sizes, C, o);
   progress(world, "  {:.4g} GB/s, {:.4g} us per kernel", k.bandwidth_gbs, k.overhead_us);

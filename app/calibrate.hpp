@@ -47,6 +47,7 @@ struct CollectiveOptions {
   double target_s = 0.02;
   double max_call_s = 0.5;  // a size whose one call takes longer ends that operation's sweep (shaped links)
   CommBackendChoice backend = CommBackendChoice::automatic;  // the deck's comm.backend: what training uses
+  bool overlap = true;  // the deck's comm.overlap: collectives through the communicator's thread, as training
 };
 
 // Every group layout a device mesh of this world can have (for each group size g dividing the world: groups of
