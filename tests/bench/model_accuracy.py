@@ -16,6 +16,7 @@ import json
 import os
 import resource
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -156,6 +157,7 @@ class Bench:
 
 def cluster(b, vcluster):
     """The virtual cluster's cases at each rate, and the search check at the first. Returns the search result."""
+    os.environ.setdefault("FSDPP_VCLUSTER_DIR", os.path.join(b.work, "vcluster"))
     env_up = subprocess.run([vcluster, "up", "--nodes", "2", "--cpus", "2"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     if env_up.returncode != 0:
@@ -245,6 +247,7 @@ def main():
               "min_cpu_share": min((r["cpu_share"] for r in b.rows if r["cpu_share"] is not None), default=None),
               "steps": a.steps, "warmup": a.warmup, "rounds": a.rounds, "quick_calibration": a.quick}
     print(json.dumps(result))
+    shutil.rmtree(b.work, ignore_errors=True)
     if a.ci and max(errors) > a.bound:
         log(f"error: a prediction is off by {max(errors):.1%}, more than the bound {a.bound:.0%}")
         return 1
