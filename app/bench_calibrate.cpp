@@ -3,8 +3,8 @@
 // Launch it as the runs it should predict are launched (the same ranks per node, the same nodes): every figure
 // is measured with all ranks busy at once, so ranks that share cores, memory or links are measured sharing them.
 //   GEMM       the linear layers of each deck at its micro-batch (and --micro-batches, --tp), forward (out =
-//              inp W^T), input gradient (dinp = dout W) and weight gradient (dW += dout^T inp), in the deck's
-//              matmul precision: gemm_points, and per precision the curve peak * F / (F + half) fitted to them
+//              inp W^T), input gradient (dinp = dout W) and weight gradient (dW += dout^T inp), and attention's
+//              two per-head products (T x T x head size, T x head size x T), in the deck's matmul precision: gemm_points, and per precision the curve peak * F / (F + half) fitted to them
 //              (precisions no deck uses: fitted to a few of the same shapes).
 //   kernels    fsdpp's own row kernels (layernorm, rmsnorm, gelu forward and backward, the AdamW step) across
 //              sizes: time = kernel_overhead + bytes / memory_bandwidth, fitted.
@@ -120,6 +120,11 @@ std::set<GemmShape> deck_gemm_shapes(const std::vector<Deck>& decks, const Calib
           shapes.insert({p, tokens, in, out, Trans::N, Trans::N});  // dinp = dout W
           shapes.insert({p, out, in, tokens, Trans::T, Trans::N});  // dW += dout^T inp
         }
+    // Attention's products per (sequence, head), as the model prices them: scores q k^T (T, T, head size) and
+    // the weighted values p v (T, head size, T); their backward products have the same two shapes.
+    const int T = d.model.context_length, hs = d.model.n_embd / d.model.n_head;
+    shapes.insert({p, T, T, hs, Trans::N, Trans::T});
+    shapes.insert({p, T, hs, T, Trans::N, Trans::N});
   }
   return shapes;
 }
