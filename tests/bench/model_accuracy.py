@@ -139,7 +139,8 @@ class Bench:
         measured, share = self.measure(f"{where}/{label}", launch, deck, overrides, ranks)
         row = {"case": f"{where}/{label}", "ranks": ranks, "predicted_ms": round(predicted, 2),
                "measured_ms": round(measured, 2), "error": round((predicted - measured) / measured, 4),
-               "cpu_share": None if share is None else round(share, 3)}
+               "cpu_share": None if share is None else round(share, 3),
+               "load_average": round(os.getloadavg()[0], 2)}  # the machine's, over the last minute of the run
         log(f"  {row['case']}: predicted {predicted:.1f} ms, measured {measured:.1f} ms, error {row['error']:+.1%}, "
             f"CPU share {share if share is None else round(share, 2)}")
         self.rows.append(row)
@@ -230,12 +231,14 @@ def main():
     if a.nodes == "auto":
         search = cluster(b, os.path.join(os.path.dirname(__file__), "..", "cluster", "vcluster"))
     errors = [abs(r["error"]) for r in b.rows] or [float("nan")]
-    print(f"{'case':<46} {'predicted ms':>13} {'measured ms':>12} {'error':>8} {'CPU share':>10}")
+    print(f"{'case':<46} {'predicted ms':>13} {'measured ms':>12} {'error':>8} {'CPU share':>10} {'load':>6}")
     for r in b.rows:
         share = "-" if r["cpu_share"] is None else f"{r['cpu_share']:.2f}"
-        print(f"{r['case']:<46} {r['predicted_ms']:>13.1f} {r['measured_ms']:>12.1f} {r['error']:>+8.1%} {share:>10}")
-    print("CPU share: the run's CPU seconds over the wall seconds of the cores it could use; well below 1, other "
-          "work on the machine took the rest and the measured ms/step is not this machine's speed")
+        print(f"{r['case']:<46} {r['predicted_ms']:>13.1f} {r['measured_ms']:>12.1f} {r['error']:>+8.1%} {share:>10} "
+              f"{r['load_average']:>6.1f}")
+    print(f"CPU share: the run's CPU seconds over the wall seconds of the cores it could use (- under srun); well "
+          f"below 1, other work on the machine took the rest and the measured ms/step is not this machine's speed. "
+          f"load: the 1-minute load average after the run ({os.cpu_count()} cores).")
     if "layouts" in search:
         print(f"\nsearch check ({search['where']}, {search['deck']}, global batch {search['global_batch']}):")
         for x in search["layouts"]:
