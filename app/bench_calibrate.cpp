@@ -21,6 +21,8 @@
 #include "fsdpp/perf/machine.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/tensor/matmul.hpp"
+#include "fsdpp/train/memory_check.hpp"
+#include "fsdpp/train/memory_plan.hpp"
 #include "fsdpp/version.hpp"
 
 #include <fmt/format.h>
@@ -58,7 +60,8 @@ struct GemmShape {
   GemmPrecision precision;
   int m, n, k;
   Trans ta, tb;
-  auto key() const { return std::make_tuple(int(precision), m, n, k, int(ta), int(tb)); }
+  bool cold = false;  // the deck's step does not fit in the last-level cache: its operands come from memory
+  auto key() const { return std::make_tuple(int(precision), m, n, k, int(ta), int(tb), cold); }
   bool operator<(const GemmShape& o) const { return key() < o.key(); }
 };
 
@@ -104,6 +107,28 @@ std::vector<std::pair<int, int>> linear_layers(const ModelConfig& m, int tp) {
   return layers;
 }
 
+// The last-level cache's bytes (64 MiB where the system does not say; GPU builds: 0, no cache to speak of).
+std::int64_t last_level_cache_bytes() {
+#if defined(FSDPP_DEVICE_BUILD)
+  return 0;
+#else
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return l3 > 0 ? l3 : l2 > 0 ? l2 : std::int64_t{64} << 20;
+#endif
+}
+
+// Whether a training step of the deck on one rank touches more memory than the last-level cache holds (the
+// planner's peak): then its GEMMs find their operands in memory, not in cache, and calibrate measures them so.
+bool step_exceeds_cache(const Deck& d) {
+  const std::int64_t cache = last_level_cache_bytes();
+  if (cache == 0) return false;
+  try {
+    return plan_memory(d, d.mesh.tp).memory.total() > cache;
+  } catch (const UsageError&) {
+    return true;  // a deck this launch cannot plan: assume the larger case
+  }
+}
+
 // Forward, input gradient and weight gradient of every linear layer of every deck at each micro-batch and tp.
 std::set<GemmShape> deck_gemm_shapes(const std::vector<Deck>& decks, const CalibrateOptions& o) {
   std::set<GemmShape> shapes;
@@ -112,36 +137,49 @@ std::set<GemmShape> deck_gemm_shapes(const std::vector<Deck>& decks, const Calib
     mbs.push_back(d.train.micro_batch > 0 ? d.train.micro_batch : d.train.global_batch);
     tps.push_back(d.mesh.tp);
     const GemmPrecision p = resolved_gemm_precision(d);
+    const bool cold = step_exceeds_cache(d);
     for (int mb : mbs)
       for (int tp : tps)
         for (auto [out, in] : linear_layers(d.model, tp)) {
           const int tokens = mb * d.model.context_length;
-          shapes.insert({p, tokens, out, in, Trans::N, Trans::T});  // out = inp W^T
-          shapes.insert({p, tokens, in, out, Trans::N, Trans::N});  // dinp = dout W
-          shapes.insert({p, out, in, tokens, Trans::T, Trans::N});  // dW += dout^T inp
+          shapes.insert({p, tokens, out, in, Trans::N, Trans::T, cold});  // out = inp W^T
+          shapes.insert({p, tokens, in, out, Trans::N, Trans::N, cold});  // dinp = dout W
+          shapes.insert({p, out, in, tokens, Trans::T, Trans::N, cold});  // dW += dout^T inp
         }
     // Attention's products per (sequence, head), as the model prices them: scores q k^T (T, T, head size) and
     // the weighted values p v (T, head size, T); their backward products have the same two shapes.
     const int T = d.model.context_length, hs = d.model.n_embd / d.model.n_head;
-    shapes.insert({p, T, T, hs, Trans::N, Trans::T});
-    shapes.insert({p, T, hs, T, Trans::N, Trans::N});
+    shapes.insert({p, T, T, hs, Trans::N, Trans::T, cold});
+    shapes.insert({p, T, hs, T, Trans::N, Trans::N, cold});
   }
   return shapes;
 }
 
+// A cold shape cycles through enough copies of its operands to fill twice the last-level cache, so that each
+// call finds them in memory, as a step larger than the cache does.
 MeasuredGemm measure_gemm(MPI_Comm world, const GemmShape& s, const CalibrateOptions& o) {
   const ScopedGemmPrecision scoped(s.precision);
-  const std::size_t a_size = std::size_t(s.m) * s.k, b_size = std::size_t(s.k) * s.n;
-  View1<float> a = uninitialized<float>("calibrate_a", a_size), b = uninitialized<float>("calibrate_b", b_size);
-  View1<float> c = uninitialized<float>("calibrate_c", std::size_t(s.m) * s.n);
-  Kokkos::deep_copy(a, 0.5f);
-  Kokkos::deep_copy(b, 0.25f);
-  Kokkos::deep_copy(c, 0.0f);
+  const std::size_t a_size = std::size_t(s.m) * s.k, b_size = std::size_t(s.k) * s.n, c_size = std::size_t(s.m) * s.n;
+  const double set_bytes = sizeof(float) * double(a_size + b_size + c_size);
+  const int sets = s.cold ? std::clamp(int(std::ceil(2.0 * last_level_cache_bytes() / set_bytes)), 1, 64) : 1;
+  std::vector<View1<float>> a, b, c;
+  for (int i = 0; i < sets; ++i) {
+    a.push_back(uninitialized<float>("calibrate_a", a_size));
+    b.push_back(uninitialized<float>("calibrate_b", b_size));
+    c.push_back(uninitialized<float>("calibrate_c", c_size));
+    Kokkos::deep_copy(a.back(), 0.5f);
+    Kokkos::deep_copy(b.back(), 0.25f);
+    Kokkos::deep_copy(c.back(), 0.0f);
+  }
   const int lda = s.ta == Trans::N ? s.k : s.m, ldb = s.tb == Trans::N ? s.n : s.k;
   const float beta = s.ta == Trans::T ? 1.0f : 0.0f;  // weight gradients accumulate
+  int next = 0;
   const double t = seconds_all_busy(
       world, o.repeats(), o.target_s(),
-      [&] { gemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), s.n); },
+      [&] {
+        const int i = next++ % sets;
+        gemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a[i].data(), lda, b[i].data(), ldb, beta, c[i].data(), s.n);
+      },
       [] { Kokkos::fence(); });
   return {s, 2.0 * s.m * double(s.n) * s.k / t / 1e12};
 }
@@ -259,13 +297,13 @@ std::pair<int, bool> ranks_per_node(const std::vector<int>& node_of) {
   return {per, blocks};
 }
 
-double memory_gib_per_rank(int per_node) {
-#if defined(KOKKOS_ENABLE_CUDA)
-  (void)per_node;
-  return Kokkos::Cuda().cuda_device_prop().totalGlobalMem / 1073741824.0;
-#else
-  return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / 1073741824.0 / per_node;
-#endif
+// What `fsdpp train` checks a plan against (train/memory_check.hpp): the node's available memory over its ranks,
+// or the free memory of the rank's GPU over the ranks sharing it. Collective.
+double memory_gib_per_rank(MPI_Comm world) {
+  const std::optional<MemoryAvailable> m = memory_available_per_rank(world);
+  FSDPP_REQUIRE(m.has_value(), "fsdpp bench calibrate: this system does not say how much memory a rank has (no "
+                "/proc/meminfo); give it with --memory-gib");
+  return m->bytes_per_rank / 1073741824.0;
 }
 
 // Four significant digits: calibration noise is far above that.
@@ -410,7 +448,7 @@ int run_calibrate(Runtime& rt, const CalibrateOptions& o) {
   m.source = "calibrated";
   m.notes = describe_launch(world, per_node, blocks, decks);
   m.devices_per_node = per_node;
-  m.memory_gib = sig4(o.memory_gib > 0 ? o.memory_gib : memory_gib_per_rank(per_node));
+  m.memory_gib = sig4(o.memory_gib > 0 ? o.memory_gib : memory_gib_per_rank(world));
 
   calibrate_gemm(world, decks, o, m);
   const auto [C, sizes] = kernel_sizes(decks, o);
@@ -444,7 +482,7 @@ Command add_bench_calibrate_command(CLI::App& bench) {
   cli->add_option("--max-bytes", o->max_bytes, "Largest collective buffer of the sweep (full buffer, bytes)")
       ->check(CLI::Range(std::size_t(65536), std::size_t(1) << 32))->capture_default_str();
   cli->add_option("--name", o->name, "The machine's name in the YAML (default calibrated-<nodes>x<ranks per node>)");
-  cli->add_option("--memory-gib", o->memory_gib, "Memory per rank (default: the GPU's, or the node's RAM / ranks)")
+  cli->add_option("--memory-gib", o->memory_gib, "Memory per rank (default: what fsdpp train checks plans against: the GPU's free memory, or the node's available memory, over the ranks sharing it)")
       ->check(CLI::PositiveNumber);
   return {cli, [o](Runtime& rt) { return run_calibrate(rt, *o); }};
 }
