@@ -179,14 +179,16 @@ Command add_bench_command(CLI::App& app) {
   const Command checkpoint = add_bench_checkpoint_command(*cli);
   const Command gemm = add_bench_gemm_command(*cli);
   const Command kernels = add_bench_kernels_command(*cli);
-  return {cli, [collectives, options, train, fsdp, checkpoint, gemm, kernels](Runtime& rt) {
+  const Command calibrate = add_bench_calibrate_command(*cli);
+  return {cli, [collectives, options, train, fsdp, checkpoint, gemm, kernels, calibrate](Runtime& rt) {
             if (*train.cli) return train.run(rt);
             if (*gemm.cli) return gemm.run(rt);
             if (*kernels.cli) return kernels.run(rt);
+            if (*calibrate.cli) return calibrate.run(rt);
             if (*fsdp.cli) return fsdp.run(rt);
             if (*checkpoint.cli) return checkpoint.run(rt);
             FSDPP_REQUIRE(*collectives, "fsdpp bench: name a benchmark: collectives, train, fsdp_scaling, checkpoint, "
-                          "gemm or kernels");
+                          "gemm, kernels or calibrate");
             FSDPP_REQUIRE(options->min_bytes >= 4096 && options->min_bytes <= options->max_bytes,
                           "--min-bytes must be >= 4096 and <= --max-bytes");
             return run_collectives_bench(rt, *options);

@@ -45,6 +45,7 @@ Command add_bench_fsdp_command(CLI::App& bench);   // fsdpp bench fsdp_scaling <
 Command add_bench_checkpoint_command(CLI::App& bench);  // fsdpp bench checkpoint
 Command add_bench_gemm_command(CLI::App& bench);        // fsdpp bench gemm
 Command add_bench_kernels_command(CLI::App& bench);  // fsdpp bench kernels
+Command add_bench_calibrate_command(CLI::App& bench);  // fsdpp bench calibrate [deck] > machine.yaml
 Command add_mesh_command(CLI::App& app);   // fsdpp mesh dp_replicate=2 dp_shard=-1
 Command add_train_command(CLI::App& app);  // fsdpp train [deck.yaml] [key=value ...]
 Command add_tokenize_command(CLI::App& app);  // fsdpp tokenize <text> <out.bin>

@@ -2,8 +2,11 @@
 // run of the memory a training job of the deck needs on each of N ranks, from shapes alone: it starts no MPI
 // job beyond itself and allocates no model (fsdpp/train/memory_plan.hpp says how, and what is counted).
 #include "commands.hpp"
+#include "plan_time.hpp"
 
 #include "fsdpp/infer/generator.hpp"
+#include "fsdpp/perf/machine.hpp"
+#include "fsdpp/runtime/error.hpp"
 #include "fsdpp/train/memory_plan.hpp"
 
 #include <nlohmann/json.hpp>
@@ -15,7 +18,11 @@ namespace {
 
 struct PlanArgs {
   std::vector<std::string> words;
+  std::string ranks_text;  // "8", or "8,64,512" for the scaling table
   int ranks = 0;
+  std::string machine;     // a preset or a YAML file: predict the step time too
+  bool list_machines = false;
+  bool search = false;
   std::string mem_per_rank;
   bool json = false;
   bool generate = false;
@@ -85,6 +92,91 @@ nlohmann::json plan_json(const MemoryPlan& plan, std::optional<std::int64_t> mem
   return j;
 }
 
+// --list-machines: the presets, one line each.
+int list_machines() {
+  for (const std::string& name : machine_preset_names()) {
+    const Machine m = *machine_preset(name);
+    Log::info("{:<14} {} x {:.0f} GiB, {:.0f} TFLOP/s bf16 dense, intra-node busbw {:.0f} GB/s, inter-node {:.0f} GB/s "
+              "({})", name, m.devices_per_node, m.memory_gib, m.bf16.peak_tflops, m.intra_node.ring.busbw_gbs,
+              m.inter_node.ring.busbw_gbs, m.source);
+  }
+  Log::info("or --machine FILE.yaml: a description in the same form (docs/performance-model.md), e.g. from "
+            "`fsdpp bench calibrate > machine.yaml`");
+  return 0;
+}
+
+// --ranks 8,64,512: one row per rank count, the deck's layout (or with --search the best that fits).
+int plan_scaling(MPI_Comm world, const PlanArgs& args, const std::vector<int>& counts, const Machine& machine) {
+  nlohmann::json rows = nlohmann::json::array();
+  std::string table = fmt::format("Scaling on {} ({}):\n  {:>6} {:>10} {:>12} {:>12} {:>7} {:>11} {:>9}  {}\n",
+                                  machine.name, args.search ? "the best layout that fits at each size" : "the deck's layout",
+                                  "ranks", "ms/step", "tok/s/dev", "tok/s", "MFU", "exposed ms", "mem GiB", "layout / critical");
+  for (int n : counts) {
+    std::string layout;
+    StepPlan plan;
+    if (args.search) {
+      const std::vector<Candidate> best = search_layouts(world, args.words, n, machine);
+      if (best.empty()) {
+        table += fmt::format("  {:>6} no layout fits in {:.0f} GiB\n", n, machine.memory_gib);
+        rows.push_back({{"ranks", n}, {"fits", false}});
+        continue;
+      }
+      plan = best.front().plan;
+      layout = best.front().layout;
+    } else {
+      plan = plan_step(deck_from_words(world, args.words), n, machine);
+    }
+    const StepTime& t = plan.time;
+    double exposed = 0;
+    for (const auto& [d, ms] : t.exposed_comm_ms) exposed += ms;
+    table += fmt::format("  {:>6} {:>10.1f} {:>12.0f} {:>12.0f} {:>7.3f} {:>11.1f} {:>9.1f}  {}{}\n", n, t.ms_per_step,
+                         t.tokens_per_s_per_device, t.tokens_per_s, t.mfu, exposed,
+                         plan.memory.memory.total() / 1073741824.0, layout.empty() ? "" : layout + " / ",
+                         t.critical_resource);
+    nlohmann::json row = plan_json(plan.memory, std::nullopt);
+    row["time"] = step_time_json(t);
+    if (!layout.empty()) row["layout"] = layout;
+    rows.push_back(row);
+  }
+  if (args.json) Log::info("{}", nlohmann::json({{"scaling", rows}}).dump());
+  else Log::info("{}", table);
+  return 0;
+}
+
+int plan_training(MPI_Comm world, const PlanArgs& args, std::optional<std::int64_t> mem) {
+  const std::vector<int> counts = parse_rank_list(args.ranks_text);
+  std::optional<Machine> machine;
+  if (!args.machine.empty()) machine = load_machine(args.machine);
+  FSDPP_REQUIRE(machine || (!args.search && counts.size() == 1), "--search and --ranks with a list of counts predict "
+                "step times: add --machine (a preset from --list-machines, or a YAML file)");
+  if (counts.size() > 1) return plan_scaling(world, args, counts, *machine);
+  const int ranks = counts.front();
+  if (args.search) {
+    const std::vector<Candidate> best = search_layouts(world, args.words, ranks, *machine);
+    if (args.json) Log::info("{}", search_json(best, 10).dump());
+    else Log::info("{}", format_search(best, ranks, *machine, 10));
+    return best.empty() ? 3 : 0;
+  }
+  const Deck deck = deck_from_words(world, args.words);
+  StepPlan step;
+  if (machine) step = plan_step(deck, ranks, *machine);
+  else step.memory = plan_memory(deck, ranks);
+  const MemoryPlan& plan = step.memory;
+  if (args.json) {
+    nlohmann::json j = plan_json(plan, mem);
+    if (machine) j["time"] = step_time_json(step.time);
+    Log::info("{}", j.dump());
+  } else {
+    Log::info("fsdpp plan: {} on {} rank(s); nothing runs and no model is allocated\n{}{}",
+              args.words.empty() ? "the embedded tiny deck" : args.words.front(), ranks,
+              format_memory_plan(deck, plan, mem),
+              machine ? "\n" + format_step_time(step.time)
+                      : std::string("\nstep time: add --machine h100-sxm-8x (or any of --list-machines, or a YAML "
+                                    "file from `fsdpp bench calibrate`) to predict ms/step, tokens/s and MFU"));
+  }
+  return mem && plan.memory.total() > *mem ? 3 : 0;
+}
+
 }  // namespace
 
 Command add_plan_command(CLI::App& app) {
@@ -92,7 +184,13 @@ Command add_plan_command(CLI::App& app) {
                                          "micro-batch that fits; runs nothing");
   auto args = std::make_shared<PlanArgs>();
   cli->add_option("deck_and_overrides", args->words, "deck.yaml, then section.key=value overrides");
-  cli->add_option("--ranks,-n", args->ranks, "Ranks of the job to plan for")->required()->check(CLI::PositiveNumber);
+  cli->add_option("--ranks,-n", args->ranks_text, "Ranks of the job to plan for; a list (8,64,512) prints a scaling "
+                                                  "table (with --machine)");
+  cli->add_option("--machine", args->machine, "Predict the step time on this machine: a preset (--list-machines) or "
+                                              "a YAML description (fsdpp bench calibrate writes one)");
+  cli->add_flag("--list-machines", args->list_machines, "List the machine presets and exit");
+  cli->add_flag("--search", args->search, "With --machine: the ten fastest layouts (mesh, strategy, reshard, "
+                                          "activation checkpointing, micro-batch, bf16/f32) that fit in its memory");
   cli->add_option("--mem-per-rank", args->mem_per_rank, "Memory each rank has (80GiB, 512MiB): says whether the "
                                                         "plan fits and the largest micro-batch that does");
   cli->add_flag("--json", args->json, "Print the plan as one JSON object instead of the table");
@@ -102,16 +200,17 @@ Command add_plan_command(CLI::App& app) {
   cli->add_option("--tokens", args->tokens, "--generate: prompt plus new tokens per sequence (model.context_length)")
       ->check(CLI::PositiveNumber);
   return {cli, [args](Runtime& rt) {
-            const Deck deck = deck_from_words(rt.world(), args->words);
+            if (args->list_machines) return list_machines();
+            FSDPP_REQUIRE(!args->ranks_text.empty(), "fsdpp plan needs --ranks N (the job's rank count)");
             std::optional<std::int64_t> mem;
             if (!args->mem_per_rank.empty()) mem = parse_byte_size(args->mem_per_rank, "--mem-per-rank");
-            if (args->generate) return plan_generate(deck, *args, mem);
-            const MemoryPlan plan = plan_memory(deck, args->ranks);
-            if (args->json) Log::info("{}", plan_json(plan, mem).dump());
-            else Log::info("fsdpp plan: {} on {} rank(s); nothing runs and no model is allocated\n{}",
-                           args->words.empty() ? "the embedded tiny deck" : args->words.front(), args->ranks,
-                           format_memory_plan(deck, plan, mem));
-            return mem && plan.memory.total() > *mem ? 3 : 0;
+            if (args->generate) {
+              const std::vector<int> counts = parse_rank_list(args->ranks_text);
+              FSDPP_REQUIRE(counts.size() == 1, "--generate plans one rank count; --ranks is '{}'", args->ranks_text);
+              args->ranks = counts.front();
+              return plan_generate(deck_from_words(rt.world(), args->words), *args, mem);
+            }
+            return plan_training(rt.world(), *args, mem);
           },
           [] { return false; }};  // shapes alone, on a planning mesh: no device, no Kokkos
 }

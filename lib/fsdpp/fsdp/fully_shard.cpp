@@ -32,6 +32,7 @@ struct FsdpContext {
     FsdpGroup::PendingReduction reduction;
   };
   std::deque<Entry> pending;
+  int next_collective_id = 0;  // names the collectives in schedule events (issue, then wait)
 
   // In a unit's post-backward, before it issues its own reduction: the all-reduce in flight completes, then
   // the reduce-scatter in flight (which may issue its all-reduce). FSDP2 waits for the previous
@@ -247,6 +248,52 @@ void FsdpGroup::note(FsdpBuffer kind, std::int64_t bytes) {
   for (const auto& listener : context_->listeners) listener->on_memory(event);
 }
 
+void FsdpGroup::schedule(FsdpScheduleEvent event) {
+  if (!context_ || context_->listeners.empty()) return;
+  if (event.kind == FsdpScheduleEvent::Kind::pass_begin || event.kind == FsdpScheduleEvent::Kind::pass_end)
+    event.module = &module_;
+  for (const auto& listener : context_->listeners) listener->on_schedule(event);
+}
+
+void FsdpGroup::schedule_pass(FsdpScheduleEvent::Kind kind, Pass pass) {
+  FsdpScheduleEvent e(kind);
+  e.pass = pass;
+  schedule(e);
+}
+
+void FsdpGroup::schedule_kernel(std::int64_t bytes) {
+  FsdpScheduleEvent e(FsdpScheduleEvent::Kind::kernel);
+  e.bytes = bytes;
+  schedule(e);
+}
+
+int FsdpGroup::schedule_issue(CollectiveOp op, std::int64_t bytes, const Communicator& comm, const std::string& group,
+                              int id) {
+  if (!context_) return -1;
+  if (id < 0) id = context_->next_collective_id++;
+  FsdpScheduleEvent e(FsdpScheduleEvent::Kind::issue);
+  e.op = op;
+  e.bytes = bytes;
+  e.ranks = comm.size();
+  e.group = group;
+  e.id = id;
+  schedule(e);
+  return id;
+}
+
+void FsdpGroup::schedule_wait(int id) {
+  if (id < 0) return;
+  FsdpScheduleEvent e(FsdpScheduleEvent::Kind::wait);
+  e.id = id;
+  schedule(e);
+}
+
+void FsdpGroup::schedule_host_copy(std::int64_t bytes) {
+  FsdpScheduleEvent e(FsdpScheduleEvent::Kind::host_copy);
+  e.bytes = bytes;
+  schedule(e);
+}
+
 FsdpGroup& fully_shard(Module& module, const DeviceMesh& mesh, FullyShardOptions options) {
   FSDPP_REQUIRE(!fsdp_group(module), "fully_shard({}) was already applied to this module", module.display_name());
   for (Module* a = module.parent(); a; a = a->parent())
@@ -322,6 +369,8 @@ template <class T> void FsdpGroup::all_gather_flat(Tracked<T>& flat, Tracked<T>&
     // reshard_after_forward = k: the k-rank group holds every slot between them; gather over it only.
     Communicator& group = post_forward_mesh_->comm(1);
     const std::int64_t count = kept.bytes / static_cast<std::int64_t>(sizeof(T));
+    schedule_kernel(2 * kept.bytes);  // the kept slice into its slots
+    gather_id_ = schedule_issue(CollectiveOp::all_gather, flat.bytes, group, "post_forward");
     if (dry_) return;
     Kokkos::deep_copy(ExecSpace(), slice(flat.view, group.rank() * count, count), kept.view);  // on the stream
     fence_for(group);
@@ -341,6 +390,7 @@ template <class T> void FsdpGroup::all_gather_flat(Tracked<T>& flat, Tracked<T>&
       if (!dry_) Kokkos::deep_copy(*offload_copies_, staged[i].view, shard_value_[i]);
     }
     if (!dry_) offload_copies_->fence();
+    schedule_host_copy(layout_.slot * 4);
     if (context_) context_->stats.host_to_device_bytes += layout_.slot * 4;
     if (!dry_) {
       std::vector<View1<float>> pieces;
@@ -351,6 +401,8 @@ template <class T> void FsdpGroup::all_gather_flat(Tracked<T>& flat, Tracked<T>&
   } else if (!dry_) {
     pack_slot(copy_in<T>(), flat.view, rank_, layout_, shard_value_);  // in place: this rank's shards go straight into its slot
   }
+  schedule_kernel(layout_.slot * (4 + static_cast<std::int64_t>(sizeof(T))));  // the shards packed into the slot
+  if (ranks_ > 1) gather_id_ = schedule_issue(CollectiveOp::all_gather, flat.bytes, comm_, mesh_.name(mesh_.ndim() - 1));
   if (ranks_ > 1 && !dry_) {
     fence_for(comm_);  // the collective reads what the kernels above wrote
     pending_gather_ = comm_.all_gather_async(flat.view.data() + rank_ * layout_.slot, flat.view.data(),
@@ -380,6 +432,8 @@ void FsdpGroup::unshard(bool async) {
 void FsdpGroup::wait_for_unshard() {
   if (unsharded_) return;
   if (!gather_started_) start_all_gather();
+  schedule_wait(gather_id_);
+  gather_id_ = -1;
   if (pending_gather_) {
     const auto t0 = std::chrono::steady_clock::now();
     pending_gather_->wait();
@@ -390,6 +444,7 @@ void FsdpGroup::wait_for_unshard() {
     for (std::size_t i = 0; i < params_.size(); ++i)
       allocate(full_value_[i], FsdpBuffer::unsharded_params, layout_.piece[i] * ranks_, params_[i]->name() + ".unsharded");
     // Copy-out: parameter i's whole (padded) tensor is its piece from every slot, in slot order.
+    schedule_kernel(gather_bf16_.bytes + gather_f32_.bytes + layout_.slot * ranks_ * 4);
     if (!dry_) {
       std::vector<View1<float>> whole;
       for (const auto& b : full_value_) whole.push_back(b.view);
@@ -467,6 +522,8 @@ template <class T> void FsdpGroup::issue_reduce_scatter() {
     params_[i]->use_grad(shard_grad_[i]);
     release(full_grad_[i], FsdpBuffer::unsharded_grads);
   }
+  schedule_kernel(layout_.slot * ranks_ * 4 + input.bytes);  // the whole gradients packed into the slots
+  pending.id = schedule_issue(CollectiveOp::reduce_scatter, input.bytes, comm_, mesh_.name(mesh_.ndim() - 1));
   if (!dry_) {
     fence_for(comm_);  // the collective reads what the kernels above wrote; nothing writes the buffers until waited
     ReduceScatterOptions o;
@@ -484,12 +541,14 @@ template <class T> void FsdpGroup::issue_reduce_scatter() {
 
 void FsdpGroup::complete_reduce_scatter(PendingReduction& pending) {
   const auto t0 = std::chrono::steady_clock::now();
+  schedule_wait(pending.id);
   if (pending.work) pending.work->wait();
   pending.work.reset();
   context_->stats.reduce_scatter_s += seconds_since(t0);
   Tracked<float>& reduced = pending.reduced;
   allocate(reduced, FsdpBuffer::reduced_f32, layout_.slot, module_.display_name() + ".reduced_f32");
   const bool bf16_reduce = pending.in_bf16.bytes > 0;
+  schedule_kernel(pending.out_bf16.bytes + pending.out_f32.bytes + reduced.bytes);  // widened to f32
   if (!dry_) {
     if (bf16_reduce) copy_convert(reduced.view, pending.out_bf16.view);
     else copy_convert(reduced.view, pending.out_f32.view);
@@ -524,6 +583,7 @@ bool FsdpGroup::reduce_over_replicas(PendingReduction& pending) {
   }
   // Default: the mean over shards (reduce-scatter) then over replicas. A custom factor was applied whole in
   // the reduce-scatter, so the replicas are summed.
+  pending.id = schedule_issue(CollectiveOp::all_reduce, pending.reduced.bytes, *replicate_comm_, mesh_.name(0));
   if (!dry_) {
     fence_for(*replicate_comm_);
     const FlightSite site(pending.site);
@@ -537,6 +597,7 @@ bool FsdpGroup::reduce_over_replicas(PendingReduction& pending) {
 
 void FsdpGroup::complete_all_reduce(PendingReduction& pending) {
   const auto t0 = std::chrono::steady_clock::now();
+  schedule_wait(pending.id);
   if (pending.work) pending.work->wait();
   pending.work.reset();
   for (WorkHandle& w : pending.per_param) w->wait();
@@ -548,6 +609,7 @@ void FsdpGroup::complete_all_reduce(PendingReduction& pending) {
     return;
   }
   // DDP: shard += whole, every parameter in one kernel, after which the whole gradients go back to the pool.
+  schedule_kernel(layout_.slot * 4 * 3);
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (!dry_) pieces_f32_.add(shard_grad_[i].data(), pending.whole[i].view.data(), layout_.piece[i]);
     // Back to the pool, to no one before the accumulation below: nothing else allocates in between.
@@ -564,6 +626,9 @@ void FsdpGroup::issue_whole_gradient_all_reduces() {
   pending.stage = PendingReduction::Stage::all_reduce;
   if (replicate_comm_ && !dry_) fence_for(*replicate_comm_);
   for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (replicate_comm_)  // one id for the group's per-parameter all-reduces: they are waited for together
+      pending.id = schedule_issue(CollectiveOp::all_reduce, full_grad_[i].bytes, *replicate_comm_, mesh_.name(0),
+                                  pending.id);
     if (replicate_comm_ && !dry_) {
       const View1<float>& whole = full_grad_[i].view;
       pending.per_param.push_back(replicate_comm_->all_reduce_async(
@@ -582,6 +647,8 @@ void FsdpGroup::issue_whole_gradient_all_reduces() {
 }
 
 void FsdpGroup::accumulate_reduced(const View1<float>& reduced) {
+  if (options_.offload_policy.cpu) schedule_host_copy(layout_.slot * 4);  // reduced shards back to the host
+  else schedule_kernel(layout_.slot * 4 * 3);                              // shard += reduced
   if (dry_) return;
   // Sharded gradients accumulate (local += new), as FSDP2's do across micro-batches; offloaded ones on the
   // host, after a copy back.
@@ -643,6 +710,7 @@ void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
     if (!is_root_ && options_.mp_policy.cast_forward_inputs && !dry_) round_to(flow.x, options_.mp_policy.param_dtype);
     // Prefetch: the next group's all-gather runs on the communication thread while this module computes.
     prefetch(forward_prefetch_, context_->groups, +1);
+    schedule_pass(FsdpScheduleEvent::Kind::pass_begin, pass);
     return;
   }
   if (is_root_) context_->in_backward = true;
@@ -656,9 +724,11 @@ void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
     if (!dry_) p->show_whole_grad(slice(full_grad_[i].view, 0, p->numel()));
   }
   if (!dry_) pieces_f32_.run(PieceOp::zero);  // the pooled whole gradients start at zero: one kernel
+  if (!grads_unsharded_) schedule_kernel(layout_.slot * ranks_ * 4);
   grads_unsharded_ = true;
   // Backward prefetch: the group that ran just before this one in forward runs just after it in backward.
   prefetch(backward_prefetch_, context_->forward_order, -1);
+  schedule_pass(FsdpScheduleEvent::Kind::pass_begin, pass);
 }
 
 // Starts the all-gathers of the explicitly chosen modules, or else of this group's neighbour in `order`.
@@ -681,6 +751,7 @@ void FsdpGroup::prefetch(const std::vector<Module*>& chosen, const std::vector<F
 void FsdpGroup::after(Module&, Pass pass, Flow& flow) {
   const Timeline::Leave leave_span(pass == Pass::forward ? forward_region_ : backward_region_);
   FlightSite::leave_unit(module_.display_name(), pass != Pass::forward);
+  schedule_pass(FsdpScheduleEvent::Kind::pass_end, pass);
   if (pass == Pass::forward) {
     context_->forward_order.push_back(this);
     if (!is_root_ && !dry_) round_to(flow.x, options_.mp_policy.output_dtype);

@@ -156,6 +156,7 @@ class FsdpGroup final : public ModuleHooks {
     Tracked<float> reduced;
     std::vector<Tracked<float>> whole;
     bool all_reduce = true;  // requires_all_reduce_ when issued
+    int id = -1;             // the collective in flight, as schedule events name it
     std::string site;        // the flight recorder's name for the collectives issued at completion
     WorkHandle work;
     std::vector<WorkHandle> per_param;
@@ -164,6 +165,14 @@ class FsdpGroup final : public ModuleHooks {
                                    bool zeroed = false);
   template <class T> void release(Tracked<T>& buffer, FsdpBuffer kind);
   void note(FsdpBuffer kind, std::int64_t bytes);  // reports to FsdpStats and the root's listeners
+  // Schedule events (perf/time_events.hpp) to the root's listeners; no-ops without listeners.
+  void schedule(FsdpScheduleEvent event);
+  void schedule_pass(FsdpScheduleEvent::Kind kind, Pass pass);
+  void schedule_kernel(std::int64_t bytes);
+  void schedule_host_copy(std::int64_t bytes);
+  // Returns the collective's id (`id` when given: several issues waited for together).
+  int schedule_issue(CollectiveOp op, std::int64_t bytes, const Communicator& comm, const std::string& group, int id = -1);
+  void schedule_wait(int id);
 
   void lazy_init();
   template <class T> PieceBatch<T, float>& copy_in();   // f32 tensors -> T buffers
@@ -215,6 +224,7 @@ class FsdpGroup final : public ModuleHooks {
   std::vector<std::shared_ptr<FsdpMemoryListener>> listeners_;  // root: handed to the context at lazy init
   std::shared_ptr<BufferPool> pool_;  // every Tracked buffer's storage; the root's, shared, after lazy init
   WorkHandle pending_gather_;
+  int gather_id_ = -1;  // the all-gather in flight, as schedule events name it
   bool gather_started_ = false;
   bool unsharded_ = false;
   bool grads_unsharded_ = false;  // full_grad_ holds unreduced gradients (gradient sync off)

@@ -5,6 +5,8 @@
 //   - `fsdpp plan` (train/memory_plan.cpp), which runs one dry step of the real FsdpGroups on a planning mesh
 //     (no communication, no storage) and sums the events,
 // so the plan cannot drift from what fully_shard does: there is one schedule, and this is its output.
+#include "fsdpp/perf/time_events.hpp"
+
 #include <cstdint>
 #include <string>
 
@@ -33,6 +35,9 @@ class FsdpMemoryListener {
  public:
   virtual ~FsdpMemoryListener() = default;
   virtual void on_memory(const FsdpMemoryEvent& event) = 0;
+  // The time side of the same schedule (perf/time_events.hpp): passes, collectives issued and waited for, copy
+  // kernels. `fsdpp plan --machine` prices them; listeners that only count memory ignore them.
+  virtual void on_schedule(const FsdpScheduleEvent& /*event*/) {}
 };
 
 }  // namespace fsdpp

@@ -105,7 +105,7 @@ PlannedModel plan_sharding(const Deck& deck, int ranks) {
 }
 
 // One training step on top: the batch split, activations, and fully_shard's unsharded memory at its peak.
-void plan_training_step(const Deck& deck, PlannedModel& planned) {
+void plan_training_step(const Deck& deck, PlannedModel& planned, std::shared_ptr<FsdpMemoryListener> schedule) {
   MemoryPlan& plan = planned.plan;
   LanguageModel& shapes = *planned.shapes;
   Parallelism& par = *planned.par;
@@ -123,6 +123,7 @@ void plan_training_step(const Deck& deck, PlannedModel& planned) {
   // One training step of fully_shard's real schedule, dry: its events are the unsharded memory.
   auto peak = std::make_shared<PeakOfEvents>();
   par.root().add_memory_listener(peak);
+  if (schedule) par.root().add_memory_listener(std::move(schedule));
   Flow flow;
   flow.B = plan.micro_batch;
   flow.T = T;
@@ -145,9 +146,9 @@ void plan_training_step(const Deck& deck, PlannedModel& planned) {
 
 MemoryPlan plan_model_states(const Deck& deck, int ranks) { return plan_sharding(deck, ranks).plan; }
 
-MemoryPlan plan_memory(const Deck& deck, int ranks) {
+MemoryPlan plan_memory(const Deck& deck, int ranks, std::shared_ptr<FsdpMemoryListener> schedule) {
   PlannedModel planned = plan_sharding(deck, ranks);
-  plan_training_step(deck, planned);
+  plan_training_step(deck, planned, std::move(schedule));
   return std::move(planned.plan);
 }
 

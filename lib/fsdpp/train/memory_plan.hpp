@@ -8,9 +8,11 @@
 // What it predicts is what MemoryAccounting measures: bytes in Views of the compute memory space. The trainer
 // prints the measured peak at the end of a run, and tests/cli/plan_vs_measured.sh holds the two within 1%.
 #include "fsdpp/config/deck.hpp"
+#include "fsdpp/fsdp/memory_events.hpp"
 #include "fsdpp/mesh/device_mesh.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -65,7 +67,9 @@ struct MemoryPlan {
 
 // UsageError when the deck cannot run on `ranks` (mesh sizes, batch divisibility), with the same words the
 // trainer would use.
-MemoryPlan plan_memory(const Deck& deck, int ranks);
+// `schedule`, when given, also hears every event of the dry step (the time model, perf/step_cost.hpp, prices
+// them); it sees the model while the step runs, and the model is gone when this returns.
+MemoryPlan plan_memory(const Deck& deck, int ranks, std::shared_ptr<FsdpMemoryListener> schedule = nullptr);
 // The model states alone: mesh, units, parameters, gradients and optimizer state on `ranks`, without a step
 // (micro_batch and accum_steps stay 1, the batch-dependent figures 0). For building a model without training
 // it (fsdpp init), so training's rules, the batch split among them, do not apply.

@@ -1,0 +1,243 @@
+// fsdpp bench calibrate, the network half: each collective on every group layout a mesh of this world can have,
+// across a size sweep, fitted per link class (calibrate.hpp says what and why).
+#include "calibrate.hpp"
+
+#include "fsdpp/comm/make_communicator.hpp"
+#include "fsdpp/parallel/parallelize.hpp"
+#include "fsdpp/tensor/types.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+
+namespace fsdpp::app::calibrate {
+
+LineFit fit_line_relative(const std::vector<double>& x, const std::vector<double>& y) {
+  // Minimise sum ((a + b x - y) / y)^2: weights 1 / y^2 in the normal equations.
+  double s00 = 0, s01 = 0, s11 = 0, r0 = 0, r1 = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double w = 1.0 / (y[i] * y[i]);
+    s00 += w, s01 += w * x[i], s11 += w * x[i] * x[i], r0 += w * y[i], r1 += w * x[i] * y[i];
+  }
+  const double det = s00 * s11 - s01 * s01;
+  LineFit f;
+  if (x.size() >= 2 && det > 0) {
+    f.intercept = (s11 * r0 - s01 * r1) / det;
+    f.slope = (s00 * r1 - s01 * r0) / det;
+  }
+  // Through the origin when the line would say a negative intercept, or no growth with x (noise swamping the
+  // sizes): with every y positive, that slope is positive.
+  if (f.intercept < 0 || f.slope <= 0 || det <= 0) f = {0, s11 > 0 ? r1 / s11 : 0};
+  return f;
+}
+
+double seconds_all_busy(MPI_Comm world, int repeats, double target_s, const std::function<void()>& run,
+                        const std::function<void()>& finish) {
+  using clock = std::chrono::steady_clock;
+  run();  // warm-up: first touch, BLAS buffers, packing scratch, communicator set-up
+  finish();
+  MPI_Barrier(world);
+  auto t0 = clock::now();
+  run();
+  finish();
+  double once = std::chrono::duration<double>(clock::now() - t0).count();
+  MPI_Allreduce(MPI_IN_PLACE, &once, 1, MPI_DOUBLE, MPI_MAX, world);  // the same loop count everywhere
+  const int loops = std::clamp(static_cast<int>(target_s / std::max(once, 1e-7)), 1, 10000);
+  std::vector<double> mine;
+  for (int r = 0; r < repeats; ++r) {
+    MPI_Barrier(world);
+    t0 = clock::now();
+    for (int i = 0; i < loops; ++i) run();
+    finish();
+    mine.push_back(std::chrono::duration<double>(clock::now() - t0).count() / loops);
+  }
+  std::sort(mine.begin(), mine.end());
+  double median = mine[mine.size() / 2];
+  int n = 1;
+  MPI_Comm_size(world, &n);
+  std::vector<double> all(n);
+  MPI_Allgather(&median, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, world);
+  std::sort(all.begin(), all.end());
+  return all[all.size() / 2];
+}
+
+std::vector<int> node_of_ranks(MPI_Comm world) {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0, n = 1;
+  MPI_Get_processor_name(name, &len);
+  MPI_Comm_size(world, &n);
+  std::vector<char> all(static_cast<std::size_t>(n) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, world);
+  std::map<std::string, int> index;
+  std::vector<int> node(n);
+  for (int r = 0; r < n; ++r) {
+    const std::string host(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+    node[r] = index.emplace(host, static_cast<int>(index.size())).first->second;
+  }
+  return node;
+}
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+// One group layout: `color` puts this rank in its group; the layout is measured only when every group in it
+// is of one link class.
+struct Layout {
+  int group_size;
+  bool consecutive;
+};
+
+const char* const kOps[] = {"all_gather", "reduce_scatter", "all_reduce"};
+
+// nccl-tests' bus-bandwidth factor: the fraction of the buffer each rank must send.
+double bus_factor(int op, int g) { return (op == 2 ? 2.0 : 1.0) * (g - 1) / g; }
+
+struct Point {
+  int op, group_size;
+  double bytes, seconds;
+};
+
+// Seconds of one call of `op` at `bytes` (full buffer) on `comm`, slowest rank, median of repeats; every group of
+// the layout runs at once. Collective over `world`.
+double time_collective(MPI_Comm world, Communicator& comm, int op, std::size_t per_rank, View1<float>& send,
+                       View1<float>& recv, const CollectiveOptions& o) {
+  // As training issues it: with comm.overlap the asynchronous form (started, then waited for: the hand-off to
+  // the communicator's thread included), else the blocking one.
+  auto call = [&] {
+    const std::size_t whole = per_rank * comm.size();
+    if (o.overlap) {
+      if (op == 0) comm.all_gather_async(send.data(), recv.data(), per_rank, DType::f32)->wait();
+      else if (op == 1) comm.reduce_scatter_async(send.data(), recv.data(), per_rank, DType::f32)->wait();
+      else comm.all_reduce_async(recv.data(), whole, DType::f32, ReduceOp::sum)->wait();
+    } else if (op == 0) {
+      comm.all_gather(send.data(), recv.data(), per_rank);
+    } else if (op == 1) {
+      comm.reduce_scatter(send.data(), recv.data(), per_rank);
+    } else {
+      comm.all_reduce(recv.data(), whole, ReduceOp::sum);
+    }
+  };
+  call();
+  Kokkos::fence();
+  MPI_Barrier(world);
+  auto t0 = clock::now();
+  call();
+  Kokkos::fence();
+  double once = std::chrono::duration<double>(clock::now() - t0).count();
+  MPI_Allreduce(MPI_IN_PLACE, &once, 1, MPI_DOUBLE, MPI_MAX, world);
+  if (once > o.max_call_s) return once;  // the caller ends the sweep; one call is figure enough
+  const int loops = std::clamp(static_cast<int>(o.target_s / std::max(once, 1e-7)), 1, 10000);
+  std::vector<double> t;
+  for (int r = 0; r < o.repeats; ++r) {
+    MPI_Barrier(world);
+    t0 = clock::now();
+    for (int i = 0; i < loops; ++i) call();
+    Kokkos::fence();
+    double s = std::chrono::duration<double>(clock::now() - t0).count() / loops;
+    MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_MAX, world);
+    t.push_back(s);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// -1: the layout's groups are of both classes (ranks not placed in node blocks); 0 intra-node; 1 inter-node.
+int link_class_of(MPI_Comm world, MPI_Comm group, const std::vector<int>& node_of) {
+  int world_rank = 0, g = 1;
+  MPI_Comm_rank(world, &world_rank);
+  MPI_Comm_size(group, &g);
+  std::vector<int> nodes(g);
+  MPI_Allgather(&node_of[world_rank], 1, MPI_INT, nodes.data(), 1, MPI_INT, group);
+  int spans = std::any_of(nodes.begin(), nodes.end(), [&](int x) { return x != nodes[0]; }) ? 1 : 0;
+  int lo = spans, hi = spans;
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, world);
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, world);
+  return lo == hi ? lo : -1;
+}
+
+void measure_layout(MPI_Comm world, MPI_Comm group, int g, const CollectiveOptions& o, std::vector<Point>& points) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  const bool verbose = rank == 0;
+  const CommBackend backend = choose_backend(o.backend);
+  const std::unique_ptr<Communicator> comm = make_communicator(backend, group);
+  const std::size_t most = *std::max_element(o.bytes.begin(), o.bytes.end()) / sizeof(float);
+  View1<float> send = uninitialized<float>("calibrate_send", most), recv = uninitialized<float>("calibrate_recv", most);
+  Kokkos::deep_copy(send, 1.0f);
+  Kokkos::deep_copy(recv, 1.0f);
+  for (int op = 0; op < 3; ++op) {
+    for (std::size_t bytes : o.bytes) {
+      const std::size_t per_rank = std::max<std::size_t>(1, bytes / sizeof(float) / g);
+      const double s = time_collective(world, *comm, op, per_rank, send, recv, o);
+      const double full = double(per_rank) * g * sizeof(float);
+      points.push_back({op, g, full, s});
+      if (verbose)
+        fmt::print(stderr, "calibrate:   {:<14} {:>10.0f} bytes {:>10.3f} ms\n", kOps[op], full, s * 1e3);
+      if (s > o.max_call_s) break;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<LinkClassFits> measure_collectives(MPI_Comm world, const std::vector<int>& node_of,
+                                               const CollectiveOptions& o) {
+  int n = 1, rank = 0;
+  MPI_Comm_size(world, &n);
+  MPI_Comm_rank(world, &rank);
+  std::vector<Layout> layouts;
+  for (int g = 2; g <= n; ++g)
+    if (n % g == 0) {
+      layouts.push_back({g, true});
+      if (g < n) layouts.push_back({g, false});
+    }
+  std::map<int, std::vector<Point>> by_class;  // 0 intra, 1 inter
+  std::map<std::pair<int, int>, bool> done;    // (group size, class) already measured
+  for (const Layout& l : layouts) {
+    const int color = l.consecutive ? rank / l.group_size : rank % (n / l.group_size);
+    MPI_Comm group;
+    MPI_Comm_split(world, color, rank, &group);
+    const int cls = link_class_of(world, group, node_of);
+    if (cls < 0) {
+      fmt::print(stderr, "calibrate: groups of {} {} ranks mix intra- and inter-node groups (ranks are not placed "
+                 "in node blocks); skipped\n", l.group_size, l.consecutive ? "consecutive" : "strided");
+    } else if (!done[{l.group_size, cls}]) {
+      done[{l.group_size, cls}] = true;
+      if (rank == 0)
+        fmt::print(stderr, "calibrate: collectives on groups of {} ({}, {} ranks)\n", l.group_size,
+                   cls ? "inter-node" : "intra-node", l.consecutive ? "consecutive" : "strided");
+      measure_layout(world, group, l.group_size, o, by_class[cls]);
+    }
+    MPI_Comm_free(&group);
+  }
+  std::vector<LinkClassFits> fits;
+  for (const auto& [cls, points] : by_class) {
+    LinkClassFits c{cls ? "inter_node" : "intra_node", {}};
+    for (int op = 0; op < 3; ++op) {
+      std::vector<double> x, y;
+      CollectiveFit f{kOps[op], 0, 0, 0, {}};
+      for (const Point& p : points)
+        if (p.op == op) {
+          x.push_back(p.bytes * bus_factor(op, p.group_size));
+          y.push_back(p.seconds);
+          if (std::find(f.group_sizes.begin(), f.group_sizes.end(), p.group_size) == f.group_sizes.end())
+            f.group_sizes.push_back(p.group_size);
+        }
+      const LineFit line = fit_line_relative(x, y);
+      f.latency_us = line.intercept * 1e6;
+      f.busbw_gbs = line.slope > 0 ? 1.0 / line.slope / 1e9 : 0;
+      f.points = static_cast<int>(x.size());
+      c.ops.push_back(f);
+    }
+    fits.push_back(c);
+  }
+  return fits;
+}
+
+}  // namespace fsdpp::app::calibrate

@@ -1,0 +1,54 @@
+#pragma once
+// The time side of fully_shard's schedule, in two forms:
+//   - FsdpScheduleEvent: what an FsdpGroup reports to its root's listeners (memory_events.hpp's
+//     FsdpMemoryListener::on_schedule) as one step runs, dry on a planning mesh or for real: a unit's pass begins
+//     or ends, a collective is issued or waited for, a copy kernel runs. The order is the program order.
+//   - TimedOp: the same step priced on a machine (perf/step_cost.cpp turns the first into the second, adding the
+//     units' compute and tensor-parallel collectives), which perf/simulate.hpp replays on one compute stream and
+//     one stream per communicator.
+#include "fsdpp/comm/flight_recorder.hpp"  // CollectiveOp
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fsdpp {
+
+class Module;
+enum class Pass;
+
+struct FsdpScheduleEvent {
+  enum class Kind;
+  explicit FsdpScheduleEvent(Kind k) : kind(k) {}
+  enum class Kind {
+    pass_begin,  // the unit's own computation starts (its pre-hook finished: parameters gathered)
+    pass_end,    // ... and has ended (its post-hook starts)
+    issue,       // a collective is started (async; `id` names it)
+    wait,        // the compute thread waits for collective `id` (all issued with that id)
+    kernel,      // a copy / conversion / accumulation kernel on the compute stream moving `bytes`
+    host_copy,   // CPU offload: a blocking host<->device copy of `bytes`
+  } kind;
+  const Module* module = nullptr;  // pass_begin / pass_end
+  Pass pass{};
+  CollectiveOp op = CollectiveOp::all_gather;
+  std::int64_t bytes = 0;          // issue: the full (unsharded) buffer of the operation
+  int ranks = 1;                   // issue: ranks in the group
+  std::string group;               // issue: the mesh dimension ("dp_shard", "dp_replicate", "post_forward")
+  int id = -1;
+};
+
+// One step of the priced schedule, in program order (the order the compute thread meets them).
+struct TimedOp {
+  enum class Kind {
+    compute,  // `seconds` on the compute stream
+    issue,    // a collective of `seconds` on stream `stream`, starting when both the compute thread reached it and
+              // the stream is free
+    wait,     // the compute stream waits for every collective issued with `id`; exposed time goes to their streams
+  } kind = Kind::compute;
+  double seconds = 0;
+  std::string stream;  // issue: the communicator ("dp_shard", "tp", "host_link", ...)
+  int id = -1;
+  std::string what;    // compute: "forward", "backward", "recompute", "optimizer", "copies"; for the breakdown
+};
+
+}  // namespace fsdpp

@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""How well `fsdpp plan --machine` predicts ms/step here: calibrate, predict, train, compare.
+
+For each launch (1, 2 and 4 local ranks; the virtual cluster's 2 nodes x 1 and x 2 ranks at two shaped link
+rates) it runs `fsdpp bench calibrate` as that launch, with the decks and micro-batches of its cases, into a
+machine file; then for each case `fsdpp plan ... --machine <file> --json` (predicted ms/step) and the real
+`fsdpp train` (measured: the median ms/step of the steps after --warmup). Error = (predicted - measured) /
+measured. The search check trains at least 8 layouts of one deck and global batch on the virtual cluster and
+compares the measured ms/step of the layout the model ranks first with the best measured one (search_best_gap).
+
+Prints a table, then one JSON line: median_abs_error, max_abs_error, cases, search_best_gap, search.
+--ci: calibrate --quick and a few 1- and 2-rank cases; exits 1 when an error exceeds --bound (0.15), 77 (skipped)
+when a run got less than --min-share of its cores (another job's load is not this machine's speed).
+"""
+import argparse
+import json
+import os
+import resource
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SMALL, LLAMA, MID = "input/small.yaml", "input/llama-tiny.yaml", "input/llama-mid.yaml"
+
+
+def batch(mb, dp, accum=1):
+    return [f"train.micro_batch={mb}", f"train.global_batch={mb * dp * accum}"]
+
+
+HSDP = ["fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2", "mesh.dp_shard=2"]
+AC = ["train.activation_checkpointing=full"]
+TP2 = ["mesh.tp=2"]
+
+# (label, deck, overrides) per launch; the label says deck / layout / micro-batch.
+LOCAL = {
+    1: [("small/1-rank/mb8", SMALL, batch(8, 1)),
+        ("small/1-rank/mb4", SMALL, batch(4, 1)),
+        ("small/1-rank/ac/mb8", SMALL, batch(8, 1) + AC),
+        ("llama-tiny/1-rank/mb8", LLAMA, batch(8, 1)),
+        ("llama-tiny/1-rank/mb16", LLAMA, batch(16, 1)),
+        ("llama-mid/1-rank/mb1", MID, batch(1, 1)),
+        ("llama-mid/1-rank/mb2", MID, batch(2, 1))],
+    2: [("small/full_shard-2/mb8", SMALL, batch(8, 2)),
+        ("small/full_shard-2/mb4", SMALL, batch(4, 2)),
+        ("small/tp2/mb8", SMALL, batch(8, 1) + TP2),
+        ("small/full_shard-2/ac/mb8", SMALL, batch(8, 2) + AC),
+        ("llama-tiny/full_shard-2/mb8", LLAMA, batch(8, 2)),
+        ("llama-tiny/tp2/mb8", LLAMA, batch(8, 1) + TP2),
+        ("llama-mid/full_shard-2/mb1", MID, batch(1, 2))],
+    4: [("small/full_shard-4/mb4", SMALL, batch(4, 4)),
+        ("small/hsdp-2x2/mb4", SMALL, batch(4, 4) + HSDP),
+        ("small/tp2-dp2/mb4", SMALL, batch(4, 2) + TP2),
+        ("llama-tiny/hsdp-2x2/mb8", LLAMA, batch(8, 4) + HSDP)],
+}
+CLUSTER = {  # nodes x ranks per node
+    (2, 1): [("small/full_shard-2/mb8", SMALL, batch(8, 2)),
+             ("small/tp2/mb8", SMALL, batch(8, 1) + TP2),
+             ("llama-tiny/full_shard-2/mb8", LLAMA, batch(8, 2))],
+    (2, 2): [("small/hsdp-2x2/mb4", SMALL, batch(4, 4) + HSDP)],
+}
+# The search check: one deck, one global batch (16 sequences), 4 ranks on 2 nodes; layouts that fit.
+SEARCH = [("full_shard-4/mb4", batch(4, 4)),
+          ("full_shard-4/mb2x2", batch(2, 4, 2)),
+          ("full_shard-4/no-reshard/mb4", batch(4, 4) + ["fsdp.reshard_after_forward=false"]),
+          ("full_shard-4/ac/mb4", batch(4, 4) + AC),
+          ("hsdp-2x2/mb4", batch(4, 4) + HSDP),
+          ("hsdp-2x2/mb2x2", batch(2, 4, 2) + HSDP),
+          ("hsdp-2x2/ac/mb4", batch(4, 4) + HSDP + AC),
+          ("tp2-dp2/mb8", batch(8, 2) + TP2),
+          ("tp2-dp2/mb4x2", batch(4, 2, 2) + TP2),
+          ("no_shard-4/mb4", batch(4, 4) + ["fsdp.strategy=no_shard"])]
+# CI: cases whose step is mostly compute (a step of many tiny collectives on 2 ranks sharing 2 busy cores is
+# scheduler latency, not the machine the model describes).
+CI = {1: [("small/1-rank/mb4", SMALL, batch(4, 1)), ("llama-tiny/1-rank/mb16", LLAMA, batch(16, 1))],
+      2: [("small/full_shard-2/mb4", SMALL, batch(4, 2)), ("small/tp2/mb4", SMALL, batch(4, 1) + TP2)]}
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def run(cmd, out=None, env=None):
+    log("  $ " + " ".join(shlex.quote(c) for c in cmd))
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if r.returncode != 0:
+        sys.stderr.write(r.stdout[-3000:] + r.stderr[-3000:])
+        raise SystemExit(f"error: {cmd[0]} ... failed (exit {r.returncode}): " + " ".join(cmd))
+    if out:
+        with open(out, "w") as f:
+            f.write(r.stdout)
+    return r.stdout
+
+
+class Bench:
+    def __init__(self, a):
+        self.a, self.fsdpp = a, os.path.realpath(a.fsdpp)
+        self.work = tempfile.mkdtemp(prefix="fsdpp-model-accuracy-")
+        self.rows = []
+
+    def calibrate(self, name, launch, cases):
+        decks = sorted({d for _, d, _ in cases})
+        mbs = sorted({int(o.split("=")[1]) for _, _, ov in cases for o in ov if o.startswith("train.micro_batch=")})
+        tps = sorted({int(o.split("=")[1]) for _, _, ov in cases for o in ov if o.startswith("mesh.tp=")} | {1})
+        machine = os.path.join(self.work, f"machine-{name}.yaml")
+        cmd = launch + [self.fsdpp, "bench", "calibrate", *decks, "--micro-batches", ",".join(map(str, mbs)),
+                        "--tp", ",".join(map(str, tps)), "--name", f"here-{name}"]
+        run(cmd + (["--quick"] if self.a.quick else []), out=machine)
+        return machine
+
+    def predict(self, deck, overrides, ranks, machine):
+        out = run([self.fsdpp, "plan", deck, *overrides, "--ranks", str(ranks), "--machine", machine, "--json"])
+        return json.loads(out.strip().splitlines()[-1])["time"]["ms_per_step"]
+
+    def measure(self, label, launch, deck, overrides, ranks):
+        """Median ms/step after the warm-up, and the CPU share the run got: its processes' CPU seconds over the
+        wall seconds of the cores it could use (about 1 on a quiet machine; None where the ranks are not this
+        process's children, srun)."""
+        out = os.path.join(self.work, "run-" + label.replace("/", "-"))
+        ms, cpu, wall = [], 0.0, 0.0
+        for r in range(self.a.rounds):
+            o = f"{out}-{r}"
+            before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+            run(launch + [self.fsdpp, "train", deck, *overrides, f"train.steps={self.a.steps}", "train.eval_interval=0",
+                          "schedule.warmup_steps=1", "log.interval=1", "checkpoint.interval=0", f"run.output={o}"])
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            wall += time.monotonic() - t0
+            cpu += after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            rows = [json.loads(line) for line in open(os.path.join(o, "metrics.jsonl"))]
+            ms += [x["ms_per_step"] for x in rows if "ms_per_step" in x][self.a.warmup:]
+        share = cpu / (wall * min(ranks, os.cpu_count() or 1)) if launch[0] != "srun" else None
+        return statistics.median(ms), share
+
+    def case(self, where, label, launch, ranks, deck, overrides, machine):
+        predicted = self.predict(deck, overrides, ranks, machine)
+        measured, share = self.measure(f"{where}/{label}", launch, deck, overrides, ranks)
+        row = {"case": f"{where}/{label}", "ranks": ranks, "predicted_ms": round(predicted, 2),
+               "measured_ms": round(measured, 2), "error": round((predicted - measured) / measured, 4),
+               "cpu_share": None if share is None else round(share, 3),
+               "load_average": round(os.getloadavg()[0], 2)}  # the machine's, over the last minute of the run
+        log(f"  {row['case']}: predicted {predicted:.1f} ms, measured {measured:.1f} ms, error {row['error']:+.1%}, "
+            f"CPU share {share if share is None else round(share, 2)}")
+        self.rows.append(row)
+        return row
+
+    def local(self, table):
+        for ranks, cases in table.items():
+            if ranks not in self.a.ranks:
+                continue
+            launch = [self.a.mpiexec, "-n", str(ranks)]
+            log(f"local, {ranks} rank(s): calibrating")
+            machine = self.calibrate(f"local-{ranks}", launch, cases)
+            for label, deck, ov in cases:
+                self.case(f"local-{ranks}", label, launch, ranks, deck, ov, machine)
+
+
+def cluster(b, vcluster):
+    """The virtual cluster's cases at each rate, and the search check at the first. Returns the search result."""
+    os.environ.setdefault("FSDPP_VCLUSTER_DIR", os.path.join(b.work, "vcluster"))
+    env_up = subprocess.run([vcluster, "up", "--nodes", "2", "--cpus", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    if env_up.returncode != 0:
+        return {"skipped": (env_up.stderr.strip().splitlines() or ["vcluster up failed"])[-1]}
+    search = {}
+    try:
+        for line in env_up.stdout.splitlines():  # export SLURM_CONF=...
+            if line.startswith("export ") and "=" in line:
+                k, v = line[len("export "):].split("=", 1)
+                os.environ[k] = v.strip("'\"")
+        os.environ["FSDPP_DEVICE"] = "host"
+        for i, rate in enumerate(b.a.rates):
+            run([vcluster, "shape", rate])
+            for (nodes, per), cases in CLUSTER.items():
+                launch = ["srun", "--mpi=pmix", f"--nodes={nodes}", f"--ntasks-per-node={per}", "--cpus-per-task=1",
+                          "--partition=vc"]
+                where = f"vc-{nodes}x{per}-{rate}"
+                search_cases = [(l, SMALL, ov) for l, ov in SEARCH] if i == 0 and (nodes, per) == (2, 2) else []
+                log(f"{where}: calibrating")
+                machine = b.calibrate(where, launch, cases + search_cases)
+                for label, deck, ov in cases:
+                    b.case(where, label, launch, nodes * per, deck, ov, machine)
+                if search_cases:
+                    search = search_check(b, where, launch, nodes * per, machine)
+    finally:
+        subprocess.run([vcluster, "down"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return search
+
+
+def search_check(b, where, launch, ranks, machine):
+    layouts = []
+    for label, ov in SEARCH:
+        predicted = b.predict(SMALL, ov, ranks, machine)
+        measured, _ = b.measure(f"{where}/search/{label}", launch, SMALL, ov, ranks)
+        layouts.append({"layout": label, "predicted_ms": round(predicted, 2), "measured_ms": round(measured, 2)})
+        log(f"  search {label}: predicted {predicted:.1f} ms, measured {measured:.1f} ms")
+    picked = min(layouts, key=lambda x: x["predicted_ms"])
+    best = min(layouts, key=lambda x: x["measured_ms"])
+    return {"where": where, "deck": SMALL, "global_batch": 16, "layouts": layouts, "predicted_best": picked["layout"],
+            "measured_best": best["layout"], "gap": round(picked["measured_ms"] / best["measured_ms"] - 1, 4)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--fsdpp", default="build/bin/fsdpp")
+    p.add_argument("--mpiexec", default="mpiexec")
+    p.add_argument("--steps", type=int, default=8, help="training steps per run")
+    p.add_argument("--warmup", type=int, default=2, help="first steps of each run not timed")
+    p.add_argument("--rounds", type=int, default=1, help="runs per case; the median is over all their steps")
+    p.add_argument("--ranks", default="1,2,4", help="local launches to run (none: only the virtual cluster)")
+    p.add_argument("--nodes", default="auto", choices=["auto", "off"], help="the virtual-cluster cases")
+    p.add_argument("--rates", default="1000mbit,300mbit", help="the two shaped link rates of the virtual cluster")
+    p.add_argument("--quick", action="store_true", help="calibrate --quick")
+    p.add_argument("--ci", action="store_true", help="the CI subset (1 and 2 ranks, calibrate --quick); exit 1 "
+                                                     "when an error exceeds --bound")
+    p.add_argument("--bound", type=float, default=0.15)
+    p.add_argument("--min-share", type=float, default=0.8, help="--ci: below this CPU share of a run the machine "
+                                                                 "was busy, and the test is skipped (exit 77)")
+    a = p.parse_args()
+    a.ranks = [int(x) for x in a.ranks.split(",") if x not in ("", "none")]
+    a.rates = a.rates.split(",")
+    if a.steps <= a.warmup:
+        raise SystemExit("error: --steps must exceed --warmup (the warm-up steps are not timed)")
+    if a.ci:
+        a.quick, a.nodes = True, "off"
+    b = Bench(a)
+    b.local(CI if a.ci else LOCAL)
+    search = {"skipped": "--nodes off"}
+    if a.nodes == "auto":
+        search = cluster(b, os.path.join(os.path.dirname(__file__), "..", "cluster", "vcluster"))
+    errors = [abs(r["error"]) for r in b.rows] or [float("nan")]
+    print(f"{'case':<46} {'predicted ms':>13} {'measured ms':>12} {'error':>8} {'CPU share':>10} {'load':>6}")
+    for r in b.rows:
+        share = "-" if r["cpu_share"] is None else f"{r['cpu_share']:.2f}"
+        print(f"{r['case']:<46} {r['predicted_ms']:>13.1f} {r['measured_ms']:>12.1f} {r['error']:>+8.1%} {share:>10} "
+              f"{r['load_average']:>6.1f}")
+    print(f"CPU share: the run's CPU seconds over the wall seconds of the cores it could use (- under srun); well "
+          f"below 1, other work on the machine took the rest and the measured ms/step is not this machine's speed. "
+          f"load: the 1-minute load average after the run ({os.cpu_count()} cores).")
+    if "layouts" in search:
+        print(f"\nsearch check ({search['where']}, {search['deck']}, global batch {search['global_batch']}):")
+        for x in search["layouts"]:
+            print(f"  {x['layout']:<32} predicted {x['predicted_ms']:>9.1f} ms   measured {x['measured_ms']:>9.1f} ms")
+        print(f"  predicted best {search['predicted_best']}, measured best {search['measured_best']}: "
+              f"gap {search['gap']:.1%}")
+    else:
+        print(f"\nsearch check not run: {search.get('skipped')}")
+    result = {"bench": "model_accuracy", "median_abs_error": round(statistics.median(errors), 4),
+              "max_abs_error": round(max(errors), 4), "cases": b.rows,
+              "search_best_gap": search.get("gap"), "search": search,
+              "min_cpu_share": min((r["cpu_share"] for r in b.rows if r["cpu_share"] is not None), default=None),
+              "steps": a.steps, "warmup": a.warmup, "rounds": a.rounds, "quick_calibration": a.quick}
+    print(json.dumps(result))
+    shutil.rmtree(b.work, ignore_errors=True)
+    busy = [r for r in b.rows if r["cpu_share"] is not None and r["cpu_share"] < a.min_share]
+    if a.ci and busy:  # not this machine's speed: the bound cannot be checked, which is not a pass either
+        log(f"SKIPPED: the machine was busy: {busy[0]['case']} got a CPU share of {busy[0]['cpu_share']:.2f} "
+            f"(< --min-share {a.min_share}); run it again on a quiet machine")
+        return 77
+    if a.ci and max(errors) > a.bound:
+        log(f"error: a prediction is off by {max(errors):.1%}, more than the bound {a.bound:.0%}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
