@@ -26,7 +26,7 @@ using test::with;
 namespace {
 
 // 120 sequences split over 1, 2, 3, 4, 5, 6 and 8 ranks; short sequences keep the 120 units of a step cheap.
-const std::vector<std::string> kCommon = {"train.steps=3",          "train.eval_interval=0",
+const std::vector<std::string> kCommon = {"train.steps=2",          "train.eval_interval=0",
                                           "schedule.warmup_steps=1", "train.global_batch=120",
                                           "model.context_length=16", "train.reproducible=true"};
 
@@ -119,7 +119,7 @@ const std::vector<Layout> kMatrix = {
 
 void check_matrix(MPI_Comm comm, int rank, const std::string& file, const std::vector<std::string>& extra) {
   const Run one = run_on(comm, rank, 1, deck_of(file, with(extra, {"train.micro_batch=120"})));
-  REQUIRE(one.losses.size() == 3);
+  REQUIRE(one.losses.size() == 2);
   CHECK(one.losses.back() < one.losses.front());  // it trains: the comparisons are not between idle runs
   for (const Layout& layout : kMatrix) {
     CAPTURE(layout.ranks);
@@ -148,11 +148,23 @@ MPI_TEST_CASE("reproducible: bf16 parameters bitwise on 1, 4 and 6 ranks", 8) {
                     one);
 }
 
-MPI_TEST_CASE("reproducible: a larger unit is bitwise on every layout it divides", 8) {
+MPI_TEST_CASE("reproducible: larger units are bitwise on every layout they divide, a rank's whole share too", 8) {
   const std::vector<std::string> unit = {"train.reproducible_unit=4"};
   const Run one = run_on(test_comm, test_rank, 1, deck_of("tiny.yaml", with(unit, {"train.micro_batch=120"})));
   check_bitwise_run(run_on(test_comm, test_rank, 2, deck_of("tiny.yaml", with(unit, {"train.micro_batch=12"}))), one);
   check_bitwise_run(run_on(test_comm, test_rank, 5, deck_of("tiny.yaml", with(unit, {"train.micro_batch=8"}))), one);
+  // A unit that is a rank's whole share: one backward per step, whose words are converted as they arrive.
+  const std::vector<std::string> share = {"train.reproducible_unit=20"};
+  const Run six_units = run_on(test_comm, test_rank, 1, deck_of("tiny.yaml", with(share, {"train.micro_batch=120"})));
+  check_bitwise_run(run_on(test_comm, test_rank, 6, deck_of("tiny.yaml", with(share, {"train.micro_batch=20"}))),
+                    six_units);
+  check_bitwise_run(run_on(test_comm, test_rank, 6,
+                           deck_of("tiny.yaml", with(share, {"train.micro_batch=20", "fsdp.strategy=hybrid_shard",
+                                                             "mesh.dp_replicate=3", "mesh.dp_shard=2"}))),
+                    six_units);
+  check_bitwise_run(run_on(test_comm, test_rank, 6,
+                           deck_of("tiny.yaml", with(share, {"train.micro_batch=20", "fsdp.strategy=no_shard"}))),
+                    six_units);
 }
 
 MPI_TEST_CASE("reproducible: at tp 2, bitwise for dp 1, 2 and 3 around it", 8) {
@@ -171,16 +183,18 @@ MPI_TEST_CASE("reproducible: the same training as the default mode, within the f
     const Run plain = run_on(test_comm, test_rank, 2, deck_of(file, {"train.micro_batch=60", "train.reproducible=false"}));
     test::check_same_losses(exact.losses, plain.losses);
     test::check_same_losses(exact.norms, plain.norms);
-    // The default mode itself drifts between layouts: what reproducible mode removes (not a tolerance here).
+    // The default mode agrees between layouts only within a tolerance: its weights differ in the last bits
+    // (what the matrix above would catch if reproducible mode fell back to it).
     const Run plain3 = run_on(test_comm, test_rank, 3, deck_of(file, {"train.micro_batch=40", "train.reproducible=false"}));
     test::check_same_losses(plain3.losses, plain.losses);
+    CHECK(plain3.weights != plain.weights);
   }
 }
 
 MPI_TEST_CASE("reproducible: resumed from 4 ranks on 3, and from 2 on 6, bitwise as the uninterrupted run", 8) {
   const std::string dir = test::shared_temp_dir(test_comm, test_rank, "fsdpp-reproducible-resume");
-  const std::vector<std::string> six_steps = {"train.steps=6"};
-  auto deck = [&](const std::vector<std::string>& extra) { return deck_of("tiny.yaml", with(six_steps, extra)); };
+  const std::vector<std::string> four_steps = {"train.steps=4"};
+  auto deck = [&](const std::vector<std::string>& extra) { return deck_of("tiny.yaml", with(four_steps, extra)); };
   struct Resume {
     int from, to;
     std::string from_batch, to_batch;
@@ -191,11 +205,11 @@ MPI_TEST_CASE("reproducible: resumed from 4 ranks on 3, and from 2 on 6, bitwise
     const std::string here = dir + "/" + std::to_string(r.from) + "-" + std::to_string(r.to);
     const auto straight = test::losses_on(test_comm, test_rank, r.from, deck({r.from_batch}));
     test::losses_on(test_comm, test_rank, r.from,
-                    deck({r.from_batch, "checkpoint.interval=3", "checkpoint.dir=" + here}), 3);
+                    deck({r.from_batch, "checkpoint.interval=2", "checkpoint.dir=" + here}), 2);
     auto resumed = test::losses_on(test_comm, test_rank, r.to,
                                    deck({r.to_batch, "checkpoint.resume=true", "checkpoint.dir=" + here}));
-    resumed.resize(3);
-    test::check_bitwise(resumed, std::vector<double>(straight.begin() + 3, straight.end()), "loss after the resume");
+    resumed.resize(2);
+    test::check_bitwise(resumed, std::vector<double>(straight.begin() + 2, straight.end()), "loss after the resume");
   }
   if (test_rank == 0) std::filesystem::remove_all(dir);
 }

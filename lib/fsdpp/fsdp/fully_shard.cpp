@@ -300,6 +300,11 @@ void FsdpGroup::set_requires_gradient_sync(bool value, bool recurse) {
     if (FsdpGroup* g = fsdp_group(*m)) g->requires_gradient_sync_ = value;
 }
 
+void FsdpGroup::set_exact_single_backward(bool value, bool recurse) {
+  for (Module* m : module_.modules())
+    if (FsdpGroup* g = fsdp_group(*m); g && (recurse || g == this)) g->exact_single_backward_ = value;
+}
+
 void FsdpGroup::lazy_init() {
   // The first group to run forward is the root; it adopts every group below it (FSDP2's lazy init).
   auto context = std::make_shared<FsdpContext>();
@@ -518,9 +523,15 @@ void FsdpGroup::complete_reduce_scatter(PendingReduction& pending) {
   pending.work.reset();
   context_->stats.reduce_scatter_s += seconds_since(t0);
   if (pending.in_words.bytes) {  // exact reduction: one rank's words are its sum already
-    accumulate_words(ranks_ == 1 ? pending.in_words.view : pending.out_words.view);
-    release(pending.in_words, FsdpBuffer::reduce_scatter);
-    release(pending.out_words, FsdpBuffer::reduce_scatter);
+    if (ranks_ > 1) release(pending.in_words, FsdpBuffer::reduce_scatter);
+    Tracked<std::int64_t>& reduced_words = ranks_ > 1 ? pending.out_words : pending.in_words;
+    // The step's only backward: its words are the step's sum, one unit per data-parallel rank.
+    if (pending.single_backward) {
+      convert_words(reduced_words, FsdpBuffer::reduce_scatter, ranks_ * (replicate_comm_ ? replicate_comm_->size() : 1));
+      return;
+    }
+    accumulate_words(reduced_words.view);
+    release(reduced_words, FsdpBuffer::reduce_scatter);
     return;
   }
   Tracked<float>& reduced = pending.reduced;
@@ -654,6 +665,7 @@ void FsdpGroup::accumulate_offloaded_gradients(const View1<float>& reduced) {
 void FsdpGroup::issue_exact_reduce_scatter() {
   PendingReduction pending;
   pending.site = module_.display_name() + " gradient reduction";
+  pending.single_backward = exact_single_backward_;
   const std::int64_t count = layout_.slot * GradientWords::words;
   allocate(pending.in_words, FsdpBuffer::reduce_scatter, count * ranks_, module_.display_name() + ".reduce_scatter_words");
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -684,19 +696,24 @@ void FsdpGroup::accumulate_words(const View1<std::int64_t>& words) {
 }
 
 void FsdpGroup::convert_exact_sum(std::int64_t units) {
-  if (!exact_sum_.bytes) return;
+  if (exact_sum_.bytes) convert_words(exact_sum_, FsdpBuffer::partial_reduction, units);
+}
+
+// The step's summed shard words (reported as `kind`): all-reduced over the HSDP replicas (integers: exact), then
+// their mean over `units` added to the shard gradients, and released.
+void FsdpGroup::convert_words(Tracked<std::int64_t>& words, FsdpBuffer kind, std::int64_t units) {
   if (replicate_comm_) {
     if (!dry_) {
       fence_for(*replicate_comm_);
       const FlightSite site(module_.display_name() + " gradient reduction");
-      replicate_comm_->all_reduce(exact_sum_.view.data(), exact_sum_.view.extent(0), DType::i64, ReduceOp::sum);
+      replicate_comm_->all_reduce(words.view.data(), words.view.extent(0), DType::i64, ReduceOp::sum);
     }
     context_->stats.all_reduces++;
   }
   Tracked<float> reduced;
   allocate(reduced, FsdpBuffer::reduced_f32, layout_.slot, module_.display_name() + ".reduced_f32");
-  if (!dry_) words_to_mean(reduced.view, exact_sum_.view, static_cast<double>(units));
-  release(exact_sum_, FsdpBuffer::partial_reduction);
+  if (!dry_) words_to_mean(reduced.view, words.view, static_cast<double>(units));
+  release(words, kind);
   accumulate_reduced(reduced.view);
   release(reduced, FsdpBuffer::reduced_f32);
 }

@@ -121,6 +121,10 @@ class FsdpGroup final : public ModuleHooks {
   // backward with it on all-reduces the sum once.
   void set_requires_all_reduce(bool value) { requires_all_reduce_ = value; }
   void set_gradient_divide_factor(double factor) { divide_factor_ = factor; }
+  // Exact reduction: the next backward is the only one of its step (no accumulation), so its reduced words are
+  // the step's sum: they are converted when the reduction completes, and no word accumulator is kept.
+  // `recurse`: every sharded module below this one too.
+  void set_exact_single_backward(bool value, bool recurse = true);
   void set_modules_to_forward_prefetch(std::vector<Module*> modules) { forward_prefetch_ = std::move(modules); }
   void set_modules_to_backward_prefetch(std::vector<Module*> modules) { backward_prefetch_ = std::move(modules); }
 
@@ -167,6 +171,7 @@ void finish_exact_gradients(Module& root, std::int64_t units);
     std::vector<Tracked<float>> whole;
     Tracked<std::int64_t> in_words, out_words;  // exact reduction: the words reduce-scattered
     bool all_reduce = true;  // requires_all_reduce_ when issued
+    bool single_backward = false;  // exact reduction: exact_single_backward_ when issued
     std::string site;        // the flight recorder's name for the collectives issued at completion
     WorkHandle work;
     std::vector<WorkHandle> per_param;
@@ -188,6 +193,7 @@ void finish_exact_gradients(Module& root, std::int64_t units);
   void issue_exact_reduce_scatter();
   void accumulate_words(const View1<std::int64_t>& words);
   void convert_exact_sum(std::int64_t units);
+  void convert_words(Tracked<std::int64_t>& words, FsdpBuffer kind, std::int64_t units);
   void complete_reduce_scatter(PendingReduction& pending);
   void complete_all_reduce(PendingReduction& pending);
   bool reduce_over_replicas(PendingReduction& pending);  // true: its all-reduce is now in flight
@@ -235,6 +241,7 @@ void finish_exact_gradients(Module& root, std::int64_t units);
   bool grads_unsharded_ = false;  // full_grad_ holds unreduced gradients (gradient sync off)
   bool requires_gradient_sync_ = true;
   bool requires_all_reduce_ = true;
+  bool exact_single_backward_ = false;
   bool reshard_after_backward_ = true;
   double divide_factor_ = 0;  // 0: average over the data-parallel ranks
   std::vector<Module*> forward_prefetch_, backward_prefetch_;

@@ -134,6 +134,8 @@ Parallelism::~Parallelism() {
 void Parallelism::before_micro_batch(int index, int count) {
   // Recursive: every block's group too. Sharded accumulation syncs every micro-batch.
   root_->set_requires_gradient_sync(layout_.sync_every_micro_batch || index == count - 1);
+  // Reproducible mode without accumulation: the one backward's words are the step's sum (no accumulator).
+  if (layout_.exact_reduction) root_->set_exact_single_backward(count == 1);
 }
 
 void Parallelism::after_evaluation() { root_->reshard(); }
