@@ -4,7 +4,8 @@
 # named llama-*: input/llama-tiny.yaml widened, so that activations, not the sgemm peak measurement's 12 MiB of
 # matrices, set the peak) on 1 rank, HSDP 2x2 on 4 and with activation checkpointing on 2, a Qwen2 of that size
 # (qwen2-*: input/qwen2-tiny.yaml widened alike) with activation checkpointing on 2, and with
-# model.attention fused (no B*NH*T^2 buffers) and batched (a workspace) for both,
+# model.attention fused (no B*NH*T^2 buffers) and batched (a workspace) for both, and train.reproducible (units of 1
+# with a word accumulator on 2 ranks; HSDP 2x2 with one unit per rank, converted as it arrives),
 # the planned per-rank total must be within 1% of the peak the trainer measures (Views counted by
 # MemoryAccounting, largest over ranks). The plan runs fully_shard's own schedule dry, so it should agree to
 # the byte but for what MemoryAccounting sees outside FSDP's buffers.
@@ -23,7 +24,9 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
             "1 ac_every2 train.activation_checkpointing=every_2" "2 ac_every2 train.activation_checkpointing=every_2" \
             "2 llama-ac_full train.activation_checkpointing=full" "2 qwen2-ac_full train.activation_checkpointing=full" \
             "1 fused model.attention=fused" "1 batched model.attention=batched" \
-            "2 llama-fused model.attention=fused" "1 llama-batched model.attention=batched"; do
+            "2 llama-fused model.attention=fused" "1 llama-batched model.attention=batched" \
+            "2 repro train.reproducible=true" \
+            "4 repro_hsdp fsdp.strategy=hybrid_shard mesh.dp_replicate=2 train.reproducible=true train.reproducible_unit=2"; do
   read -r n layout extra <<<"$spec"
   read -r -a more <<<"${extra:-}"
   case "$layout" in

@@ -24,6 +24,7 @@ template <class T> MPI_Datatype mpi_type_of();
 template <> MPI_Datatype mpi_type_of<float>() { return MPI_FLOAT; }
 template <> MPI_Datatype mpi_type_of<double>() { return MPI_DOUBLE; }
 template <> MPI_Datatype mpi_type_of<bf16>() { return MPI_UINT16_T; }
+template <> MPI_Datatype mpi_type_of<std::int64_t>() { return MPI_INT64_T; }
 
 // Calls f(T{}) with the element type of an arithmetic dtype.
 template <class F> void with_arithmetic_type(DType dtype, F&& f) {
@@ -31,9 +32,10 @@ template <class F> void with_arithmetic_type(DType dtype, F&& f) {
     case DType::f32: f(float{}); return;
     case DType::f64: f(double{}); return;
     case DType::bf16: f(bf16{}); return;
+    case DType::i64: f(std::int64_t{}); return;
     case DType::bytes: break;
   }
-  throw Error("cannot reduce raw bytes: reductions need dtype f32, f64 or bf16");
+  throw Error("cannot reduce raw bytes: reductions need dtype f32, f64, bf16 or i64");
 }
 
 constexpr std::size_t align_up(std::size_t bytes) { return (bytes + 63) & ~std::size_t{63}; }
@@ -130,6 +132,7 @@ MPI_Datatype wire_type(DType dtype) {
     case DType::f32: return MPI_FLOAT;
     case DType::f64: return MPI_DOUBLE;
     case DType::bf16: return MPI_UINT16_T;
+    case DType::i64: return MPI_INT64_T;
     case DType::bytes: return MPI_BYTE;
   }
   return MPI_BYTE;

@@ -189,6 +189,7 @@ ncclDataType_t nccl_type(DType dtype) {
     case DType::f32: return ncclFloat32;
     case DType::f64: return ncclFloat64;
     case DType::bf16: return ncclBfloat16;
+    case DType::i64: return ncclInt64;
     case DType::bytes: return ncclUint8;
   }
   throw Error(fmt::format("unknown dtype {}", static_cast<int>(dtype)));

@@ -131,6 +131,11 @@ struct TrainConfig {
   NonFinitePolicy on_nonfinite = NonFinitePolicy::abort;
   int max_skipped_steps = 10;
   ActivationCheckpointing activation_checkpointing;
+  // Reproducible mode (docs/reproducible.md): losses, gradient norms and weights bitwise the same on every
+  // data-parallel layout. Each micro-batch runs as micro_batch / reproducible_unit units of this many sequences,
+  // and the units' gradients, losses and the squared norm are summed exactly in fixed point.
+  bool reproducible = false;
+  int reproducible_unit = 1;
 };
 
 struct LogConfig {

@@ -323,6 +323,7 @@ void check_rules(const ParseState& st) {
   try {
     check_model_shape(d.model);
     check_batch(d.train);
+    check_reproducible(d.train, d.fsdp);
     check_schedule(d.schedule, d.optim, d.train);
     check_evaluation(d.train, d.data);
     check_parallel_strategy(d.fsdp, d.mesh);

@@ -146,6 +146,29 @@ void check_batch(const TrainConfig& train) {
            train.micro_batch);
 }
 
+void check_reproducible(const TrainConfig& train, const FsdpConfig& fsdp) {
+  if (!train.reproducible) return;
+  if (train.micro_batch % train.reproducible_unit != 0)
+    broken({"train.reproducible_unit", "train.micro_batch"},
+           "train.reproducible runs each micro-batch as units of train.reproducible_unit ({}) sequences, which must "
+           "divide train.micro_batch ({}): choose a unit that divides the micro-batch of every layout you run on "
+           "(1 always does)", train.reproducible_unit, train.micro_batch);
+  if (train.global_batch / train.reproducible_unit > kReproducibleMaxUnits)
+    broken({"train.reproducible_unit", "train.global_batch"},
+           "train.reproducible sums at most {} units per step exactly, but train.global_batch {} / "
+           "train.reproducible_unit {} makes {}: raise train.reproducible_unit", kReproducibleMaxUnits,
+           train.global_batch, train.reproducible_unit, train.global_batch / train.reproducible_unit);
+  if (fsdp.reduce_dtype != DType::f32)
+    broken({"train.reproducible", "fsdp.reduce_dtype"},
+           "train.reproducible sums gradients exactly in fixed point, which replaces fsdp.reduce_dtype; a bf16 "
+           "reduction would round each unit's gradient differently from the default: set fsdp.reduce_dtype f32, or "
+           "train.reproducible false");
+}
+
+int training_forward_batch(const TrainConfig& train) {
+  return train.reproducible ? train.reproducible_unit : train.micro_batch;
+}
+
 void check_schedule(const ScheduleConfig& schedule, const OptimConfig& optim, const TrainConfig& train) {
   if (schedule.min_lr > optim.lr)
     broken({"schedule.min_lr", "optim.lr"}, "schedule.min_lr ({}) must be <= optim.lr ({})", schedule.min_lr,

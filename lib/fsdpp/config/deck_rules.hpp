@@ -67,6 +67,13 @@ void check_parallel_strategy(const FsdpConfig& fsdp, const MeshConfig& mesh);
 // ---- training (train.*, schedule.*) ---------------------------------------------------------------------
 // micro_batch <= global_batch and divides it (the split over data-parallel ranks is grad_accum_steps').
 void check_batch(const TrainConfig& train);
+// train.reproducible: reproducible_unit divides micro_batch; at most kReproducibleMaxUnits units per step (the
+// headroom of the fixed-point words, tensor/fixed_point.hpp); reduce_dtype f32 (the exact sum replaces it).
+inline constexpr std::int64_t kReproducibleMaxUnits = 4096;
+void check_reproducible(const TrainConfig& train, const FsdpConfig& fsdp);
+// Sequences per training forward and backward: train.micro_batch, or in reproducible mode its computation unit,
+// train.reproducible_unit (a micro-batch then runs as micro_batch / unit of them, one after another).
+int training_forward_batch(const TrainConfig& train);
 // min_lr <= lr, warmup_steps <= steps.
 void check_schedule(const ScheduleConfig& schedule, const OptimConfig& optim, const TrainConfig& train);
 // eval_interval > 0 needs held-out data (val_fraction > 0).

@@ -543,6 +543,14 @@ std::vector<Field> make_fields() {
   f.push_back(integer("train.max_skipped_steps", &Deck::train, &TrainConfig::max_skipped_steps, 1,
                       "With on_nonfinite: skip, stop with an error after this many skipped steps in a row."));
   f.push_back(activation_checkpointing());
+  f.push_back(boolean("train.reproducible", &Deck::train, &TrainConfig::reproducible,
+                      "Bitwise-identical losses, gradient norms and weights on every data-parallel layout (1..N "
+                      "ranks, any strategy, micro-batch split, offload, activation checkpointing) at a fixed mesh.tp: "
+                      "micro-batches run as units of train.reproducible_unit sequences whose gradients are summed "
+                      "exactly in fixed point (docs/reproducible.md). Needs fsdp.reduce_dtype f32."));
+  f.push_back(integer("train.reproducible_unit", &Deck::train, &TrainConfig::reproducible_unit, 1,
+                      "With train.reproducible: sequences per computation unit, the same on every layout; must "
+                      "divide train.micro_batch. Larger units run larger GEMMs but allow fewer layouts."));
 
   f.push_back(integer("log.interval", &Deck::log, &LogConfig::interval, 1,
                       "Print a step-table row every this many steps."));

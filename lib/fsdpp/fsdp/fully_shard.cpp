@@ -5,6 +5,7 @@
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
+#include "fsdpp/tensor/fixed_point.hpp"
 
 #include <algorithm>
 #include <deque>
@@ -113,6 +114,35 @@ template <class T> void fill_zero(const View1<T>& x) {
   const auto v = x;
   Kokkos::parallel_for("fsdpp::fsdp_zero_pooled", Kokkos::RangePolicy<ExecSpace>(0, x.extent(0)),
                        KOKKOS_LAMBDA(const std::size_t i) { v(i) = T(); });
+}
+
+// Exact reduction: cuts a whole (padded) gradient into the words of its pieces, slot by slot: element e, in
+// chunk q = e / piece, lands at word pair q * slot + offset + e mod piece, as pack_all_slots places floats.
+void cut_into_slots(const View1<std::int64_t>& words, const View1<float>& whole, std::int64_t piece,
+                    std::int64_t offset, std::int64_t slot) {
+  if (whole.extent(0) == 0) return;
+  const auto w = words;
+  const auto g = whole;
+  Kokkos::parallel_for("fsdpp::exact_cut_gradient", Kokkos::RangePolicy<ExecSpace>(0, whole.extent(0)),
+                       KOKKOS_LAMBDA(const std::size_t e) {
+                         const std::int64_t i = static_cast<std::int64_t>(e), q = i / piece, k = i % piece;
+                         GradientWords::cut(g(e), &w((q * slot + offset + k) * GradientWords::words));
+                       });
+}
+
+void add_words(const View1<std::int64_t>& sum, const View1<std::int64_t>& words) {
+  const auto d = sum;
+  const auto s = words;
+  Kokkos::parallel_for("fsdpp::exact_add_words", Kokkos::RangePolicy<ExecSpace>(0, sum.extent(0)),
+                       KOKKOS_LAMBDA(const std::size_t i) { d(i) += s(i); });
+}
+
+// The summed words of every shard element, as the mean over `units` in f32.
+void words_to_mean(const View1<float>& out, const View1<std::int64_t>& words, double units) {
+  const auto o = out;
+  const auto w = words;
+  Kokkos::parallel_for("fsdpp::exact_words_to_mean", Kokkos::RangePolicy<ExecSpace>(0, out.extent(0)),
+                       KOKKOS_LAMBDA(const std::size_t i) { o(i) = GradientWords::mean(&w(i * GradientWords::words), units); });
 }
 
 template <class T> constexpr DType dtype_v = std::is_same_v<T, bf16> ? DType::bf16 : DType::f32;
@@ -315,6 +345,11 @@ void FsdpGroup::set_requires_gradient_sync(bool value, bool recurse) {
   }
   for (Module* m : module_.modules())
     if (FsdpGroup* g = fsdp_group(*m)) g->requires_gradient_sync_ = value;
+}
+
+void FsdpGroup::set_exact_single_backward(bool value, bool recurse) {
+  for (Module* m : module_.modules())
+    if (FsdpGroup* g = fsdp_group(*m); g && (recurse || g == this)) g->exact_single_backward_ = value;
 }
 
 void FsdpGroup::lazy_init() {
@@ -545,6 +580,18 @@ void FsdpGroup::complete_reduce_scatter(PendingReduction& pending) {
   if (pending.work) pending.work->wait();
   pending.work.reset();
   context_->stats.reduce_scatter_s += seconds_since(t0);
+  if (pending.in_words.bytes) {  // exact reduction: one rank's words are its sum already
+    if (ranks_ > 1) release(pending.in_words, FsdpBuffer::reduce_scatter);
+    Tracked<std::int64_t>& reduced_words = ranks_ > 1 ? pending.out_words : pending.in_words;
+    // The step's only backward: its words are the step's sum, one unit per data-parallel rank.
+    if (pending.single_backward) {
+      convert_words(reduced_words, FsdpBuffer::reduce_scatter, ranks_ * (replicate_comm_ ? replicate_comm_->size() : 1));
+      return;
+    }
+    accumulate_words(reduced_words.view);
+    release(reduced_words, FsdpBuffer::reduce_scatter);
+    return;
+  }
   Tracked<float>& reduced = pending.reduced;
   allocate(reduced, FsdpBuffer::reduced_f32, layout_.slot, module_.display_name() + ".reduced_f32");
   const bool bf16_reduce = pending.in_bf16.bytes > 0;
@@ -679,14 +726,74 @@ void FsdpGroup::accumulate_offloaded_gradients(const View1<float>& reduced) {
     add_on_host(shard_grad_[i].data(), source + layout_.offset[i], layout_.piece[i]);
 }
 
+// Reproducible mode: the whole gradients of this backward, cut into words in slot order, are reduce-scattered as
+// exact int64 sums (no scaling: the mean over the step's units is taken once, in finish_exact_gradients). The
+// HSDP all-reduce waits for the step's end too, on the summed words.
+void FsdpGroup::issue_exact_reduce_scatter() {
+  PendingReduction pending;
+  pending.site = module_.display_name() + " gradient reduction";
+  pending.single_backward = exact_single_backward_;
+  const std::int64_t count = layout_.slot * GradientWords::words;
+  allocate(pending.in_words, FsdpBuffer::reduce_scatter, count * ranks_, module_.display_name() + ".reduce_scatter_words");
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!dry_) cut_into_slots(pending.in_words.view, full_grad_[i].view, layout_.piece[i], layout_.offset[i], layout_.slot);
+    params_[i]->use_grad(shard_grad_[i]);
+    release(full_grad_[i], FsdpBuffer::unsharded_grads);
+  }
+  if (ranks_ > 1) {
+    allocate(pending.out_words, FsdpBuffer::reduce_scatter, count, module_.display_name() + ".reduced_words");
+    if (!dry_) {
+      fence_for(comm_);
+      ReduceScatterOptions o;
+      o.op = ReduceOp::sum;
+      pending.work = comm_.reduce_scatter_async(pending.in_words.view.data(), pending.out_words.view.data(),
+                                                static_cast<std::size_t>(count), DType::i64, o);
+    }
+    context_->stats.reduce_scatters++;
+    context_->stats.reduce_scatter_bytes += pending.in_words.bytes;
+  }
+  context_->pending.push_back({this, std::move(pending)});
+}
+
+void FsdpGroup::accumulate_words(const View1<std::int64_t>& words) {
+  if (!exact_sum_.bytes)
+    allocate(exact_sum_, FsdpBuffer::partial_reduction, layout_.slot * GradientWords::words,
+             module_.display_name() + ".exact_sum", true);
+  if (!dry_) add_words(exact_sum_.view, words);
+}
+
+void FsdpGroup::convert_exact_sum(std::int64_t units) {
+  if (exact_sum_.bytes) convert_words(exact_sum_, FsdpBuffer::partial_reduction, units);
+}
+
+// The step's summed shard words (reported as `kind`): all-reduced over the HSDP replicas (integers: exact), then
+// their mean over `units` added to the shard gradients, and released.
+void FsdpGroup::convert_words(Tracked<std::int64_t>& words, FsdpBuffer kind, std::int64_t units) {
+  if (replicate_comm_) {
+    if (!dry_) {
+      fence_for(*replicate_comm_);
+      const FlightSite site(module_.display_name() + " gradient reduction");
+      replicate_comm_->all_reduce(words.view.data(), words.view.extent(0), DType::i64, ReduceOp::sum);
+    }
+    context_->stats.all_reduces++;
+  }
+  Tracked<float> reduced;
+  allocate(reduced, FsdpBuffer::reduced_f32, layout_.slot, module_.display_name() + ".reduced_f32");
+  if (!dry_) words_to_mean(reduced.view, words.view, static_cast<double>(units));
+  release(words, kind);
+  accumulate_reduced(reduced.view);
+  release(reduced, FsdpBuffer::reduced_f32);
+}
+
 void FsdpGroup::reduce_scatter_gradients() {
   // One rank with f32 gradients needs no scatter; a custom divide factor or a deferred HSDP all-reduce takes
   // the general path.
-  const bool whole = ranks_ == 1 && options_.mp_policy.reduce_dtype == DType::f32 && !options_.offload_policy.cpu &&
+  const bool whole = !options_.exact_reduction && ranks_ == 1 && options_.mp_policy.reduce_dtype == DType::f32 && !options_.offload_policy.cpu &&
                      (divide_factor_ == 0 || divide_factor_ == 1) && requires_all_reduce_ && !partial_reduction_.bytes;
   context_->advance();  // the previous unit's reduce-scatter (and the one before's all-reduce) first
   const FlightSite site(module_.display_name() + " gradient reduction");
   if (whole) issue_whole_gradient_all_reduces();
+  else if (options_.exact_reduction) issue_exact_reduce_scatter();
   else if (options_.mp_policy.reduce_dtype == DType::bf16) issue_reduce_scatter<bf16>();
   else issue_reduce_scatter<float>();
   grads_unsharded_ = false;
@@ -847,6 +954,13 @@ void finish_gradient_reduction(Module& root) {
 void abandon_gradient_reduction(Module& root) {
   FsdpGroup* g = fsdp_group(root);
   if (g && g->context_) g->context_->pending.clear();  // each Work waits quietly, then its buffers are freed
+}
+
+void finish_exact_gradients(Module& root, std::int64_t units) {
+  FsdpGroup* g = fsdp_group(root);
+  if (!g || !g->context_) return;
+  g->context_->drain();
+  for (FsdpGroup* group : g->context_->groups) group->convert_exact_sum(units);
 }
 
 void empty_fsdp_cache(Module& root) {

@@ -63,6 +63,11 @@ struct FullyShardOptions {
   // All-gathers started ahead of use, in units: 0 none (each unit gathers when it runs), 1 the next unit (FSDP2),
   // 2 the next two. Units given explicit lists (set_modules_to_*_prefetch) prefetch those instead.
   int forward_prefetch = 1, backward_prefetch = 1;
+  // Reproducible mode (docs/reproducible.md): each backward's whole gradients are cut into fixed-point words
+  // (tensor/fixed_point.hpp), reduce-scattered as exact int64 sums and added to a sharded word accumulator;
+  // finish_exact_gradients then all-reduces it over HSDP replicas and converts it to the shard gradients once.
+  // Every backward must synchronize (gradient sync on), in f32 (reduce_dtype f32).
+  bool exact_reduction = false;
 };
 
 // What the groups under one root did since the last reset: collective counts (tests compare them with FSDP2's
@@ -116,6 +121,10 @@ class FsdpGroup final : public ModuleHooks {
   // backward with it on all-reduces the sum once.
   void set_requires_all_reduce(bool value) { requires_all_reduce_ = value; }
   void set_gradient_divide_factor(double factor) { divide_factor_ = factor; }
+  // Exact reduction: the next backward is the only one of its step (no accumulation), so its reduced words are
+  // the step's sum: they are converted when the reduction completes, and no word accumulator is kept.
+  // `recurse`: every sharded module below this one too.
+  void set_exact_single_backward(bool value, bool recurse = true);
   void set_modules_to_forward_prefetch(std::vector<Module*> modules) { forward_prefetch_ = std::move(modules); }
   void set_modules_to_backward_prefetch(std::vector<Module*> modules) { backward_prefetch_ = std::move(modules); }
 
@@ -137,6 +146,11 @@ class FsdpGroup final : public ModuleHooks {
   friend void empty_fsdp_cache(Module& root);
   friend void finish_gradient_reduction(Module& root);
   friend void abandon_gradient_reduction(Module& root);
+// Reproducible mode, after the step's last backward: waits for the reductions in flight, all-reduces each
+// group's word sums over the HSDP replicas, and adds their mean over `units` (the step's computation units) to
+// the shard gradients. Collective over the data-parallel groups.
+void finish_exact_gradients(Module& root, std::int64_t units);
+  friend void finish_exact_gradients(Module& root, std::int64_t units);
   // A transient buffer and the bytes it was reported with: a block of the pool, viewed as T (its View stays
   // empty when the group runs dry).
   template <class T> struct Tracked {
@@ -155,8 +169,10 @@ class FsdpGroup final : public ModuleHooks {
     Tracked<bf16> in_bf16, out_bf16;
     Tracked<float> reduced;
     std::vector<Tracked<float>> whole;
+    Tracked<std::int64_t> in_words, out_words;  // exact reduction: the words reduce-scattered
     bool all_reduce = true;  // requires_all_reduce_ when issued
     int id = -1;             // the collective in flight, as schedule events name it
+    bool single_backward = false;  // exact reduction: exact_single_backward_ when issued
     std::string site;        // the flight recorder's name for the collectives issued at completion
     WorkHandle work;
     std::vector<WorkHandle> per_param;
@@ -183,6 +199,10 @@ class FsdpGroup final : public ModuleHooks {
   void reduce_scatter_gradients();
   template <class T> void issue_reduce_scatter();
   void issue_whole_gradient_all_reduces();
+  void issue_exact_reduce_scatter();
+  void accumulate_words(const View1<std::int64_t>& words);
+  void convert_exact_sum(std::int64_t units);
+  void convert_words(Tracked<std::int64_t>& words, FsdpBuffer kind, std::int64_t units);
   void complete_reduce_scatter(PendingReduction& pending);
   void complete_all_reduce(PendingReduction& pending);
   bool reduce_over_replicas(PendingReduction& pending);  // true: its all-reduce is now in flight
@@ -213,6 +233,7 @@ class FsdpGroup final : public ModuleHooks {
   Tracked<float> post_forward_f32_;                       // reshard_after_forward = k: this rank's ranks/k slots
   Tracked<bf16> post_forward_bf16_;
   Tracked<float> partial_reduction_;                      // HSDP with the all-reduce skipped: summed shards
+  Tracked<std::int64_t> exact_sum_;                       // exact reduction: this step's summed shard words
   // One kernel per copy-in, copy-out, accumulation or zeroing of the group's pieces (flat_buffers.hpp).
   PieceBatch<float, float> pieces_f32_;
   PieceBatch<bf16, float> pieces_to_bf16_;
@@ -230,6 +251,7 @@ class FsdpGroup final : public ModuleHooks {
   bool grads_unsharded_ = false;  // full_grad_ holds unreduced gradients (gradient sync off)
   bool requires_gradient_sync_ = true;
   bool requires_all_reduce_ = true;
+  bool exact_single_backward_ = false;
   bool reshard_after_backward_ = true;
   double divide_factor_ = 0;  // 0: average over the data-parallel ranks
   std::vector<Module*> forward_prefetch_, backward_prefetch_;
@@ -257,6 +279,10 @@ void finish_gradient_reduction(Module& root);
 // Teardown after an error: waits for reductions in flight without using their results (no kernels, quiet), so
 // that no collective outlives its communicator.
 void abandon_gradient_reduction(Module& root);
+// Reproducible mode, after the step's last backward: waits for the reductions in flight, all-reduces each
+// group's word sums over the HSDP replicas, and adds their mean over `units` (the step's computation units) to
+// the shard gradients. Collective over the data-parallel groups.
+void finish_exact_gradients(Module& root, std::int64_t units);
 void reset_fsdp_stats(Module& root);  // keeps the current unsharded bytes; restarts the peaks from them
 // Returns the cached free blocks of the root's buffer pool to Kokkos (torch.cuda.empty_cache); the next step
 // allocates them again.

@@ -2,9 +2,33 @@
 
 #include "fsdpp/comm/communicator.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/tensor/fixed_point.hpp"
 #include "fsdpp/tensor/offload.hpp"
 
 #include <cmath>
+#include <limits>
+
+namespace fsdpp {
+
+// The words of a sum of squares, and how many non-finite elements it met: a Kokkos sum reduction's value.
+struct ExactSquares {
+  std::int64_t w[SquareWords::words + 1];  // the words, then the count of non-finite elements
+  KOKKOS_INLINE_FUNCTION ExactSquares() {
+    for (auto& x : w) x = 0;
+  }
+  KOKKOS_INLINE_FUNCTION ExactSquares& operator+=(const ExactSquares& o) {
+    for (int j = 0; j <= SquareWords::words; ++j) w[j] += o.w[j];
+    return *this;
+  }
+};
+
+}  // namespace fsdpp
+
+namespace Kokkos {
+template <> struct reduction_identity<fsdpp::ExactSquares> {
+  KOKKOS_FORCEINLINE_FUNCTION static fsdpp::ExactSquares sum() { return fsdpp::ExactSquares(); }
+};
+}  // namespace Kokkos
 
 namespace fsdpp {
 
@@ -45,6 +69,60 @@ double local_max_abs(const std::vector<Parameter*>& params) {
   return result;
 }
 
+ExactSquares exact_squares_local(const std::vector<Parameter*>& params) {
+  ExactSquares total;
+  for (const Parameter* p : params) {
+    const float* grad = p->grad().data();
+    ExactSquares sum;
+    reduce_over_index(
+        "fsdpp::grad_norm_exact_squares", p->host_resident(), static_cast<std::int64_t>(p->grad().extent(0)),
+        KOKKOS_LAMBDA(const std::int64_t j, ExactSquares& acc) {
+          const double g = grad[j];
+          if (g - g != 0.0) {  // NaN or Inf
+            acc.w[SquareWords::words] += 1;
+            return;
+          }
+          std::int64_t w[SquareWords::words];
+          SquareWords::cut(g * g, w);  // exact: a float's square fits a double
+          for (int k = 0; k < SquareWords::words; ++k) acc.w[k] += w[k];
+        },
+        Kokkos::Sum<ExactSquares>(sum));
+    total += sum;
+  }
+  return total;
+}
+
+// The words summed over `group`: integers, so exactly (host buffer on MPI; NCCL reduces device memory only).
+void reduce_words(ExactSquares& words, Communicator& group) {
+  constexpr std::size_t n = SquareWords::words + 1;
+  if (group.backend() == CommBackend::mpi) {
+    group.all_reduce(words.w, n, ReduceOp::sum);
+    return;
+  }
+  Kokkos::View<std::int64_t[n], MemSpace> buf("fsdpp::grad_norm_words");
+  Kokkos::deep_copy(buf, Kokkos::View<std::int64_t[n], Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(words.w));
+  Kokkos::fence();
+  group.all_reduce(buf.data(), n, ReduceOp::sum);
+  Kokkos::deep_copy(Kokkos::View<std::int64_t[n], Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(words.w), buf);
+}
+
+// The l2 norm with the squares summed exactly: the same bits for any split of the gradients over ranks.
+double exact_grad_norm(const std::vector<Parameter*>& params, Communicator* sum_over, Communicator* tensor_parallel) {
+  ExactSquares squared;
+  if (tensor_parallel) {
+    std::vector<Parameter*> split, replicated;
+    for (Parameter* p : params) (p->tensor_parallel() ? split : replicated).push_back(p);
+    squared = exact_squares_local(split);
+    reduce_words(squared, *tensor_parallel);
+    squared += exact_squares_local(replicated);
+  } else {
+    squared = exact_squares_local(params);
+  }
+  if (sum_over != nullptr) reduce_words(squared, *sum_over);
+  if (squared.w[SquareWords::words] > 0) return std::numeric_limits<double>::quiet_NaN();
+  return std::sqrt(SquareWords::value(squared.w));
+}
+
 // One double reduced over `group` (host buffer on MPI; NCCL reduces device memory only).
 double reduce_scalar(double value, Communicator& group, ReduceOp op) {
   if (group.backend() == CommBackend::mpi) {
@@ -68,6 +146,7 @@ double global_grad_norm(const std::vector<Parameter*>& params, Communicator* sum
     if (tensor_parallel) m = reduce_scalar(m, *tensor_parallel, ReduceOp::max);
     return sum_over ? reduce_scalar(m, *sum_over, ReduceOp::max) : m;
   }
+  if (type == NormType::l2_exact) return exact_grad_norm(params, sum_over, tensor_parallel);
   double squared = 0.0;
   if (tensor_parallel) {
     std::vector<Parameter*> split, replicated;

@@ -17,7 +17,9 @@ namespace fsdpp {
 
 class Communicator;
 
-enum class NormType { l2, inf };  // torch's norm_type 2 and inf
+// torch's norm_type 2 and inf; l2_exact is 2 with the squares summed exactly in fixed point
+// (tensor/fixed_point.hpp), so that the norm is the same bits however the gradients are sharded (train.reproducible).
+enum class NormType { l2, inf, l2_exact };
 
 // Sum over the parameters' local gradient storage of grad^2.
 double grad_norm_squared_local(const std::vector<Parameter*>& params);

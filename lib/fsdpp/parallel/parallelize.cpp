@@ -63,6 +63,10 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
     layout.mesh = resolve_mesh_shape(data_parallel_dims(deck.mesh), world_size);  // 2-D exactly for hybrid_shard
   }
   if (deck.fsdp.accumulate == GradAccumulation::unsharded) layout.sync_every_micro_batch = false;
+  // Reproducible mode: every unit's gradient is cut into fixed-point words after its own backward, so every
+  // micro-batch (a unit) synchronizes, whatever fsdp.accumulate or the strategy would defer.
+  layout.exact_reduction = deck.train.reproducible;
+  if (layout.exact_reduction) layout.sync_every_micro_batch = true;
   const int shard_ranks = layout.mesh.back().size;  // before tp joins the mesh
   if (layout.tp > 1) layout.mesh.push_back({"tp", layout.tp});
 
@@ -72,6 +76,7 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   block.mp_policy.output_dtype = deck.fsdp.output_dtype;
   block.offload_policy.cpu = deck.fsdp.offload == OffloadPolicy::cpu;
   block.overlap_reduction = deck.comm.overlap;
+  block.exact_reduction = layout.exact_reduction;
   block.forward_prefetch = deck.fsdp.forward_prefetch.depth;
   block.backward_prefetch = deck.fsdp.backward_prefetch.depth;
   layout.forward_prefetch = deck.fsdp.forward_prefetch;
@@ -89,6 +94,7 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   root.mp_policy = block.mp_policy;
   root.offload_policy = block.offload_policy;
   root.overlap_reduction = block.overlap_reduction;  // the root's options hold for every group under it
+  root.exact_reduction = block.exact_reduction;
   root.forward_prefetch = block.forward_prefetch;
   root.backward_prefetch = block.backward_prefetch;
   if (block.reshard_after_forward == false) root.reshard_after_forward = false;
@@ -128,6 +134,8 @@ Parallelism::~Parallelism() {
 void Parallelism::before_micro_batch(int index, int count) {
   // Recursive: every block's group too. Sharded accumulation syncs every micro-batch.
   root_->set_requires_gradient_sync(layout_.sync_every_micro_batch || index == count - 1);
+  // Reproducible mode without accumulation: the one backward's words are the step's sum (no accumulator).
+  if (layout_.exact_reduction) root_->set_exact_single_backward(count == 1);
 }
 
 void Parallelism::after_evaluation() { root_->reshard(); }

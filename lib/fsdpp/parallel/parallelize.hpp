@@ -49,6 +49,8 @@ struct ParallelLayout {
   // false: gradients stay whole and unreduced until the last micro-batch of a step (no_sync); true: every
   // micro-batch reduce-scatters (sharded accumulation).
   bool sync_every_micro_batch = true;
+  // train.reproducible: gradients, losses and the gradient norm are summed exactly (docs/reproducible.md).
+  bool exact_reduction = false;
   // What the loss is scaled by, per micro-batch, is 1 / (accumulation steps x loss_scale_ranks), and gradients
   // are then summed (divide factor 1) or averaged (0) over the data-parallel ranks. FSDP averages; no_shard
   // sums pre-scaled gradients as DDP implementations do.

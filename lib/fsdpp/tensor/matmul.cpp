@@ -117,6 +117,10 @@ cublasHandle_t cublas_handle() {
     cublasHandle_t h = nullptr;
     FSDPP_CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS, "cublasCreate failed: is a GPU visible to this rank?");
     cublasSetStream(h, Kokkos::Cuda().cuda_stream());
+    // Deterministic products (train.reproducible relies on it; docs/reproducible.md): no atomics in any
+    // routine (cuBLAS's default, stated so that nothing turns it on), one stream, so the default workspace
+    // configuration keeps results bitwise run to run for one toolkit and GPU model.
+    cublasSetAtomicsMode(h, CUBLAS_ATOMICS_NOT_ALLOWED);
     return h;
   }();
   return handle;

@@ -4,6 +4,7 @@
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/train/nonfinite.hpp"
+#include "fsdpp/train/reproducible.hpp"
 
 #include <chrono>
 #include <filesystem>
@@ -63,6 +64,7 @@ std::int64_t Checkpointer::resume() {
   const std::optional<std::string>& latest = choice.path;
   if (!latest) return 0;
   const LoadReport loaded = load_checkpoint(comm_, *latest, contents());
+  check_reproducible_resume(deck_, loaded.saved_mesh, *latest);  // every rank read the same mesh
   StateDict scalars;
   scalars.scalars = loaded.progress.scalars;
   for (Stateful* part : parts_) part->load_state_dict(scalars);

@@ -56,7 +56,7 @@ DataFeed::DataFeed(const Deck& deck, int dp_size, int dp_rank)
 DataFeed::DataFeed(const Deck& deck, int dp_size, int dp_rank, Loaded&& data)
     : sampler_(make_sampler(data, deck)), description_(std::move(data.description)), entropy_floor_(data.entropy_floor),
       T_(deck.model.context_length), micro_batch_(deck.train.micro_batch), global_batch_(deck.train.global_batch),
-      dp_size_(dp_size), dp_rank_(dp_rank),
+      dp_size_(dp_size), dp_rank_(dp_rank), train_batch_(training_forward_batch(deck.train)),
       host_inputs_(static_cast<std::size_t>(micro_batch_) * T_), host_targets_(host_inputs_.size()),
       inputs_("batch.inputs", host_inputs_.size()), targets_("batch.targets", host_inputs_.size()) {
   FSDPP_REQUIRE(!(deck.train.eval_interval > 0 && !sampler_.has_val()),
@@ -64,21 +64,26 @@ DataFeed::DataFeed(const Deck& deck, int dp_size, int dp_rank, Loaded&& data)
                 "train.eval_interval: 0", deck.train.eval_interval);
 }
 
-int DataFeed::accumulation_steps() const { return grad_accum_steps(global_batch_, micro_batch_, dp_size_); }
+int DataFeed::accumulation_steps() const {
+  grad_accum_steps(global_batch_, micro_batch_, dp_size_);  // the deck's split must hold in either mode
+  return grad_accum_steps(global_batch_, train_batch_, dp_size_);
+}
 
-void DataFeed::upload(Flow& flow) {
-  Kokkos::deep_copy(inputs_, HostView1<std::int32_t>(host_inputs_.data(), host_inputs_.size()));
-  Kokkos::deep_copy(targets_, HostView1<std::int32_t>(host_targets_.data(), host_targets_.size()));
-  flow.B = micro_batch_;
+void DataFeed::upload(Flow& flow, int B) {
+  const std::size_t n = static_cast<std::size_t>(B) * T_;
+  const auto first = std::make_pair(std::size_t{0}, n);
+  Kokkos::deep_copy(Kokkos::subview(inputs_, first), HostView1<std::int32_t>(host_inputs_.data(), n));
+  Kokkos::deep_copy(Kokkos::subview(targets_, first), HostView1<std::int32_t>(host_targets_.data(), n));
+  flow.B = B;
   flow.T = T_;
-  flow.tokens = inputs_;
-  flow.targets = targets_;
+  flow.tokens = Kokkos::subview(inputs_, first);
+  flow.targets = Kokkos::subview(targets_, first);
 }
 
 void DataFeed::load_train(int micro_step, Flow& flow) {
-  const std::int64_t first = micro_batch_first_sequence(global_batch_, micro_batch_, dp_size_, dp_rank_, micro_step);
-  sampler_.fill_train_batch(global_batch_, first, micro_batch_, host_inputs_.data(), host_targets_.data());
-  upload(flow);
+  const std::int64_t first = micro_batch_first_sequence(global_batch_, train_batch_, dp_size_, dp_rank_, micro_step);
+  sampler_.fill_train_batch(global_batch_, first, train_batch_, host_inputs_.data(), host_targets_.data());
+  upload(flow, train_batch_);
 }
 
 void DataFeed::load_val(int index, Flow& flow) {
@@ -86,7 +91,7 @@ void DataFeed::load_val(int index, Flow& flow) {
   sampler_.fill_batch(Split::val, index, static_cast<std::int64_t>(micro_batch_) * dp_size_,
                       static_cast<std::int64_t>(dp_rank_) * micro_batch_, micro_batch_, host_inputs_.data(),
                       host_targets_.data());
-  upload(flow);
+  upload(flow, micro_batch_);
 }
 
 std::optional<std::string> DataFeed::epoch_note(std::int64_t step) const {

@@ -23,12 +23,13 @@ class DataFeed final : public Stateful {
 
   const std::string& description() const { return description_; }
   std::optional<double> entropy_floor() const { return entropy_floor_; }  // synthetic corpus only
-  // Micro-batches per optimizer step on each rank: the deck's batch split (grad_accum_steps, a DeckRuleError
-  // when the global batch does not split over the data-parallel ranks).
+  // Forward and backward passes per optimizer step on each rank: the deck's batch split (grad_accum_steps, a
+  // DeckRuleError when the global batch does not split over the data-parallel ranks); in reproducible mode one
+  // per computation unit (training_forward_batch).
   int accumulation_steps() const;
   int data_parallel_size() const { return dp_size_; }
 
-  // Micro-batch `micro_step` of the current global batch into flow.tokens/targets, on the device.
+  // Pass `micro_step` (training_forward_batch sequences) of the current global batch into flow.tokens/targets.
   void load_train(int micro_step, Flow& flow);
   // Validation batch `index` (the same windows every evaluation) into flow.tokens/targets.
   void load_val(int index, Flow& flow);
@@ -43,12 +44,13 @@ class DataFeed final : public Stateful {
 
  private:
   DataFeed(const Deck& deck, int dp_size, int dp_rank, Loaded&& data);
-  void upload(Flow& flow);
+  void upload(Flow& flow, int B);
 
   WindowSampler sampler_;
   std::string description_;
   std::optional<double> entropy_floor_;
   int T_, micro_batch_, global_batch_, dp_size_, dp_rank_;
+  int train_batch_;  // sequences per training pass: micro_batch_, or the reproducible unit
   std::vector<std::int32_t> host_inputs_, host_targets_;
   View1<std::int32_t> inputs_, targets_;  // (micro_batch, T) each
 };

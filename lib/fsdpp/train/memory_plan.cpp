@@ -109,8 +109,9 @@ void plan_training_step(const Deck& deck, PlannedModel& planned, std::shared_ptr
   MemoryPlan& plan = planned.plan;
   LanguageModel& shapes = *planned.shapes;
   Parallelism& par = *planned.par;
-  plan.micro_batch = deck.train.micro_batch;
-  plan.accum_steps = grad_accum_steps(deck.train, par.data_parallel_size());
+  grad_accum_steps(deck.train, par.data_parallel_size());  // the deck's split (reproducible mode too)
+  plan.micro_batch = training_forward_batch(deck.train);   // reproducible mode: a unit per pass
+  plan.accum_steps = grad_accum_steps(deck.train.global_batch, plan.micro_batch, par.data_parallel_size());
   PlannedMemory& m = plan.memory;
   const int T = deck.model.context_length;
   // parallelize_for_planning set which blocks recompute in backward, as training will.
@@ -132,7 +133,10 @@ void plan_training_step(const Deck& deck, PlannedModel& planned, std::shared_ptr
     shapes.dry_run(flow, Pass::forward);
     shapes.dry_run(flow, Pass::backward);
   }
-  finish_gradient_reduction(par.root().module());  // as TrainStep does before the optimizer
+  if (par.layout().exact_reduction)  // as TrainStep does before the optimizer
+    finish_exact_gradients(par.root().module(), std::int64_t{plan.accum_steps} * par.data_parallel_size());
+  else
+    finish_gradient_reduction(par.root().module());
   m.unsharded_parameters = peak->unsharded_parameters();
   m.unsharded_gradients = peak->unsharded_gradients();
   m.comm_buffers = peak->comm_buffers();

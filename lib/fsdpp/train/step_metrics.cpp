@@ -1,5 +1,6 @@
 #include "fsdpp/train/step_metrics.hpp"
 
+#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/runtime/build_info.hpp"
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
@@ -31,7 +32,7 @@ std::string activation_checkpointing_line(const LanguageModel& model, const Deck
   const std::vector<Module*> blocks = model.block_modules();
   for (const Module* b : blocks)
     if (b->recomputes_in_backward()) names += (names.empty() ? "" : ", ") + b->path();
-  const int B = deck.train.micro_batch, T = deck.model.context_length;
+  const int B = training_forward_batch(deck.train), T = deck.model.context_length;
   const double with = model.activation_bytes_for(B, T, recomputing) / 1048576.0;
   const double without = model.activation_bytes_for(B, T, 0) / 1048576.0;
   return fmt::format("activation checkpointing: {} ({} of {} blocks recompute in backward): activations {:.1f} MiB "
@@ -98,9 +99,13 @@ void StepMetrics::banner(const LanguageModel& model, const DataFeed& data, const
   Log::info("---- resolved deck ----\n{}-----------------------", resolved_deck_yaml(deck_));
   Log::info("model: {}, {} parameters", model.describe(), model.parameter_count());
   Log::info("data: {}", data.description());
-  Log::info("batch: {} sequences x {} tokens = {:.0f} tokens per step; {} data-parallel rank(s) x {} micro-batch(es) of {}",
+  Log::info("batch: {} sequences x {} tokens = {:.0f} tokens per step; {} data-parallel rank(s) x {} {} of {}",
             deck_.train.global_batch, T, tokens_per_step_, data.data_parallel_size(), data.accumulation_steps(),
-            deck_.train.micro_batch);
+            deck_.train.reproducible ? "computation unit(s)" : "micro-batch(es)", training_forward_batch(deck_.train));
+  if (deck_.train.reproducible)
+    Log::info("reproducible: micro-batches of {} run as units of {} sequences; gradients, losses and the gradient "
+              "norm are summed exactly in fixed point: the same bits on every data-parallel layout at mesh.tp {} "
+              "(docs/reproducible.md)", deck_.train.micro_batch, deck_.train.reproducible_unit, deck_.mesh.tp);
   Log::info("flops per token: {:.4g} (6 x matmul parameters + 12 x L x T x C); sgemm peak {:.1f} GFLOP/s per rank",
             summary_.flops_per_token, summary_.sgemm_gflops);
   if (summary_.loss_floor) Log::info("loss floor (entropy rate of the corpus): {:.4f}", *summary_.loss_floor);

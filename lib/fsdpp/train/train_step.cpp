@@ -15,6 +15,10 @@ std::vector<std::string> step_section_names() {
 
 StepResult TrainStep::run(std::int64_t step, float lr) {
   const int accum = data_.accumulation_steps();
+  const bool exact = parallel_.layout().exact_reduction;
+  // Reproducible mode: every micro-batch is one computation unit (as_executed) with the gradient of its own
+  // mean loss; the mean over the step's units is taken once, exactly (ExactLossMean, finish_exact_gradients).
+  const std::int64_t units = static_cast<std::int64_t>(accum) * parallel_.data_parallel_size();
   model_.zero_grad();
   reset_fsdp_stats(model_);
   model_.tensor_parallel().reset_stats();
@@ -25,7 +29,7 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
       data_.load_train(a, flow_);
       flow_.training = true;
       // The objective is the mean over the global batch: the layout says how gradients are then combined.
-      flow_.loss_scale = parallel_.loss_scale(accum);
+      flow_.loss_scale = exact ? 1.0f : parallel_.loss_scale(accum);
       parallel_.before_micro_batch(a, accum);
       timers_.mark(kData);
     }
@@ -36,27 +40,30 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
     Kokkos::fence();
     timers_.mark(kBackward);
     loss += flow_.loss;
+    if (exact) exact_loss_.add(flow_.loss);
   }
   StepResult r;
   {
     const TimelineScope span(timeline_names::grad_sync);
     // Gradient reductions still in flight complete here (a no-op after a whole backward: the root's
     // post-backward drains them), before anything reads the gradients.
-    finish_gradient_reduction(model_);
+    if (exact) finish_exact_gradients(model_, units);
+    else finish_gradient_reduction(model_);
     stats_ = fsdp_stats(model_);
     // Tensor parallelism's all-reduces block the compute too: they count with the all-reduces (the AllReduce row).
     const TensorParallelStats& tp = model_.tensor_parallel().stats();
     stats_.all_reduces += static_cast<int>(tp.all_reduces);
     stats_.all_reduce_s += tp.seconds;
-    r.loss = parallel_.mean_over_ranks(loss / accum);
+    r.loss = exact ? exact_loss_.mean(comm_, units, parallel_.layout().tp) : parallel_.mean_over_ranks(loss / accum);
     timers_.mark(kGradSync);
   }
   const TimelineScope optimizer_span(timeline_names::optimizer);
   const auto params = model_.parameters();
   Communicator* norm_group = parallel_.grad_norm_group();  // shards; replicas are copies
   Communicator* tp_group = parallel_.tensor_parallel_group();  // null without tensor parallelism
-  r.grad_norm = train_.grad_clip > 0 ? clip_grad_norm(params, train_.grad_clip, norm_group, NormType::l2, tp_group)
-                                     : global_grad_norm(params, norm_group, NormType::l2, tp_group);
+  const NormType norm = exact ? NormType::l2_exact : NormType::l2;
+  r.grad_norm = train_.grad_clip > 0 ? clip_grad_norm(params, train_.grad_clip, norm_group, norm, tp_group)
+                                     : global_grad_norm(params, norm_group, norm, tp_group);
   r.nonfinite = guard(step, r);
   r.skipped = !r.nonfinite.empty();
   if (!r.skipped) optimizer_.step(lr);

@@ -15,6 +15,7 @@
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/runtime/timers.hpp"
 #include "fsdpp/train/data_feed.hpp"
+#include "fsdpp/train/reproducible.hpp"
 
 #include <mpi.h>
 
@@ -58,6 +59,7 @@ class TrainStep {
   SectionTimers& timers_;
   Flow flow_;
   FsdpStats stats_;
+  ExactLossMean exact_loss_;  // reproducible mode
 };
 
 }  // namespace fsdpp

@@ -1,0 +1,37 @@
+#pragma once
+// Reproducible mode (train.reproducible, docs/reproducible.md): the parts that live outside fully_shard.
+//
+//   - the computation unit: a micro-batch runs as micro_batch / reproducible_unit units of reproducible_unit
+//     sequences, one forward and backward each, so that a unit's gradient has the same shapes, and so the same
+//     bits, on every layout (training_forward_batch, config/deck_rules.hpp, which DataFeed follows);
+//   - the loss: the mean over the step's units of each unit's mean loss, summed exactly in fixed point
+//     (ExactLossMean); the gradients' sum is fully_shard's exact reduction, the norm NormType::l2_exact.
+#include "fsdpp/config/deck.hpp"
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+
+namespace fsdpp {
+
+// Reproducible mode resuming a checkpoint saved on the mesh `saved_mesh` (DeviceMesh::describe, as the checkpoint
+// records it): a UsageError when its tp degree differs from the deck's mesh.tp, since tensor parallelism changes
+// the shapes of the products and the run could not continue bitwise. Nothing outside reproducible mode.
+void check_reproducible_resume(const Deck& deck, const std::string& saved_mesh, const std::string& path);
+
+// The exact sum of the units' losses over the job.
+class ExactLossMean {
+ public:
+  void add(double unit_loss);  // one unit's mean loss, on this rank
+  // Collective over `comm` (every rank of the job): the mean over `units` units of the losses added on every
+  // rank, where each unit's loss was added on `copies` ranks (the tensor-parallel ranks of its data-parallel
+  // rank). NaN when any was not finite. Resets the sum.
+  double mean(MPI_Comm comm, std::int64_t units, int copies);
+
+ private:
+  static constexpr int kWords = 3;             // LossWords::words (tensor/fixed_point.hpp)
+  std::int64_t words_[kWords + 1] = {};        // the words, then the count of losses that could not be cut
+};
+
+}  // namespace fsdpp
