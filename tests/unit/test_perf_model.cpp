@@ -3,6 +3,10 @@
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
 
+#include "fsdpp/config/deck_rules.hpp"
+#include "fsdpp/fsdp/fully_shard.hpp"
+#include "fsdpp/nn/gpt.hpp"
+#include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/perf/machine.hpp"
 #include "fsdpp/perf/simulate.hpp"
 #include "fsdpp/perf/step_cost.hpp"
@@ -10,6 +14,8 @@
 #include "fsdpp/train/build_model.hpp"
 
 #include <cmath>
+#include <map>
+#include <set>
 
 using namespace fsdpp;
 
@@ -208,4 +214,66 @@ TEST_CASE("plan_step: blocking reductions are not faster than overlapped ones; r
   CHECK(ms({"comm.overlap=true"}) <= ms({"comm.overlap=false"}));
   CHECK(ms({"train.activation_checkpointing=none"}) < ms({"train.activation_checkpointing=full"}));
   CHECK(ms({"fsdp.forward_prefetch=1", "fsdp.backward_prefetch=1"}) <= ms({"fsdp.forward_prefetch=0", "fsdp.backward_prefetch=0"}));
+}
+
+namespace {
+
+// Records the schedule events of a dry step: issues per operation (distinct ids), waits, and the order of
+// passes, issues and waits.
+struct ScheduleLedger final : FsdpMemoryListener {
+  std::map<CollectiveOp, std::set<int>> issued;
+  std::set<int> waited;
+  std::vector<std::string> order;  // "issue", "wait", "begin", "end"
+  int passes = 0;
+  void on_memory(const FsdpMemoryEvent&) override {}
+  void on_schedule(const FsdpScheduleEvent& e) override {
+    using K = FsdpScheduleEvent::Kind;
+    if (e.kind == K::issue) issued[e.op].insert(e.id), order.push_back("issue");
+    if (e.kind == K::wait) waited.insert(e.id), order.push_back("wait");
+    if (e.kind == K::pass_begin) ++passes, order.push_back("begin");
+    if (e.kind == K::pass_end) order.push_back("end");
+  }
+};
+
+}  // namespace
+
+TEST_CASE("schedule events: a dry step issues what fully_shard counts, waits for every one, and prefetch 0 waits "
+          "at once") {
+  for (const char* strategy : {"full_shard", "hybrid_shard", "no_shard"})
+    for (const char* prefetch : {"0", "1"}) {
+      CAPTURE(strategy);
+      CAPTURE(prefetch);
+      std::vector<std::string> o = {"train.micro_batch=1", std::string("fsdp.strategy=") + strategy,
+                                    std::string("fsdp.forward_prefetch=") + prefetch,
+                                    std::string("fsdp.backward_prefetch=") + prefetch};
+      if (std::string(strategy) == "hybrid_shard") o.push_back("mesh.dp_replicate=2");
+      const Deck deck = test::input_deck("tiny.yaml", o);
+      Gpt model(deck.model);
+      const auto par = parallelize_for_planning(model, deck, 4);
+      auto ledger = std::make_shared<ScheduleLedger>();
+      par->root().add_memory_listener(ledger);
+      Flow flow;
+      const int micro_batches = grad_accum_steps(deck.train, par->data_parallel_size());
+      for (int a = 0; a < micro_batches; ++a) {
+        par->before_micro_batch(a, micro_batches);
+        model.dry_run(flow, Pass::forward);
+        model.dry_run(flow, Pass::backward);
+      }
+      finish_gradient_reduction(par->root().module());
+      const FsdpStats stats = fsdp_stats(par->root().module());
+      CHECK(ledger->issued[CollectiveOp::all_gather].size() ==
+            static_cast<std::size_t>(stats.forward_all_gathers + stats.backward_all_gathers));
+      CHECK(ledger->issued[CollectiveOp::reduce_scatter].size() == static_cast<std::size_t>(stats.reduce_scatters));
+      CHECK(ledger->issued[CollectiveOp::all_reduce].size() == static_cast<std::size_t>(stats.all_reduces));
+      std::size_t issued = 0;
+      for (const auto& [op, ids] : ledger->issued) {
+        issued += ids.size();
+        for (int id : ids) CHECK(ledger->waited.count(id) == 1);
+      }
+      CHECK(issued > 0);
+      CHECK(ledger->passes == 2 * micro_batches * (deck.model.n_layer + 1));
+      if (std::string(prefetch) == "0" && std::string(strategy) == "full_shard")
+        for (std::size_t i = 0; i + 1 < ledger->order.size(); ++i)
+          if (ledger->order[i] == "issue") CHECK(ledger->order[i + 1] != "begin");  // nothing computes under it
+    }
 }
