@@ -244,11 +244,11 @@ Machine machine_from_yaml(const std::string& text, const std::string& where) {
   return m;
 }
 
-Machine load_machine(const std::string& preset_or_path) {
+Machine load_machine(const std::string& preset_or_path, const std::string& what) {
   if (auto preset = machine_preset(preset_or_path)) return *preset;
   std::ifstream in(preset_or_path);
-  FSDPP_REQUIRE(in.good(), "--machine '{}' is neither a preset ({}) nor a readable file; name a preset, or write a "
-                "file with `fsdpp bench calibrate > machine.yaml`", preset_or_path,
+  FSDPP_REQUIRE(in.good(), "{} '{}' is neither a preset ({}) nor a readable file; name a preset, or write a "
+                "file with `fsdpp bench calibrate > machine.yaml`", what, preset_or_path,
                 fmt::join(machine_preset_names(), ", "));
   std::stringstream text;
   text << in.rdbuf();

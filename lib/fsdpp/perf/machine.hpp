@@ -57,7 +57,8 @@ struct Machine {
 const std::vector<std::string>& machine_preset_names();
 std::optional<Machine> machine_preset(const std::string& name);
 // A preset name, or a path to a YAML file. UsageError naming the file, line and key, and what to write.
-Machine load_machine(const std::string& preset_or_path);
+// `what` names the setting in errors ("--machine", "run.machine").
+Machine load_machine(const std::string& preset_or_path, const std::string& what = "--machine");
 // Parses YAML text; `where` names it in errors (a path, or "preset x").
 Machine machine_from_yaml(const std::string& text, const std::string& where);
 // The YAML that machine_from_yaml reads back to the same Machine.
