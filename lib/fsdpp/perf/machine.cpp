@@ -57,18 +57,20 @@ const std::vector<PresetFigures>& presets() {
        "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf), DGX A100 user guide: 8x A100 SXM 80GB, dense FP32 19.5 / "
        "TF32 156 / BF16 312 TFLOP/s, HBM2e 2039 GB/s, NVLink3 600 GB/s (300 per direction), 8x 200 Gb/s HDR "
        "InfiniBand (200 GB/s per node), PCIe Gen4. Assumed: busbw 80% of link per direction, memory 85% of HBM, "
-       "half_gflop from the size cuBLAS reaches half its peak at",
+       "half_gflop an estimate of the GEMM size at half the peak (docs/performance-model.md)",
        80, 2039, 19.5, 156, 312, 0.25, 2, 4, 300, 200, 32},
       {"h100-sxm-8x",
        "NVIDIA H100 datasheet (resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet), DGX H100 "
        "user guide: 8x H100 SXM 80GB, dense FP32 67 / TF32 494.7 / BF16 989.4 TFLOP/s (the sheet's sparse figures "
        "halved), HBM3 3350 GB/s, NVLink4 900 GB/s (450 per direction), 8x 400 Gb/s NDR InfiniBand (400 GB/s per "
-       "node), PCIe Gen5. Assumed: busbw 80% of link per direction, memory 85% of HBM",
+       "node), PCIe Gen5. Assumed: busbw 80% of link per direction, memory 85% of HBM, half_gflop an estimate "
+       "(docs/performance-model.md)",
        80, 3350, 67, 494.7, 989.4, 1, 4, 8, 450, 400, 64},
       {"h200-sxm-8x",
        "NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200): 8x H200 SXM 141GB, dense FP32 67 / TF32 494.7 / "
        "BF16 989.4 TFLOP/s, HBM3e 4800 GB/s, NVLink4 900 GB/s (450 per direction), 8x 400 Gb/s NDR InfiniBand "
-       "(as DGX H100), PCIe Gen5. Assumed: busbw 80% of link per direction, memory 85% of HBM",
+       "(as DGX H100), PCIe Gen5. Assumed: busbw 80% of link per direction, memory 85% of HBM, half_gflop an "
+       "estimate (docs/performance-model.md)",
        141, 4800, 67, 494.7, 989.4, 1, 4, 8, 450, 400, 64},
   };
   return table;
