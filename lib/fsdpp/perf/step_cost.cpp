@@ -261,6 +261,8 @@ StepPlan plan_step(const Deck& deck, int ranks, const Machine& machine) {
   // The mesh is known once the planner resolved it; the strides follow from its row-major order (tp innermost).
   const MemoryPlan shape = plan_model_states(deck, ranks);
   int stride = 1;
+  for (const MeshDim& d : shape.mesh)
+    if (d.name == "tp") pricing.tp = d.size;  // as resolved for this launch
   for (auto d = shape.mesh.rbegin(); d != shape.mesh.rend(); ++d) {
     pricing.stride[d->name] = stride;
     if (d->name == "dp_shard") pricing.stride["post_forward"] = stride;  // k consecutive ranks of a shard group
