@@ -343,15 +343,26 @@ double collective_seconds(const LinkFigures& f, CollectiveOp op, std::int64_t by
   return f.latency_us * 1e-6 * steps + static_cast<double>(bytes) * factor / (f.busbw_gbs * 1e9);
 }
 
-double collective_seconds(const Machine& m, CollectiveOp op, std::int64_t bytes, int ranks, bool spans_nodes) {
+double collective_seconds(const Machine& m, CollectiveOp op, std::int64_t bytes, int ranks, bool spans_nodes,
+                          int per_node) {
   if (ranks <= 1) return 0;
   const LinkClass& c = spans_nodes ? m.inter_node : m.intra_node;
   const std::optional<LinkFigures>& measured =
       op == CollectiveOp::all_gather ? c.all_gather : op == CollectiveOp::reduce_scatter ? c.reduce_scatter : c.all_reduce;
   if (measured) return collective_seconds(*measured, op, bytes, ranks, false, true);
-  const double ring = collective_seconds(c.ring, op, bytes, ranks, false, false);
-  if (op != CollectiveOp::all_reduce) return ring;
-  return std::min(ring, collective_seconds(c.tree, op, bytes, ranks, true, false));  // NCCL picks the faster
+  const double share = spans_nodes && per_node > 0 && per_node < m.devices_per_node
+                           ? static_cast<double>(per_node) / m.devices_per_node : 1.0;
+  LinkFigures ring = c.ring, tree = c.tree;
+  ring.busbw_gbs *= share;
+  tree.busbw_gbs *= share;
+  const double by_ring = collective_seconds(ring, op, bytes, ranks, false, false);
+  if (op != CollectiveOp::all_reduce) return by_ring;
+  return std::min(by_ring, collective_seconds(tree, op, bytes, ranks, true, false));  // NCCL picks the faster
+}
+
+int group_ranks_per_node(const Machine& m, int stride, int ranks) {
+  const int per_node = std::max(1, m.devices_per_node);
+  return std::clamp(per_node / std::max(1, stride), 1, std::max(1, ranks));
 }
 
 bool group_spans_nodes(const Machine& m, int base, int stride, int ranks) {
