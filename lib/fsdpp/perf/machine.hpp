@@ -68,7 +68,13 @@ std::string to_yaml(const Machine& m);
 
 // A collective over `ranks` ranks moving `bytes` (the full, unsharded buffer of the operation), on the link class
 // intra_node or inter_node (`spans_nodes`). The cheaper of ring and tree for all-reduce; ring otherwise.
-double collective_seconds(const Machine& m, CollectiveOp op, std::int64_t bytes, int ranks, bool spans_nodes);
+// `per_node`: the group's ranks on each node (0: a whole node's devices). Across nodes, a group with fewer ranks
+// per node than devices_per_node gets that share of the node's ring/tree bandwidth (its ranks' NICs; the other
+// ranks' groups use the rest at the same time); "measured" figures are taken as they are.
+double collective_seconds(const Machine& m, CollectiveOp op, std::int64_t bytes, int ranks, bool spans_nodes,
+                          int per_node = 0);
+// The ranks of a group with `stride` between neighbours that share a node (at most `ranks`).
+int group_ranks_per_node(const Machine& m, int stride, int ranks);
 // The same, on an explicit algorithm's figures (tests, and the measured override).
 double collective_seconds(const LinkFigures& f, CollectiveOp op, std::int64_t bytes, int ranks, bool tree, bool measured);
 // Do the ranks base, base + stride, ..., base + (n-1) stride lie on more than one node?
