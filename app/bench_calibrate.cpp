@@ -240,19 +240,33 @@ KernelFit measure_kernels(MPI_Comm world, const std::vector<std::int64_t>& sizes
     Kokkos::deep_copy(param.value(), 0.5f);
     Kokkos::deep_copy(param.grad(), 0.01f);
     AdamW adamw({&param}, AdamWConfig{});
-    const std::vector<std::pair<double, std::function<void()>>> cases = {
-        {f * (2.0 * E + 2.0 * N), [&] { kernels::layernorm_forward<float>(y, mean, rstd, x, w, b, N, C); }},
-        {f * (4.0 * E + 2.0 * N), [&] { kernels::layernorm_backward<float>(dx, dw, db, dy, x, w, mean, rstd, N, C); }},
-        {f * (2.0 * E + N), [&] { kernels::rmsnorm_forward<float>(y, rstd, x, w, N, C, 1e-5); }},
-        {f * (4.0 * E + N), [&] { kernels::rmsnorm_backward<float>(dx, dw, dy, x, w, rstd, N, C); }},
-        {f * 2.0 * E, [&] { kernels::gelu_forward<float>(y, x, int(E)); }},
-        {f * 4.0 * E, [&] { kernels::gelu_backward<float>(dx, x, dy, int(E)); }},
-        {f * 7.0 * E, [&] { adamw.step(1e-6f); }},  // param, m, v read and written; grad read
+    struct Kernel {
+      const char* name;
+      double bytes;
+      std::function<void()> run;
     };
-    for (const auto& [b_moved, run] : cases) {
-      bytes.push_back(b_moved);
-      seconds.push_back(seconds_all_busy(world, o.repeats(), o.target_s(), run, [] { Kokkos::fence(); }));
+    const std::vector<Kernel> cases = {
+        {"layernorm_forward", f * (2.0 * E + 2.0 * N), [&] { kernels::layernorm_forward<float>(y, mean, rstd, x, w, b, N, C); }},
+        {"layernorm_backward", f * (4.0 * E + 2.0 * N),
+         [&] { kernels::layernorm_backward<float>(dx, dw, db, dy, x, w, mean, rstd, N, C); }},
+        {"rmsnorm_forward", f * (2.0 * E + N), [&] { kernels::rmsnorm_forward<float>(y, rstd, x, w, N, C, 1e-5); }},
+        {"rmsnorm_backward", f * (4.0 * E + N), [&] { kernels::rmsnorm_backward<float>(dx, dw, dy, x, w, rstd, N, C); }},
+        {"gelu_forward", f * 2.0 * E, [&] { kernels::gelu_forward<float>(y, x, int(E)); }},
+        {"gelu_backward", f * 4.0 * E, [&] { kernels::gelu_backward<float>(dx, x, dy, int(E)); }},
+        {"adamw_step", f * 7.0 * E, [&] { adamw.step(1e-6f); }},  // param, m, v read and written; grad read
+    };
+    // One point per size: the mix's bytes over its time, so that a kernel slower than its bytes say (exp, sqrt on
+    // a CPU core) weighs by the time it takes, as it does in a step.
+    double size_bytes = 0, size_seconds = 0;
+    std::string rates;
+    for (const Kernel& k : cases) {
+      const double t = seconds_all_busy(world, o.repeats(), o.target_s(), k.run, [] { Kokkos::fence(); });
+      size_bytes += k.bytes, size_seconds += t;
+      rates += fmt::format(" {} {:.3g}", k.name, k.bytes / t / 1e9);
     }
+    progress(world, "  {} values, GB/s:{}", E, rates);
+    bytes.push_back(size_bytes / cases.size());  // per kernel, so that the intercept is one kernel's overhead
+    seconds.push_back(size_seconds / cases.size());
   }
   const calibrate::LineFit line = calibrate::fit_line_relative(bytes, seconds);
   return {line.slope > 0 ? 1.0 / line.slope / 1e9 : 0, line.intercept * 1e6, static_cast<int>(bytes.size())};

@@ -4,6 +4,7 @@
 // Everything is measured with every rank busy at once: where ranks share cores, sockets or links, a rank's
 // throughput under that contention is what a training run of the same launch gets.
 #include "fsdpp/config/deck_enums.hpp"
+#include "fsdpp/perf/line_fit.hpp"
 
 #include <mpi.h>
 
@@ -13,13 +14,8 @@
 
 namespace fsdpp::app::calibrate {
 
-// y = intercept + slope * x, least squares on the relative residual (y - fit) / y, so that small and large
-// sizes weigh alike. A negative intercept or a slope <= 0 (a latency or overhead cannot be negative, a bandwidth
-// must be finite; noise can make the unconstrained fit say so) gives the line through the origin instead.
-struct LineFit {
-  double intercept = 0, slope = 0;
-};
-LineFit fit_line_relative(const std::vector<double>& x, const std::vector<double>& y);
+using fsdpp::LineFit;            // fsdpp/perf/line_fit.hpp
+using fsdpp::fit_line_relative;
 
 // The median of this rank's seconds per call of `run`, then the median over the ranks of `world`; all ranks
 // start each repeat together (a barrier). Calls are looped so that a repeat lasts about `target_s`; `finish`

@@ -17,25 +17,6 @@
 
 namespace fsdpp::app::calibrate {
 
-LineFit fit_line_relative(const std::vector<double>& x, const std::vector<double>& y) {
-  // Minimise sum ((a + b x - y) / y)^2: weights 1 / y^2 in the normal equations.
-  double s00 = 0, s01 = 0, s11 = 0, r0 = 0, r1 = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double w = 1.0 / (y[i] * y[i]);
-    s00 += w, s01 += w * x[i], s11 += w * x[i] * x[i], r0 += w * y[i], r1 += w * x[i] * y[i];
-  }
-  const double det = s00 * s11 - s01 * s01;
-  LineFit f;
-  if (x.size() >= 2 && det > 0) {
-    f.intercept = (s11 * r0 - s01 * r1) / det;
-    f.slope = (s00 * r1 - s01 * r0) / det;
-  }
-  // Through the origin when the line would say a negative intercept, or no growth with x (noise swamping the
-  // sizes): with every y positive, that slope is positive.
-  if (f.intercept < 0 || f.slope <= 0 || det <= 0) f = {0, s11 > 0 ? r1 / s11 : 0};
-  return f;
-}
-
 double seconds_all_busy(MPI_Comm world, int repeats, double target_s, const std::function<void()>& run,
                         const std::function<void()>& finish) {
   using clock = std::chrono::steady_clock;

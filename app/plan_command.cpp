@@ -124,7 +124,13 @@ int plan_scaling(MPI_Comm world, const PlanArgs& args, const std::vector<int>& c
       plan = best.front().plan;
       layout = best.front().layout;
     } else {
-      plan = plan_step(deck_from_words(world, args.words), n, machine);
+      try {
+        plan = plan_step(deck_from_words(world, args.words), n, machine);
+      } catch (const UsageError& e) {  // this count only: say why in its row
+        table += fmt::format("  {:>6} does not run: {}\n", n, e.what());
+        rows.push_back({{"ranks", n}, {"error", e.what()}});
+        continue;
+      }
     }
     const StepTime& t = plan.time;
     double exposed = 0;

@@ -54,7 +54,7 @@ std::vector<int> divisors(int n) {
 // The data-parallel meshes of `dp` ranks: full_shard over all of them, and HSDP with the shard groups filling
 // whole nodes' worth of data-parallel ranks (and twice that), as HSDP is used.
 std::vector<std::vector<std::string>> data_parallel_meshes(int dp, int dp_per_node) {
-  std::vector<std::vector<std::string>> out = {{"fsdp.strategy=full_shard", "mesh.dp_replicate=0", "mesh.dp_shard=-1"}};
+  std::vector<std::vector<std::string>> out = {{"fsdp.strategy=full_shard", "mesh.dp_shard=-1"}};
   for (int shard : {dp_per_node, 2 * dp_per_node})
     if (shard > 1 && shard < dp && dp % shard == 0)
       out.push_back({"fsdp.strategy=hybrid_shard", fmt::format("mesh.dp_replicate={}", dp / shard),
@@ -137,7 +137,7 @@ std::string why_best(const std::vector<Candidate>& best) {
 }  // namespace
 
 std::string format_search(const std::vector<Candidate>& best, int ranks, const Machine& machine, std::size_t shown) {
-  std::string out = fmt::format("Layouts of {} rank(s) on {} that fit in {:.0f} GiB per device, fastest first ({} fit):\n",
+  std::string out = fmt::format("Layouts of {} rank(s) on {} that fit in {:g} GiB per device, fastest first ({} fit):\n",
                                 ranks, machine.name, machine.memory_gib, best.size());
   out += fmt::format("  {:>3} {:>10} {:>12} {:>7} {:>11} {:>9}  {}\n", "#", "ms/step", "tok/s/dev", "MFU",
                      "exposed ms", "mem GiB", "layout");

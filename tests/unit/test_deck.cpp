@@ -140,7 +140,7 @@ TEST_CASE("deck: the resolved deck parses back to the same deck") {
                                                "model.ffn_multiple_of", "model.rope_theta", "model.norm_eps",
                                                "model.rope_scaling_factor", "model.rope_low_freq_factor",
                                                "model.rope_high_freq_factor", "model.rope_original_context",
-                                               "model.from_hf", "train.sample_tokenizer"};
+                                               "model.from_hf", "train.sample_tokenizer", "run.machine"};
   for (const auto& key : fsdpp::deck_keys()) {
     CAPTURE(key);
     const bool written = yaml.find("  " + key.substr(key.find('.') + 1) + ": ") != std::string::npos;

@@ -55,6 +55,9 @@ struct RunConfig {
   // run.trace: the optimizer steps (1-based, inclusive) recorded into <output>/trace (comm/timeline.hpp);
   // 0, 0: none.
   std::int64_t trace_first = 0, trace_last = 0;
+  // run.machine: a machine preset or description (perf/machine.hpp); the end of the run prints the predicted
+  // ms/step beside the measured one. Empty: no prediction.
+  std::string machine;
 };
 
 // Defaults are GPT-2 small (124M): the one architecture everyone can check against.

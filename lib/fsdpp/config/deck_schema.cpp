@@ -411,6 +411,13 @@ std::vector<Field> make_fields() {
                    "Folder for the log copy, the resolved deck and metrics.jsonl."));
   f.back().default_doc = "runs/<run.name>";
   f.push_back(trace_steps());
+  f.push_back(text("run.machine", &Deck::run, &RunConfig::machine,
+                   "A machine preset (fsdpp plan --list-machines: a100-sxm-8x, h100-sxm-8x, h200-sxm-8x) or a machine "
+                   "YAML file (fsdpp bench calibrate > machine.yaml): the end of the run prints the step time fsdpp "
+                   "plan --machine predicts beside the measured one (docs/performance-model.md)."));
+  f.back().type = "<preset|file.yaml>";
+  f.back().default_doc = "none (no prediction)";
+  f.back().get = [](const Deck& d) { return d.run.machine.empty() ? std::string() : yaml_scalar(d.run.machine); };
 
   f.push_back(choice("model.arch", &Deck::model, &ModelConfig::arch, kArchs,
                      "gpt2: GPT-2 (LayerNorm, learned positions, GELU MLP, biases); llama: Llama 2/3 (RMSNorm, "

@@ -57,18 +57,20 @@ const std::vector<PresetFigures>& presets() {
        "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf), DGX A100 user guide: 8x A100 SXM 80GB, dense FP32 19.5 / "
        "TF32 156 / BF16 312 TFLOP/s, HBM2e 2039 GB/s, NVLink3 600 GB/s (300 per direction), 8x 200 Gb/s HDR "
        "InfiniBand (200 GB/s per node), PCIe Gen4. Assumed: busbw 80% of link per direction, memory 85% of HBM, "
-       "half_gflop from the size cuBLAS reaches half its peak at",
+       "half_gflop an estimate of the GEMM size at half the peak (docs/performance-model.md)",
        80, 2039, 19.5, 156, 312, 0.25, 2, 4, 300, 200, 32},
       {"h100-sxm-8x",
        "NVIDIA H100 datasheet (resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet), DGX H100 "
        "user guide: 8x H100 SXM 80GB, dense FP32 67 / TF32 494.7 / BF16 989.4 TFLOP/s (the sheet's sparse figures "
        "halved), HBM3 3350 GB/s, NVLink4 900 GB/s (450 per direction), 8x 400 Gb/s NDR InfiniBand (400 GB/s per "
-       "node), PCIe Gen5. Assumed: busbw 80% of link per direction, memory 85% of HBM",
+       "node), PCIe Gen5. Assumed: busbw 80% of link per direction, memory 85% of HBM, half_gflop an estimate "
+       "(docs/performance-model.md)",
        80, 3350, 67, 494.7, 989.4, 1, 4, 8, 450, 400, 64},
       {"h200-sxm-8x",
        "NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200): 8x H200 SXM 141GB, dense FP32 67 / TF32 494.7 / "
        "BF16 989.4 TFLOP/s, HBM3e 4800 GB/s, NVLink4 900 GB/s (450 per direction), 8x 400 Gb/s NDR InfiniBand "
-       "(as DGX H100), PCIe Gen5. Assumed: busbw 80% of link per direction, memory 85% of HBM",
+       "(as DGX H100), PCIe Gen5. Assumed: busbw 80% of link per direction, memory 85% of HBM, half_gflop an "
+       "estimate (docs/performance-model.md)",
        141, 4800, 67, 494.7, 989.4, 1, 4, 8, 450, 400, 64},
   };
   return table;
@@ -244,11 +246,11 @@ Machine machine_from_yaml(const std::string& text, const std::string& where) {
   return m;
 }
 
-Machine load_machine(const std::string& preset_or_path) {
+Machine load_machine(const std::string& preset_or_path, const std::string& what) {
   if (auto preset = machine_preset(preset_or_path)) return *preset;
   std::ifstream in(preset_or_path);
-  FSDPP_REQUIRE(in.good(), "--machine '{}' is neither a preset ({}) nor a readable file; name a preset, or write a "
-                "file with `fsdpp bench calibrate > machine.yaml`", preset_or_path,
+  FSDPP_REQUIRE(in.good(), "{} '{}' is neither a preset ({}) nor a readable file; name a preset, or write a "
+                "file with `fsdpp bench calibrate > machine.yaml`", what, preset_or_path,
                 fmt::join(machine_preset_names(), ", "));
   std::stringstream text;
   text << in.rdbuf();
@@ -341,15 +343,26 @@ double collective_seconds(const LinkFigures& f, CollectiveOp op, std::int64_t by
   return f.latency_us * 1e-6 * steps + static_cast<double>(bytes) * factor / (f.busbw_gbs * 1e9);
 }
 
-double collective_seconds(const Machine& m, CollectiveOp op, std::int64_t bytes, int ranks, bool spans_nodes) {
+double collective_seconds(const Machine& m, CollectiveOp op, std::int64_t bytes, int ranks, bool spans_nodes,
+                          int per_node) {
   if (ranks <= 1) return 0;
   const LinkClass& c = spans_nodes ? m.inter_node : m.intra_node;
   const std::optional<LinkFigures>& measured =
       op == CollectiveOp::all_gather ? c.all_gather : op == CollectiveOp::reduce_scatter ? c.reduce_scatter : c.all_reduce;
   if (measured) return collective_seconds(*measured, op, bytes, ranks, false, true);
-  const double ring = collective_seconds(c.ring, op, bytes, ranks, false, false);
-  if (op != CollectiveOp::all_reduce) return ring;
-  return std::min(ring, collective_seconds(c.tree, op, bytes, ranks, true, false));  // NCCL picks the faster
+  const double share = spans_nodes && per_node > 0 && per_node < m.devices_per_node
+                           ? static_cast<double>(per_node) / m.devices_per_node : 1.0;
+  LinkFigures ring = c.ring, tree = c.tree;
+  ring.busbw_gbs *= share;
+  tree.busbw_gbs *= share;
+  const double by_ring = collective_seconds(ring, op, bytes, ranks, false, false);
+  if (op != CollectiveOp::all_reduce) return by_ring;
+  return std::min(by_ring, collective_seconds(tree, op, bytes, ranks, true, false));  // NCCL picks the faster
+}
+
+int group_ranks_per_node(const Machine& m, int stride, int ranks) {
+  const int per_node = std::max(1, m.devices_per_node);
+  return std::clamp(per_node / std::max(1, stride), 1, std::max(1, ranks));
 }
 
 bool group_spans_nodes(const Machine& m, int base, int stride, int ranks) {

@@ -57,7 +57,8 @@ struct Machine {
 const std::vector<std::string>& machine_preset_names();
 std::optional<Machine> machine_preset(const std::string& name);
 // A preset name, or a path to a YAML file. UsageError naming the file, line and key, and what to write.
-Machine load_machine(const std::string& preset_or_path);
+// `what` names the setting in errors ("--machine", "run.machine").
+Machine load_machine(const std::string& preset_or_path, const std::string& what = "--machine");
 // Parses YAML text; `where` names it in errors (a path, or "preset x").
 Machine machine_from_yaml(const std::string& text, const std::string& where);
 // The YAML that machine_from_yaml reads back to the same Machine.
@@ -67,7 +68,13 @@ std::string to_yaml(const Machine& m);
 
 // A collective over `ranks` ranks moving `bytes` (the full, unsharded buffer of the operation), on the link class
 // intra_node or inter_node (`spans_nodes`). The cheaper of ring and tree for all-reduce; ring otherwise.
-double collective_seconds(const Machine& m, CollectiveOp op, std::int64_t bytes, int ranks, bool spans_nodes);
+// `per_node`: the group's ranks on each node (0: a whole node's devices). Across nodes, a group with fewer ranks
+// per node than devices_per_node gets that share of the node's ring/tree bandwidth (its ranks' NICs; the other
+// ranks' groups use the rest at the same time); "measured" figures are taken as they are.
+double collective_seconds(const Machine& m, CollectiveOp op, std::int64_t bytes, int ranks, bool spans_nodes,
+                          int per_node = 0);
+// The ranks of a group with `stride` between neighbours that share a node (at most `ranks`).
+int group_ranks_per_node(const Machine& m, int stride, int ranks);
 // The same, on an explicit algorithm's figures (tests, and the measured override).
 double collective_seconds(const LinkFigures& f, CollectiveOp op, std::int64_t bytes, int ranks, bool tree, bool measured);
 // Do the ranks base, base + stride, ..., base + (n-1) stride lie on more than one node?

@@ -61,7 +61,10 @@ SimulatedStep simulate(const std::vector<TimedOp>& ops) {
       }
     }
   }
-  for (const auto& [id, f] : in_flight) wait_for(f);
+  std::vector<InFlight> left;  // never waited for: waited at the end, in the order they finish
+  for (const auto& [id, f] : in_flight) left.push_back(f);
+  std::sort(left.begin(), left.end(), [](const InFlight& a, const InFlight& b) { return a.end < b.end; });
+  for (const InFlight& f : left) wait_for(f);
   out.seconds = now;
   return out;
 }

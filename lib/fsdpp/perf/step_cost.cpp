@@ -74,7 +74,9 @@ int StepRecorder::issue(CollectiveOp op, std::int64_t bytes, int ranks, const st
   const bool spans = group_spans_nodes(*p_.machine, 0, stride, ranks);
   if (ranks > 1) link_of[group] = spans ? "inter-node" : "intra-node";
   const int id = next_id_++;
-  ops.push_back({TimedOp::Kind::issue, collective_seconds(*p_.machine, op, bytes, ranks, spans), group, id, ""});
+  ops.push_back({TimedOp::Kind::issue,
+                 collective_seconds(*p_.machine, op, bytes, ranks, spans, group_ranks_per_node(*p_.machine, stride, ranks)),
+                 group, id, ""});
   return id;
 }
 
@@ -208,8 +210,9 @@ void StepRecorder::on_schedule(const FsdpScheduleEvent& e) {
       const int stride = p_.stride.count(e.group) ? p_.stride.at(e.group) : 1;
       const bool spans = group_spans_nodes(*p_.machine, 0, stride, e.ranks);
       if (e.ranks > 1) link_of[e.group] = spans ? "inter-node" : "intra-node";
-      ops.push_back({TimedOp::Kind::issue, collective_seconds(*p_.machine, e.op, e.bytes, e.ranks, spans), e.group,
-                     e.id, ""});
+      const int per_node = group_ranks_per_node(*p_.machine, stride, e.ranks);
+      ops.push_back({TimedOp::Kind::issue, collective_seconds(*p_.machine, e.op, e.bytes, e.ranks, spans, per_node),
+                     e.group, e.id, ""});
       break;
     }
     case Kind::wait: wait(e.id); break;
@@ -261,6 +264,8 @@ StepPlan plan_step(const Deck& deck, int ranks, const Machine& machine) {
   // The mesh is known once the planner resolved it; the strides follow from its row-major order (tp innermost).
   const MemoryPlan shape = plan_model_states(deck, ranks);
   int stride = 1;
+  for (const MeshDim& d : shape.mesh)
+    if (d.name == "tp") pricing.tp = d.size;  // as resolved for this launch
   for (auto d = shape.mesh.rbegin(); d != shape.mesh.rend(); ++d) {
     pricing.stride[d->name] = stride;
     if (d->name == "dp_shard") pricing.stride["post_forward"] = stride;  // k consecutive ranks of a shard group

@@ -30,6 +30,7 @@ void StepLog::write(const StepRecord& r) {
                       {"ms_per_step", r.ms_per_step},   {"peak_mem_bytes", r.peak_mem_bytes},
                       {"max_peak_mem_bytes", r.max_peak_mem_bytes}, {"exposed_comm_ms", r.exposed_comm_ms}};
   if (r.val_loss) j["val_loss"] = *r.val_loss;
+  if (r.predicted_ms_per_step) j["predicted_ms_per_step"] = *r.predicted_ms_per_step;
   metrics_ << j.dump() << '\n';
   metrics_.flush();  // a crashed run keeps every step it logged
 }

@@ -20,6 +20,7 @@ struct StepRecord {
   std::int64_t peak_mem_bytes = 0;      // this rank (rank 0 writes the record)
   std::int64_t max_peak_mem_bytes = 0;  // the largest over all ranks
   double exposed_comm_ms = 0;           // per step: time compute waited on collectives
+  std::optional<double> predicted_ms_per_step;  // run.machine set: fsdpp plan --machine's prediction
 };
 
 class StepLog {

@@ -5,6 +5,9 @@
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
 #include "fsdpp/tensor/matmul.hpp"
+#include "fsdpp/perf/step_cost.hpp"
+
+#include <algorithm>
 
 namespace fsdpp {
 namespace {
@@ -86,6 +89,36 @@ StepMetrics::StepMetrics(MPI_Comm comm, const Deck& deck, const Parallelism& par
   MPI_Comm_size(comm, &ranks_);
   tokens_per_step_ = static_cast<double>(deck.train.global_batch) * deck.model.context_length;
   if (measure_peak) summary_.sgemm_gflops = parallel_.mean_over_ranks(measure_sgemm_gflops(1024, 3));
+  if (!deck.run.machine.empty()) {
+    // Every rank reads the description (or fails alike, before the loop); the plan runs dry, no collectives.
+    const Machine machine = load_machine(deck.run.machine, "run.machine");
+    machine_name_ = machine.name;
+    predicted_ms_ = plan_step(deck, ranks_, machine).time.ms_per_step;
+  }
+}
+
+namespace {
+
+// The median of the steps after the first (the first allocates the buffer pool and warms up); the only step
+// when there is one.
+double median_ms_after_first(std::vector<double> seconds) {
+  if (seconds.size() > 1) seconds.erase(seconds.begin());
+  if (seconds.empty()) return 0;
+  std::sort(seconds.begin(), seconds.end());
+  const std::size_t n = seconds.size();
+  return 1000.0 * (n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]));
+}
+
+}  // namespace
+
+std::string StepMetrics::prediction_line(const TrainSummary& s) const {
+  if (!s.predicted_ms_per_step)
+    return "Predicted step time: none; set run.machine=<preset|file> (fsdpp plan --list-machines, or a file from "
+           "`fsdpp bench calibrate > machine.yaml`) to print the model's prediction beside the measured ms/step";
+  const double predicted = *s.predicted_ms_per_step, measured = s.median_ms_per_step;
+  return fmt::format("predicted {:.1f} ms/step (machine {}) vs measured {:.1f} ms/step (median of steps after the "
+                     "first): error {:+.1f}%", predicted, machine_name_, measured,
+                     measured > 0 ? 100.0 * (predicted - measured) / measured : 0.0);
 }
 
 void StepMetrics::banner(const LanguageModel& model, const DataFeed& data, const Optimizer& optimizer) {
@@ -116,7 +149,7 @@ void StepMetrics::banner(const LanguageModel& model, const DataFeed& data, const
 
 void StepMetrics::start_loop(std::int64_t first_step) {
   first_step_ = last_log_step_ = first_step;
-  loop_start_ = last_log_ = std::chrono::steady_clock::now();
+  loop_start_ = last_log_ = last_step_end_ = std::chrono::steady_clock::now();
   timers_.restart();
 }
 
@@ -127,6 +160,9 @@ void StepMetrics::after_step(std::int64_t done, const StepResult& r, const FsdpS
   comm_seconds_[1] += stats.reduce_scatter_s;
   comm_seconds_[2] += stats.all_reduce_s;
   comm_since_log_ += stats.exposed_comm_s();
+  const auto step_end = std::chrono::steady_clock::now();
+  step_seconds_.push_back(seconds_between(last_step_end_, step_end));
+  last_step_end_ = step_end;
   if (done == first_step_ + 1) summary_.first_loss = r.loss;
   summary_.losses.push_back(r.loss);
   summary_.final_loss = r.loss;
@@ -150,6 +186,7 @@ void StepMetrics::after_step(std::int64_t done, const StepResult& r, const FsdpS
   // Exact in a double below 2^53 bytes.
   rec.max_peak_mem_bytes = static_cast<std::int64_t>(parallel_.max_over_ranks(static_cast<double>(rec.peak_mem_bytes)));
   rec.exposed_comm_ms = 1000.0 * parallel_.mean_over_ranks(comm_since_log_) / steps;
+  rec.predicted_ms_per_step = predicted_ms_;
   comm_since_log_ = 0;
   log_.write(rec);
   last_log_ = now;
@@ -189,6 +226,9 @@ TrainSummary StepMetrics::finish(LanguageModel& model, std::optional<double> los
   // What this run added: buffers an earlier run or test in the same process left (Kokkos' own team scratch,
   // grow-only kernel scratch) were live before it started and are not the run's to plan.
   s.measured_peak_bytes = device.peak_bytes - device.live_at_reset;
+  s.predicted_ms_per_step = predicted_ms_;
+  // Rank 0's steps: every rank's step ends at the same collectives, so the ranks agree to within a few ms.
+  s.median_ms_per_step = median_ms_after_first(step_seconds_);
   MPI_Allreduce(MPI_IN_PLACE, &s.measured_peak_bytes, 1, MPI_INT64_T, MPI_MAX, comm_);
   if (!speaks_) return s;
   Log::info("Loop time of {:.3f} on {} procs for {} steps with {:.0f} tokens", s.loop_seconds, ranks_, s.steps,
@@ -196,6 +236,7 @@ TrainSummary StepMetrics::finish(LanguageModel& model, std::optional<double> los
   Log::info("Performance: {:.0f} tokens/s, {:.2f} GFLOP/s{}", s.tokens_per_s, s.tokens_per_s * s.flops_per_token / 1e9,
             s.sgemm_gflops > 0 ? fmt::format(", MFU {:.3f} (of {:.1f} GFLOP/s sgemm peak per rank)", s.mfu, s.sgemm_gflops)
                                : std::string());
+  Log::info("{}", prediction_line(s));
   Log::info("\nMPI task timing breakdown:\n{}", breakdown);
   Log::info("Communication the compute waited on (part of Forward, Backward and GradSync above):\n{}", comm_breakdown);
   Log::info("Per MPI rank peak memory: fsdpp's Views (what fsdpp plan predicts) and the resident set size:\n{}",

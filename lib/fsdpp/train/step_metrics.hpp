@@ -18,6 +18,9 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace fsdpp {
 
@@ -37,6 +40,8 @@ class StepMetrics {
   void add_eval_seconds(double seconds) { eval_seconds_ += seconds; }
   // The end-of-run report (collective); fills the summary's figures.
   TrainSummary finish(LanguageModel& model, std::optional<double> loss_floor);
+  // "predicted X ms/step (machine M) vs measured Y ms/step ...: error +Z%", or how to get a prediction.
+  std::string prediction_line(const TrainSummary& s) const;
 
  private:
   MPI_Comm comm_;
@@ -56,6 +61,11 @@ class StepMetrics {
   double comm_seconds_[3] = {0, 0, 0};
   double comm_since_log_ = 0;
   std::int64_t peak_unsharded_ = 0;
+  // Every step's wall time (the median after the first is compared with run.machine's prediction).
+  std::vector<double> step_seconds_;
+  std::chrono::steady_clock::time_point last_step_end_;
+  std::optional<double> predicted_ms_;
+  std::string machine_name_;
 };
 
 }  // namespace fsdpp

@@ -43,6 +43,10 @@ struct TrainSummary {
   // Measured: the most bytes of Views live at once in the compute memory space (MemoryAccounting) beyond what
   // was live when the run started, the largest over ranks. What `fsdpp plan` predicts.
   std::int64_t measured_peak_bytes = 0;
+  // run.machine: what `fsdpp plan --machine` predicts for this deck and launch, and the measured median ms/step
+  // of the steps after the first (the first allocates the buffer pool and warms up).
+  std::optional<double> predicted_ms_per_step;
+  double median_ms_per_step = 0;
 };
 
 struct TrainOptions {
