@@ -523,15 +523,18 @@ void FsdpGroup::complete_reduce_scatter(PendingReduction& pending) {
   pending.work.reset();
   context_->stats.reduce_scatter_s += seconds_since(t0);
   if (pending.in_words.bytes) {  // exact reduction: one rank's words are its sum already
-    if (ranks_ > 1) release(pending.in_words, FsdpBuffer::reduce_scatter);
     Tracked<std::int64_t>& reduced_words = ranks_ > 1 ? pending.out_words : pending.in_words;
-    // The step's only backward: its words are the step's sum, one unit per data-parallel rank.
     if (pending.single_backward) {
+      // The step's only backward: its words are the step's sum, one unit per data-parallel rank.
+      if (ranks_ > 1) release(pending.in_words, FsdpBuffer::reduce_scatter);
       convert_words(reduced_words, FsdpBuffer::reduce_scatter, ranks_ * (replicate_comm_ ? replicate_comm_->size() : 1));
       return;
     }
+    // The accumulator is taken while the unit's word buffers are still out, so that it never takes their
+    // (larger) blocks from the pool and holds them through the step.
     accumulate_words(reduced_words.view);
-    release(reduced_words, FsdpBuffer::reduce_scatter);
+    release(pending.in_words, FsdpBuffer::reduce_scatter);
+    release(pending.out_words, FsdpBuffer::reduce_scatter);
     return;
   }
   Tracked<float>& reduced = pending.reduced;
