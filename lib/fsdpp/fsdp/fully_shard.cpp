@@ -664,7 +664,8 @@ void FsdpGroup::accumulate_offloaded_gradients(const View1<float>& reduced) {
 
 // Reproducible mode: the whole gradients of this backward, cut into words in slot order, are reduce-scattered as
 // exact int64 sums (no scaling: the mean over the step's units is taken once, in finish_exact_gradients). The
-// HSDP all-reduce waits for the step's end too, on the summed words.
+// HSDP all-reduce waits for the step's end too, on the summed words; only the step's single backward (no
+// accumulation) converts its words, all-reduced, as soon as they arrive.
 void FsdpGroup::issue_exact_reduce_scatter() {
   PendingReduction pending;
   pending.site = module_.display_name() + " gradient reduction";
