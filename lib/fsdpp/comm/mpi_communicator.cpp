@@ -47,7 +47,7 @@ void check_buffer(const void* p, std::size_t count, const char* what, const char
 }
 
 void check_reducible(DType dtype, const char* op) {
-  FSDPP_CHECK(dtype_is_arithmetic(dtype), "{}: cannot reduce dtype '{}'; use f32, f64 or bf16", op, dtype_name(dtype));
+  FSDPP_CHECK(dtype_is_arithmetic(dtype), "{}: cannot reduce dtype '{}'; use f32, f64, bf16 or i64", op, dtype_name(dtype));
 }
 
 }  // namespace

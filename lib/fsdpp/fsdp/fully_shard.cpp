@@ -581,15 +581,18 @@ void FsdpGroup::complete_reduce_scatter(PendingReduction& pending) {
   pending.work.reset();
   context_->stats.reduce_scatter_s += seconds_since(t0);
   if (pending.in_words.bytes) {  // exact reduction: one rank's words are its sum already
-    if (ranks_ > 1) release(pending.in_words, FsdpBuffer::reduce_scatter);
     Tracked<std::int64_t>& reduced_words = ranks_ > 1 ? pending.out_words : pending.in_words;
-    // The step's only backward: its words are the step's sum, one unit per data-parallel rank.
     if (pending.single_backward) {
+      // The step's only backward: its words are the step's sum, one unit per data-parallel rank.
+      if (ranks_ > 1) release(pending.in_words, FsdpBuffer::reduce_scatter);
       convert_words(reduced_words, FsdpBuffer::reduce_scatter, ranks_ * (replicate_comm_ ? replicate_comm_->size() : 1));
       return;
     }
+    // The accumulator is taken while the unit's word buffers are still out, so that it never takes their
+    // (larger) blocks from the pool and holds them through the step.
     accumulate_words(reduced_words.view);
-    release(reduced_words, FsdpBuffer::reduce_scatter);
+    release(pending.in_words, FsdpBuffer::reduce_scatter);
+    release(pending.out_words, FsdpBuffer::reduce_scatter);
     return;
   }
   Tracked<float>& reduced = pending.reduced;
@@ -728,7 +731,8 @@ void FsdpGroup::accumulate_offloaded_gradients(const View1<float>& reduced) {
 
 // Reproducible mode: the whole gradients of this backward, cut into words in slot order, are reduce-scattered as
 // exact int64 sums (no scaling: the mean over the step's units is taken once, in finish_exact_gradients). The
-// HSDP all-reduce waits for the step's end too, on the summed words.
+// HSDP all-reduce waits for the step's end too, on the summed words; only the step's single backward (no
+// accumulation) converts its words, all-reduced, as soon as they arrive.
 void FsdpGroup::issue_exact_reduce_scatter() {
   PendingReduction pending;
   pending.site = module_.display_name() + " gradient reduction";
