@@ -28,31 +28,8 @@ const std::vector<std::string> kCommon = {"train.steps=4", "train.eval_interval=
 
 Deck tiny(const std::vector<std::string>& extra) { return test::input_deck("tiny.yaml", with(kCommon, extra)); }
 
-struct StepsRun {
-  std::vector<double> losses;
-  std::vector<float> weights;    // every parameter's whole tensor after the last step, in model order
-  std::vector<FsdpStats> stats;  // per step
-};
-
-// The trainer's step loop (TrainStep, the deck's optimizer and schedule) on all of `comm`, keeping the model.
-StepsRun run_steps(MPI_Comm comm, const Deck& deck) {
-  TrainModel built = build_model(comm, deck);
-  LanguageModel& model = *built.model;
-  Parallelism& parallel = *built.parallel;
-  DataFeed data(deck, parallel.data_parallel_size(), parallel.data_parallel_rank());
-  const auto optimizer = make_optimizer(deck.optim, model.parameters());
-  const LrSchedule schedule = make_schedule(deck);
-  SectionTimers timers(step_section_names());
-  TrainStep step(comm, model, parallel, *optimizer, data, deck.train, timers);
-  StepsRun run;
-  for (std::int64_t s = 0; s < deck.train.steps; ++s) {
-    run.losses.push_back(step.run(s + 1, schedule.at(s)).loss);
-    run.stats.push_back(step.fsdp_stats_of_last_step());
-  }
-  for (Parameter* p : model.parameters())
-    for (float x : built.whole(*p)) run.weights.push_back(x);
-  return run;
-}
+using test::run_steps;
+using test::StepsRun;
 
 // Collectives and the bytes they move: the same whatever the schedule (peaks and waits may differ).
 void check_same_collectives(const FsdpStats& got, const FsdpStats& want) {

@@ -34,35 +34,8 @@ Deck deck_of(const std::string& file, const std::vector<std::string>& extra) {
   return test::input_deck(file, with(kCommon, extra));
 }
 
-struct Run {
-  std::vector<double> losses, norms;
-  std::vector<float> weights;  // every parameter's whole tensor after the last step, in model order
-};
-
-// The trainer's step loop on all of `comm`, keeping the model for its final weights.
-Run run_steps(MPI_Comm comm, const Deck& deck) {
-  TrainModel built = build_model(comm, deck);
-  LanguageModel& model = *built.model;
-  Parallelism& parallel = *built.parallel;
-  DataFeed data(deck, parallel.data_parallel_size(), parallel.data_parallel_rank());
-  const auto optimizer = make_optimizer(deck.optim, model.parameters());
-  const LrSchedule schedule = make_schedule(deck);
-  SectionTimers timers(step_section_names());
-  TrainStep step(comm, model, parallel, *optimizer, data, deck.train, timers);
-  Run run;
-  for (std::int64_t s = 0; s < deck.train.steps; ++s) {
-    const StepResult r = step.run(s + 1, schedule.at(s));
-    run.losses.push_back(r.loss);
-    run.norms.push_back(r.grad_norm);
-  }
-  for (Parameter* p : model.parameters()) {
-    const std::vector<float> whole = parallel.layout().tp > 1 ? gather_full_parameter(*p, parallel.data_parallel_mesh(),
-                                                                                      parallel.tensor_parallel_group())
-                                                              : built.whole(*p);
-    run.weights.insert(run.weights.end(), whole.begin(), whole.end());
-  }
-  return run;
-}
+using Run = test::StepsRun;
+using test::run_steps;
 
 template <class T> void broadcast(std::vector<T>& v, MPI_Datatype type, MPI_Comm comm) {
   long n = static_cast<long>(v.size());

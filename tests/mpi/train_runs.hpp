@@ -1,6 +1,12 @@
 #pragma once
 // What the end-to-end MPI tests share: training a deck on some of the test's ranks and comparing losses.
 #include "fsdpp/config/deck.hpp"
+#include "fsdpp/fsdp/fully_shard.hpp"
+#include "fsdpp/optim/lr_schedule.hpp"
+#include "fsdpp/runtime/timers.hpp"
+#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/train/data_feed.hpp"
+#include "fsdpp/train/train_step.hpp"
 #include "fsdpp/train/trainer.hpp"
 
 #include <doctest/doctest.h>
@@ -34,6 +40,40 @@ inline std::vector<double> losses_on(MPI_Comm test_comm, int test_rank, int n, c
   }
   MPI_Bcast(losses.data(), static_cast<int>(losses.size()), MPI_DOUBLE, 0, test_comm);
   return losses;
+}
+
+// What a run of the trainer's step loop leaves, step by step and at its end.
+struct StepsRun {
+  std::vector<double> losses, norms;
+  std::vector<float> weights;    // every parameter's whole tensor after the last step, in model order
+  std::vector<FsdpStats> stats;  // per step
+};
+
+// The trainer's step loop (TrainStep, the deck's optimizer and schedule) on all of `comm`, keeping the model for
+// its final weights (whole: gathered over the data-parallel mesh, and over tensor parallelism when there is any).
+inline StepsRun run_steps(MPI_Comm comm, const Deck& deck) {
+  TrainModel built = build_model(comm, deck);
+  LanguageModel& model = *built.model;
+  Parallelism& parallel = *built.parallel;
+  DataFeed data(deck, parallel.data_parallel_size(), parallel.data_parallel_rank());
+  const auto optimizer = make_optimizer(deck.optim, model.parameters());
+  const LrSchedule schedule = make_schedule(deck);
+  SectionTimers timers(step_section_names());
+  TrainStep step(comm, model, parallel, *optimizer, data, deck.train, timers);
+  StepsRun run;
+  for (std::int64_t s = 0; s < deck.train.steps; ++s) {
+    const StepResult r = step.run(s + 1, schedule.at(s));
+    run.losses.push_back(r.loss);
+    run.norms.push_back(r.grad_norm);
+    run.stats.push_back(step.fsdp_stats_of_last_step());
+  }
+  for (Parameter* p : model.parameters()) {
+    const std::vector<float> whole = parallel.layout().tp > 1 ? gather_full_parameter(*p, parallel.data_parallel_mesh(),
+                                                                                      parallel.tensor_parallel_group())
+                                                              : built.whole(*p);
+    run.weights.insert(run.weights.end(), whole.begin(), whole.end());
+  }
+  return run;
 }
 
 // Step by step, within a relative tolerance (fp32 parity).
