@@ -2,7 +2,10 @@
 // A small MPI layer over doctest, after doctest's own MPI extension (which Debian's doctest-dev lacks):
 //   MPI_TEST_CASE("name", N) { ... }  runs the body on a sub-communicator `test_comm` of world ranks 0..N-1
 //                                     (`test_rank`, `test_nb_procs`); other ranks skip it, and the test is
-//                                     skipped everywhere when the job has fewer than N ranks.
+//                                     skipped everywhere when the job has fewer than N ranks. With
+//                                     FSDPP_TEST_RANKS=exact (ctest's mpi_npK runs) it runs only in a job of
+//                                     exactly N ranks: each test once, at its own size, not again in every
+//                                     larger job while the other ranks wait.
 //   MPI_CHECK(r, expr)                checks only on rank r of the test communicator.
 // tests/mpi_test_main.cpp prints one summary naming the failing ranks, and every rank exits with the same code.
 // Use CHECK rather than REQUIRE inside collective code: a REQUIRE that leaves one rank's body early strands
@@ -12,13 +15,14 @@
 
 namespace fsdpp::test {
 int world_size();
+bool runs_in_this_job(int nprocs);  // the rule above: enough ranks, or exactly N under FSDPP_TEST_RANKS=exact
 MPI_Comm sub_comm(int nprocs);  // collective over the world; MPI_COMM_NULL on ranks >= nprocs
 }  // namespace fsdpp::test
 
 #define FSDPP_MPI_TEST_CASE_IMPL(func, name, nprocs)                                                     \
   static void func(int test_rank, int test_nb_procs, MPI_Comm test_comm);                                \
   TEST_CASE(name * doctest::description("MPI_TEST_CASE") *                                               \
-            doctest::skip(::fsdpp::test::world_size() < (nprocs))) {                                     \
+            doctest::skip(!::fsdpp::test::runs_in_this_job(nprocs))) {                                   \
     MPI_Comm comm_ = ::fsdpp::test::sub_comm(nprocs);                                                    \
     if (comm_ == MPI_COMM_NULL) return;                                                                  \
     int rank_ = 0;                                                                                       \

@@ -32,6 +32,12 @@ int world_size() {
   return size;
 }
 
+bool runs_in_this_job(int nprocs) {
+  const char* mode = std::getenv("FSDPP_TEST_RANKS");
+  if (mode && std::string(mode) == "exact") return world_size() == nprocs;
+  return world_size() >= nprocs;
+}
+
 MPI_Comm sub_comm(int nprocs) {
   auto found = g_sub_comms.find(nprocs);
   if (found != g_sub_comms.end()) return found->second;
