@@ -3,6 +3,7 @@
 #include "fsdpp/tensor/bf16.hpp"
 #include "fsdpp/tensor/types.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -16,55 +17,53 @@ template <> KOKKOS_INLINE_FUNCTION float convert<float, bf16>(bf16 x) { return x
 
 // A batch of copies between pieces, run as one kernel: FSDP's copy-in and copy-out touch every parameter in
 // every slot, and one tiny kernel per piece would cost a launch each (params x ranks per collective). The
-// batch is a table of (destination, source, first element) in device memory: the kernel runs over the
-// batch's elements, and element e finds its piece by binary search over the first elements (a handful of
-// steps), so large and small pieces share the threads evenly. Plain element copies, so the results are
-// bitwise those of one copy per piece.
+// batch is a table of chunks in device memory, each at most kPieceChunk consecutive elements of one piece: one
+// team per chunk, the team's threads over its elements (a GPU warp reads and writes adjacent elements; a CPU
+// team of one runs a plain contiguous loop), so large and small pieces share the threads evenly. Plain element
+// copies, so the results are bitwise those of one copy per piece.
 template <class To, class From> struct PieceCopy {
   To* dst = nullptr;
   const From* src = nullptr;  // unused when zeroing
-  std::int64_t begin = 0;     // of this piece in the batch; the last entry's is the batch's size
+  std::int64_t count = 0;     // elements of this chunk
 };
 
-template <class To, class From> using PieceTable = Kokkos::View<PieceCopy<To, From>*, Layout, MemSpace>;
+// Elements per chunk: enough for a GPU team's threads to stream several each, few enough that a piece of a
+// handful of rows and a whole embedding split into balanced work.
+inline constexpr std::int64_t kPieceChunk = 4096;
 
-// Index of the piece holding element e: the last entry with begin <= e (entries 0..n-1; n is the end).
-template <class To, class From>
-KOKKOS_INLINE_FUNCTION int find_piece(const PieceTable<To, From>& t, int n, std::int64_t e) {
-  int lo = 0, hi = n;  // t(lo).begin <= e < t(hi).begin
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (t(mid).begin <= e) lo = mid;
-    else hi = mid;
-  }
-  return lo;
-}
+template <class To, class From> using PieceTable = Kokkos::View<PieceCopy<To, From>*, Layout, MemSpace>;
+using PieceTeam = Kokkos::TeamPolicy<ExecSpace>::member_type;
 
 // The kernels, free functions (nvcc refuses extended lambdas in private member functions).
-template <class To, class From> void run_piece_copies(const PieceTable<To, From>& table, int n, std::int64_t total) {
+template <class To, class From> void run_piece_copies(const PieceTable<To, From>& table, int chunks) {
   const auto t = table;
-  Kokkos::parallel_for("fsdpp::copy_pieces", Kokkos::RangePolicy<ExecSpace>(0, total),
-                       KOKKOS_LAMBDA(const std::int64_t e) {
-                         const PieceCopy<To, From> c = t(find_piece(t, n, e));
-                         c.dst[e - c.begin] = convert<To>(c.src[e - c.begin]);
+  Kokkos::parallel_for("fsdpp::copy_pieces", Kokkos::TeamPolicy<ExecSpace>(chunks, Kokkos::AUTO),
+                       KOKKOS_LAMBDA(const PieceTeam& team) {
+                         const PieceCopy<To, From> c = t(team.league_rank());
+                         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c.count), [&](const std::int64_t i) {
+                           c.dst[i] = convert<To>(c.src[i]);
+                         });
                        });
 }
 
-template <class To, class From> void run_piece_accumulates(const PieceTable<To, From>& table, int n, std::int64_t total) {
+template <class To, class From> void run_piece_accumulates(const PieceTable<To, From>& table, int chunks) {
   const auto t = table;
-  Kokkos::parallel_for("fsdpp::accumulate_pieces", Kokkos::RangePolicy<ExecSpace>(0, total),
-                       KOKKOS_LAMBDA(const std::int64_t e) {
-                         const PieceCopy<To, From> c = t(find_piece(t, n, e));
-                         c.dst[e - c.begin] += convert<To>(c.src[e - c.begin]);
+  Kokkos::parallel_for("fsdpp::accumulate_pieces", Kokkos::TeamPolicy<ExecSpace>(chunks, Kokkos::AUTO),
+                       KOKKOS_LAMBDA(const PieceTeam& team) {
+                         const PieceCopy<To, From> c = t(team.league_rank());
+                         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c.count), [&](const std::int64_t i) {
+                           c.dst[i] += convert<To>(c.src[i]);
+                         });
                        });
 }
 
-template <class To, class From> void run_piece_zeros(const PieceTable<To, From>& table, int n, std::int64_t total) {
+template <class To, class From> void run_piece_zeros(const PieceTable<To, From>& table, int chunks) {
   const auto t = table;
-  Kokkos::parallel_for("fsdpp::zero_pieces", Kokkos::RangePolicy<ExecSpace>(0, total),
-                       KOKKOS_LAMBDA(const std::int64_t e) {
-                         const PieceCopy<To, From> c = t(find_piece(t, n, e));
-                         c.dst[e - c.begin] = To();
+  Kokkos::parallel_for("fsdpp::zero_pieces", Kokkos::TeamPolicy<ExecSpace>(chunks, Kokkos::AUTO),
+                       KOKKOS_LAMBDA(const PieceTeam& team) {
+                         const PieceCopy<To, From> c = t(team.league_rank());
+                         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c.count),
+                                              [&](const std::int64_t i) { c.dst[i] = To(); });
                        });
 }
 
@@ -76,14 +75,13 @@ enum class PieceOp { copy, accumulate, zero };
 template <class To, class From> class PieceBatch {
  public:
   void add(To* dst, const From* src, std::int64_t count) {
-    if (count <= 0) return;
-    pending_.push_back(PieceCopy<To, From>{dst, src, total_});
-    total_ += count;
+    for (std::int64_t first = 0; first < count; first += kPieceChunk)
+      pending_.push_back(PieceCopy<To, From>{dst + first, src ? src + first : nullptr,
+                                             std::min(kPieceChunk, count - first)});
   }
   void run(PieceOp op = PieceOp::copy) {
-    const int n = static_cast<int>(pending_.size());
-    if (n == 0) return;
-    pending_.push_back(PieceCopy<To, From>{nullptr, nullptr, total_});  // the end of the last piece
+    const int chunks = static_cast<int>(pending_.size());
+    if (chunks == 0) return;
     if (table_.extent(0) < pending_.size()) {
       table_ = PieceTable<To, From>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "fsdpp.piece_table"),
                                     pending_.size());
@@ -91,16 +89,14 @@ template <class To, class From> class PieceBatch {
     }
     for (std::size_t i = 0; i < pending_.size(); ++i) host_(i) = pending_[i];
     Kokkos::deep_copy(ExecSpace(), table_, host_);
-    if (op == PieceOp::copy) run_piece_copies(table_, n, total_);
-    else if (op == PieceOp::zero) run_piece_zeros(table_, n, total_);
-    else if constexpr (std::is_arithmetic_v<To>) run_piece_accumulates(table_, n, total_);
+    if (op == PieceOp::copy) run_piece_copies(table_, chunks);
+    else if (op == PieceOp::zero) run_piece_zeros(table_, chunks);
+    else if constexpr (std::is_arithmetic_v<To>) run_piece_accumulates(table_, chunks);
     pending_.clear();
-    total_ = 0;
   }
 
  private:
   std::vector<PieceCopy<To, From>> pending_;
-  std::int64_t total_ = 0;
   PieceTable<To, From> table_;
   typename PieceTable<To, From>::HostMirror host_;
 };
