@@ -227,14 +227,17 @@ void StepRecorder::on_schedule(const FsdpScheduleEvent& e) {
   }
 }
 
-// The optimizer step over this rank's shards: AdamW reads parameter, gradient, m and v and writes three of them
-// (SGD with momentum: three reads, two writes), one kernel per parameter tensor.
+// The optimizer step over this rank's shards: the gradient norm reads every gradient once (every step: the log
+// reports it, clipping scales by it); AdamW reads parameter, gradient, m and v and writes three of them (SGD with
+// momentum: three reads, two writes). A kernel of each per parameter tensor.
 double optimizer_seconds(const Deck& deck, const MemoryPlan& plan, const Machine& m) {
   const double numel = static_cast<double>(plan.memory.parameters) / 4;
-  const double passes = deck.optim.name == OptimizerKind::adamw ? 7 : (deck.optim.momentum != 0 ? 5 : 3);
+  const double norm_passes = 1;
+  const double update_passes = deck.optim.name == OptimizerKind::adamw ? 7 : (deck.optim.momentum != 0 ? 5 : 3);
   std::int64_t tensors = 0;
   for (const PlannedUnit& u : plan.units) tensors += u.parameters > 0 ? 1 : 0;
-  return tensors * 4 * m.kernel_overhead_us * 1e-6 + passes * 4 * numel / (m.memory_bandwidth_gbs * 1e9);
+  return 2 * tensors * 4 * m.kernel_overhead_us * 1e-6 +
+         (norm_passes + update_passes) * 4 * numel / (m.memory_bandwidth_gbs * 1e9);
 }
 
 Pricing pricing_for(const Deck& deck, const Machine& machine) {
