@@ -407,11 +407,11 @@ void calibrate_gemm(MPI_Comm world, const std::vector<Deck>& decks, const Calibr
     for (const GemmShape& s : shapes) sweeps[s].push_back(measure_gemm(world, s, o).tflops);
   }
   std::map<GemmPrecision, std::vector<MeasuredGemm>> by_precision;
-  for (auto& [s, tflops] : sweeps) {
-    std::sort(tflops.begin(), tflops.end());
-    const MeasuredGemm p{s, tflops[tflops.size() / 2]};
+  for (const auto& [s, tflops] : sweeps) {
+    const MeasuredGemm p{s, median(tflops)};
+    const auto [low, high] = std::minmax_element(tflops.begin(), tflops.end());
     progress(world, "  gemm {} m {} n {} k {}: {:.4g} TFLOP/s (sweeps {:.3g} to {:.3g})",
-             gemm_precision_name(s.precision), s.m, s.n, s.k, p.tflops, tflops.front(), tflops.back());
+             gemm_precision_name(s.precision), s.m, s.n, s.k, p.tflops, *low, *high);
     by_precision[s.precision].push_back(p);
   }
   // The machine file knows no transposes: the products of one (precision, m, n, k) become one point, their

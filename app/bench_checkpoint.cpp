@@ -9,6 +9,7 @@
 #include "fsdpp/fsdp/fully_shard.hpp"
 #include "fsdpp/nn/gpt.hpp"
 #include "fsdpp/optim/adamw.hpp"
+#include "fsdpp/perf/median.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <fcntl.h>
@@ -27,11 +28,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Bytes/s of writing `bytes` to a fresh file in `dir` and fsyncing it: what the disk gives one writer.
 double raw_write_bandwidth(const std::string& dir, std::int64_t bytes) {

@@ -5,6 +5,7 @@
 // throughput under that contention is what a training run of the same launch gets.
 #include "fsdpp/config/deck_enums.hpp"
 #include "fsdpp/perf/line_fit.hpp"
+#include "fsdpp/perf/median.hpp"
 
 #include <mpi.h>
 

@@ -37,17 +37,12 @@ double seconds_all_busy(MPI_Comm world, int repeats, double target_s, const std:
     finish();
     mine.push_back(std::chrono::duration<double>(clock::now() - t0).count() / loops);
   }
-  std::sort(mine.begin(), mine.end());
-  double median = (mine[(mine.size() - 1) / 2] + mine[mine.size() / 2]) / 2;
+  double mine_median = median(mine);
   int n = 1;
   MPI_Comm_size(world, &n);
   std::vector<double> all(n);
-  MPI_Allgather(&median, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, world);
-  // The median over ranks, the two middle ones averaged when the count is even (as for the repeats above): the
-  // upper one alone would be the slower rank of two, the worse of two noisy samples, where a step averages its
-  // kernels' noise over thousands.
-  std::sort(all.begin(), all.end());
-  return (all[(all.size() - 1) / 2] + all[all.size() / 2]) / 2;
+  MPI_Allgather(&mine_median, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, world);
+  return median(all);  // of two ranks: their mean, not the slower (a step averages its kernels' noise)
 }
 
 std::vector<int> node_of_ranks(MPI_Comm world) {

@@ -2,6 +2,7 @@
 // with: an exact line comes back exactly; relative residuals weigh small sizes as much as large ones; noise that
 // would give a negative latency or a non-positive bandwidth gives the line through the origin instead.
 #include "fsdpp/perf/line_fit.hpp"
+#include "fsdpp/perf/median.hpp"
 
 #include <doctest/doctest.h>
 
@@ -46,4 +47,12 @@ TEST_CASE("line fit: noise that says a negative intercept or no growth gives the
     CHECK(f.intercept == 0);
     CHECK(f.slope == doctest::Approx(0.5));
   }
+}
+
+TEST_CASE("median: the middle value; the two middle ones averaged for an even count; 0 for none") {
+  CHECK(fsdpp::median({3.0, 1.0, 2.0}) == 2.0);
+  CHECK(fsdpp::median({4.0, 1.0}) == 2.5);  // not the slower of two
+  CHECK(fsdpp::median({5.0, 1.0, 2.0, 4.0}) == 3.0);
+  CHECK(fsdpp::median({7.0}) == 7.0);
+  CHECK(fsdpp::median({}) == 0.0);
 }

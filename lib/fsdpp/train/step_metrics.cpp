@@ -1,6 +1,7 @@
 #include "fsdpp/train/step_metrics.hpp"
 
 #include "fsdpp/config/deck_rules.hpp"
+#include "fsdpp/perf/median.hpp"
 #include "fsdpp/runtime/build_info.hpp"
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
@@ -103,10 +104,7 @@ namespace {
 // when there is one.
 double median_ms_after_first(std::vector<double> seconds) {
   if (seconds.size() > 1) seconds.erase(seconds.begin());
-  if (seconds.empty()) return 0;
-  std::sort(seconds.begin(), seconds.end());
-  const std::size_t n = seconds.size();
-  return 1000.0 * (n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]));
+  return 1000.0 * median(std::move(seconds));
 }
 
 }  // namespace
