@@ -352,6 +352,7 @@ LinkClass measured_class(const calibrate::LinkClassFits& fits) {
   c.all_gather = figures(fits.ops[0]);
   c.reduce_scatter = figures(fits.ops[1]);
   c.all_reduce = figures(fits.ops[2]);
+  c.beside_compute = {sig4(fits.beside_compute.compute_slowdown), sig4(fits.beside_compute.collective_slowdown)};
   return c;
 }
 
@@ -458,6 +459,9 @@ void calibrate_network(MPI_Comm world, const std::vector<int>& node_of, const De
       for (const auto& f : c.ops)
         progress(world, "  {} {}: {:.4g} us + bytes / {:.4g} GB/s (group sizes {}, {} points)", c.link_class, f.op,
                  f.latency_us, f.busbw_gbs, fmt::join(f.group_sizes, ","), f.points);
+    for (const auto& c : fits)
+      progress(world, "  {} beside compute: compute {:+.1f}%, collectives {:+.1f}%", c.link_class,
+               100 * c.beside_compute.compute_slowdown, 100 * c.beside_compute.collective_slowdown);
   }
   set_network(m, fits);
 }

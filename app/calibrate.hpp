@@ -33,9 +33,16 @@ struct CollectiveFit {
   int points = 0;   // (group size, bytes) pairs the fit used
   std::vector<int> group_sizes;
 };
+// Compute beside a collective of this class, as training overlaps them (perf/machine.hpp, BesideCompute):
+// how much longer each takes while the other runs; 0 where nothing overlaps (blocking collectives).
+struct BesideComputeFit {
+  double compute_slowdown = 0, collective_slowdown = 0;
+  std::size_t bytes = 0;  // the all-gather measured (full buffer); 0: not measured
+};
 struct LinkClassFits {
   std::string link_class;  // intra_node | inter_node
   std::vector<CollectiveFit> ops;
+  BesideComputeFit beside_compute;  // measured on the class's largest group
 };
 
 struct CollectiveOptions {

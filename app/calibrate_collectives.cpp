@@ -4,6 +4,7 @@
 
 #include "fsdpp/comm/make_communicator.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
+#include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/tensor/types.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -140,7 +141,52 @@ int link_class_of(MPI_Comm world, MPI_Comm group, const std::vector<int>& node_o
   return lo == hi ? lo : -1;
 }
 
-void measure_layout(MPI_Comm world, MPI_Comm group, int g, const CollectiveOptions& o, std::vector<Point>& points) {
+// This rank's GEMMs while an all-gather of `per_rank` runs on the communicator's thread, as fully_shard's prefetch
+// overlaps them: GEMMs are issued until the collective completes, `calls` collectives in a row. Against each
+// alone: slowdown = (time per GEMM beside / alone) - 1, and the same per collective. The GEMM (192 x 192 x 192
+// f32, a fraction of a millisecond on a core) is short beside a collective chosen to last tens of milliseconds,
+// so it tracks the collective's end closely. Median of repeats, then over the ranks. Collective over `world`.
+BesideComputeFit measure_beside_compute(MPI_Comm world, Communicator& comm, std::size_t per_rank, View1<float>& send,
+                                        View1<float>& recv, const CollectiveOptions& o) {
+  constexpr int n = 192;
+  View1<float> a = uninitialized<float>("calibrate_beside_a", n * n), b = uninitialized<float>("calibrate_beside_b", n * n),
+               c = uninitialized<float>("calibrate_beside_c", n * n);
+  Kokkos::deep_copy(a, 0.5f);
+  Kokkos::deep_copy(b, 0.25f);
+  auto one_gemm = [&] {
+    gemm<float>(Trans::N, Trans::N, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    Kokkos::fence();
+  };
+  const double gemm_alone = seconds_all_busy(world, o.repeats, 4 * o.target_s, one_gemm, [] {});
+  const double collective_alone = time_collective(world, comm, 0, per_rank, send, recv, o);
+  const int calls = std::clamp(static_cast<int>(0.2 / std::max(collective_alone, 1e-6)), 1, 20);
+  std::vector<double> compute_ratio, collective_ratio;
+  for (int r = 0; r < o.repeats; ++r) {
+    MPI_Barrier(world);
+    const auto t0 = clock::now();
+    long gemms = 0;
+    for (int k = 0; k < calls; ++k) {
+      WorkHandle h = comm.all_gather_async(send.data(), recv.data(), per_rank, DType::f32);
+      while (!h->is_completed()) one_gemm(), ++gemms;
+      h->wait();
+    }
+    const double wall = std::chrono::duration<double>(clock::now() - t0).count();
+    collective_ratio.push_back(wall / calls / collective_alone);
+    compute_ratio.push_back(wall / double(std::max(gemms, 1L)) / gemm_alone);
+  }
+  double mine[2] = {median(compute_ratio), median(collective_ratio)};
+  int size = 1;
+  MPI_Comm_size(world, &size);
+  std::vector<double> all(2 * static_cast<std::size_t>(size));
+  MPI_Allgather(mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, world);
+  std::vector<double> compute_all, collective_all;
+  for (int i = 0; i < size; ++i) compute_all.push_back(all[2 * i]), collective_all.push_back(all[2 * i + 1]);
+  return {std::max(0.0, median(compute_all) - 1), std::max(0.0, median(collective_all) - 1),
+          per_rank * comm.size() * sizeof(float)};
+}
+
+BesideComputeFit measure_layout(MPI_Comm world, MPI_Comm group, int g, const CollectiveOptions& o,
+                                std::vector<Point>& points) {
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   const bool verbose = rank == 0;
@@ -161,6 +207,21 @@ void measure_layout(MPI_Comm world, MPI_Comm group, int g, const CollectiveOptio
       if (s > o.max_call_s) break;
     }
   }
+  // Beside compute: the largest all-gather of the sweep that lasts at most 0.1 s, through the communicator's
+  // thread as training issues it (blocking collectives overlap nothing: 0).
+  if (!o.overlap) return {};
+  std::size_t chosen = 0;
+  for (const Point& p : points)
+    if (p.op == 0 && p.group_size == g && p.seconds <= 0.1) chosen = std::max(chosen, static_cast<std::size_t>(p.bytes));
+  long long pick = static_cast<long long>(chosen);
+  MPI_Allreduce(MPI_IN_PLACE, &pick, 1, MPI_LONG_LONG, MPI_MIN, world);  // every group measures at once, at one size
+  if (pick <= 0) return {};
+  const BesideComputeFit f = measure_beside_compute(world, *comm, std::max<std::size_t>(1, std::size_t(pick) / sizeof(float) / g),
+                                                    send, recv, o);
+  if (verbose)
+    fmt::print(stderr, "calibrate:   beside compute ({} bytes all-gathered): compute {:+.1f}%, collective {:+.1f}%\n",
+               f.bytes, 100 * f.compute_slowdown, 100 * f.collective_slowdown);
+  return f;
 }
 
 }  // namespace
@@ -177,6 +238,7 @@ std::vector<LinkClassFits> measure_collectives(MPI_Comm world, const std::vector
       if (g < n) layouts.push_back({g, false});
     }
   std::map<int, std::vector<Point>> by_class;  // 0 intra, 1 inter
+  std::map<int, BesideComputeFit> beside;      // per class: of its largest group (layouts come in growing size)
   std::map<std::pair<int, int>, bool> done;    // (group size, class) already measured
   for (const Layout& l : layouts) {
     const int color = l.consecutive ? rank / l.group_size : rank % (n / l.group_size);
@@ -191,13 +253,13 @@ std::vector<LinkClassFits> measure_collectives(MPI_Comm world, const std::vector
       if (rank == 0)
         fmt::print(stderr, "calibrate: collectives on groups of {} ({}, {} ranks)\n", l.group_size,
                    cls ? "inter-node" : "intra-node", l.consecutive ? "consecutive" : "strided");
-      measure_layout(world, group, l.group_size, o, by_class[cls]);
+      beside[cls] = measure_layout(world, group, l.group_size, o, by_class[cls]);
     }
     MPI_Comm_free(&group);
   }
   std::vector<LinkClassFits> fits;
   for (const auto& [cls, points] : by_class) {
-    LinkClassFits c{cls ? "inter_node" : "intra_node", {}};
+    LinkClassFits c{cls ? "inter_node" : "intra_node", {}, beside[cls]};
     for (int op = 0; op < 3; ++op) {
       std::vector<double> x, y;
       CollectiveFit f{kOps[op], 0, 0, 0, {}};

@@ -27,6 +27,7 @@ Machine sample_machine() {
   m.source = "calibrated";
   m.gemm_points.push_back({"bf16", 256, 768, 256, 0.09});
   m.intra_node.all_reduce = LinkFigures{50, 1.8};
+  m.inter_node.beside_compute = {0.25, 0.5};
   return m;
 }
 
@@ -39,6 +40,8 @@ std::string replace(std::string text, const std::string& from, const std::string
 TimedOp compute(double s) { return {TimedOp::Kind::compute, s, "", -1, "forward"}; }
 TimedOp issue(int id, double s, const std::string& stream = "dp_shard") { return {TimedOp::Kind::issue, s, stream, id, ""}; }
 TimedOp wait(int id) { return {TimedOp::Kind::wait, 0, "", id, ""}; }
+// A collective that slows compute by `c` while it runs and is slowed by `b` while compute runs.
+TimedOp contended(int id, double s, double c, double b) { return {TimedOp::Kind::issue, s, "dp_shard", id, "", c, b}; }
 
 }  // namespace
 
@@ -58,7 +61,12 @@ TEST_CASE("machine: every preset and a calibrated description survive to_yaml an
     CHECK(back.inter_node.ring.busbw_gbs == doctest::Approx(m.inter_node.ring.busbw_gbs));
     CHECK(back.gemm_points.size() == m.gemm_points.size());
     CHECK(back.intra_node.all_reduce.has_value() == m.intra_node.all_reduce.has_value());
+    CHECK(back.inter_node.beside_compute.compute_slowdown == m.inter_node.beside_compute.compute_slowdown);
+    CHECK(back.inter_node.beside_compute.collective_slowdown == m.inter_node.beside_compute.collective_slowdown);
   }
+  // Without beside_compute (the presets, files written before it) a class's slowdowns are 0.
+  CHECK(to_yaml(*machine_preset("h100-sxm-8x")).find("beside_compute") == std::string::npos);
+  CHECK(machine_preset("h100-sxm-8x")->inter_node.beside_compute.compute_slowdown == 0);
   // The presets are spec-sheet figures with their sheet named, dense peaks below the sparse ones' half + margin.
   for (const std::string& name : machine_preset_names()) {
     const Machine m = *machine_preset(name);
@@ -183,6 +191,25 @@ TEST_CASE("simulate: overlap hides communication shorter than compute, exposes t
     const SimulatedStep s = simulate({issue(0, 2e-3), issue(1, 2e-3), issue(2, 2e-3, "dp_replicate"), wait(1), wait(2)});
     CHECK(s.seconds == doctest::Approx(4e-3));
     CHECK(s.exposed_s.at("dp_shard") == doctest::Approx(4e-3));
+  }
+  SUBCASE("beside compute, each slows the other while both run; with both slowdowns 0 nothing changes") {
+    // 1 s of compute beside a 1 s collective that slows compute by 25% and is slowed by 50%: both run at once
+    // until the compute ends at 1.25 s (1 / 1.25 of its work per second), by then the collective has done
+    // 1.25 / 1.5 of its second; its last 1/6 s runs alone.
+    const SimulatedStep s = simulate({contended(0, 1.0, 0.25, 0.5), compute(1.0), wait(0)});
+    CHECK(s.compute_s == doctest::Approx(1.25));
+    CHECK(s.seconds == doctest::Approx(1.25 + 1.0 / 6));
+    CHECK(s.exposed_s.at("dp_shard") == doctest::Approx(1.0 / 6));
+    CHECK(s.busy_s.at("dp_shard") == doctest::Approx(1.25 + 1.0 / 6));
+    // A collective that ends first: 0.5 s beside 2 s of compute, compute at 1/1.25 until the collective's 0.75 s.
+    const SimulatedStep t = simulate({contended(0, 0.5, 0.25, 0.5), compute(2.0), wait(0)});
+    CHECK(t.busy_s.at("dp_shard") == doctest::Approx(0.75));
+    CHECK(t.compute_s == doctest::Approx(0.75 + (2.0 - 0.75 / 1.25)));
+    CHECK(t.exposed_total_s() == doctest::Approx(0));
+    const SimulatedStep plain = simulate({issue(0, 5e-3), compute(3e-3), wait(0), compute(1e-3)}),
+                        zero = simulate({contended(0, 5e-3, 0, 0), compute(3e-3), wait(0), compute(1e-3)});
+    CHECK(zero.seconds == plain.seconds);
+    CHECK(zero.exposed_total_s() == plain.exposed_total_s());
   }
   SUBCASE("collectives never waited for are waited at the end") {
     const SimulatedStep s = simulate({compute(1e-3), issue(0, 3e-3)});

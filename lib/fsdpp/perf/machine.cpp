@@ -168,6 +168,12 @@ LinkClass read_link_class(MapReader r) {
     if (m.has("all_reduce")) c.all_reduce = read_link(m.map("all_reduce"));
     m.done();
   }
+  if (r.has("beside_compute")) {
+    MapReader b = r.map("beside_compute");
+    c.beside_compute.compute_slowdown = b.number("compute_slowdown", false);
+    c.beside_compute.collective_slowdown = b.number("collective_slowdown", false);
+    b.done();
+  }
   r.done();
   return c;
 }
@@ -279,6 +285,9 @@ YAML::Node link_class_node(const LinkClass& c) {
     if (c.all_reduce) measured["all_reduce"] = link_node(*c.all_reduce);
     n["measured"] = measured;
   }
+  if (c.beside_compute.compute_slowdown > 0 || c.beside_compute.collective_slowdown > 0)
+    n["beside_compute"] = flow_map({{"compute_slowdown", c.beside_compute.compute_slowdown},
+                                    {"collective_slowdown", c.beside_compute.collective_slowdown}});
   return n;
 }
 

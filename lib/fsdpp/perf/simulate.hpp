@@ -4,6 +4,9 @@
 // collectives one at a time in issue order. A collective starts when the compute stream has reached its issue
 // point and its stream is free; a wait holds the compute stream until the collective ends, and the time held is
 // that communicator's exposed time. What is still running at the end is waited for then (exposed too).
+// Where compute and communication share a device's resources (CPU cores here), each slows the other while both
+// run: a collective's compute_slowdown and slowdown_beside_compute (from its link class, perf/machine.hpp) set the
+// rates, so the replay is a fluid one between events; with both 0 it is the plain event replay.
 #include "fsdpp/perf/time_events.hpp"
 
 #include <map>
@@ -14,7 +17,7 @@ namespace fsdpp {
 
 struct SimulatedStep {
   double seconds = 0;                          // the step: every stream drained
-  double compute_s = 0;                        // busy time of the compute stream
+  double compute_s = 0;                        // busy time of the compute stream (slowed by collectives beside it)
   std::map<std::string, double> busy_s;        // per communicator stream: time its collectives ran
   std::map<std::string, double> exposed_s;     // per communicator stream: time the compute stream waited for it
   std::map<std::string, double> compute_by_what;  // TimedOp::what -> seconds

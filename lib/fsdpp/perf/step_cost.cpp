@@ -58,6 +58,10 @@ class StepRecorder final : public FsdpMemoryListener {
   void compute(double seconds, const std::string& what) { ops.push_back({TimedOp::Kind::compute, seconds, "", -1, what}); }
   int issue(CollectiveOp op, std::int64_t bytes, int ranks, const std::string& group);
   void wait(int id) { ops.push_back({TimedOp::Kind::wait, 0, "", id, ""}); }
+  void push_collective(double seconds, const std::string& stream, int id, bool spans_nodes) {
+    const BesideCompute& b = (spans_nodes ? p_.machine->inter_node : p_.machine->intra_node).beside_compute;
+    ops.push_back({TimedOp::Kind::issue, seconds, stream, id, "", b.compute_slowdown, b.collective_slowdown});
+  }
   double gemms_seconds(const std::vector<Gemm>& gemms) const;
   double elementwise_seconds(const Region& r, double scale) const;
   std::vector<Region> regions_of(const Module& unit) const;
@@ -74,9 +78,8 @@ int StepRecorder::issue(CollectiveOp op, std::int64_t bytes, int ranks, const st
   const bool spans = group_spans_nodes(*p_.machine, 0, stride, ranks);
   if (ranks > 1) link_of[group] = spans ? "inter-node" : "intra-node";
   const int id = next_id_++;
-  ops.push_back({TimedOp::Kind::issue,
-                 collective_seconds(*p_.machine, op, bytes, ranks, spans, group_ranks_per_node(*p_.machine, stride, ranks)),
-                 group, id, ""});
+  push_collective(collective_seconds(*p_.machine, op, bytes, ranks, spans, group_ranks_per_node(*p_.machine, stride, ranks)),
+                  group, id, spans);
   return id;
 }
 
@@ -211,8 +214,7 @@ void StepRecorder::on_schedule(const FsdpScheduleEvent& e) {
       const bool spans = group_spans_nodes(*p_.machine, 0, stride, e.ranks);
       if (e.ranks > 1) link_of[e.group] = spans ? "inter-node" : "intra-node";
       const int per_node = group_ranks_per_node(*p_.machine, stride, e.ranks);
-      ops.push_back({TimedOp::Kind::issue, collective_seconds(*p_.machine, e.op, e.bytes, e.ranks, spans, per_node),
-                     e.group, e.id, ""});
+      push_collective(collective_seconds(*p_.machine, e.op, e.bytes, e.ranks, spans, per_node), e.group, e.id, spans);
       break;
     }
     case Kind::wait: wait(e.id); break;

@@ -49,6 +49,9 @@ struct TimedOp {
   std::string stream;  // issue: the communicator ("dp_shard", "tp", "host_link", ...)
   int id = -1;
   std::string what;    // compute: "forward", "backward", "recompute", "optimizer", "copies"; for the breakdown
+  // issue: how much this collective slows the compute stream while it runs (0.2: compute runs at 1/1.2), and how
+  // much running compute slows it; its link class's figures (perf/machine.hpp, LinkClass::beside_compute).
+  double compute_slowdown = 0, slowdown_beside_compute = 0;
 };
 
 }  // namespace fsdpp
