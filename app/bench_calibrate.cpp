@@ -352,7 +352,8 @@ LinkClass measured_class(const calibrate::LinkClassFits& fits) {
   c.all_gather = figures(fits.ops[0]);
   c.reduce_scatter = figures(fits.ops[1]);
   c.all_reduce = figures(fits.ops[2]);
-  c.beside_compute = {sig4(fits.beside_compute.compute_slowdown), sig4(fits.beside_compute.collective_slowdown)};
+  const BesideCompute& slows = fits.beside_compute.slows;
+  c.beside_compute = {sig4(slows.compute_slowdown), sig4(slows.collective_slowdown)};
   return c;
 }
 
@@ -461,7 +462,7 @@ void calibrate_network(MPI_Comm world, const std::vector<int>& node_of, const De
                  f.latency_us, f.busbw_gbs, fmt::join(f.group_sizes, ","), f.points);
     for (const auto& c : fits)
       progress(world, "  {} beside compute: compute {:+.1f}%, collectives {:+.1f}%", c.link_class,
-               100 * c.beside_compute.compute_slowdown, 100 * c.beside_compute.collective_slowdown);
+               100 * c.beside_compute.slows.compute_slowdown, 100 * c.beside_compute.slows.collective_slowdown);
   }
   set_network(m, fits);
 }

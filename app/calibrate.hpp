@@ -6,6 +6,7 @@
 #include "fsdpp/config/deck_enums.hpp"
 #include "fsdpp/perf/line_fit.hpp"
 #include "fsdpp/perf/median.hpp"
+#include "fsdpp/perf/time_events.hpp"  // BesideCompute
 
 #include <mpi.h>
 
@@ -24,6 +25,9 @@ using fsdpp::fit_line_relative;
 double seconds_all_busy(MPI_Comm world, int repeats, double target_s, const std::function<void()>& run,
                         const std::function<void()>& finish);
 
+// The median over the ranks of `world` of each rank's `value` (two ranks: their mean). Collective over `world`.
+double median_over_ranks(MPI_Comm world, double value);
+
 // Node identity of every rank (MPI_Get_processor_name, gathered): node_of[r] is a small integer.
 std::vector<int> node_of_ranks(MPI_Comm world);
 
@@ -36,7 +40,7 @@ struct CollectiveFit {
 // Compute beside a collective of this class, as training overlaps them (perf/machine.hpp, BesideCompute):
 // how much longer each takes while the other runs; 0 where nothing overlaps (blocking collectives).
 struct BesideComputeFit {
-  double compute_slowdown = 0, collective_slowdown = 0;
+  BesideCompute slows;
   std::size_t bytes = 0;  // the all-gather measured (full buffer); 0: not measured
 };
 struct LinkClassFits {

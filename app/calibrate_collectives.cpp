@@ -38,12 +38,15 @@ double seconds_all_busy(MPI_Comm world, int repeats, double target_s, const std:
     finish();
     mine.push_back(std::chrono::duration<double>(clock::now() - t0).count() / loops);
   }
-  double mine_median = median(mine);
+  return median_over_ranks(world, median(mine));  // of two ranks their mean, not the slower: a step averages
+}                                                 // its kernels' noise
+
+double median_over_ranks(MPI_Comm world, double value) {
   int n = 1;
   MPI_Comm_size(world, &n);
   std::vector<double> all(n);
-  MPI_Allgather(&mine_median, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, world);
-  return median(all);  // of two ranks: their mean, not the slower (a step averages its kernels' noise)
+  MPI_Allgather(&value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, world);
+  return median(all);
 }
 
 std::vector<int> node_of_ranks(MPI_Comm world) {
@@ -174,14 +177,8 @@ BesideComputeFit measure_beside_compute(MPI_Comm world, Communicator& comm, std:
     collective_ratio.push_back(wall / calls / collective_alone);
     compute_ratio.push_back(wall / double(std::max(gemms, 1L)) / gemm_alone);
   }
-  double mine[2] = {median(compute_ratio), median(collective_ratio)};
-  int size = 1;
-  MPI_Comm_size(world, &size);
-  std::vector<double> all(2 * static_cast<std::size_t>(size));
-  MPI_Allgather(mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, world);
-  std::vector<double> compute_all, collective_all;
-  for (int i = 0; i < size; ++i) compute_all.push_back(all[2 * i]), collective_all.push_back(all[2 * i + 1]);
-  return {std::max(0.0, median(compute_all) - 1), std::max(0.0, median(collective_all) - 1),
+  return {{std::max(0.0, median_over_ranks(world, median(compute_ratio)) - 1),
+           std::max(0.0, median_over_ranks(world, median(collective_ratio)) - 1)},
           per_rank * comm.size() * sizeof(float)};
 }
 
@@ -220,7 +217,7 @@ BesideComputeFit measure_layout(MPI_Comm world, MPI_Comm group, int g, const Col
                                                     send, recv, o);
   if (verbose)
     fmt::print(stderr, "calibrate:   beside compute ({} bytes all-gathered): compute {:+.1f}%, collective {:+.1f}%\n",
-               f.bytes, 100 * f.compute_slowdown, 100 * f.collective_slowdown);
+               f.bytes, 100 * f.slows.compute_slowdown, 100 * f.slows.collective_slowdown);
   return f;
 }
 

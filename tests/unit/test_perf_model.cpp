@@ -37,11 +37,11 @@ std::string replace(std::string text, const std::string& from, const std::string
   return text.replace(at, from.size(), to);
 }
 
-TimedOp compute(double s) { return {TimedOp::Kind::compute, s, "", -1, "forward"}; }
-TimedOp issue(int id, double s, const std::string& stream = "dp_shard") { return {TimedOp::Kind::issue, s, stream, id, ""}; }
-TimedOp wait(int id) { return {TimedOp::Kind::wait, 0, "", id, ""}; }
+TimedOp compute(double s) { return {TimedOp::Kind::compute, s, "", -1, "forward", {}}; }
+TimedOp issue(int id, double s, const std::string& stream = "dp_shard") { return {TimedOp::Kind::issue, s, stream, id, "", {}}; }
+TimedOp wait(int id) { return {TimedOp::Kind::wait, 0, "", id, "", {}}; }
 // A collective that slows compute by `c` while it runs and is slowed by `b` while compute runs.
-TimedOp contended(int id, double s, double c, double b) { return {TimedOp::Kind::issue, s, "dp_shard", id, "", c, b}; }
+TimedOp contended(int id, double s, double c, double b) { return {TimedOp::Kind::issue, s, "dp_shard", id, "", {c, b}}; }
 
 }  // namespace
 

@@ -33,15 +33,6 @@ struct LinkFigures {
   double busbw_gbs = 0;  // nccl-tests' bus bandwidth, GB/s
 };
 
-// Compute and a collective running at once on a device whose cores do both (a CPU: the copies, the TCP stack and
-// the communicator's thread take cycles from the kernels, and the kernels from them): while the collective runs,
-// compute takes (1 + compute_slowdown) times as long; while compute runs, the collective takes
-// (1 + collective_slowdown) times as long. Measured by calibrate; 0 for GPUs in the presets (NCCL's copy engines
-// and SMs: not measured here).
-struct BesideCompute {
-  double compute_slowdown = 0, collective_slowdown = 0;
-};
-
 struct LinkClass {
   LinkFigures ring, tree;
   BesideCompute beside_compute;

@@ -31,21 +31,21 @@ SimulatedStep simulate(const std::vector<TimedOp>& ops) {
     int id;
     double left;     // seconds still to run at full speed
     double started;  // when it reached the head of its stream
-    double compute_slowdown, slowdown_beside_compute;
+    BesideCompute slows;
   };
   std::map<std::string, std::deque<Running>> streams;
   std::map<int, int> unfinished;             // by id: collectives issued under it and not yet ended
   std::map<int, std::string> stream_of;      // by id: the stream of its last issue (exposed time goes there)
   // Runs everything until the first thing ends: the compute op (when `computing`, `compute_left` seconds of work
   // left) or the collective at a stream's head. Rates: compute runs at 1 / (1 + the largest compute_slowdown of the
-  // collectives running); a collective at 1 / (1 + its slowdown_beside_compute) while compute runs, else at 1.
+  // collectives running); a collective at 1 / (1 + its collective_slowdown) while compute runs, else at 1.
   // Returns the stream whose collective ended ("" when the compute op did).
   auto run_until_next_end = [&](bool computing, double& compute_left) -> std::string {
     double slowest = 0;
     for (const auto& [name, queue] : streams)
-      if (!queue.empty()) slowest = std::max(slowest, queue.front().compute_slowdown);
+      if (!queue.empty()) slowest = std::max(slowest, queue.front().slows.compute_slowdown);
     const double compute_rate = 1.0 / (1.0 + slowest);
-    auto rate_of = [&](const Running& r) { return computing ? 1.0 / (1.0 + r.slowdown_beside_compute) : 1.0; };
+    auto rate_of = [&](const Running& r) { return computing ? 1.0 / (1.0 + r.slows.collective_slowdown) : 1.0; };
     double dt = computing ? compute_left / compute_rate : std::numeric_limits<double>::infinity();
     std::string first;  // "" while the compute op ends first
     for (const auto& [name, queue] : streams)
@@ -79,7 +79,7 @@ SimulatedStep simulate(const std::vector<TimedOp>& ops) {
       case TimedOp::Kind::issue: {
         FSDPP_CHECK(!op.stream.empty(), "simulate: a collective issued on no stream (id {})", op.id);
         std::deque<Running>& queue = streams[op.stream];
-        queue.push_back({op.id, op.seconds, now, op.compute_slowdown, op.slowdown_beside_compute});
+        queue.push_back({op.id, op.seconds, now, op.beside_compute});
         ++unfinished[op.id];
         stream_of[op.id] = op.stream;
         break;

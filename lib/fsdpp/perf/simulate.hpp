@@ -5,7 +5,7 @@
 // point and its stream is free; a wait holds the compute stream until the collective ends, and the time held is
 // that communicator's exposed time. What is still running at the end is waited for then (exposed too).
 // Where compute and communication share a device's resources (CPU cores here), each slows the other while both
-// run: a collective's compute_slowdown and slowdown_beside_compute (from its link class, perf/machine.hpp) set the
+// run: a collective's beside_compute figures (from its link class, perf/machine.hpp) set the
 // rates, so the replay is a fluid one between events; with both 0 it is the plain event replay.
 #include "fsdpp/perf/time_events.hpp"
 

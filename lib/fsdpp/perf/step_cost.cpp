@@ -55,12 +55,12 @@ class StepRecorder final : public FsdpMemoryListener {
   using Kind = FsdpScheduleEvent::Kind;
   double std_N() const { return static_cast<double>(p_.B) * p_.T; }
   std::int64_t N() const { return std::int64_t{p_.B} * p_.T; }
-  void compute(double seconds, const std::string& what) { ops.push_back({TimedOp::Kind::compute, seconds, "", -1, what}); }
+  void compute(double seconds, const std::string& what) { ops.push_back({TimedOp::Kind::compute, seconds, "", -1, what, {}}); }
   int issue(CollectiveOp op, std::int64_t bytes, int ranks, const std::string& group);
-  void wait(int id) { ops.push_back({TimedOp::Kind::wait, 0, "", id, ""}); }
+  void wait(int id) { ops.push_back({TimedOp::Kind::wait, 0, "", id, "", {}}); }
   void push_collective(double seconds, const std::string& stream, int id, bool spans_nodes) {
-    const BesideCompute& b = (spans_nodes ? p_.machine->inter_node : p_.machine->intra_node).beside_compute;
-    ops.push_back({TimedOp::Kind::issue, seconds, stream, id, "", b.compute_slowdown, b.collective_slowdown});
+    ops.push_back({TimedOp::Kind::issue, seconds, stream, id, "",
+                   (spans_nodes ? p_.machine->inter_node : p_.machine->intra_node).beside_compute});
   }
   double gemms_seconds(const std::vector<Gemm>& gemms) const;
   double elementwise_seconds(const Region& r, double scale) const;
@@ -221,7 +221,7 @@ void StepRecorder::on_schedule(const FsdpScheduleEvent& e) {
     case Kind::kernel: compute(kernel_seconds(*p_.machine, static_cast<double>(e.bytes)), "copies"); break;
     case Kind::host_copy: {
       const int id = next_id_++;
-      ops.push_back({TimedOp::Kind::issue, host_copy_seconds(*p_.machine, e.bytes), "host_link", id, ""});
+      ops.push_back({TimedOp::Kind::issue, host_copy_seconds(*p_.machine, e.bytes), "host_link", id, "", {}});
       wait(id);  // fully_shard fences the offload stream at once
       link_of["host_link"] = "host link";
       break;
@@ -280,7 +280,7 @@ StepPlan plan_step(const Deck& deck, int ranks, const Machine& machine) {
   StepPlan out;
   out.memory = plan_memory(deck, ranks, recorder);
   std::vector<TimedOp> ops = recorder->ops;
-  ops.push_back({TimedOp::Kind::compute, optimizer_seconds(deck, out.memory, machine), "", -1, "optimizer"});
+  ops.push_back({TimedOp::Kind::compute, optimizer_seconds(deck, out.memory, machine), "", -1, "optimizer", {}});
   const SimulatedStep sim = simulate(ops);
 
   StepTime& t = out.time;

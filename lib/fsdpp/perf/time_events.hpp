@@ -37,6 +37,15 @@ struct FsdpScheduleEvent {
   int id = -1;
 };
 
+// Compute and a collective running at once on a device whose cores do both (a CPU: the copies, the TCP stack and
+// the communicator's thread take cycles from the kernels, and the kernels from them): while the collective runs,
+// compute takes (1 + compute_slowdown) times as long; while compute runs, the collective takes
+// (1 + collective_slowdown) times as long. A link class's figures (perf/machine.hpp, LinkClass::beside_compute):
+// measured by calibrate; 0 for GPUs in the presets (NCCL's copy engines and SMs: not measured here).
+struct BesideCompute {
+  double compute_slowdown = 0, collective_slowdown = 0;
+};
+
 // One step of the priced schedule, in program order (the order the compute thread meets them).
 struct TimedOp {
   enum class Kind {
@@ -49,9 +58,7 @@ struct TimedOp {
   std::string stream;  // issue: the communicator ("dp_shard", "tp", "host_link", ...)
   int id = -1;
   std::string what;    // compute: "forward", "backward", "recompute", "optimizer", "copies"; for the breakdown
-  // issue: how much this collective slows the compute stream while it runs (0.2: compute runs at 1/1.2), and how
-  // much running compute slows it; its link class's figures (perf/machine.hpp, LinkClass::beside_compute).
-  double compute_slowdown = 0, slowdown_beside_compute = 0;
+  BesideCompute beside_compute;  // issue: how this collective and the compute stream slow each other
 };
 
 }  // namespace fsdpp
