@@ -6,8 +6,10 @@
 //              inp W^T), input gradient (dinp = dout W) and weight gradient (dW += dout^T inp), and attention's
 //              two per-head products (T x T x head size, T x head size x T), in the deck's matmul precision: gemm_points, and per precision the curve peak * F / (F + half) fitted to them
 //              (precisions no deck uses: fitted to a few of the same shapes).
-//   kernels    fsdpp's own row kernels (layernorm, rmsnorm, gelu forward and backward, the AdamW step) across
-//              sizes: time = kernel_overhead + bytes / memory_bandwidth, fitted.
+//   kernels    fsdpp's own non-GEMM kernels across sizes, each in the bytes the model counts for it: time =
+//              kernel_overhead + bytes / memory_bandwidth fitted to the norms forward and the AdamW update;
+//              backward_bandwidth to the norms backward; optimizer_bandwidth to the gradient norm and AdamW step
+//              together; per kernel family (gelu, swiglu, the attention softmax) forward and backward rates.
 //   host link  a host <-> device copy (a memory copy on host builds): latency and bandwidth.
 //   network    calibrate_collectives.cpp: every group layout of this world, per link class.
 // Progress goes to stderr, the YAML to stdout (rank 0).
@@ -17,8 +19,12 @@
 #include "fsdpp/nn/kernels/gelu.hpp"
 #include "fsdpp/nn/kernels/layernorm.hpp"
 #include "fsdpp/nn/kernels/rmsnorm.hpp"
+#include "fsdpp/nn/kernels/softmax.hpp"
+#include "fsdpp/nn/kernels/swiglu.hpp"
 #include "fsdpp/optim/adamw.hpp"
+#include "fsdpp/optim/grad_norm.hpp"
 #include "fsdpp/perf/machine.hpp"
+#include "fsdpp/perf/step_cost.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/train/memory_check.hpp"
@@ -224,63 +230,112 @@ std::vector<GemmShape> curve_shapes(const std::set<GemmShape>& measured, GemmPre
 }
 
 struct KernelFit {
-  double bandwidth_gbs = 0, overhead_us = 0;
-  int points = 0;
+  double bandwidth_gbs = 0, overhead_us = 0;  // the norms forward and the optimizer update
+  double backward_bandwidth_gbs = 0;          // the norms backward, at kBackwardBytesPerForwardByte x forward bytes
+  double optimizer_bandwidth_gbs = 0;         // the gradient norm and AdamW, at optimizer_passes x 4 bytes
+  std::map<std::string, KernelRate> families;  // gelu, swiglu, softmax
 };
 
-// fsdpp's own non-GEMM kernels over `elements` values (rows of `C`), each with the bytes it must move at least.
-KernelFit measure_kernels(MPI_Comm world, const std::vector<std::int64_t>& sizes, int C, const CalibrateOptions& o) {
-  std::vector<double> bytes, seconds;
-  const double f = sizeof(float);
-  for (std::int64_t E : sizes) {
+// Rows of C for the norms and activations, T x T score matrices for the softmax: the first deck's widths.
+struct KernelShape {
+  int C = 0, T = 0;
+  std::vector<std::int64_t> sizes;  // values per kernel call
+};
+
+// fsdpp's own non-GEMM kernels over a few sizes, each with the bytes the performance model counts for it
+// (step_cost.cpp; the families' per element in kernel_family_bytes_per_element; backward kernels
+// kBackwardBytesPerForwardByte times their forward's), each series fitted to overhead + bytes / bandwidth.
+KernelFit measure_kernels(MPI_Comm world, const KernelShape& shape, const CalibrateOptions& o) {
+  // A series' rate: its bytes over its time at the activation sizes (all but the first, a few rows, which is
+  // there for the per-kernel overhead; a slope fitted through it follows the launch costs of the small calls).
+  struct Series {
+    std::vector<double> bytes, seconds;
+    double gbs() const {
+      double b = 0, t = 0;
+      for (std::size_t i = bytes.size() > 1 ? 1 : 0; i < bytes.size(); ++i) b += bytes[i], t += seconds[i];
+      return t > 0 ? b / t / 1e9 : 0;
+    }
+  };
+  std::map<std::string, Series> series;  // "rest", "rest_backward", "optimizer", "<family>", "<family>_backward"
+  const double f = sizeof(float), back = kBackwardBytesPerForwardByte;
+  const int C = shape.C, T = shape.T;
+  for (std::int64_t E : shape.sizes) {
     const int N = static_cast<int>(E / C);
+    const std::int64_t score_rows = std::max<std::int64_t>(1, E / T);
     auto x = uninitialized<float>("calibrate_x", E), y = uninitialized<float>("calibrate_y", E);
     auto dy = uninitialized<float>("calibrate_dy", E), dx = uninitialized<float>("calibrate_dx", E);
+    auto u = uninitialized<float>("calibrate_u", E), du = uninitialized<float>("calibrate_du", E);
+    auto scores = uninitialized<float>("calibrate_scores", score_rows * T);
+    auto dscores = uninitialized<float>("calibrate_dscores", score_rows * T);
     auto w = uninitialized<float>("calibrate_w", C), b = uninitialized<float>("calibrate_b", C);
     auto dw = uninitialized<float>("calibrate_dw", C), db = uninitialized<float>("calibrate_db", C);
     auto mean = uninitialized<float>("calibrate_mean", N), rstd = uninitialized<float>("calibrate_rstd", N);
-    for (const auto& v : {x, y, dy, dx, w, b, dw, db, mean, rstd}) Kokkos::deep_copy(v, 0.5f);
+    for (const auto& v : {x, y, dy, dx, u, du, w, b, dw, db, mean, rstd, scores, dscores}) Kokkos::deep_copy(v, 0.5f);
     Parameter param("calibrate.weight", {E}, InitRule::zeros(), ParamRole::weight);
     param.adopt(uninitialized<float>("calibrate_param", E), uninitialized<float>("calibrate_grad", E));
     Kokkos::deep_copy(param.value(), 0.5f);
     Kokkos::deep_copy(param.grad(), 0.01f);
     AdamW adamw({&param}, AdamWConfig{});
+    const std::vector<Parameter*> params{&param};
     struct Kernel {
       const char* name;
+      const char* series;
       double bytes;
       std::function<void()> run;
     };
-    const std::vector<Kernel> cases = {
-        {"layernorm_forward", f * (2.0 * E + 2.0 * N), [&] { kernels::layernorm_forward<float>(y, mean, rstd, x, w, b, N, C); }},
-        {"layernorm_backward", f * (4.0 * E + 2.0 * N),
+    const double scores_n = double(score_rows) * T;
+    const auto per = [](const char* family) { return kernel_family_bytes_per_element(family); };
+    const std::vector<Kernel> kernels = {
+        {"layernorm_forward", "rest", f * (2.0 * E + 2.0 * N),
+         [&] { kernels::layernorm_forward<float>(y, mean, rstd, x, w, b, N, C); }},
+        {"rmsnorm_forward", "rest", f * (2.0 * E + N), [&] { kernels::rmsnorm_forward<float>(y, rstd, x, w, N, C, 1e-5); }},
+        {"adamw_step", "rest", f * 7.0 * E, [&] { adamw.step(1e-6f); }},  // param, m, v read and written; grad read
+        {"layernorm_backward", "rest_backward", back * f * (2.0 * E + 2.0 * N),
          [&] { kernels::layernorm_backward<float>(dx, dw, db, dy, x, w, mean, rstd, N, C); }},
-        {"rmsnorm_forward", f * (2.0 * E + N), [&] { kernels::rmsnorm_forward<float>(y, rstd, x, w, N, C, 1e-5); }},
-        {"rmsnorm_backward", f * (4.0 * E + N), [&] { kernels::rmsnorm_backward<float>(dx, dw, dy, x, w, rstd, N, C); }},
-        {"gelu_forward", f * 2.0 * E, [&] { kernels::gelu_forward<float>(y, x, int(E)); }},
-        {"gelu_backward", f * 4.0 * E, [&] { kernels::gelu_backward<float>(dx, x, dy, int(E)); }},
-        {"adamw_step", f * 7.0 * E, [&] { adamw.step(1e-6f); }},  // param, m, v read and written; grad read
+        {"rmsnorm_backward", "rest_backward", back * f * (2.0 * E + N),
+         [&] { kernels::rmsnorm_backward<float>(dx, dw, dy, x, w, rstd, N, C); }},
+        {"gelu_forward", "gelu", per("gelu") * E, [&] { kernels::gelu_forward<float>(y, x, int(E)); }},
+        {"gelu_backward", "gelu_backward", back * per("gelu") * E, [&] { kernels::gelu_backward<float>(dx, x, dy, int(E)); }},
+        {"swiglu_forward", "swiglu", per("swiglu") * E, [&] { kernels::swiglu_forward<float>(y, x, u, E); }},
+        {"swiglu_backward", "swiglu_backward", back * per("swiglu") * E,
+         [&] { kernels::swiglu_backward<float>(dx, du, dy, x, u, E); }},
+        {"softmax_forward", "softmax", per("softmax") * scores_n,
+         [&] { kernels::attention_softmax_forward<float>(scores.data(), score_rows, T); }},
+        {"softmax_backward", "softmax_backward", back * per("softmax") * scores_n,
+         [&] { kernels::attention_softmax_backward<float>(dscores.data(), scores.data(), score_rows, T); }},
+        {"grad_norm_and_adamw", "optimizer", f * optimizer_passes(OptimConfig{}) * E,
+         [&] { grad_norm_squared_local(params), adamw.step(1e-6f); }},
     };
-    // One point per size: the mix's bytes over its time, so that a kernel slower than its bytes say (exp, sqrt on
-    // a CPU core) weighs by the time it takes, as it does in a step.
-    double size_bytes = 0, size_seconds = 0;
+    // "rest" is a mix (one point per size: its bytes over its time, so that a kernel slower than its bytes say
+    // weighs by the time it takes, as in a step), per kernel, so that the intercept is one kernel's overhead.
+    std::map<std::string, std::pair<double, double>> mix;  // series -> bytes, seconds
+    std::map<std::string, int> count;
     std::string rates;
-    for (const Kernel& k : cases) {
+    for (const Kernel& k : kernels) {
       const double t = seconds_all_busy(world, o.repeats(), o.target_s(), k.run, [] { Kokkos::fence(); });
-      size_bytes += k.bytes, size_seconds += t;
+      mix[k.series].first += k.bytes, mix[k.series].second += t, ++count[k.series];
       rates += fmt::format(" {} {:.3g}", k.name, k.bytes / t / 1e9);
     }
     progress(world, "  {} values, GB/s:{}", E, rates);
-    bytes.push_back(size_bytes / cases.size());  // per kernel, so that the intercept is one kernel's overhead
-    seconds.push_back(size_seconds / cases.size());
+    for (const auto& [name, bt] : mix) {
+      series[name].bytes.push_back(bt.first / count[name]);
+      series[name].seconds.push_back(bt.second / count[name]);
+    }
   }
-  const calibrate::LineFit line = calibrate::fit_line_relative(bytes, seconds);
-  return {line.slope > 0 ? 1.0 / line.slope / 1e9 : 0, line.intercept * 1e6, static_cast<int>(bytes.size())};
+  KernelFit fit;
+  const calibrate::LineFit rest = calibrate::fit_line_relative(series["rest"].bytes, series["rest"].seconds);
+  fit.bandwidth_gbs = rest.slope > 0 ? 1.0 / rest.slope / 1e9 : 0;
+  fit.overhead_us = rest.intercept * 1e6;
+  fit.backward_bandwidth_gbs = series["rest_backward"].gbs();
+  fit.optimizer_bandwidth_gbs = series["optimizer"].gbs();
+  for (const std::string& family : kernel_family_names())
+    fit.families[family] = {series[family].gbs(), series[family + "_backward"].gbs()};
+  return fit;
 }
 
-// Rows of the first deck's width C: a few (the per-kernel overhead), and the activations of the largest
-// micro-batch of any deck, one and four C wide (an MLP's hidden layer): sizes that live in memory, not in cache,
-// as training's do.
-std::pair<int, std::vector<std::int64_t>> kernel_sizes(const std::vector<Deck>& decks, const CalibrateOptions& o) {
+// A few rows of the first deck (the per-kernel overhead), and the activations of the largest micro-batch of any
+// deck, one and four C wide (an MLP's hidden layer): sizes that live in memory, not in cache, as training's do.
+KernelShape kernel_sizes(const std::vector<Deck>& decks, const CalibrateOptions& o) {
   std::int64_t tokens = 0;
   for (const Deck& d : decks) {
     int mb = d.train.micro_batch > 0 ? d.train.micro_batch : d.train.global_batch;
@@ -288,7 +343,7 @@ std::pair<int, std::vector<std::int64_t>> kernel_sizes(const std::vector<Deck>& 
     tokens = std::max(tokens, std::int64_t(mb) * d.model.context_length);
   }
   const int C = decks.front().model.n_embd;
-  return {C, {std::int64_t(C) * 16, tokens * C, tokens * C * 4}};
+  return {C, decks.front().model.context_length, {std::int64_t(C) * 16, tokens * C, tokens * C * 4}};
 }
 
 // A host <-> device copy (on host builds, a copy between two host buffers): latency and bandwidth.
@@ -481,11 +536,20 @@ int run_calibrate(Runtime& rt, const CalibrateOptions& o) {
   m.memory_gib = sig4(o.memory_gib > 0 ? o.memory_gib : memory_gib_per_rank(world));
 
   calibrate_gemm(world, decks, o, m);
-  const auto [C, sizes] = kernel_sizes(decks, o);
-  progress(world, "non-GEMM kernels (layernorm, rmsnorm, gelu, adamw) at {} sizes", sizes.size());
-  const KernelFit k = measure_kernels(world, sizes, C, o);
-  progress(world, "  {:.4g} GB/s, {:.4g} us per kernel", k.bandwidth_gbs, k.overhead_us);
+  const KernelShape shape = kernel_sizes(decks, o);
+  progress(world, "non-GEMM kernels (layernorm, rmsnorm, gelu, swiglu, softmax; forward and backward; the "
+           "optimizer step) at {} sizes", shape.sizes.size());
+  const KernelFit k = measure_kernels(world, shape, o);
+  progress(world, "  norms forward {:.4g} GB/s, {:.4g} us per kernel; backward {:.4g} GB/s; optimizer {:.4g} GB/s",
+           k.bandwidth_gbs, k.overhead_us, k.backward_bandwidth_gbs, k.optimizer_bandwidth_gbs);
+  for (const auto& [family, rate] : k.families) {
+    progress(world, "  {}: forward {:.4g} GB/s, backward {:.4g} GB/s", family, rate.forward_gbs, rate.backward_gbs);
+    if (rate.forward_gbs > 0 && rate.backward_gbs > 0)
+      m.kernels[family] = {sig4(rate.forward_gbs), sig4(rate.backward_gbs)};
+  }
   m.memory_bandwidth_gbs = sig4(k.bandwidth_gbs);
+  m.backward_bandwidth_gbs = sig4(k.backward_bandwidth_gbs);
+  m.optimizer_bandwidth_gbs = sig4(k.optimizer_bandwidth_gbs);
   m.kernel_overhead_us = sig4(k.overhead_us);
   const calibrate::LineFit h = measure_host_link(world, o);
   m.host_link = {sig4(h.intercept * 1e6), sig4(h.slope > 0 ? 1 / h.slope / 1e9 : 0)};

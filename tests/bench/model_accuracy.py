@@ -230,6 +230,7 @@ def main():
     p.add_argument("--nodes", default="auto", choices=["auto", "off"], help="the virtual-cluster cases")
     p.add_argument("--rates", default="1000mbit,300mbit", help="the two shaped link rates of the virtual cluster")
     p.add_argument("--quick", action="store_true", help="calibrate --quick")
+    p.add_argument("--keep-work", action="store_true", help="keep the work folder (machine files, runs) and say where")
     p.add_argument("--ci", action="store_true", help="the CI subset (1 and 2 ranks, calibrate --quick); exit 1 "
                                                      "when an error exceeds --bound")
     p.add_argument("--bound", type=float, default=0.15)
@@ -271,7 +272,10 @@ def main():
               "min_cpu_share": min((r["cpu_share"] for r in b.rows if r["cpu_share"] is not None), default=None),
               "steps": a.steps, "warmup": a.warmup, "rounds": a.rounds, "quick_calibration": a.quick}
     print(json.dumps(result))
-    shutil.rmtree(b.work, ignore_errors=True)
+    if a.keep_work:
+        log(f"kept the work folder: {b.work}")
+    else:
+        shutil.rmtree(b.work, ignore_errors=True)
     busy = [r for r in b.rows if r["cpu_share"] is not None and r["cpu_share"] < a.min_share]
     if a.ci and busy:  # not this machine's speed: the bound cannot be checked, which is not a pass either
         log(f"SKIPPED: the machine was busy: {busy[0]['case']} got a CPU share of {busy[0]['cpu_share']:.2f} "

@@ -28,6 +28,9 @@ Machine sample_machine() {
   m.gemm_points.push_back({"bf16", 256, 768, 256, 0.09});
   m.intra_node.all_reduce = LinkFigures{50, 1.8};
   m.inter_node.beside_compute = {0.25, 0.5};
+  m.backward_bandwidth_gbs = 4000;
+  m.optimizer_bandwidth_gbs = 900;
+  m.kernels["softmax"] = {1200, 6000};
   return m;
 }
 
@@ -63,7 +66,24 @@ TEST_CASE("machine: every preset and a calibrated description survive to_yaml an
     CHECK(back.intra_node.all_reduce.has_value() == m.intra_node.all_reduce.has_value());
     CHECK(back.inter_node.beside_compute.compute_slowdown == m.inter_node.beside_compute.compute_slowdown);
     CHECK(back.inter_node.beside_compute.collective_slowdown == m.inter_node.beside_compute.collective_slowdown);
+    CHECK(back.backward_bandwidth_gbs == m.backward_bandwidth_gbs);
+    CHECK(back.optimizer_bandwidth_gbs == m.optimizer_bandwidth_gbs);
+    CHECK(back.kernels.size() == m.kernels.size());
+    for (const auto& [family, rate] : m.kernels) {
+      CHECK(back.kernels.at(family).forward_gbs == rate.forward_gbs);
+      CHECK(back.kernels.at(family).backward_gbs == rate.backward_gbs);
+    }
   }
+  // Without the pass bandwidths (the presets) they are absent from the YAML and every pass runs at
+  // memory_bandwidth_gbs.
+  const Machine h100 = *machine_preset("h100-sxm-8x");
+  CHECK(to_yaml(h100).find("backward_bandwidth_gbs") == std::string::npos);
+  CHECK(elementwise_bandwidth_gbs(h100, true) == h100.memory_bandwidth_gbs);
+  CHECK(elementwise_bandwidth_gbs(sample_machine(), true) == 4000);
+  CHECK(elementwise_bandwidth_gbs(sample_machine(), false) == sample_machine().memory_bandwidth_gbs);
+  CHECK(elementwise_bandwidth_gbs(sample_machine(), false, "softmax") == 1200);
+  CHECK(elementwise_bandwidth_gbs(sample_machine(), true, "softmax") == 6000);
+  CHECK(elementwise_bandwidth_gbs(sample_machine(), true, "gelu") == 4000);  // no rate of its own: the pass's
   // Without beside_compute (the presets, files written before it) a class's slowdowns are 0.
   CHECK(to_yaml(*machine_preset("h100-sxm-8x")).find("beside_compute") == std::string::npos);
   CHECK(machine_preset("h100-sxm-8x")->inter_node.beside_compute.compute_slowdown == 0);
@@ -82,6 +102,11 @@ TEST_CASE("machine: YAML errors name the file, line and key, and say what to wri
   const std::string good = to_yaml(*machine_preset("a100-sxm-8x"));
   CHECK_THROWS_WITH_AS(machine_from_yaml(replace(good, "  memory_bandwidth_gbs:", "  memory_bandwidth_gb:"), "m.yaml"),
                        doctest::Contains("device.memory_bandwidth_gbs"), UsageError);
+  CHECK_THROWS_WITH_AS(machine_from_yaml(replace(good, "  kernel_overhead_us:", "  kernels:\n    relu: {forward_gbs: 1, backward_gbs: 2}\n  kernel_overhead_us:"), "m.yaml"),
+                       doctest::Contains("device.kernels.relu is not a kernel family the model prices; write one of gelu, swiglu, softmax"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS(machine_from_yaml(replace(good, "  kernel_overhead_us:", "  kernels:\n    gelu: {forward_gbs: 1}\n  kernel_overhead_us:"), "m.yaml"),
+                       doctest::Contains("device.kernels.gelu.backward_gbs"), UsageError);
   CHECK_THROWS_WITH_AS(machine_from_yaml(replace(good, "devices_per_node: 8", "devices_per_node: eight"), "m.yaml"),
                        doctest::Contains("m.yaml:"), UsageError);
   CHECK_THROWS_WITH_AS(machine_from_yaml(replace(good, "devices_per_node: 8", "devices_per_node: eight"), "m.yaml"),
@@ -252,6 +277,56 @@ TEST_CASE("plan_step: blocking reductions are not faster than overlapped ones; r
   CHECK(ms({"comm.overlap=true"}) <= ms({"comm.overlap=false"}));
   CHECK(ms({"train.activation_checkpointing=none"}) < ms({"train.activation_checkpointing=full"}));
   CHECK(ms({"fsdp.forward_prefetch=1", "fsdp.backward_prefetch=1"}) <= ms({"fsdp.forward_prefetch=0", "fsdp.backward_prefetch=0"}));
+}
+
+TEST_CASE("plan_step: backward kernels run at backward_bandwidth_gbs and the optimizer at optimizer_bandwidth_gbs") {
+  const Deck deck = test::input_deck("llama-tiny.yaml", {"train.micro_batch=4"});
+  Machine m = *machine_preset("h100-sxm-8x");
+  const StepTime base = plan_step(deck, 1, m).time;
+  // The preset's memory bandwidth given as the backward one explicitly: nothing changes.
+  m.backward_bandwidth_gbs = m.memory_bandwidth_gbs;
+  CHECK(plan_step(deck, 1, m).time.ms_per_step == doctest::Approx(base.ms_per_step).epsilon(1e-12));
+  // Faster backward kernels: backward shrinks, forward and the optimizer do not move.
+  m.backward_bandwidth_gbs = 4 * m.memory_bandwidth_gbs;
+  const StepTime fast_backward = plan_step(deck, 1, m).time;
+  CHECK(fast_backward.compute_ms_by_what.at("backward") < base.compute_ms_by_what.at("backward"));
+  CHECK(fast_backward.compute_ms_by_what.at("forward") == doctest::Approx(base.compute_ms_by_what.at("forward")));
+  CHECK(fast_backward.compute_ms_by_what.at("optimizer") == doctest::Approx(base.compute_ms_by_what.at("optimizer")));
+  // A slower optimizer: its bytes (optimizer_passes x 4 per parameter of one rank) at the new bandwidth.
+  m.optimizer_bandwidth_gbs = m.memory_bandwidth_gbs / 10;
+  const StepTime slow_optimizer = plan_step(deck, 1, m).time;
+  const double numel = double(plan_memory(deck, 1).memory.parameters) / 4;
+  const double bytes_ms = optimizer_passes(deck.optim) * 4 * numel / (m.optimizer_bandwidth_gbs * 1e9) * 1e3;
+  CHECK(optimizer_passes(deck.optim) == 8);  // AdamW: the norm's read, then four reads and three writes
+  CHECK(slow_optimizer.compute_ms_by_what.at("optimizer") > bytes_ms);
+  CHECK(slow_optimizer.compute_ms_by_what.at("optimizer") - bytes_ms ==
+        doctest::Approx(base.compute_ms_by_what.at("optimizer") -
+                        optimizer_passes(deck.optim) * 4 * numel / (m.memory_bandwidth_gbs * 1e9) * 1e3));
+}
+
+TEST_CASE("plan_step: a kernel family's own rate prices that family only, in the blocks that run it") {
+  const Machine preset = *machine_preset("h100-sxm-8x");
+  const Deck llama = test::input_deck("llama-tiny.yaml", {"train.micro_batch=4", "model.attention=batched"});
+  const Deck gpt = test::input_deck("small.yaml", {"train.micro_batch=1", "model.attention=batched"});
+  auto with = [&](const std::string& family, double forward, double backward) {
+    Machine m = preset;
+    m.kernels[family] = {forward, backward};
+    return m;
+  };
+  auto ms = [](const Deck& d, const Machine& m, const char* what) { return plan_step(d, 1, m).time.compute_ms_by_what.at(what); };
+  const double slow = preset.memory_bandwidth_gbs / 100;
+  // SwiGLU runs in Llama's blocks, not in GPT-2's; gelu the other way round; the softmax in both (materialized).
+  CHECK(ms(llama, with("swiglu", slow, preset.memory_bandwidth_gbs), "forward") > ms(llama, preset, "forward"));
+  CHECK(ms(llama, with("swiglu", preset.memory_bandwidth_gbs, slow), "forward") ==
+        doctest::Approx(ms(llama, with("swiglu", preset.memory_bandwidth_gbs, preset.memory_bandwidth_gbs), "forward")));
+  CHECK(ms(llama, with("swiglu", preset.memory_bandwidth_gbs, slow), "backward") > ms(llama, preset, "backward"));
+  CHECK(ms(gpt, with("swiglu", slow, slow), "forward") == doctest::Approx(ms(gpt, preset, "forward")));
+  CHECK(ms(gpt, with("gelu", slow, slow), "forward") > ms(gpt, preset, "forward"));
+  CHECK(ms(llama, with("gelu", slow, slow), "forward") == doctest::Approx(ms(llama, preset, "forward")));
+  CHECK(ms(gpt, with("softmax", slow, slow), "forward") > ms(gpt, preset, "forward"));
+  // The fused attention keeps the scores on chip: no softmax pass to price.
+  const Deck fused = test::input_deck("small.yaml", {"train.micro_batch=1", "model.attention=fused"});
+  CHECK(ms(fused, with("softmax", slow, slow), "forward") == doctest::Approx(ms(fused, preset, "forward")));
 }
 
 namespace {

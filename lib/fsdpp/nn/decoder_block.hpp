@@ -140,6 +140,9 @@ class DecoderBlock : public Module {
   // MLP branches Shard(0) (c_attn strided by q, k, v), Wo and Wd Shard(1); norms and Wo/Wd biases replicated.
   void apply_tensor_parallel(const TensorParallelGroup& tp);
   int index() const { return index_; }  // among the model's blocks: its KV cache's
+  // The MLP's nonlinearity by name ("gelu", "swiglu"): the kernel family the performance model prices it as
+  // (perf/machine.hpp, kernel_family_names).
+  virtual const char* mlp_activation_name() const = 0;
 
 
  protected:

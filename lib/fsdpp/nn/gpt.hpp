@@ -26,6 +26,7 @@ class Block final : public DecoderBlock {
   Norm ln_2;
   Linear c_fc;       // mlp.c_fc
   Linear mlp_proj;   // mlp.c_proj
+  const char* mlp_activation_name() const override { return "gelu"; }
 
  protected:
   void mlp_activation(const View1<float>& h, const Branches& branches, std::int64_t n) const override;

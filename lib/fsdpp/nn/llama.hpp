@@ -32,6 +32,7 @@ class LlamaBlock : public DecoderBlock {
   Norm post_attention_layernorm;
   Linear gate_proj, up_proj;      // mlp.*: the two SwiGLU branches
   Linear down_proj;
+  const char* mlp_activation_name() const override { return "swiglu"; }
 
  protected:
   // `qkv_bias`: q_proj, k_proj and v_proj with biases (Qwen2; Hugging Face's LlamaConfig.attention_bias).

@@ -210,6 +210,22 @@ Machine machine_from_yaml(const std::string& text, const std::string& where) {
     MapReader d = r.map("device");
     m.memory_gib = d.number("memory_gib");
     m.memory_bandwidth_gbs = d.number("memory_bandwidth_gbs");
+    if (d.has("backward_bandwidth_gbs")) m.backward_bandwidth_gbs = d.number("backward_bandwidth_gbs");
+    if (d.has("optimizer_bandwidth_gbs")) m.optimizer_bandwidth_gbs = d.number("optimizer_bandwidth_gbs");
+    if (d.has("kernels")) {
+      MapReader k = d.map("kernels");
+      for (const auto& kv : k.node()) {
+        const std::string family = kv.first.as<std::string>();
+        const auto& names = kernel_family_names();
+        FSDPP_REQUIRE(std::find(names.begin(), names.end(), family) != names.end(),
+                      "{}: device.kernels.{} is not a kernel family the model prices; write one of {}",
+                      k.at(kv.first), family, fmt::join(names, ", "));
+        MapReader f = k.map(family);
+        m.kernels[family] = {f.number("forward_gbs"), f.number("backward_gbs")};
+        f.done();
+      }
+      k.done();
+    }
     m.kernel_overhead_us = d.number("kernel_overhead_us", false);
     MapReader g = d.map("gemm");
     m.f32 = read_curve(g.map("f32"));
@@ -303,6 +319,10 @@ std::string to_yaml(const Machine& m) {
   YAML::Node device;
   device["memory_gib"] = m.memory_gib;
   device["memory_bandwidth_gbs"] = m.memory_bandwidth_gbs;
+  if (m.backward_bandwidth_gbs > 0) device["backward_bandwidth_gbs"] = m.backward_bandwidth_gbs;
+  if (m.optimizer_bandwidth_gbs > 0) device["optimizer_bandwidth_gbs"] = m.optimizer_bandwidth_gbs;
+  for (const auto& [family, rate] : m.kernels)
+    device["kernels"][family] = flow_map({{"forward_gbs", rate.forward_gbs}, {"backward_gbs", rate.backward_gbs}});
   device["kernel_overhead_us"] = m.kernel_overhead_us;
   YAML::Node gemm;
   gemm["f32"] = flow_map({{"peak_tflops", m.f32.peak_tflops}, {"half_gflop", m.f32.half_gflop}});
@@ -406,6 +426,24 @@ double gemm_seconds(const Machine& m, const std::string& precision, std::int64_t
 
 double kernel_seconds(const Machine& m, double bytes) {
   return m.kernel_overhead_us * 1e-6 + bytes / (m.memory_bandwidth_gbs * 1e9);
+}
+
+const std::vector<std::string>& kernel_family_names() {
+  static const std::vector<std::string> names = {"gelu", "swiglu", "softmax"};
+  return names;
+}
+
+double kernel_family_bytes_per_element(const std::string& family) {
+  if (family == "gelu") return 8;
+  if (family == "swiglu" || family == "softmax") return 12;
+  FSDPP_CHECK(false, "kernel_family_bytes_per_element: unknown family '{}'", family);
+  return 0;
+}
+
+double elementwise_bandwidth_gbs(const Machine& m, bool backward, const std::string& family) {
+  if (const auto it = m.kernels.find(family); it != m.kernels.end())
+    return backward ? it->second.backward_gbs : it->second.forward_gbs;
+  return backward && m.backward_bandwidth_gbs > 0 ? m.backward_bandwidth_gbs : m.memory_bandwidth_gbs;
 }
 
 double host_copy_seconds(const Machine& m, std::int64_t bytes) {

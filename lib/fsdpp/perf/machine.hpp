@@ -8,6 +8,7 @@
 #include "fsdpp/perf/time_events.hpp"
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,12 +42,37 @@ struct LinkClass {
   std::optional<LinkFigures> all_gather, reduce_scatter, all_reduce;
 };
 
+// A kernel family's own speed, forward and backward, in the model's count of its bytes (step_cost.cpp; backward at
+// kBackwardBytesPerForwardByte times the forward's bytes), where it differs from the other non-GEMM kernels (on a
+// CPU core: bound by exp, or by nothing but memory).
+struct KernelRate {
+  double forward_gbs = 0, backward_gbs = 0;
+};
+
+// The families a machine may give rates for (device.kernels), as the performance model prices them: the MLP's
+// activation (GPT-2's gelu, SwiGLU) and the attention softmax over materialized scores.
+const std::vector<std::string>& kernel_family_names();
+// The model's count of a family's forward bytes per element (f32): gelu reads its input and writes its output (8);
+// SwiGLU reads gate and up and writes their product (12, per output); the softmax reads each score for the row's
+// maximum and for its sum and writes the probability (12). calibrate counts the kernels it times the same way.
+double kernel_family_bytes_per_element(const std::string& family);
+
 struct Machine {
   int schema = 1;
   std::string name, source, notes;
   int devices_per_node = 8;
   double memory_gib = 0;
   double memory_bandwidth_gbs = 0;
+  // The non-GEMM kernels of backward passes, in the model's count of their bytes (kBackwardBytesPerForwardByte
+  // times their forward's): optional, 0 when absent (then memory_bandwidth_gbs). Calibrate measures it, because on
+  // a CPU core a forward kernel can be bound by exp where its backward is not (softmax: the probabilities are
+  // stored), and the same bytes then take different times.
+  double backward_bandwidth_gbs = 0;
+  // The optimizer step (the gradient norm, then the update), in the model's count of its bytes (step_cost.hpp,
+  // optimizer_passes): optional, 0 when absent (then memory_bandwidth_gbs). On a CPU core the norm's
+  // double-precision sum is bound by its additions' latency, not by memory.
+  double optimizer_bandwidth_gbs = 0;
+  std::map<std::string, KernelRate> kernels;  // optional (calibrate), by kernel_family_names(); absent: as the rest
   double kernel_overhead_us = 0;
   GemmCurve f32, tf32, bf16;
   std::vector<GemmPoint> gemm_points;
@@ -87,6 +113,13 @@ double gemm_seconds(const Machine& m, const std::string& precision, std::int64_t
 const GemmCurve& gemm_curve(const Machine& m, const std::string& precision);
 // A non-GEMM kernel moving `bytes` through device memory.
 double kernel_seconds(const Machine& m, double bytes);
+// The performance model counts a backward kernel's bytes as this many times its forward's (it reads the forward's
+// inputs and the output gradient and writes the input gradient); calibrate counts the backward kernels it times
+// the same way, so that backward_bandwidth_gbs is in the model's units.
+inline constexpr double kBackwardBytesPerForwardByte = 2;
+// The bandwidth a pass's non-GEMM kernels run at: backward_bandwidth_gbs where given, else memory_bandwidth_gbs.
+// With a family (kernel_family_names()): its own rate where the machine has one, else the same.
+double elementwise_bandwidth_gbs(const Machine& m, bool backward, const std::string& family = "");
 // A host<->device copy of `bytes` (CPU offload).
 double host_copy_seconds(const Machine& m, std::int64_t bytes);
 

@@ -4,6 +4,7 @@
 #include "fsdpp/fsdp/fully_shard.hpp"
 #include "fsdpp/nn/attention_kind.hpp"
 #include "fsdpp/nn/causal_lm.hpp"
+#include "fsdpp/nn/decoder_block.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 
@@ -26,7 +27,8 @@ struct Gemm {
 struct Region {
   std::vector<Gemm> weights;    // forward GEMMs with a weight: backward runs dX (m,k,n) then dW (n,k,m)
   std::vector<Gemm> products;   // attention's score and value products: backward runs two of each
-  double bytes = 0;             // forward elementwise traffic (norms, activations, residuals, softmax)
+  double bytes = 0;             // forward elementwise traffic (norms, residuals, biases, rope)
+  std::map<std::string, double> family_bytes;  // forward traffic of the kernels priced by family (machine.hpp)
   int kernels = 0;              // forward elementwise kernels
   double elementwise_flops = 0; // forward FLOPs of multiplying parameters outside GEMMs (norms, biases)
 };
@@ -63,7 +65,7 @@ class StepRecorder final : public FsdpMemoryListener {
                    (spans_nodes ? p_.machine->inter_node : p_.machine->intra_node).beside_compute});
   }
   double gemms_seconds(const std::vector<Gemm>& gemms) const;
-  double elementwise_seconds(const Region& r, double scale) const;
+  double elementwise_seconds(const Region& r, bool backward) const;
   std::vector<Region> regions_of(const Module& unit) const;
   void tp_blocking(CollectiveOp op) { if (p_.tp > 1) wait(issue(op, N() * p_.C * 4, p_.tp, "tp")); }
   void forward(const std::vector<Region>& regions, const std::string& what, bool count);
@@ -89,8 +91,15 @@ double StepRecorder::gemms_seconds(const std::vector<Gemm>& gemms) const {
   return s;
 }
 
-double StepRecorder::elementwise_seconds(const Region& r, double scale) const {
-  return scale * (r.kernels * p_.machine->kernel_overhead_us * 1e-6 + r.bytes / (p_.machine->memory_bandwidth_gbs * 1e9));
+// A region's non-GEMM kernels in forward, or in backward (kBackwardBytesPerForwardByte times the forward's kernels
+// and bytes), at the machine's bandwidth for that pass.
+double StepRecorder::elementwise_seconds(const Region& r, bool backward) const {
+  const double scale = backward ? kBackwardBytesPerForwardByte : 1;
+  double s = scale * r.kernels * p_.machine->kernel_overhead_us * 1e-6 +
+             scale * r.bytes / (elementwise_bandwidth_gbs(*p_.machine, backward) * 1e9);
+  for (const auto& [family, bytes] : r.family_bytes)
+    s += scale * bytes / (elementwise_bandwidth_gbs(*p_.machine, backward, family) * 1e9);
+  return s;
 }
 
 // A unit's own parameters priced as its passes use them. Blocks: every 2-D weight is a GEMM over the micro-batch's
@@ -148,8 +157,17 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit) const {
     last.bytes += 2 * 4 * 5 * rows_outside * C;
     last.kernels += static_cast<int>(last.weights.size()) + 8;
   }
-  // The softmax reads and writes B x heads x T x T scores unless the fused kernel keeps them on chip.
-  if (p_.scores_materialized) regions.front().bytes += 4 * 3 * double(p_.B) * local_heads * p_.T * p_.T;
+  if (const auto* block = dynamic_cast<const DecoderBlock*>(&unit)) {
+    // The MLP's activation is its own kernel family, in place of the pass each of its input branches got above.
+    const double elements = n * block->local().mlp_width;
+    const std::string family = block->mlp_activation_name();
+    Region& mlp = regions.back();
+    mlp.bytes -= 8 * elements * static_cast<double>(block->parts().mlp_in.size());
+    mlp.family_bytes[family] += kernel_family_bytes_per_element(family) * elements;
+  }
+  // The softmax over B x heads x T x T scores, unless the fused kernel keeps them on chip.
+  if (p_.scores_materialized)
+    regions.front().family_bytes["softmax"] += kernel_family_bytes_per_element("softmax") * double(p_.B) * local_heads * p_.T * p_.T;
   regions.front().kernels += 3;
   return regions;
 }
@@ -158,7 +176,7 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit) const {
 void StepRecorder::forward(const std::vector<Region>& regions, const std::string& what, bool count) {
   for (const Region& r : regions) {
     if (p_.sequence_parallel) tp_blocking(CollectiveOp::all_gather);
-    compute(gemms_seconds(r.weights) + gemms_seconds(r.products) + elementwise_seconds(r, 1), what);
+    compute(gemms_seconds(r.weights) + gemms_seconds(r.products) + elementwise_seconds(r, false), what);
     tp_blocking(p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce);
     if (!count) continue;
     for (const Gemm& g : r.weights) priced_flops += g.flops();
@@ -179,7 +197,7 @@ void StepRecorder::backward(const std::vector<Region>& regions, bool count) {
       dw.push_back({g.n, g.k, g.m, g.count});
     }
     for (const Gemm& g : r.products) dx.push_back(g), dx.push_back(g);
-    compute(gemms_seconds(dx) + elementwise_seconds(r, 2), "backward");
+    compute(gemms_seconds(dx) + elementwise_seconds(r, true), "backward");
     int reduction = -1;
     if (p_.tp > 1) {
       reduction = issue(p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce,
@@ -229,17 +247,14 @@ void StepRecorder::on_schedule(const FsdpScheduleEvent& e) {
   }
 }
 
-// The optimizer step over this rank's shards: the gradient norm reads every gradient once (every step: the log
-// reports it, clipping scales by it); AdamW reads parameter, gradient, m and v and writes three of them (SGD with
-// momentum: three reads, two writes). A kernel of each per parameter tensor.
+// The optimizer step over this rank's shards: optimizer_passes over every element, and eight kernel launches per
+// unit.
 double optimizer_seconds(const Deck& deck, const MemoryPlan& plan, const Machine& m) {
   const double numel = static_cast<double>(plan.memory.parameters) / 4;
-  const double norm_passes = 1;
-  const double update_passes = deck.optim.name == OptimizerKind::adamw ? 7 : (deck.optim.momentum != 0 ? 5 : 3);
-  std::int64_t tensors = 0;
-  for (const PlannedUnit& u : plan.units) tensors += u.parameters > 0 ? 1 : 0;
-  return 2 * tensors * 4 * m.kernel_overhead_us * 1e-6 +
-         (norm_passes + update_passes) * 4 * numel / (m.memory_bandwidth_gbs * 1e9);
+  std::int64_t units = 0;
+  for (const PlannedUnit& u : plan.units) units += u.parameters > 0 ? 1 : 0;
+  const double bandwidth = m.optimizer_bandwidth_gbs > 0 ? m.optimizer_bandwidth_gbs : m.memory_bandwidth_gbs;
+  return 2 * units * 4 * m.kernel_overhead_us * 1e-6 + optimizer_passes(deck.optim) * 4 * numel / (bandwidth * 1e9);
 }
 
 Pricing pricing_for(const Deck& deck, const Machine& machine) {
@@ -263,6 +278,11 @@ Pricing pricing_for(const Deck& deck, const Machine& machine) {
 }
 
 }  // namespace
+
+int optimizer_passes(const OptimConfig& optim) {
+  const int norm = 1;
+  return norm + (optim.name == OptimizerKind::adamw ? 7 : optim.momentum != 0 ? 5 : 3);
+}
 
 StepPlan plan_step(const Deck& deck, int ranks, const Machine& machine) {
   Pricing pricing = pricing_for(deck, machine);
