@@ -242,21 +242,37 @@ struct KernelShape {
   std::vector<std::int64_t> sizes;  // values per kernel call
 };
 
+// One kernel series' points, a point per size: bytes and seconds per kernel call.
+struct KernelSeries {
+  std::vector<double> bytes, seconds;
+  // Its rate: bytes over time at the activation sizes (all but the first, a few rows, which is there for the
+  // per-kernel overhead; a slope fitted through it follows the launch costs of the small calls).
+  double gbs() const {
+    double b = 0, t = 0;
+    for (std::size_t i = bytes.size() > 1 ? 1 : 0; i < bytes.size(); ++i) b += bytes[i], t += seconds[i];
+    return t > 0 ? b / t / 1e9 : 0;
+  }
+};
+
+// The machine's figures from the series: "rest" (the norms forward and the AdamW update) fitted to overhead +
+// bytes / bandwidth; the others their rates.
+KernelFit fit_kernels(std::map<std::string, KernelSeries>& series) {
+  KernelFit fit;
+  const calibrate::LineFit rest = calibrate::fit_line_relative(series["rest"].bytes, series["rest"].seconds);
+  fit.bandwidth_gbs = rest.slope > 0 ? 1.0 / rest.slope / 1e9 : 0;
+  fit.overhead_us = rest.intercept * 1e6;
+  fit.backward_bandwidth_gbs = series["rest_backward"].gbs();
+  fit.optimizer_bandwidth_gbs = series["optimizer"].gbs();
+  for (const std::string& family : kernel_family_names())
+    fit.families[family] = {series[family].gbs(), series[family + "_backward"].gbs()};
+  return fit;
+}
+
 // fsdpp's own non-GEMM kernels over a few sizes, each with the bytes the performance model counts for it
 // (step_cost.cpp; the families' per element in kernel_family_bytes_per_element; backward kernels
 // kBackwardBytesPerForwardByte times their forward's), each series fitted to overhead + bytes / bandwidth.
 KernelFit measure_kernels(MPI_Comm world, const KernelShape& shape, const CalibrateOptions& o) {
-  // A series' rate: its bytes over its time at the activation sizes (all but the first, a few rows, which is
-  // there for the per-kernel overhead; a slope fitted through it follows the launch costs of the small calls).
-  struct Series {
-    std::vector<double> bytes, seconds;
-    double gbs() const {
-      double b = 0, t = 0;
-      for (std::size_t i = bytes.size() > 1 ? 1 : 0; i < bytes.size(); ++i) b += bytes[i], t += seconds[i];
-      return t > 0 ? b / t / 1e9 : 0;
-    }
-  };
-  std::map<std::string, Series> series;  // "rest", "rest_backward", "optimizer", "<family>", "<family>_backward"
+  std::map<std::string, KernelSeries> series;  // "rest", "rest_backward", "optimizer", "<family>", "<family>_backward"
   const double f = sizeof(float), back = kBackwardBytesPerForwardByte;
   const int C = shape.C, T = shape.T;
   for (std::int64_t E : shape.sizes) {
@@ -322,15 +338,7 @@ KernelFit measure_kernels(MPI_Comm world, const KernelShape& shape, const Calibr
       series[name].seconds.push_back(bt.second / count[name]);
     }
   }
-  KernelFit fit;
-  const calibrate::LineFit rest = calibrate::fit_line_relative(series["rest"].bytes, series["rest"].seconds);
-  fit.bandwidth_gbs = rest.slope > 0 ? 1.0 / rest.slope / 1e9 : 0;
-  fit.overhead_us = rest.intercept * 1e6;
-  fit.backward_bandwidth_gbs = series["rest_backward"].gbs();
-  fit.optimizer_bandwidth_gbs = series["optimizer"].gbs();
-  for (const std::string& family : kernel_family_names())
-    fit.families[family] = {series[family].gbs(), series[family + "_backward"].gbs()};
-  return fit;
+  return fit_kernels(series);
 }
 
 // A few rows of the first deck (the per-kernel overhead), and the activations of the largest micro-batch of any
