@@ -16,6 +16,9 @@
 namespace fsdpp {
 namespace {
 
+// Every GEMM output gets one elementwise pass (bias, rope, or the write and read of it): 4 bytes written, 4 read.
+constexpr double kPassBytesPerOutput = 8;
+
 // A GEMM (m x k)(k x n), `count` times.
 struct Gemm {
   std::int64_t m = 0, n = 0, k = 0, count = 1;
@@ -123,7 +126,7 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit) const {
       if (q->local_shape().size() == 1) r.elementwise_flops += 2 * rows_outside * static_cast<double>(q->numel());
     return regions;
   }
-  double outputs = 0;  // elements the region's GEMMs write: each gets an elementwise pass (bias, activation, rope)
+  double outputs = 0;  // elements the region's GEMMs write: each gets a pass (kPassBytesPerOutput)
   const int local_heads = std::max(1, p_.n_head / p_.tp);
   const std::int64_t head_size = p_.C / p_.n_head;
   bool products_placed = false;
@@ -143,7 +146,7 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit) const {
     }
     if (row_parallel) {
       // The region ends here; the elementwise traffic of what it computed goes with it.
-      r.bytes += 8 * outputs + 4 * 5 * rows_outside * C;  // its outputs once each; its norm and residual add
+      r.bytes += kPassBytesPerOutput * outputs + 4 * 5 * rows_outside * C;  // its outputs once each; its norm and residual add
       r.kernels += static_cast<int>(r.weights.size()) + 4;
       outputs = 0;
       regions.emplace_back();
@@ -151,7 +154,7 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit) const {
   }
   if (regions.back().weights.empty() && regions.size() > 1) regions.pop_back();
   Region& last = regions.back();
-  last.bytes += 8 * outputs;
+  last.bytes += kPassBytesPerOutput * outputs;
   last.kernels += outputs > 0 ? 2 : 0;
   if (regions.size() == 1) {  // no row-parallel weight (tp 1): attention's and the MLP's norms and residual adds
     last.bytes += 2 * 4 * 5 * rows_outside * C;
@@ -162,7 +165,7 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit) const {
     const double elements = n * block->local().mlp_width;
     const std::string family = block->mlp_activation_name();
     Region& mlp = regions.back();
-    mlp.bytes -= 8 * elements * static_cast<double>(block->parts().mlp_in.size());
+    mlp.bytes -= kPassBytesPerOutput * elements * static_cast<double>(block->parts().mlp_in.size());
     mlp.family_bytes[family] += kernel_family_bytes_per_element(family) * elements;
   }
   // The softmax over B x heads x T x T scores, unless the fused kernel keeps them on chip.
