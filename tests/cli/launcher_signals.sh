@@ -59,8 +59,8 @@ try USR1 85
 grep -q "preempted: signal 10 received" "$dir/USR1.log" || fail "USR1: the ranks were not preempted"
 try HUP 85
 try USR2 85
-try STOP 0 150  # enough steps to outlast the second the wrapper stays stopped (12 took 0.4 s)
-grep -Eq "Loop time of [0-9.]+ on 2 procs for 150 steps" "$dir/STOP.log" || fail "STOP/CONT: the run did not finish"
+try STOP 0 1000  # enough steps to outlast the second the wrapper stays stopped (150 took 1.0 s in CI, 12 took 0.4 s here)
+grep -Eq "Loop time of [0-9.]+ on 2 procs for 1000 steps" "$dir/STOP.log" || fail "STOP/CONT: the run did not finish"
 # The signals that end the wrapper, four at a time (each run mostly waits).
 batch=()
 for sig in QUIT ILL TRAP ABRT BUS FPE SEGV PIPE ALRM STKFLT XCPU XFSZ VTALRM PROF IO PWR SYS RTMIN RTMIN+8 RTMAX; do
