@@ -9,8 +9,9 @@ measured. The search check trains at least 8 layouts of one deck and global batc
 compares the measured ms/step of the layout the model ranks first with the best measured one (search_best_gap).
 
 Prints a table, then one JSON line: median_abs_error, max_abs_error, cases, search_best_gap, search.
---ci: calibrate --quick and a few 1- and 2-rank cases; exits 1 when an error exceeds --bound (0.15), 77 (skipped)
-when a run got less than --min-share of its cores (another job's load is not this machine's speed).
+--ci: calibrate --quick and a few 1- and 2-rank cases (the ctest test model_accuracy_ci); a case over --bound (0.15)
+is calibrated and measured once more (--retries); exits 1 when an error still exceeds the bound, 77 (skipped) when
+a run got less than --min-share of its cores (another job's load is not this machine's speed).
 """
 import argparse
 import json
@@ -164,7 +165,28 @@ class Bench:
             log(f"local, {ranks} rank(s): calibrating")
             machine = self.calibrate(f"local-{ranks}", launch, cases)
             for label, deck, ov in cases:
-                self.case(f"local-{ranks}", label, launch, ranks, deck, ov, machine)
+                row = self.case(f"local-{ranks}", label, launch, ranks, deck, ov, machine)
+                self.retry(row, f"local-{ranks}", label, launch, ranks, deck, ov)
+
+    def retry(self, row, where, label, launch, ranks, deck, overrides):
+        """A case over --bound is calibrated and measured afresh, up to --retries times; the last attempt is the
+        case's result, the earlier errors stay in its row. This machine's speed moves by up to 10% between runs
+        minutes apart (docs/performance-model.md): one slow or fast minute under the calibration or the run is
+        not the model's error, while a model that is off fails every attempt."""
+        earlier = []
+        for attempt in range(self.a.retries):
+            if abs(row["error"]) <= self.a.bound:
+                break
+            log(f"  {row['case']}: {row['error']:+.1%} is over the bound {self.a.bound:.0%}; calibrating and "
+                f"measuring again (attempt {attempt + 2} of {self.a.retries + 1})")
+            earlier.append(row["error"])
+            at = self.rows.index(row)
+            self.rows.pop(at)
+            machine = self.calibrate(f"{where}-retry{attempt + 1}", launch, [(label, deck, overrides)])
+            row = self.case(where, label, launch, ranks, deck, overrides, machine)
+            self.rows.insert(at, self.rows.pop())
+        if earlier:
+            row["earlier_errors"] = earlier
 
 
 def cluster(b, vcluster):
@@ -234,6 +256,9 @@ def main():
     p.add_argument("--ci", action="store_true", help="the CI subset (1 and 2 ranks, calibrate --quick); exit 1 "
                                                      "when an error exceeds --bound")
     p.add_argument("--bound", type=float, default=0.15)
+    p.add_argument("--retries", type=int, default=None, help="a local case over --bound is calibrated and measured "
+                                                              "again up to this many times (default: 1 with --ci, "
+                                                              "else 0)")
     p.add_argument("--min-share", type=float, default=0.8, help="--ci: below this CPU share of a run the machine "
                                                                  "was busy, and the test is skipped (exit 77)")
     a = p.parse_args()
@@ -243,6 +268,8 @@ def main():
         raise SystemExit("error: --steps must exceed --warmup (the warm-up steps are not timed)")
     if a.ci:
         a.quick, a.nodes = True, "off"
+    if a.retries is None:
+        a.retries = 1 if a.ci else 0
     b = Bench(a)
     b.local(CI if a.ci else LOCAL)
     search = {"skipped": "--nodes off"}
@@ -253,7 +280,7 @@ def main():
     for r in b.rows:
         share = "-" if r["cpu_share"] is None else f"{r['cpu_share']:.2f}"
         print(f"{r['case']:<46} {r['predicted_ms']:>13.1f} {r['measured_ms']:>12.1f} {r['error']:>+8.1%} {share:>10} "
-              f"{r['load_average']:>6.1f}")
+              f"{r['load_average']:>6.1f}" + "".join(f"   (an earlier attempt: {e:+.1%})" for e in r.get("earlier_errors", [])))
     print(f"CPU share: the run's CPU seconds over the wall seconds of the cores it could use (- under srun); well "
           f"below 1, other work on the machine took the rest and the measured ms/step is not this machine's speed. "
           f"load: the 1-minute load average after the run ({os.cpu_count()} cores).")
