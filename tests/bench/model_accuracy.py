@@ -226,12 +226,19 @@ def cluster(b, vcluster):
 
 
 def search_check(b, where, launch, ranks, machine):
-    layouts = []
-    for label, ov in SEARCH:
-        predicted = b.predict(SMALL, ov, ranks, machine)
-        measured, _ = b.measure(f"{where}/search/{label}", launch, SMALL, ov, ranks)
-        layouts.append({"layout": label, "predicted_ms": round(predicted, 2), "measured_ms": round(measured, 2)})
-        log(f"  search {label}: predicted {predicted:.1f} ms, measured {measured:.1f} ms")
+    """Each layout is measured in --search-rounds passes over all of them (interleaved, so that a slow or fast
+    minute of the machine falls on several layouts, not on all runs of one); its figure is the median over the
+    passes (two: their mean)."""
+    predicted = {label: b.predict(SMALL, ov, ranks, machine) for label, ov in SEARCH}
+    runs = {label: [] for label, _ in SEARCH}
+    for r in range(b.a.search_rounds):
+        for label, ov in SEARCH:
+            measured, _ = b.measure(f"{where}/search/{label}/pass{r + 1}", launch, SMALL, ov, ranks)
+            runs[label].append(measured)
+            log(f"  search {label} (pass {r + 1}): predicted {predicted[label]:.1f} ms, measured {measured:.1f} ms")
+    layouts = [{"layout": label, "predicted_ms": round(predicted[label], 2),
+                "measured_ms": round(statistics.median(runs[label]), 2),
+                "measured_passes_ms": [round(x, 2) for x in runs[label]]} for label, _ in SEARCH]
     picked = min(layouts, key=lambda x: x["predicted_ms"])
     best = min(layouts, key=lambda x: x["measured_ms"])
     return {"where": where, "deck": SMALL, "global_batch": 16, "layouts": layouts, "predicted_best": picked["layout"],
@@ -247,6 +254,8 @@ def main():
     p.add_argument("--rounds", type=int, default=1, help="runs per case; the median is over all their steps")
     p.add_argument("--min-timed-s", type=float, default=2.0, help="a case whose timed steps last less runs again "
                                                                   "with enough steps to fill this many seconds")
+    p.add_argument("--search-rounds", type=int, default=2, help="passes over the search check's layouts; each "
+                                                                 "layout's figure is the median over them")
     p.add_argument("--only", default="", help="run only the cases whose label contains this text")
     p.add_argument("--ranks", default="1,2,4", help="local launches to run (none: only the virtual cluster)")
     p.add_argument("--nodes", default="auto", choices=["auto", "off"], help="the virtual-cluster cases")
@@ -287,7 +296,8 @@ def main():
     if "layouts" in search:
         print(f"\nsearch check ({search['where']}, {search['deck']}, global batch {search['global_batch']}):")
         for x in search["layouts"]:
-            print(f"  {x['layout']:<32} predicted {x['predicted_ms']:>9.1f} ms   measured {x['measured_ms']:>9.1f} ms")
+            print(f"  {x['layout']:<32} predicted {x['predicted_ms']:>9.1f} ms   measured {x['measured_ms']:>9.1f} ms"
+                  f"   (passes: {', '.join(f'{m:.1f}' for m in x['measured_passes_ms'])})")
         print(f"  predicted best {search['predicted_best']}, measured best {search['measured_best']}: "
               f"gap {search['gap']:.1%}")
     else:

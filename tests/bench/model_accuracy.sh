@@ -3,7 +3,7 @@
 # calibrate`), predict each case (`fsdpp plan --machine --json`), train it, compare; then the search check on the
 # virtual cluster (tests/cluster/vcluster; root). tests/bench/model_accuracy.py says what and how.
 #   tests/bench/model_accuracy.sh [--steps 8] [--warmup 2] [--rounds 1] [--min-timed-s 2] [--only TEXT] [--ranks 1,2,4] [--nodes auto|off]
-#                                 [--rates 1000mbit,300mbit] [--quick] [--ci [--bound 0.15]] [--fsdpp build/bin/fsdpp]
+#                                 [--rates 1000mbit,300mbit] [--search-rounds 2] [--quick] [--retries N] [--ci [--bound 0.15]] [--fsdpp build/bin/fsdpp]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
