@@ -181,10 +181,9 @@ class Bench:
                 f"measuring again (attempt {attempt + 2} of {self.a.retries + 1})")
             earlier.append(row["error"])
             at = self.rows.index(row)
-            self.rows.pop(at)
             machine = self.calibrate(f"{where}-retry{attempt + 1}", launch, [(label, deck, overrides)])
             row = self.case(where, label, launch, ranks, deck, overrides, machine)
-            self.rows.insert(at, self.rows.pop())
+            self.rows[at] = self.rows.pop()  # the new attempt takes the old one's place in the table
         if earlier:
             row["earlier_errors"] = earlier
 
