@@ -191,11 +191,12 @@ class Bench:
 def cluster(b, vcluster):
     """The virtual cluster's cases at each rate, and the search check at the first. Returns the search result."""
     os.environ.setdefault("FSDPP_VCLUSTER_DIR", os.path.join(b.work, "vcluster"))
-    env_up = subprocess.run([vcluster, "up", "--nodes", "2", "--cpus", "2"], stdout=subprocess.PIPE,
+    pin = ["--pin"] if b.a.pin_nodes else []
+    env_up = subprocess.run([vcluster, "up", "--nodes", "2", "--cpus", "2"] + pin, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     if env_up.returncode != 0:
         return {"skipped": (env_up.stderr.strip().splitlines() or ["vcluster up failed"])[-1]}
-    search = {}
+    search = {} if b.a.search_rounds > 0 else {"skipped": "--search-rounds 0"}
     try:
         for line in env_up.stdout.splitlines():  # export SLURM_CONF=...
             if line.startswith("export ") and "=" in line:
@@ -208,7 +209,8 @@ def cluster(b, vcluster):
                 launch = ["srun", "--mpi=pmix", f"--nodes={nodes}", f"--ntasks-per-node={per}", "--cpus-per-task=1",
                           "--partition=vc"]
                 where = f"vc-{nodes}x{per}-{rate}"
-                search_cases = [(l, SMALL, ov) for l, ov in SEARCH] if i == 0 and (nodes, per) == (2, 2) else []
+                search_cases = ([(l, SMALL, ov) for l, ov in SEARCH]
+                                if i == 0 and (nodes, per) == (2, 2) and b.a.search_rounds > 0 else [])
                 cases = [c for c in cases if b.a.only in f"{where}/{c[0]}"]
                 search_cases = search_cases if b.a.only in f"{where}/search" else []
                 if not cases and not search_cases:
@@ -254,7 +256,9 @@ def main():
     p.add_argument("--min-timed-s", type=float, default=2.0, help="a case whose timed steps last less runs again "
                                                                   "with enough steps to fill this many seconds")
     p.add_argument("--search-rounds", type=int, default=2, help="passes over the search check's layouts; each "
-                                                                 "layout's figure is the median over them")
+                                                                 "layout's figure is the median over them (0: no search check)")
+    p.add_argument("--pin-nodes", action="store_true", help="each virtual-cluster node on cores of its own "
+                                                             "(vcluster up --pin), as real nodes are")
     p.add_argument("--only", default="", help="run only the cases whose label contains this text")
     p.add_argument("--ranks", default="1,2,4", help="local launches to run (none: only the virtual cluster)")
     p.add_argument("--nodes", default="auto", choices=["auto", "off"], help="the virtual-cluster cases")

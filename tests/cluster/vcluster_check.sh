@@ -6,7 +6,8 @@
 #  - `down` removes everything `up` made (namespaces, links, bridge, daemons, namespace handles, the folder);
 #    so does a test that fails after `up` (lib.sh's trap), and an `up` that fails half-way;
 #  - `--nodes 4 --link-rate 20mbit`: 4 nodes; a transfer out of a node takes at least its size over the rate,
-#    where the same transfer on an unshaped link is several times faster.
+#    where the same transfer on an unshaped link is several times faster;
+#  - `--pin`: each node's tasks on cores of their own; refused with fewer cores than nodes.
 set -u
 root=$1; fsdpp=$2; work=$3
 rm -rf "$work"; mkdir -p "$work"
@@ -85,5 +86,20 @@ pids=$(daemons)
 "$V" down
 trap - EXIT
 nothing_left "4 shaped nodes" $pids
+# 6. --pin: each node's tasks run on cores of their own (the allowed cores split among the nodes); refused in one
+#    line with fewer cores than nodes.
+out=$(taskset -c 0 "$V" up --nodes 2 --pin 2>&1) && fail "up --nodes 2 --pin on one core was not refused"
+echo "$out" | grep -q "^vcluster: --pin needs a core per node: 2 nodes, 1 core(s) here" || fail "the --pin refusal: $out"
+nothing_left "a refused --pin"
+out=$(taskset -c 0,1 "$V" up --nodes 2 --pin 2> "$work/vcluster-up.log") || { cat "$work/vcluster-up.log"; fail "up --pin"; }
+trap '"$V" down' EXIT
+eval "$out"
+srun -N2 --ntasks-per-node=2 bash -c 'echo "$(hostname) $(awk "/^Cpus_allowed_list/ {print \$2}" /proc/self/status)"' \
+  | sort -u > "$work/pinned"
+cat "$work/pinned"
+[ "$(tr '\n' ' ' < "$work/pinned")" = "node1 0 node2 1 " ] || fail "--pin: the nodes' tasks are not on cores 0 and 1"
+"$V" down
+trap - EXIT
+nothing_left "2 pinned nodes"
 echo "vcluster: refuses without the capabilities, up in $took s, hostnames and addresses per node, everything removed" \
-     "by down, after a failed test and after a failed up; 4 nodes; links shaped"
+     "by down, after a failed test and after a failed up; 4 nodes; links shaped; --pin gives each node its own cores"
