@@ -84,6 +84,10 @@ double bus_factor(int op, int g) { return (op == 2 ? 2.0 : 1.0) * (g - 1) / g; }
 struct Point {
   int op, group_size;
   double bytes, seconds;
+  // Groups of the layout crossing each node's links at once (the node's ranks over the group's ranks on it):
+  // across nodes the fit is of the node's links, which these groups share, as the model prices them
+  // (machine.cpp, collective_seconds: a group's share of the node).
+  double groups_per_node_link;
 };
 
 // Seconds of one call of `op` at `bytes` (full buffer) on `comm`, slowest rank, median of repeats; every group of
@@ -130,18 +134,33 @@ double time_collective(MPI_Comm world, Communicator& comm, int op, std::size_t p
   return t[t.size() / 2];
 }
 
-// -1: the layout's groups are of both classes (ranks not placed in node blocks); 0 intra-node; 1 inter-node.
-int link_class_of(MPI_Comm world, MPI_Comm group, const std::vector<int>& node_of) {
+// The node of each rank of `group`, in group order. Collective over `group`.
+std::vector<int> group_nodes(MPI_Comm world, MPI_Comm group, const std::vector<int>& node_of) {
   int world_rank = 0, g = 1;
   MPI_Comm_rank(world, &world_rank);
   MPI_Comm_size(group, &g);
   std::vector<int> nodes(g);
   MPI_Allgather(&node_of[world_rank], 1, MPI_INT, nodes.data(), 1, MPI_INT, group);
+  return nodes;
+}
+
+// -1: the layout's groups are of both classes (ranks not placed in node blocks); 0 intra-node; 1 inter-node.
+int link_class_of(MPI_Comm world, const std::vector<int>& nodes) {
   int spans = std::any_of(nodes.begin(), nodes.end(), [&](int x) { return x != nodes[0]; }) ? 1 : 0;
   int lo = spans, hi = spans;
   MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, world);
   MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, world);
   return lo == hi ? lo : -1;
+}
+
+// The node's ranks over the group's ranks on this rank's node `mine`: how many of the layout's groups cross each
+// node's links at once (ranks in node blocks: the same on every rank; the largest is taken). Collective over
+// `world`.
+double groups_per_node_link(MPI_Comm world, const std::vector<int>& nodes, const std::vector<int>& node_of, int mine) {
+  double share = double(std::count(node_of.begin(), node_of.end(), mine)) /
+                 double(std::count(nodes.begin(), nodes.end(), mine));
+  MPI_Allreduce(MPI_IN_PLACE, &share, 1, MPI_DOUBLE, MPI_MAX, world);
+  return share;
 }
 
 // This rank's GEMMs while an all-gather of `per_rank` runs on the communicator's thread, as fully_shard's prefetch
@@ -182,8 +201,8 @@ BesideComputeFit measure_beside_compute(MPI_Comm world, Communicator& comm, std:
           per_rank * comm.size() * sizeof(float)};
 }
 
-BesideComputeFit measure_layout(MPI_Comm world, MPI_Comm group, int g, const CollectiveOptions& o,
-                                std::vector<Point>& points) {
+BesideComputeFit measure_layout(MPI_Comm world, MPI_Comm group, int g, double groups_per_node_link,
+                                const CollectiveOptions& o, std::vector<Point>& points) {
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   const bool verbose = rank == 0;
@@ -198,7 +217,7 @@ BesideComputeFit measure_layout(MPI_Comm world, MPI_Comm group, int g, const Col
       const std::size_t per_rank = std::max<std::size_t>(1, bytes / sizeof(float) / g);
       const double s = time_collective(world, *comm, op, per_rank, send, recv, o);
       const double full = double(per_rank) * g * sizeof(float);
-      points.push_back({op, g, full, s});
+      points.push_back({op, g, full, s, groups_per_node_link});
       if (verbose)
         fmt::print(stderr, "calibrate:   {:<14} {:>10.0f} bytes {:>10.3f} ms\n", kOps[op], full, s * 1e3);
       if (s > o.max_call_s) break;
@@ -241,16 +260,19 @@ std::vector<LinkClassFits> measure_collectives(MPI_Comm world, const std::vector
     const int color = l.consecutive ? rank / l.group_size : rank % (n / l.group_size);
     MPI_Comm group;
     MPI_Comm_split(world, color, rank, &group);
-    const int cls = link_class_of(world, group, node_of);
+    const std::vector<int> nodes = group_nodes(world, group, node_of);
+    const int cls = link_class_of(world, nodes);
+    const double sharing = groups_per_node_link(world, nodes, node_of, node_of[rank]);
     if (cls < 0) {
       fmt::print(stderr, "calibrate: groups of {} {} ranks mix intra- and inter-node groups (ranks are not placed "
                  "in node blocks); skipped\n", l.group_size, l.consecutive ? "consecutive" : "strided");
     } else if (!done[{l.group_size, cls}]) {
       done[{l.group_size, cls}] = true;
       if (rank == 0)
-        fmt::print(stderr, "calibrate: collectives on groups of {} ({}, {} ranks)\n", l.group_size,
-                   cls ? "inter-node" : "intra-node", l.consecutive ? "consecutive" : "strided");
-      beside[cls] = measure_layout(world, group, l.group_size, o, by_class[cls]);
+        fmt::print(stderr, "calibrate: collectives on groups of {} ({}, {} ranks{})\n", l.group_size,
+                   cls ? "inter-node" : "intra-node", l.consecutive ? "consecutive" : "strided",
+                   cls ? fmt::format("; {:g} group(s) at once over each node's links", sharing) : "");
+      beside[cls] = measure_layout(world, group, l.group_size, cls == 1 ? sharing : 1.0, o, by_class[cls]);
     }
     MPI_Comm_free(&group);
   }
@@ -262,7 +284,7 @@ std::vector<LinkClassFits> measure_collectives(MPI_Comm world, const std::vector
       CollectiveFit f{kOps[op], 0, 0, 0, {}};
       for (const Point& p : points)
         if (p.op == op) {
-          x.push_back(p.bytes * bus_factor(op, p.group_size));
+          x.push_back(p.bytes * bus_factor(op, p.group_size) * p.groups_per_node_link);
           y.push_back(p.seconds);
           if (std::find(f.group_sizes.begin(), f.group_sizes.end(), p.group_size) == f.group_sizes.end())
             f.group_sizes.push_back(p.group_size);

@@ -148,7 +148,7 @@ TEST_CASE("machine: collective times by hand") {
   CHECK(collective_seconds(m, CollectiveOp::reduce_scatter, S, 16, true) ==
         doctest::Approx(collective_seconds(m.inter_node.ring, CollectiveOp::reduce_scatter, S, 16, false, false)));
   // A group with one rank per node (stride 8) gets one NIC's share of the node's bandwidth across nodes; a group
-  // filling its nodes all of it; measured figures stay as they are.
+  // filling its nodes all of it; measured figures (calibrate's, fitted per node) alike.
   CHECK(group_ranks_per_node(m, 8, 4) == 1);
   CHECK(group_ranks_per_node(m, 2, 16) == 4);
   CHECK(group_ranks_per_node(m, 1, 4) == 4);
@@ -158,6 +158,9 @@ TEST_CASE("machine: collective times by hand") {
         doctest::Approx(8 * (whole - 15 * m.inter_node.ring.latency_us * 1e-6)));
   CHECK(collective_seconds(m, CollectiveOp::all_gather, S, 4, false, 1) ==
         doctest::Approx(collective_seconds(m, CollectiveOp::all_gather, S, 4, false, 8)));  // inside a node: no share
+  m.inter_node.all_reduce = LinkFigures{50, 4};
+  CHECK(collective_seconds(m, CollectiveOp::all_reduce, S, 2, true, 8) == doctest::Approx(50e-6 + S * 1.0 / 4e9));
+  CHECK(collective_seconds(m, CollectiveOp::all_reduce, S, 2, true, 2) == doctest::Approx(50e-6 + S * 1.0 / 1e9));
   // Node membership: rank r on node r / 8.
   CHECK_FALSE(group_spans_nodes(m, 0, 1, 8));
   CHECK(group_spans_nodes(m, 0, 1, 16));

@@ -378,9 +378,16 @@ double collective_seconds(const Machine& m, CollectiveOp op, std::int64_t bytes,
   const LinkClass& c = spans_nodes ? m.inter_node : m.intra_node;
   const std::optional<LinkFigures>& measured =
       op == CollectiveOp::all_gather ? c.all_gather : op == CollectiveOp::reduce_scatter ? c.reduce_scatter : c.all_reduce;
-  if (measured) return collective_seconds(*measured, op, bytes, ranks, false, true);
+  // Across nodes a group with fewer ranks on each node than the node has gets their share of the node's links:
+  // the other ranks' groups cross the same links at the same time. Calibrate fits its measured figures per node
+  // (calibrate_collectives.cpp), so the share applies to them as to ring and tree.
   const double share = spans_nodes && per_node > 0 && per_node < m.devices_per_node
                            ? static_cast<double>(per_node) / m.devices_per_node : 1.0;
+  if (measured) {
+    LinkFigures f = *measured;
+    f.busbw_gbs *= share;
+    return collective_seconds(f, op, bytes, ranks, false, true);
+  }
   LinkFigures ring = c.ring, tree = c.tree;
   ring.busbw_gbs *= share;
   tree.busbw_gbs *= share;
