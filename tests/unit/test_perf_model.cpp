@@ -307,6 +307,43 @@ TEST_CASE("plan_step: backward kernels run at backward_bandwidth_gbs and the opt
                         optimizer_passes(deck.optim) * 4 * numel / (m.memory_bandwidth_gbs * 1e9) * 1e3));
 }
 
+TEST_CASE("plan_step: backward's replay stops before each block's output projection; backward makes no pass over "
+          "the logits") {
+  const Machine preset = *machine_preset("h100-sxm-8x");
+  // GEMMs only (elementwise kernels free), and elementwise kernels only (GEMMs free).
+  Machine gemms = preset, kernels = preset;
+  gemms.memory_bandwidth_gbs = gemms.backward_bandwidth_gbs = 1e12;
+  gemms.kernel_overhead_us = kernels.kernel_overhead_us = 0;
+  for (GemmCurve* c : {&kernels.f32, &kernels.tf32, &kernels.bf16}) c->peak_tflops = 1e12;
+  kernels.gemm_points.clear();
+  const std::vector<std::string> layout{"train.micro_batch=2", "train.global_batch=2"};
+  auto with = [&](std::vector<std::string> o) {
+    o.insert(o.end(), layout.begin(), layout.end());
+    return test::input_deck("small.yaml", o);
+  };
+  const Deck deck = with({"train.activation_checkpointing=full"});
+  const StepTime t = plan_step(deck, 1, gemms).time;
+  const std::int64_t N = std::int64_t{2} * deck.model.context_length, C = deck.model.n_embd, V = deck.model.vocab_size;
+  // Forward runs every block's GEMMs and the head's; the replay all of a block's but Wd (N x 4C) x (4C x C).
+  const double wd = gemm_seconds(gemms, t.precision, N, C, 4 * C), head = gemm_seconds(gemms, t.precision, N, V, C);
+  CHECK(t.compute_ms_by_what.at("forward") - t.compute_ms_by_what.at("recompute") ==
+        doctest::Approx((head + deck.model.n_layer * wd) * 1e3).epsilon(1e-6));
+  // Under tp 2 the replay reduces attention's output (blocking), not the block's: one all-reduce a block, where
+  // forward and backward issue two each (and the root one each).
+  auto tp_ms = [&](const char* ac) {
+    return plan_step(with({"mesh.tp=2", std::string("train.activation_checkpointing=") + ac}), 2, gemms)
+        .time.busy_comm_ms.at("tp");
+  };
+  const double L = deck.model.n_layer;
+  CHECK(tp_ms("full") / tp_ms("none") == doctest::Approx((5 * L + 2) / (4 * L + 2)).epsilon(1e-9));
+  // The fused cross-entropy leaves d(logits) in forward: a larger vocabulary adds logits traffic to forward only.
+  auto pass_ms = [&](const char* vocab, const char* what) {
+    return plan_step(with({std::string("model.vocab_size=") + vocab}), 1, kernels).time.compute_ms_by_what.at(what);
+  };
+  CHECK(pass_ms("8192", "forward") > pass_ms("4096", "forward"));
+  CHECK(pass_ms("8192", "backward") == doctest::Approx(pass_ms("4096", "backward")).epsilon(1e-9));
+}
+
 TEST_CASE("plan_step: a kernel family's own rate prices that family only, in the blocks that run it") {
   const Machine preset = *machine_preset("h100-sxm-8x");
   const Deck llama = test::input_deck("llama-tiny.yaml", {"train.micro_batch=4", "model.attention=batched"});

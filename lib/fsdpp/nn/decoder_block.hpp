@@ -126,6 +126,9 @@ class DecoderBlock : public Module {
   Local local() const;
   const BlockDims& dims() const { return dims_; }
   const BlockParts& parts() const { return parts_; }
+  // Backward's replay of forward (activation checkpointing) stops before this layer: it and the residual add after
+  // it only make the block's output, which backward does not read (forward() in decoder_block.cpp).
+  const Linear& recompute_stops_before() const { return *parts_.mlp_out; }
 
   // The tables: what each buffer is, for a batch of B sequences of T tokens (allocated by ensure, counted by
   // the planner from the same rows).

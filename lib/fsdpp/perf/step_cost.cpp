@@ -33,6 +33,8 @@ struct Region {
   double bytes = 0;             // forward elementwise traffic (norms, residuals, biases, rope)
   std::map<std::string, double> family_bytes;  // forward traffic of the kernels priced by family (machine.hpp)
   int kernels = 0;              // forward elementwise kernels
+  double backward_bytes = -1;   // backward's elementwise traffic; < 0: kBackwardBytesPerForwardByte x bytes
+  bool reduces_output = true;   // under tp, forward ends the region with its output's reduction
   double elementwise_flops = 0; // forward FLOPs of multiplying parameters outside GEMMs (norms, biases)
 };
 
@@ -69,7 +71,8 @@ class StepRecorder final : public FsdpMemoryListener {
   }
   double gemms_seconds(const std::vector<Gemm>& gemms) const;
   double elementwise_seconds(const Region& r, bool backward) const;
-  std::vector<Region> regions_of(const Module& unit) const;
+  // A unit's regions as forward runs them, or as backward's replay of forward does (`recompute`).
+  std::vector<Region> regions_of(const Module& unit, bool recompute = false) const;
   void tp_blocking(CollectiveOp op) { if (p_.tp > 1) wait(issue(op, N() * p_.C * 4, p_.tp, "tp")); }
   void forward(const std::vector<Region>& regions, const std::string& what, bool count);
   void backward(const std::vector<Region>& regions, bool count);
@@ -98,8 +101,9 @@ double StepRecorder::gemms_seconds(const std::vector<Gemm>& gemms) const {
 // and bytes), at the machine's bandwidth for that pass.
 double StepRecorder::elementwise_seconds(const Region& r, bool backward) const {
   const double scale = backward ? kBackwardBytesPerForwardByte : 1;
+  const double bytes = backward && r.backward_bytes >= 0 ? r.backward_bytes : scale * r.bytes;
   double s = scale * r.kernels * p_.machine->kernel_overhead_us * 1e-6 +
-             scale * r.bytes / (elementwise_bandwidth_gbs(*p_.machine, backward) * 1e9);
+             bytes / (elementwise_bandwidth_gbs(*p_.machine, backward) * 1e9);
   for (const auto& [family, bytes] : r.family_bytes)
     s += scale * bytes / (elementwise_bandwidth_gbs(*p_.machine, backward, family) * 1e9);
   return s;
@@ -108,8 +112,9 @@ double StepRecorder::elementwise_seconds(const Region& r, bool backward) const {
 // A unit's own parameters priced as its passes use them. Blocks: every 2-D weight is a GEMM over the micro-batch's
 // N rows with the TP-local shape, split into regions at each row-parallel weight (which ends a Megatron region);
 // attention's products per region that holds the heads. The root: the LM head (the token embedding when tied),
-// the final norm, lookups and the cross-entropy.
-std::vector<Region> StepRecorder::regions_of(const Module& unit) const {
+// the final norm, lookups and the cross-entropy. A block's replay in backward stops before the layer
+// DecoderBlock::recompute_stops_before() names: without its GEMM, output pass, tp reduction and residual add.
+std::vector<Region> StepRecorder::regions_of(const Module& unit, bool recompute) const {
   const double n = std_N(), C = p_.C;
   const double rows_outside = p_.sequence_parallel ? n / p_.tp : n;  // norms and residuals under sequence parallelism
   std::vector<Region> regions(1);
@@ -118,9 +123,12 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit) const {
     const Parameter& head = lm->lm_head ? *lm->lm_head : lm->token_embedding;  // tied: the embedding serves
     r.weights.push_back({N(), head.local_shape()[0], head.local_shape()[1]});
     const double v_local = static_cast<double>(head.local_shape()[0]);
+    const double logits_bytes = 4 * 3 * n * v_local;  // logits written, cross-entropy read, gradient written
     r.bytes = 4 * (2 * n * C * (lm->position_table ? 2 : 1)  // lookups
-                   + 4 * rows_outside * C                      // final norm in and out, twice (stats)
-                   + 3 * n * v_local);                         // logits written, cross-entropy read, gradient written
+                   + 4 * rows_outside * C)                     // final norm in and out, twice (stats)
+              + logits_bytes;
+    // The fused cross-entropy writes d(logits) in forward: backward makes no pass over the logits.
+    r.backward_bytes = kBackwardBytesPerForwardByte * (r.bytes - logits_bytes);
     r.kernels = 6;
     for (const Parameter* q : const_cast<Module&>(unit).local_parameters())
       if (q->local_shape().size() == 1) r.elementwise_flops += 2 * rows_outside * static_cast<double>(q->numel());
@@ -130,8 +138,11 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit) const {
   const int local_heads = std::max(1, p_.n_head / p_.tp);
   const std::int64_t head_size = p_.C / p_.n_head;
   bool products_placed = false;
+  const auto* block = dynamic_cast<const DecoderBlock*>(&unit);
+  const Linear* skipped = recompute && block ? &block->recompute_stops_before() : nullptr;
   for (const Parameter* q : const_cast<Module&>(unit).parameters(true)) {
     Region& r = regions.back();
+    if (skipped && (q == &skipped->weight || q == skipped->bias)) continue;
     if (q->local_shape().size() == 1) {
       r.elementwise_flops += 2 * rows_outside * static_cast<double>(q->numel());
       continue;
@@ -160,7 +171,12 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit) const {
     last.bytes += 2 * 4 * 5 * rows_outside * C;
     last.kernels += static_cast<int>(last.weights.size()) + 8;
   }
-  if (const auto* block = dynamic_cast<const DecoderBlock*>(&unit)) {
+  if (skipped) {  // the replay has no residual add at the end, and (tp) no reduction of the output
+    if (p_.tp > 1) last.bytes += 4 * 2 * rows_outside * C, last.kernels += static_cast<int>(last.weights.size()) + 2;
+    else last.bytes -= 4 * 3 * rows_outside * C, last.kernels -= 2;  // one residual add's three passes
+    last.reduces_output = false;
+  }
+  if (block) {
     // The MLP's activation is its own kernel family, in place of the pass each of its input branches got above.
     const double elements = n * block->local().mlp_width;
     const std::string family = block->mlp_activation_name();
@@ -180,7 +196,7 @@ void StepRecorder::forward(const std::vector<Region>& regions, const std::string
   for (const Region& r : regions) {
     if (p_.sequence_parallel) tp_blocking(CollectiveOp::all_gather);
     compute(gemms_seconds(r.weights) + gemms_seconds(r.products) + elementwise_seconds(r, false), what);
-    tp_blocking(p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce);
+    if (r.reduces_output) tp_blocking(p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce);
     if (!count) continue;
     for (const Gemm& g : r.weights) priced_flops += g.flops();
     for (const Gemm& g : r.products) priced_flops += g.flops();
@@ -227,7 +243,7 @@ void StepRecorder::on_schedule(const FsdpScheduleEvent& e) {
     case Kind::pass_begin:
       if (e.pass != Pass::backward) break;
       // Activation checkpointing: the forward runs again first (its TP collectives too, not its all-gather).
-      if (e.module->recomputes_in_backward()) forward(regions_of(*e.module), "recompute", false);
+      if (e.module->recomputes_in_backward()) forward(regions_of(*e.module, true), "recompute", false);
       backward(regions_of(*e.module), true);
       break;
     case Kind::issue: {
