@@ -242,7 +242,8 @@ void StepRecorder::on_schedule(const FsdpScheduleEvent& e) {
       break;
     case Kind::pass_begin:
       if (e.pass != Pass::backward) break;
-      // Activation checkpointing: the forward runs again first (its TP collectives too, not its all-gather).
+      // Activation checkpointing: the forward runs again first, up to the block's output projection (its TP
+      // collectives too, not its all-gather).
       if (e.module->recomputes_in_backward()) forward(regions_of(*e.module, true), "recompute", false);
       backward(regions_of(*e.module), true);
       break;
