@@ -18,6 +18,9 @@ namespace {
 
 // Every GEMM output gets one elementwise pass (bias, rope, or the write and read of it): 4 bytes written, 4 read.
 constexpr double kPassBytesPerOutput = 8;
+// Per element of a (rows, C) activation: a norm writes its output and reads it again (its stats: twice 4 bytes);
+// a residual add reads two inputs and writes one (3 x 4).
+constexpr double kNormBytesPerElement = 8, kResidualBytesPerElement = 12;
 
 // A GEMM (m x k)(k x n), `count` times.
 struct Gemm {
@@ -33,7 +36,7 @@ struct Region {
   double bytes = 0;             // forward elementwise traffic (norms, residuals, biases, rope)
   std::map<std::string, double> family_bytes;  // forward traffic of the kernels priced by family (machine.hpp)
   int kernels = 0;              // forward elementwise kernels
-  double backward_bytes = -1;   // backward's elementwise traffic; < 0: kBackwardBytesPerForwardByte x bytes
+  double forward_only_bytes = 0;  // part of `bytes` that backward does not pass over again (the logits)
   bool reduces_output = true;   // under tp, forward ends the region with its output's reduction
   double elementwise_flops = 0; // forward FLOPs of multiplying parameters outside GEMMs (norms, biases)
 };
@@ -101,9 +104,9 @@ double StepRecorder::gemms_seconds(const std::vector<Gemm>& gemms) const {
 // and bytes), at the machine's bandwidth for that pass.
 double StepRecorder::elementwise_seconds(const Region& r, bool backward) const {
   const double scale = backward ? kBackwardBytesPerForwardByte : 1;
-  const double bytes = backward && r.backward_bytes >= 0 ? r.backward_bytes : scale * r.bytes;
+  const double bytes = backward ? r.bytes - r.forward_only_bytes : r.bytes;
   double s = scale * r.kernels * p_.machine->kernel_overhead_us * 1e-6 +
-             bytes / (elementwise_bandwidth_gbs(*p_.machine, backward) * 1e9);
+             scale * bytes / (elementwise_bandwidth_gbs(*p_.machine, backward) * 1e9);
   for (const auto& [family, bytes] : r.family_bytes)
     s += scale * bytes / (elementwise_bandwidth_gbs(*p_.machine, backward, family) * 1e9);
   return s;
@@ -123,12 +126,12 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit, bool recompute)
     const Parameter& head = lm->lm_head ? *lm->lm_head : lm->token_embedding;  // tied: the embedding serves
     r.weights.push_back({N(), head.local_shape()[0], head.local_shape()[1]});
     const double v_local = static_cast<double>(head.local_shape()[0]);
-    const double logits_bytes = 4 * 3 * n * v_local;  // logits written, cross-entropy read, gradient written
+    // Logits written, cross-entropy read, gradient written: the fused cross-entropy writes d(logits) in forward,
+    // so backward makes no pass over the logits.
+    r.forward_only_bytes = 4 * 3 * n * v_local;
     r.bytes = 4 * (2 * n * C * (lm->position_table ? 2 : 1)  // lookups
                    + 4 * rows_outside * C)                     // final norm in and out, twice (stats)
-              + logits_bytes;
-    // The fused cross-entropy writes d(logits) in forward: backward makes no pass over the logits.
-    r.backward_bytes = kBackwardBytesPerForwardByte * (r.bytes - logits_bytes);
+              + r.forward_only_bytes;
     r.kernels = 6;
     for (const Parameter* q : const_cast<Module&>(unit).local_parameters())
       if (q->local_shape().size() == 1) r.elementwise_flops += 2 * rows_outside * static_cast<double>(q->numel());
@@ -157,7 +160,7 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit, bool recompute)
     }
     if (row_parallel) {
       // The region ends here; the elementwise traffic of what it computed goes with it.
-      r.bytes += kPassBytesPerOutput * outputs + 4 * 5 * rows_outside * C;  // its outputs once each; its norm and residual add
+      r.bytes += kPassBytesPerOutput * outputs + (kNormBytesPerElement + kResidualBytesPerElement) * rows_outside * C;
       r.kernels += static_cast<int>(r.weights.size()) + 4;
       outputs = 0;
       regions.emplace_back();
@@ -168,12 +171,17 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit, bool recompute)
   last.bytes += kPassBytesPerOutput * outputs;
   last.kernels += outputs > 0 ? 2 : 0;
   if (regions.size() == 1) {  // no row-parallel weight (tp 1): attention's and the MLP's norms and residual adds
-    last.bytes += 2 * 4 * 5 * rows_outside * C;
+    last.bytes += 2 * (kNormBytesPerElement + kResidualBytesPerElement) * rows_outside * C;
     last.kernels += static_cast<int>(last.weights.size()) + 8;
   }
   if (skipped) {  // the replay has no residual add at the end, and (tp) no reduction of the output
-    if (p_.tp > 1) last.bytes += 4 * 2 * rows_outside * C, last.kernels += static_cast<int>(last.weights.size()) + 2;
-    else last.bytes -= 4 * 3 * rows_outside * C, last.kernels -= 2;  // one residual add's three passes
+    if (p_.tp > 1) {  // the MLP's region was not closed by its row-parallel weight: its norm, no residual add
+      last.bytes += kNormBytesPerElement * rows_outside * C;
+      last.kernels += static_cast<int>(last.weights.size()) + 2;
+    } else {
+      last.bytes -= kResidualBytesPerElement * rows_outside * C;
+      last.kernels -= 2;
+    }
     last.reduces_output = false;
   }
   if (block) {
