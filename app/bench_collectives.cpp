@@ -59,7 +59,7 @@ std::pair<double, double> time_pair(MPI_Comm world, const Options& o, const std:
 // Small integers keep every sum exact in f32, so the self-check can demand equality.
 float value(int rank, std::size_t i) { return static_cast<float>((rank + 1) * 3 + static_cast<int>(i % 251)); }
 
-struct Row {
+struct CollectiveRow {
   std::size_t bytes;
   double fsdpp_s, mpi_s;
 };
@@ -69,7 +69,7 @@ std::string human_bytes(std::size_t b) {
   return fmt::format("{} KiB", b >> 10);
 }
 
-void print_table(const std::string& title, const std::string& mpi_name, const std::vector<Row>& rows, double bus_factor) {
+void print_table(const std::string& title, const std::string& mpi_name, const std::vector<CollectiveRow>& rows, double bus_factor) {
   Log::info("\n{}", title);
   Log::info("{:>9} | {:>11} {:>11} | {:>11} {:>11} | {:>7}", "bytes", "fsdpp algbw", "busbw", mpi_name.substr(0, 11),
             "busbw", "ratio");
@@ -91,7 +91,7 @@ int run_collectives_bench(Runtime& rt, const Options& o) {
             human_bytes(o.max_bytes), o.repeats);
   Log::info("communicator: {}", comm.describe());
 
-  std::vector<Row> ag, rs, ar;
+  std::vector<CollectiveRow> ag, rs, ar;
   int check_failures = 0, checks = 0;
   for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
     const std::size_t total = bytes / sizeof(float);  // elements of the full buffer

@@ -19,7 +19,7 @@
 namespace fsdpp::app {
 namespace {
 
-struct Row {
+struct MetricsRow {
   double step, loss, tokens_per_s, grad_norm;
   std::optional<double> val;
 };
@@ -118,14 +118,14 @@ Command add_report_command(CLI::App& app) {
             const fs::path folder(*run), metrics = folder / "metrics.jsonl";
             std::ifstream in(metrics);
             FSDPP_REQUIRE(in.good(), "cannot read {}: is '{}' a run folder (run.output)?", metrics.string(), *run);
-            std::vector<Row> rows;
+            std::vector<MetricsRow> rows;
             std::string line;
             for (int number = 1; std::getline(in, line); ++number) {
               if (line.empty()) continue;
               nlohmann::json j;
               try {
                 j = nlohmann::json::parse(line);
-                Row r{j.at("step").get<double>(), j.at("loss").get<double>(), j.at("tokens_per_s").get<double>(),
+                MetricsRow r{j.at("step").get<double>(), j.at("loss").get<double>(), j.at("tokens_per_s").get<double>(),
                       j.at("grad_norm").get<double>(), std::nullopt};
                 if (j.contains("val_loss")) r.val = j["val_loss"].get<double>();
                 rows.push_back(r);
@@ -137,13 +137,13 @@ Command add_report_command(CLI::App& app) {
             const fs::path data = folder / "report.dat", script = folder / "report.gp", png = folder / "report.png";
             {
               std::ofstream out(data);
-              for (const Row& r : rows)
+              for (const MetricsRow& r : rows)
                 out << fmt::format("{} {} {} {} {}\n", r.step, r.loss, r.tokens_per_s, r.grad_norm, r.val ? *r.val : -1.0);
               std::ofstream(script) << plot_script(data.string(), png.string(), folder.filename().string());
             }
             run_gnuplot(folder, script, "report.log");
             double best_val = 1e300, tokens = 0;
-            for (const Row& r : rows) {
+            for (const MetricsRow& r : rows) {
               if (r.val) best_val = std::min(best_val, *r.val);
               tokens += r.tokens_per_s;
             }

@@ -116,16 +116,6 @@ std::string placements_text(const Parameter& p) {
   return entries.empty() ? "Replicate()" : fmt::format("{}", fmt::join(entries, ", "));
 }
 
-// Waits for a nonblocking collective by polling with short sleeps. Open MPI's blocking calls spin a core; a
-// background save waiting on rank 0's fsync would then take that core from training.
-void wait_gently(MPI_Request& request) {
-  for (int done = 0;;) {
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (done) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(500));
-  }
-}
-
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
   char text[32];

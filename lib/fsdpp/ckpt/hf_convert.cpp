@@ -32,7 +32,6 @@ std::vector<float> transposed(const std::vector<float>& in, std::int64_t rows, s
 }
 
 namespace {
-using ckpt_detail::shape_text;
 
 // A safetensors file's tensors, or a model folder's shards', mapped to fsdpp names and checked against
 // `expected` (every problem listed at once), read lazily.

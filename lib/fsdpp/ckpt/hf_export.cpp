@@ -25,7 +25,6 @@ namespace fsdpp {
 namespace {
 
 namespace fs = std::filesystem;
-using ckpt_detail::shape_text;
 
 // An fsdpp checkpoint (sharded) or weights file (whole tensors), read whole tensor by whole tensor.
 class FsdppWeights {

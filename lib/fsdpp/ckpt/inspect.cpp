@@ -27,8 +27,6 @@ bool valid_shape(const std::vector<std::int64_t>& shape, std::int64_t& numel, st
   return !__builtin_mul_overflow(numel, std::int64_t{4}, &bytes);
 }
 
-std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ",")); }
-
 }  // namespace
 
 std::string inspect_checkpoint(const std::string& path) {

@@ -12,9 +12,10 @@
 #include <set>
 
 namespace fsdpp {
-namespace {
 
-std::string list_text(const std::vector<std::int64_t>& v) { return fmt::format("[{}]", fmt::join(v, ",")); }
+std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ",")); }
+
+namespace {
 
 // Each group is visited once, whatever links lead to it: a hard link back to a parent would otherwise recurse
 // until the stack runs out (found by fuzzing, tests/fuzz/regressions/ckpt_meta/).
@@ -65,7 +66,7 @@ void check_tensor(hid_t file, const std::string& group, Reader& read, std::vecto
   bool shape_ok = read.attempt(group, [&] { shape = h5::get_ints(g, "global_shape", path + " " + group); });
   if (shape_ok) read.digest.add(group, "global_shape", shape);
   if (shape_ok && (shape.empty() || std::any_of(shape.begin(), shape.end(), [](std::int64_t d) { return d < 0; }))) {
-    problems.push_back(fmt::format("{}: global_shape {} is not a tensor shape", group, list_text(shape)));
+    problems.push_back(fmt::format("{}: global_shape {} is not a tensor shape", group, shape_text(shape)));
     shape_ok = false;
   }
   const std::string dtype = read.text(g, group, "dtype");
@@ -115,8 +116,8 @@ void check_tensor(hid_t file, const std::string& group, Reader& read, std::vecto
       problems.push_back(fmt::format("{}: rows attribute says {} but the dataset holds {}", object, rows,
                                      dims.empty() ? 0 : dims[0]));
     if (shape_ok && (dims.size() != shape.size() || !std::equal(dims.begin() + 1, dims.end(), shape.begin() + 1)))
-      problems.push_back(fmt::format("{}: dataset shape {} does not fit global_shape {}", object, list_text(dims),
-                                     list_text(shape)));
+      problems.push_back(fmt::format("{}: dataset shape {} does not fit global_shape {}", object, shape_text(dims),
+                                     shape_text(shape)));
     if (covered >= 0 && offset != covered)
       problems.push_back(fmt::format("{}: offset {} but the shards before it end at row {}", object, offset, covered));
     covered = covered >= 0 ? offset + rows : covered;
@@ -134,7 +135,7 @@ void LayoutDigest::add(const std::string& object, const std::string& attribute, 
   add(object, attribute, std::to_string(value));
 }
 void LayoutDigest::add(const std::string& object, const std::string& attribute, const std::vector<std::int64_t>& value) {
-  add(object, attribute, list_text(value));
+  add(object, attribute, shape_text(value));
 }
 
 std::uint64_t LayoutDigest::value() const {

@@ -18,6 +18,9 @@
 
 namespace fsdpp {
 
+// How a tensor shape is written in every checkpoint message and in `fsdpp ckpt inspect`: "[768,3072]".
+std::string shape_text(const std::vector<std::int64_t>& shape);
+
 class LayoutDigest {
  public:
   void add(const std::string& object, const std::string& attribute, const std::string& value);

@@ -14,8 +14,8 @@
 namespace fsdpp {
 namespace {
 
-std::mutex g_mutex;
-std::optional<SaveFault> g_armed;
+std::mutex g_save_fault_mutex;
+std::optional<SaveFault> g_armed_save_fault;
 std::atomic<int> g_saves{0};
 
 constexpr SavePoint kPoints[] = {SavePoint::stage, SavePoint::write, SavePoint::close, SavePoint::rename,
@@ -35,15 +35,15 @@ std::string_view to_string(SavePoint point) {
 }
 
 void arm_save_fault(const SaveFault& fault) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_armed = fault;
-  if (g_armed->error == 0) g_armed->error = ENOSPC;
+  std::lock_guard<std::mutex> lock(g_save_fault_mutex);
+  g_armed_save_fault = fault;
+  if (g_armed_save_fault->error == 0) g_armed_save_fault->error = ENOSPC;
   g_saves = 0;
 }
 
 void disarm_save_faults() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_armed.reset();
+  std::lock_guard<std::mutex> lock(g_save_fault_mutex);
+  g_armed_save_fault.reset();
 }
 
 SaveFault parse_save_fault(const std::string& text) {
@@ -84,9 +84,9 @@ void begin_save() { ++g_saves; }
 int fault_at(SavePoint point) {
   SaveFault f;
   {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    if (!g_armed || g_armed->point != point || g_armed->save != g_saves.load()) return 0;
-    f = *g_armed;
+    std::lock_guard<std::mutex> lock(g_save_fault_mutex);
+    if (!g_armed_save_fault || g_armed_save_fault->point != point || g_armed_save_fault->save != g_saves.load()) return 0;
+    f = *g_armed_save_fault;
   }
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -62,10 +62,5 @@ inline std::size_t global_index_of(const Parameter& p, std::size_t local) {
 
 inline std::uint64_t checksum(const float* data, std::size_t count) { return XXH64(data, count * sizeof(float), 0); }
 
-inline std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += fmt::format("{}{}", i ? "," : "", shape[i]);
-  return out + "]";
-}
 
 }  // namespace fsdpp::ckpt_detail

@@ -9,8 +9,8 @@
 namespace fsdpp {
 namespace {
 
-std::atomic<bool> g_armed{false};
-std::mutex g_mutex;
+std::atomic<bool> g_collective_fault_armed{false};
+std::mutex g_collective_fault_mutex;
 CollectiveSkip g_skip;
 
 }  // namespace
@@ -30,17 +30,17 @@ CollectiveSkip parse_collective_skip(const std::string& text) {
 }
 
 void arm_collective_skip(const CollectiveSkip& skip) {
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::lock_guard<std::mutex> lock(g_collective_fault_mutex);
   g_skip = skip;
-  g_armed = true;
+  g_collective_fault_armed = true;
 }
 
-bool collective_fault_armed() { return g_armed.load(std::memory_order_relaxed); }
+bool collective_fault_armed() { return g_collective_fault_armed.load(std::memory_order_relaxed); }
 
 bool take_collective_skip(const std::string& dimension, std::uint64_t seq) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_armed || g_skip.dimension != dimension || g_skip.seq != seq) return false;
-  g_armed = false;
+  std::lock_guard<std::mutex> lock(g_collective_fault_mutex);
+  if (!g_collective_fault_armed || g_skip.dimension != dimension || g_skip.seq != seq) return false;
+  g_collective_fault_armed = false;
   return true;
 }
 

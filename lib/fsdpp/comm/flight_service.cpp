@@ -38,7 +38,7 @@ struct Service {
   std::atomic<bool> dumped_for_abort{false};
 };
 
-std::mutex g_mutex;  // guards g_service's lifetime against the abort hook
+std::mutex g_service_mutex;  // guards g_service's lifetime against the abort hook
 std::unique_ptr<Service> g_service;
 
 std::string dump(Service& s, const std::string& reason, std::vector<int> not_answering = {}) {
@@ -99,7 +99,7 @@ std::string text_for_abort(Service& s, const std::string& message) {
 }
 
 std::string abort_hook(const std::string& message) {
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::lock_guard<std::mutex> lock(g_service_mutex);
   return g_service ? text_for_abort(*g_service, message) : std::string();
 }
 
@@ -126,7 +126,7 @@ void FlightService::start(MPI_Comm world, std::size_t records, const std::string
               "dumps nothing", s->channel->problem());
   s->ready = true;
   {
-    std::lock_guard<std::mutex> lock(g_mutex);
+    std::lock_guard<std::mutex> lock(g_service_mutex);
     g_service = std::move(s);
   }
   set_abort_hook(abort_hook);
@@ -135,7 +135,7 @@ void FlightService::start(MPI_Comm world, std::size_t records, const std::string
 void FlightService::stop() {
   std::unique_ptr<Service> old;
   {
-    std::lock_guard<std::mutex> lock(g_mutex);
+    std::lock_guard<std::mutex> lock(g_service_mutex);
     old = std::move(g_service);
   }
   if (!old) return;
@@ -146,12 +146,12 @@ void FlightService::stop() {
 }
 
 bool FlightService::running() {
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::lock_guard<std::mutex> lock(g_service_mutex);
   return g_service != nullptr;
 }
 
 std::vector<std::string> FlightService::hosts() {
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::lock_guard<std::mutex> lock(g_service_mutex);
   return g_service ? g_service->channel->hosts() : std::vector<std::string>{};
 }
 

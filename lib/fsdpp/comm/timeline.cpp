@@ -34,7 +34,7 @@ struct Span {
   nlohmann::json args;    // null: none
 };
 
-struct State {
+struct TimelineState {
   std::mutex mutex;
   std::int64_t first = 0, last = 0;
   std::string dir;
@@ -49,8 +49,8 @@ struct State {
   std::map<std::string, std::int64_t> counters;
 };
 
-State& state() {
-  static State s;
+TimelineState& timeline_state() {
+  static TimelineState s;
   return s;
 }
 
@@ -97,7 +97,7 @@ nlohmann::json collective_event(const FlightRecord& r, int pid, const std::strin
   return complete_event(name, collective_op_name(r.op), pid, 1 + r.comm, r.started_s, r.completed_s, std::move(args));
 }
 
-void write_trace(State& s) {
+void write_trace(TimelineState& s) {
   const std::vector<CommEntry> comms = FlightRecorder::comms();
   std::vector<FlightRecord> records = FlightRecorder::take_traced();
   nlohmann::json events = nlohmann::json::array();
@@ -162,7 +162,7 @@ void stop_recording() {
 
 void Timeline::configure(std::int64_t first, std::int64_t last, std::string dir, MPI_Comm comm) {
   reset();
-  State& s = state();
+  TimelineState& s = timeline_state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.first = first;
   s.last = last;
@@ -175,7 +175,7 @@ void Timeline::configure(std::int64_t first, std::int64_t last, std::string dir,
 }
 
 void Timeline::reset() {
-  State& s = state();
+  TimelineState& s = timeline_state();
   stop_recording();
   FlightRecorder::take_traced();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -188,7 +188,7 @@ void Timeline::reset() {
 }
 
 void Timeline::begin_step(std::int64_t step) {
-  State& s = state();
+  TimelineState& s = timeline_state();
   if (s.first == 0 || s.started || step < s.first || step > s.last) return;
   if (s.comm != MPI_COMM_NULL) MPI_Barrier(s.comm);  // the ranks' common instant: sync_us, for merging
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -206,7 +206,7 @@ void Timeline::begin_step(std::int64_t step) {
 }
 
 void Timeline::end_step(std::int64_t step) {
-  State& s = state();
+  TimelineState& s = timeline_state();
   if (!recording()) return;
   s.last_recorded = step;
   if (step < s.last) return;
@@ -214,7 +214,7 @@ void Timeline::end_step(std::int64_t step) {
 }
 
 void Timeline::finish() {
-  State& s = state();
+  TimelineState& s = timeline_state();
   if (!recording()) return;
   stop_recording();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -225,7 +225,7 @@ void Timeline::finish() {
 
 void Timeline::add_counter(const char* name, std::int64_t value) {
   if (!recording()) return;
-  State& s = state();
+  TimelineState& s = timeline_state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.counters[name] += value;
 }
@@ -243,14 +243,14 @@ void Timeline::leave(const std::string& name) {
   if (it == t_open.rend()) return;
   const double t0 = it->second, t1 = FlightRecorder::now_s();
   t_open.erase(std::prev(it.base()), t_open.end());
-  State& s = state();
+  TimelineState& s = timeline_state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.spans.push_back(Span{name, t0, t1, nullptr});
 }
 
 void Timeline::waited(const CollectiveTicket& ticket, double t0, double t1, bool blocking) {
   if (!recording() || ticket.record == 0) return;
-  State& s = state();
+  TimelineState& s = timeline_state();
   if (std::this_thread::get_id() != s.main_thread) return;  // the compute track is the main thread's
   const FlightRecord r = FlightRecorder::record_of(ticket);
   if (r.number == 0) return;

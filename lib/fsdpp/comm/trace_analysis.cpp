@@ -19,13 +19,13 @@ namespace {
 using Json = nlohmann::json;
 
 // The categories of trace.png, in drawing order: what holds other spans first, waits last (on top).
-const std::vector<std::string> kCategories = {"step", "forward", "backward", "recompute", "all_gather",
+const std::vector<std::string> kSpanCategories = {"step", "forward", "backward", "recompute", "all_gather",
                                               "reduce_scatter", "all_reduce", "other collective", "wait", "blocking"};
 
 int category_of(const Json& e) {
   const std::string cat = e.value("cat", "");
-  const auto at = std::find(kCategories.begin(), kCategories.end(), cat);
-  if (at != kCategories.end()) return static_cast<int>(at - kCategories.begin());
+  const auto at = std::find(kSpanCategories.begin(), kSpanCategories.end(), cat);
+  if (at != kSpanCategories.end()) return static_cast<int>(at - kSpanCategories.begin());
   if (e.value("tid", 0) != 0) return 7;  // broadcast, barrier
   return 0;                              // data, grad_sync, optimizer, eval, sample, checkpoint
 }
@@ -184,7 +184,7 @@ TraceReport analyze_trace(const std::string& run_dir) {
   const std::vector<RankTrace> ranks = read_ranks(dir);
   TraceReport report;
   report.ranks = static_cast<int>(ranks.size());
-  report.categories = kCategories;
+  report.categories = kSpanCategories;
   const Json& first = ranks.front().trace.at("otherData");
   report.first_step = first.at("steps").at(0).get<std::int64_t>();
   report.last_step = first.at("steps").at(1).get<std::int64_t>();

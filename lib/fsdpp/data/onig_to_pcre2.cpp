@@ -16,7 +16,7 @@ namespace {
 // not U+180E, which PCRE2's \s still takes.
 constexpr const char* kSpaceItems = "\\t-\\r\\x{85}\\p{Z}";
 // General categories (short names): their sets follow the Unicode data of each library, the same in both.
-constexpr std::array<const char*, 35> kCategories = {
+constexpr std::array<const char*, 35> kUnicodeCategories = {
     "L",  "Lu", "Ll", "Lt", "Lm", "Lo", "M",  "Mn", "Mc", "Me", "N",  "Nd", "Nl", "No", "P",  "Pc", "Pd", "Ps",
     "Pe", "Pi", "Pf", "Po", "S",  "Sm", "Sc", "Sk", "So", "Z",  "Zs", "Zl", "Zp", "C",  "Cc", "Cf", "Co"};
 
@@ -250,12 +250,12 @@ class Translator {
     if (at_end()) refuse("an unterminated \\p{...}");
     ++i_;
     if (ci_) refuse("\\p under (?i)");
-    const auto* match = std::find_if(kCategories.begin(), kCategories.end(), [&](const char* category) {
+    const auto* match = std::find_if(kUnicodeCategories.begin(), kUnicodeCategories.end(), [&](const char* category) {
       std::string folded(category);
       for (char& ch : folded) ch = lower(ch);
       return folded == name;
     });
-    if (match == kCategories.end()) refuse(fmt::format("\\p{{{}}} (only general categories are translated)", name));
+    if (match == kUnicodeCategories.end()) refuse(fmt::format("\\p{{{}}} (only general categories are translated)", name));
     return fmt::format("\\{}{{{}}}", negated ? 'P' : 'p', *match);
   }
 

@@ -13,11 +13,6 @@
 namespace fsdpp {
 namespace {
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-using File = std::unique_ptr<std::FILE, FileCloser>;
-
 constexpr std::size_t kHeaderBytes = kGpt2HeaderInts * 4;
 constexpr std::size_t kChunkTokens = std::size_t{1} << 20;  // bounds the staging buffer at 4 MiB
 

@@ -14,10 +14,19 @@
 // Every problem with a file is a UsageError (each rank sees the same file) that names the file and says what to
 // do, since the path comes from the user's deck.
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace fsdpp {
+
+// A C stream closed when it goes out of scope: token files and the tokenizer's output are read and written
+// through stdio in large chunks.
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
 
 enum class TokenFormat { gpt2_bin, raw_u16, raw_u32 };
 

@@ -5,6 +5,7 @@
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
+#include "fsdpp/runtime/timers.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -23,13 +24,6 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kBoundaryScanBytes = std::size_t{1} << 20;
 constexpr std::size_t kCopyBytes = std::size_t{8} << 20;
 constexpr std::size_t kLookaheadBytes = 4096;  // text after a chunk that the pre-tokenizer may look at
-
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-using File = std::unique_ptr<std::FILE, FileCloser>;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 File open_file(const std::string& path, const char* mode, const char* what) {
   std::error_code ec;

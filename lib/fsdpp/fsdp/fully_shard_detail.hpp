@@ -3,6 +3,7 @@
 // (FsdpContext), the small kernels and helpers of both, and the transient-buffer templates that report every
 // byte as a memory event.
 #include "fsdpp/fsdp/fully_shard.hpp"
+#include "fsdpp/runtime/timers.hpp"
 
 #include <chrono>
 #include <deque>
@@ -52,10 +53,6 @@ struct FsdpContext {
 };
 
 namespace fsdp_detail {
-
-inline double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Rounds a tensor to `dtype` in place (the casts of MixedPrecisionPolicy, computed in f32).
 inline void round_to(const View1<float>& x, DType dtype) {

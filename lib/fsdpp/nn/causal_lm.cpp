@@ -16,22 +16,17 @@ namespace fsdpp {
 
 using namespace kernels;
 
-namespace {
-const float kStd = 0.02f;  // GPT-2's (and Llama's reference) init scale of embeddings and projections
-std::size_t sz(std::int64_t n) { return static_cast<std::size_t>(n); }
-}  // namespace
-
 CausalLM::CausalLM(const ModelConfig& c, LmLayout layout, const BlockDims& dims)
     : LanguageModel(layout.type_name),
-      token_embedding(add_parameter(layout.embedding, {c.vocab_size, c.n_embd}, InitRule::normal(kStd),
+      token_embedding(add_parameter(layout.embedding, {c.vocab_size, c.n_embd}, InitRule::normal(kInitStd),
                                     ParamRole::embedding)),
       position_table(layout.position_table.empty()
                          ? nullptr
-                         : &add_parameter(layout.position_table, {c.context_length, c.n_embd}, InitRule::normal(kStd),
+                         : &add_parameter(layout.position_table, {c.context_length, c.n_embd}, InitRule::normal(kInitStd),
                                           ParamRole::embedding)),
       final_norm(*this, layout.final_norm, layout.norm, c.n_embd, c.norm_eps),
       lm_head(c.tie_embeddings ? nullptr
-                               : &add_parameter("lm_head.weight", {c.vocab_size, c.n_embd}, InitRule::normal(kStd),
+                               : &add_parameter("lm_head.weight", {c.vocab_size, c.n_embd}, InitRule::normal(kInitStd),
                                                 ParamRole::weight)),
       config_(c),
       layout_(std::move(layout)),

@@ -11,10 +11,6 @@ namespace fsdpp {
 
 using namespace kernels;
 
-namespace {
-std::size_t sz(std::int64_t n) { return static_cast<std::size_t>(n); }
-}  // namespace
-
 // ---------------------------------------------------------------------------------------------------------
 // Buffers
 

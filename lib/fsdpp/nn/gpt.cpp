@@ -10,8 +10,6 @@ namespace fsdpp {
 
 namespace {
 
-const float kStd = 0.02f;
-
 BlockDims gpt_dims(const ModelConfig& c) {
   CausalLM::require_shape(c, ModelArch::gpt2);
   return BlockDims{c.n_embd, c.n_head, c.n_head, c.n_embd / c.n_head, 4 * c.n_embd};
@@ -27,11 +25,11 @@ LmLayout gpt_layout() {
 Block::Block(const ModelConfig& c, const BlockDims& d, std::shared_ptr<BlockContext> context)
     : DecoderBlock("Block", d, std::move(context)),
       ln_1(*this, "ln_1", NormKind::layer_norm, d.C, c.norm_eps),
-      c_attn(Linear::add(*this, "attn.c_attn", 3 * d.C, d.C, InitRule::normal(kStd), true)),
-      attn_proj(Linear::add(*this, "attn.c_proj", d.C, d.C, InitRule::normal(kStd / std::sqrt(2.0f * c.n_layer)), true)),
+      c_attn(Linear::add(*this, "attn.c_attn", 3 * d.C, d.C, InitRule::normal(kInitStd), true)),
+      attn_proj(Linear::add(*this, "attn.c_proj", d.C, d.C, InitRule::normal(kInitStd / std::sqrt(2.0f * c.n_layer)), true)),
       ln_2(*this, "ln_2", NormKind::layer_norm, d.C, c.norm_eps),
-      c_fc(Linear::add(*this, "mlp.c_fc", d.mlp_width, d.C, InitRule::normal(kStd), true)),
-      mlp_proj(Linear::add(*this, "mlp.c_proj", d.C, d.mlp_width, InitRule::normal(kStd / std::sqrt(2.0f * c.n_layer)),
+      c_fc(Linear::add(*this, "mlp.c_fc", d.mlp_width, d.C, InitRule::normal(kInitStd), true)),
+      mlp_proj(Linear::add(*this, "mlp.c_proj", d.C, d.mlp_width, InitRule::normal(kInitStd / std::sqrt(2.0f * c.n_layer)),
                            true)) {
   // c_attn holds q, k and v stacked: tensor parallelism splits each alike (a head's q, k and v on one rank).
   assemble({&ln_1, {{&c_attn, 3}}, &attn_proj, &ln_2, {&c_fc}, &mlp_proj});

@@ -8,10 +8,6 @@
 
 namespace fsdpp {
 
-namespace {
-const float kStd = 0.02f;
-}  // namespace
-
 BlockDims llama_dims(const ModelConfig& c, ModelArch arch) {
   CausalLM::require_shape(c, arch);
   return BlockDims{c.n_embd, c.n_head, c.n_kv_head, c.n_embd / c.n_head, c.ffn_hidden};
@@ -36,16 +32,16 @@ LlamaBlock::LlamaBlock(std::string type_name, const ModelConfig& c, const BlockD
                        std::shared_ptr<BlockContext> context, bool qkv_bias)
     : DecoderBlock(std::move(type_name), d, std::move(context)),
       input_layernorm(*this, "input_layernorm", NormKind::rms_norm, d.C, c.norm_eps),
-      q_proj(Linear::add(*this, "self_attn.q_proj", d.heads * d.head_size, d.C, InitRule::normal(kStd), qkv_bias)),
-      k_proj(Linear::add(*this, "self_attn.k_proj", d.kv_heads * d.head_size, d.C, InitRule::normal(kStd), qkv_bias)),
-      v_proj(Linear::add(*this, "self_attn.v_proj", d.kv_heads * d.head_size, d.C, InitRule::normal(kStd), qkv_bias)),
+      q_proj(Linear::add(*this, "self_attn.q_proj", d.heads * d.head_size, d.C, InitRule::normal(kInitStd), qkv_bias)),
+      k_proj(Linear::add(*this, "self_attn.k_proj", d.kv_heads * d.head_size, d.C, InitRule::normal(kInitStd), qkv_bias)),
+      v_proj(Linear::add(*this, "self_attn.v_proj", d.kv_heads * d.head_size, d.C, InitRule::normal(kInitStd), qkv_bias)),
       o_proj(Linear::add(*this, "self_attn.o_proj", d.C, d.heads * d.head_size,
-                         InitRule::normal(kStd / std::sqrt(2.0f * c.n_layer)), false)),
+                         InitRule::normal(kInitStd / std::sqrt(2.0f * c.n_layer)), false)),
       post_attention_layernorm(*this, "post_attention_layernorm", NormKind::rms_norm, d.C, c.norm_eps),
-      gate_proj(Linear::add(*this, "mlp.gate_proj", d.mlp_width, d.C, InitRule::normal(kStd), false)),
-      up_proj(Linear::add(*this, "mlp.up_proj", d.mlp_width, d.C, InitRule::normal(kStd), false)),
+      gate_proj(Linear::add(*this, "mlp.gate_proj", d.mlp_width, d.C, InitRule::normal(kInitStd), false)),
+      up_proj(Linear::add(*this, "mlp.up_proj", d.mlp_width, d.C, InitRule::normal(kInitStd), false)),
       down_proj(Linear::add(*this, "mlp.down_proj", d.C, d.mlp_width,
-                            InitRule::normal(kStd / std::sqrt(2.0f * c.n_layer)), false)) {
+                            InitRule::normal(kInitStd / std::sqrt(2.0f * c.n_layer)), false)) {
   assemble({&input_layernorm, {{&q_proj}, {&k_proj}, {&v_proj}}, &o_proj, &post_attention_layernorm,
             {&gate_proj, &up_proj}, &down_proj});
 }

@@ -12,6 +12,10 @@
 
 namespace fsdpp {
 
+// GPT-2's initial standard deviation (and Llama's reference one) of embeddings and projections; the projections
+// into the residual stream take kInitStd / sqrt(2 n_layer).
+inline constexpr float kInitStd = 0.02f;
+
 struct InitRule {
   enum class Kind { normal, zeros, ones };
   Kind kind = Kind::zeros;

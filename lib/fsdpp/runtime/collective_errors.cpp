@@ -8,10 +8,6 @@
 #include <thread>
 
 namespace fsdpp {
-namespace {
-
-// Polls instead of blocking: a rank waiting here for a slow rank (rank 0's fsync, a large read) would
-// otherwise spin a core inside MPI that training or a background writer needs.
 void wait_gently(MPI_Request& request) {
   for (int done = 0;;) {
     FSDPP_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
@@ -19,8 +15,6 @@ void wait_gently(MPI_Request& request) {
     std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
 }
-
-}  // namespace
 
 void throw_agreed_error(const std::string& message) { throw UsageError(message); }
 

@@ -21,6 +21,11 @@ void agree_on_error(MPI_Comm comm, const std::string& local_error);
 
 std::string broadcast_string(MPI_Comm comm, std::string text, int root = 0);
 
+// Waits for a nonblocking collective by polling with short sleeps instead of blocking: Open MPI's blocking calls
+// spin a core, and a rank waiting for a slow one (rank 0's fsync, a large read) would take that core from
+// training or a background writer.
+void wait_gently(MPI_Request& request);
+
 [[noreturn]] void throw_agreed_error(const std::string& message);  // throws UsageError(message)
 
 template <class Work> void root_does(MPI_Comm comm, Work&& work, int root = 0) {

@@ -17,7 +17,7 @@ struct Allocation {
 
 // Allocations come from the compute thread and from background checkpoint writers, so the state is locked.
 // Views are allocated a few dozen times per step, far too rarely for the lock to matter.
-struct State {
+struct AccountingState {
   std::mutex mutex;
   bool installed = false;
   std::vector<SpaceUsage> spaces;
@@ -33,13 +33,13 @@ struct State {
   }
 };
 
-State& state() {
-  static State s;
+AccountingState& accounting_state() {
+  static AccountingState s;
   return s;
 }
 
 void on_allocate(Kokkos::Profiling::SpaceHandle handle, const char* label, const void* ptr, std::uint64_t size) {
-  State& s = state();
+  AccountingState& s = accounting_state();
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     const std::size_t i = s.space_index(handle.name);
@@ -53,7 +53,7 @@ void on_allocate(Kokkos::Profiling::SpaceHandle handle, const char* label, const
 }
 
 void on_deallocate(Kokkos::Profiling::SpaceHandle handle, const char* label, const void* ptr, std::uint64_t size) {
-  State& s = state();
+  AccountingState& s = accounting_state();
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     const auto it = s.live.find(ptr);
@@ -68,7 +68,7 @@ void on_deallocate(Kokkos::Profiling::SpaceHandle handle, const char* label, con
 }  // namespace
 
 void MemoryAccounting::install() {
-  State& s = state();
+  AccountingState& s = accounting_state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.installed) return;
   const auto previous = Kokkos::Tools::Experimental::get_callbacks();
@@ -81,13 +81,13 @@ void MemoryAccounting::install() {
 }
 
 void MemoryAccounting::reset_peak() {
-  State& s = state();
+  AccountingState& s = accounting_state();
   std::lock_guard<std::mutex> lock(s.mutex);
   for (SpaceUsage& u : s.spaces) u.peak_bytes = u.live_at_reset = u.live_bytes;
 }
 
 SpaceUsage MemoryAccounting::device() {
-  State& s = state();
+  AccountingState& s = accounting_state();
   std::lock_guard<std::mutex> lock(s.mutex);
   return s.spaces.empty() ? SpaceUsage{MemSpace::name()} : s.spaces.front();
 }

@@ -10,6 +10,11 @@
 
 namespace fsdpp {
 
+// Wall-clock seconds since t0, on the monotonic clock every timer of fsdpp uses.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 class SectionTimers {
  public:
   explicit SectionTimers(std::vector<std::string> sections);

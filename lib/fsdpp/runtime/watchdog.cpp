@@ -25,7 +25,7 @@ struct Watched {
   bool device_running = false;
 };
 
-struct State {
+struct WatchdogState {
   std::atomic<bool> enabled{false};
   double timeout_s = 0;
   std::mutex mutex;
@@ -36,8 +36,8 @@ struct State {
   std::thread monitor;
 };
 
-State& state() {
-  static State s;
+WatchdogState& watchdog_state() {
+  static WatchdogState s;
   return s;
 }
 
@@ -62,7 +62,7 @@ std::string where_in_training() {
 
 // Polls the device collectives: done ones leave (their flight record completed), running ones are marked so.
 // Called with the mutex held; the first failure ends the job.
-void poll_devices(State& s) {
+void poll_devices(WatchdogState& s) {
   for (auto it = s.in_progress.begin(); it != s.in_progress.end();) {
     Watched& w = it->second;
     if (!w.device) {
@@ -86,7 +86,7 @@ void poll_devices(State& s) {
 }
 
 void monitor_loop() {
-  State& s = state();
+  WatchdogState& s = watchdog_state();
   const auto tick = std::chrono::duration<double>(std::min(0.25, s.timeout_s / 4));
   std::unique_lock<std::mutex> lock(s.mutex);
   while (!s.stopping) {
@@ -100,7 +100,7 @@ void monitor_loop() {
   }
 }
 
-std::uint64_t watch(State& s, Watched w) {
+std::uint64_t watch(WatchdogState& s, Watched w) {
   std::lock_guard<std::mutex> lock(s.mutex);
   const std::uint64_t id = s.next_id++;
   s.in_progress.emplace(id, std::move(w));
@@ -116,7 +116,7 @@ std::string describe_collective(const CollectiveTicket& ticket) {
 }
 
 void CollectiveWatchdog::start(double timeout_s) {
-  State& s = state();
+  WatchdogState& s = watchdog_state();
   stop();
   if (timeout_s <= 0) return;
   {
@@ -130,7 +130,7 @@ void CollectiveWatchdog::start(double timeout_s) {
 }
 
 void CollectiveWatchdog::stop() {
-  State& s = state();
+  WatchdogState& s = watchdog_state();
   s.enabled = false;
   if (!s.monitor.joinable()) return;
   {
@@ -143,12 +143,12 @@ void CollectiveWatchdog::stop() {
   s.in_progress.clear();
 }
 
-bool CollectiveWatchdog::running() { return state().enabled.load(std::memory_order_relaxed); }
+bool CollectiveWatchdog::running() { return watchdog_state().enabled.load(std::memory_order_relaxed); }
 
 CollectiveWatchdog::Scope::Scope(const CollectiveTicket& ticket)
     : ticket_(ticket), exceptions_(std::uncaught_exceptions()) {
   FlightRecorder::started(ticket_);
-  State& s = state();
+  WatchdogState& s = watchdog_state();
   if (!s.enabled.load(std::memory_order_relaxed)) return;
   id_ = watch(s, Watched{ticket_, {}, Clock::now(), nullptr, true});
 }
@@ -158,32 +158,32 @@ CollectiveWatchdog::Scope::~Scope() {
   if (std::uncaught_exceptions() > exceptions_) FlightRecorder::failed(ticket_);
   else FlightRecorder::completed(ticket_);
   if (id_ == 0) return;
-  State& s = state();
+  WatchdogState& s = watchdog_state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.in_progress.erase(id_);
 }
 
 void CollectiveWatchdog::watch_device(const CollectiveTicket& ticket, std::shared_ptr<DeviceCompletion> completion) {
-  State& s = state();
+  WatchdogState& s = watchdog_state();
   if (!s.enabled.load(std::memory_order_relaxed)) return;
   watch(s, Watched{ticket, {}, Clock::now(), std::move(completion), false});
 }
 
 CollectiveWatchdog::Region::Region(std::string what) {
-  State& s = state();
+  WatchdogState& s = watchdog_state();
   if (!s.enabled.load(std::memory_order_relaxed)) return;
   id_ = watch(s, Watched{CollectiveTicket{}, std::move(what), Clock::now(), nullptr, true});
 }
 
 CollectiveWatchdog::Region::~Region() {
   if (id_ == 0) return;
-  State& s = state();
+  WatchdogState& s = watchdog_state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.in_progress.erase(id_);
 }
 
 void CollectiveWatchdog::forget_communicator(std::uint32_t comm) {
-  State& s = state();
+  WatchdogState& s = watchdog_state();
   std::lock_guard<std::mutex> lock(s.mutex);
   for (auto it = s.in_progress.begin(); it != s.in_progress.end();)
     it = it->second.device && it->second.ticket.comm == comm ? s.in_progress.erase(it) : std::next(it);

@@ -14,6 +14,9 @@
 
 namespace fsdpp {
 
+// A non-negative int64 count or offset of the model's shapes as a View extent or index.
+inline std::size_t sz(std::int64_t n) { return static_cast<std::size_t>(n); }
+
 using ExecSpace = Kokkos::DefaultExecutionSpace;
 using MemSpace = ExecSpace::memory_space;
 using HostSpace = Kokkos::HostSpace;

@@ -9,6 +9,7 @@
 #include "fsdpp/optim/lr_schedule.hpp"
 #include "fsdpp/optim/sgd.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/timers.hpp"
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
 #include "fsdpp/runtime/preemption.hpp"
@@ -88,10 +89,6 @@ void add_timeline_counters(const TrainStep& step, LanguageModel& model) {
   Timeline::add_counter("tp_all_reduces", tp.all_reduces);
   Timeline::add_counter("tp_all_gathers", tp.all_gathers);
   Timeline::add_counter("tp_reduce_scatters", tp.reduce_scatters);
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
