@@ -19,6 +19,11 @@ args=(train.steps=400 schedule.warmup_steps=2 train.eval_interval=0 log.interval
 # try SIGNAL EXPECTED-EXIT-CODE [steps]
 try() {
   local sig=$1 want=$2 steps=${3:-400} run=$dir/$1 wrapper_pid launcher ranks rc
+  # A session directory of its own for each job: runs four at a time, and Open MPI 4.1's mpiexec fails to start
+  # ("orte_session_dir failed ... File exists" on /tmp/ompi.<host>.<uid>) when it creates the shared one while
+  # another job's mpiexec, ending, removes it.
+  local -x OMPI_MCA_orte_tmpdir_base
+  OMPI_MCA_orte_tmpdir_base=$(mktemp -d /tmp/fsdpp-signals.XXXXXX)
   # A background job of a script starts with SIGINT and SIGQUIT ignored; the wrapper gets them back.
   env --default-signal=QUIT,INT "$wrapper" -n 2 "$fsdpp" train "${args[@]}" "train.steps=$steps" "checkpoint.dir=$run-ck" \
     "run.output=$run" > "$run.log" 2>&1 &
@@ -53,6 +58,7 @@ try() {
     "$mpirun" -n 2 "$fsdpp" train "${args[@]}" train.steps=2 checkpoint.interval=1 "checkpoint.dir=$run-ck" \
       "run.output=$run-after" > "$run-after.log" 2>&1 || { tail -5 "$run-after.log"; fail "SIG$sig: a run on the same checkpoint.dir was refused"; }
   fi
+  rm -rf "$OMPI_MCA_orte_tmpdir_base"
 }
 
 try USR1 85
