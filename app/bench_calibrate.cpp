@@ -23,12 +23,12 @@
 #include "fsdpp/nn/kernels/swiglu.hpp"
 #include "fsdpp/optim/adamw.hpp"
 #include "fsdpp/optim/grad_norm.hpp"
-#include "fsdpp/perf/machine.hpp"
-#include "fsdpp/perf/step_cost.hpp"
+#include "fsdpp/plan/machine.hpp"
+#include "fsdpp/plan/step_cost.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/tensor/matmul.hpp"
-#include "fsdpp/train/memory_check.hpp"
-#include "fsdpp/train/memory_plan.hpp"
+#include "fsdpp/plan/memory_check.hpp"
+#include "fsdpp/plan/memory_plan.hpp"
 #include "fsdpp/version.hpp"
 
 #include <fmt/format.h>
@@ -97,7 +97,7 @@ std::vector<Deck> decks_of(MPI_Comm world, const std::vector<std::string>& words
   for (const std::string& f : files) {
     std::vector<std::string> d = overrides;
     if (!f.empty()) d.insert(d.begin(), f);
-    decks.push_back(deck_from_words(world, d));
+    decks.push_back(deck_from_words(world, d, hf_folder_reader(world)));
   }
   return decks;
 }
@@ -379,7 +379,7 @@ std::pair<int, bool> ranks_per_node(const std::vector<int>& node_of) {
   return {per, blocks};
 }
 
-// What `fsdpp train` checks a plan against (train/memory_check.hpp): the node's available memory over its ranks,
+// What `fsdpp train` checks a plan against (plan/memory_check.hpp): the node's available memory over its ranks,
 // or the free memory of the rank's GPU over the ranks sharing it. Collective.
 double memory_gib_per_rank(MPI_Comm world) {
   const std::optional<MemoryAvailable> m = memory_available_per_rank(world);

@@ -9,7 +9,7 @@
 #include "fsdpp/fsdp/fully_shard.hpp"
 #include "fsdpp/nn/gpt.hpp"
 #include "fsdpp/optim/adamw.hpp"
-#include "fsdpp/perf/median.hpp"
+#include "fsdpp/runtime/median.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <fcntl.h>

@@ -4,9 +4,9 @@
 // Everything is measured with every rank busy at once: where ranks share cores, sockets or links, a rank's
 // throughput under that contention is what a training run of the same launch gets.
 #include "fsdpp/config/deck_enums.hpp"
-#include "fsdpp/perf/line_fit.hpp"
-#include "fsdpp/perf/median.hpp"
-#include "fsdpp/perf/time_events.hpp"  // BesideCompute
+#include "fsdpp/plan/line_fit.hpp"
+#include "fsdpp/runtime/median.hpp"
+#include "fsdpp/fsdp/time_events.hpp"  // BesideCompute
 
 #include <mpi.h>
 
@@ -16,7 +16,7 @@
 
 namespace fsdpp::app::calibrate {
 
-using fsdpp::LineFit;            // fsdpp/perf/line_fit.hpp
+using fsdpp::LineFit;            // fsdpp/plan/line_fit.hpp
 using fsdpp::fit_line_relative;
 
 // The median of this rank's seconds per call of `run`, then the median over the ranks of `world`; all ranks
@@ -37,7 +37,7 @@ struct CollectiveFit {
   int points = 0;   // (group size, bytes) pairs the fit used
   std::vector<int> group_sizes;
 };
-// Compute beside a collective of this class, as training overlaps them (perf/machine.hpp, BesideCompute):
+// Compute beside a collective of this class, as training overlaps them (plan/machine.hpp, BesideCompute):
 // how much longer each takes while the other runs; 0 where nothing overlaps (blocking collectives).
 struct BesideComputeFit {
   BesideCompute slows;

@@ -10,7 +10,7 @@
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/parallel/build_model.hpp"
 
 #include <fmt/ranges.h>
 #include <mpi.h>

@@ -1,7 +1,9 @@
 #pragma once
 // Subcommands of the fsdpp executable. Each registers its options on the CLI and returns how to run it once
 // the Runtime (MPI, Kokkos, device) is up.
+#include "fsdpp/ckpt/model_decks.hpp"
 #include "fsdpp/config/deck.hpp"
+#include "fsdpp/config/deck_loading.hpp"
 #include "fsdpp/runtime/runtime.hpp"
 
 #include <CLI/CLI.hpp>
@@ -13,22 +15,6 @@
 #include <vector>
 
 namespace fsdpp::app {
-
-// Rank 0 reads a deck file and every rank receives its text, or the same UsageError (collective).
-std::string read_deck_everywhere(MPI_Comm world, const std::string& path);
-// `[deck.yaml] [section.key=value ...]` -> the parsed deck; no file name: the embedded tiny deck. Collective.
-Deck deck_from_words(MPI_Comm world, std::vector<std::string> words);
-// parse_deck, with a model.from_hf folder's config.json read by rank 0 and mapped alike on every rank. Collective.
-ModelSourceReader hf_folder_reader(MPI_Comm world);
-Deck parse_deck_everywhere(MPI_Comm world, const std::string& text, const std::string& name,
-                           const std::vector<std::string>& overrides = {});
-// Whether `path` is a folder (a Hugging Face model folder), as rank 0 sees it. Collective.
-bool is_model_folder_everywhere(MPI_Comm world, const std::string& path);
-// The deck of a model named on the command line (generate, eval, ckpt): --deck's file when given, else a model
-// folder's config.json (model.from_hf), else the deck an fsdpp checkpoint carries; then the overrides. Collective.
-Deck model_deck(MPI_Comm world, const std::string& source, const std::string& deck_path,
-                const std::vector<std::string>& overrides = {});
-
 
 struct Command {
   CLI::App* cli;

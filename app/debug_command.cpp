@@ -1,10 +1,10 @@
 // fsdpp debug flight <dir>: explain a hang or a desynchronised job from the flight recorder's dumps
 // (<run.output>/flight/rank<r>.json), in one paragraph: which rank never entered which collective and on which
-// host, who waits and for how long, or where the ranks' collectives first differ (comm/flight_analysis.hpp).
+// host, who waits and for how long, or where the ranks' collectives first differ (observe/flight_analysis.hpp).
 // Reads files only: runs anywhere, on one process, GPU builds included.
 #include "commands.hpp"
 
-#include "fsdpp/comm/flight_analysis.hpp"
+#include "fsdpp/observe/flight_analysis.hpp"
 
 namespace fsdpp::app {
 

@@ -13,7 +13,7 @@
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
-#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/parallel/build_model.hpp"
 #include "fsdpp/train/data_feed.hpp"
 #include "fsdpp/train/evaluator.hpp"
 

@@ -15,7 +15,7 @@
 #include "fsdpp/infer/generator.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/parallel/build_model.hpp"
 
 #include <fmt/ranges.h>
 

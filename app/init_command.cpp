@@ -5,8 +5,9 @@
 
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
-#include "fsdpp/train/build_model.hpp"
-#include "fsdpp/train/memory_check.hpp"
+#include "fsdpp/ckpt/seed_checkpoint.hpp"
+#include "fsdpp/parallel/build_model.hpp"
+#include "fsdpp/plan/memory_check.hpp"
 
 namespace fsdpp::app {
 
@@ -18,7 +19,7 @@ Command add_init_command(CLI::App& app) {
   cli->add_option("--out", *out, "The seed file to write (HDF5, whole tensors at /model/<name>)")->required();
   return {cli, [words, out](Runtime& rt) {
             // The initial weights need no step: neither training's batch split nor its reshard group applies.
-            const Deck deck = forward_only(deck_from_words(rt.world(), *words));
+            const Deck deck = forward_only(deck_from_words(rt.world(), *words, hf_folder_reader(rt.world())));
             if (memory_check_enabled(rt.world())) check_memory_before_allocation(rt.world(), deck, MemoryUse::init);
             write_seed_checkpoint(rt.world(), deck, *out);
             Log::info("wrote the initial weights of {} (seed {}, {} parameters) to {}; train from them with "

@@ -1,13 +1,13 @@
 // fsdpp plan [deck.yaml] [key=value ...] --ranks N [--mem-per-rank 80GiB]: will this configuration fit? A dry
 // run of the memory a training job of the deck needs on each of N ranks, from shapes alone: it starts no MPI
-// job beyond itself and allocates no model (fsdpp/train/memory_plan.hpp says how, and what is counted).
+// job beyond itself and allocates no model (fsdpp/plan/memory_plan.hpp says how, and what is counted).
 #include "commands.hpp"
 #include "plan_time.hpp"
 
 #include "fsdpp/infer/generator.hpp"
-#include "fsdpp/perf/machine.hpp"
+#include "fsdpp/plan/machine.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/train/memory_plan.hpp"
+#include "fsdpp/plan/memory_plan.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -105,6 +105,15 @@ int list_machines() {
   return 0;
 }
 
+// The command line's deck with a layout's overrides added last: every rank reads it alike (collective).
+DeckWith deck_with(MPI_Comm world, const std::vector<std::string>& words) {
+  return [world, words](const std::vector<std::string>& overrides) {
+    std::vector<std::string> all = words;
+    all.insert(all.end(), overrides.begin(), overrides.end());
+    return deck_from_words(world, all, hf_folder_reader(world));
+  };
+}
+
 // --ranks 8,64,512: one row per rank count, the deck's layout (or with --search the best that fits).
 int plan_scaling(MPI_Comm world, const PlanArgs& args, const std::vector<int>& counts, const Machine& machine) {
   nlohmann::json rows = nlohmann::json::array();
@@ -115,7 +124,7 @@ int plan_scaling(MPI_Comm world, const PlanArgs& args, const std::vector<int>& c
     std::string layout;
     StepPlan plan;
     if (args.search) {
-      const std::vector<Candidate> best = search_layouts(world, args.words, n, machine);
+      const std::vector<Candidate> best = search_layouts(deck_with(world, args.words), n, machine);
       if (best.empty()) {
         table += fmt::format("  {:>6} no layout fits in {:.0f} GiB\n", n, machine.memory_gib);
         rows.push_back({{"ranks", n}, {"fits", false}});
@@ -125,7 +134,7 @@ int plan_scaling(MPI_Comm world, const PlanArgs& args, const std::vector<int>& c
       layout = best.front().layout;
     } else {
       try {
-        plan = plan_step(deck_from_words(world, args.words), n, machine);
+        plan = plan_step(deck_from_words(world, args.words, hf_folder_reader(world)), n, machine);
       } catch (const UsageError& e) {  // this count only: say why in its row
         table += fmt::format("  {:>6} does not run: {}\n", n, e.what());
         rows.push_back({{"ranks", n}, {"error", e.what()}});
@@ -158,12 +167,12 @@ int plan_training(MPI_Comm world, const PlanArgs& args, std::optional<std::int64
   if (counts.size() > 1) return plan_scaling(world, args, counts, *machine);
   const int ranks = counts.front();
   if (args.search) {
-    const std::vector<Candidate> best = search_layouts(world, args.words, ranks, *machine);
+    const std::vector<Candidate> best = search_layouts(deck_with(world, args.words), ranks, *machine);
     if (args.json) Log::info("{}", search_json(best, 10).dump());
     else Log::info("{}", format_search(best, ranks, *machine, 10));
     return best.empty() ? 3 : 0;
   }
-  const Deck deck = deck_from_words(world, args.words);
+  const Deck deck = deck_from_words(world, args.words, hf_folder_reader(world));
   StepPlan step;
   if (machine) step = plan_step(deck, ranks, *machine);
   else step.memory = plan_memory(deck, ranks);
@@ -214,7 +223,7 @@ Command add_plan_command(CLI::App& app) {
               const std::vector<int> counts = parse_rank_list(args->ranks_text);
               FSDPP_REQUIRE(counts.size() == 1, "--generate plans one rank count; --ranks is '{}'", args->ranks_text);
               args->ranks = counts.front();
-              return plan_generate(deck_from_words(rt.world(), args->words), *args, mem);
+              return plan_generate(deck_from_words(rt.world(), args->words, hf_folder_reader(rt.world())), *args, mem);
             }
             return plan_training(rt.world(), *args, mem);
           },

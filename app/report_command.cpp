@@ -1,12 +1,12 @@
 // fsdpp report <run-folder>: report.png (loss and validation loss, tokens/s, grad norm against step) and a short
 // text summary, from <run>/metrics.jsonl. The plot is drawn by gnuplot (Debian's gnuplot-nox), run as an
 // external program on a data file and a script written next to the report.
-// --trace: the timeline of run.trace instead (comm/trace_analysis.hpp): <run>/trace/merged.json, a table of
+// --trace: the timeline of run.trace instead (observe/trace_analysis.hpp): <run>/trace/merged.json, a table of
 // communication per unit, operation and mesh dimension, and trace.png (one row per rank and track); --json
 // prints the table as one JSON object.
 #include "commands.hpp"
 
-#include "fsdpp/comm/trace_analysis.hpp"
+#include "fsdpp/observe/trace_analysis.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <nlohmann/json.hpp>

@@ -3,17 +3,16 @@
 // the deck, the model plan and the batch arithmetic have been checked.
 #include "commands.hpp"
 
-#include "embedded_decks.hpp"
 #include "fsdpp/ckpt/save_faults.hpp"
-#include "fsdpp/comm/collective_faults.hpp"
-#include "fsdpp/comm/flight_service.hpp"
+#include "fsdpp/observe/collective_faults.hpp"
+#include "fsdpp/observe/flight_service.hpp"
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/preemption.hpp"
-#include "fsdpp/train/build_model.hpp"
-#include "fsdpp/train/memory_check.hpp"
-#include "fsdpp/train/memory_plan.hpp"
+#include "fsdpp/parallel/build_model.hpp"
+#include "fsdpp/plan/memory_check.hpp"
+#include "fsdpp/plan/memory_plan.hpp"
 #include "fsdpp/train/trainer.hpp"
 
 #include <mpi.h>
@@ -29,16 +28,6 @@
 #include <sstream>
 
 namespace fsdpp::app {
-Deck deck_from_words(MPI_Comm world, std::vector<std::string> words) {
-  std::string file_name = "tiny.yaml (embedded)", text = embedded_tiny_deck();
-  if (!words.empty() && words.front().find('=') == std::string::npos) {
-    file_name = words.front();
-    text = read_deck_everywhere(world, file_name);
-    words.erase(words.begin());
-  }
-  return parse_deck_everywhere(world, text, file_name, words);
-}
-
 namespace {
 
 struct TrainArgs {
@@ -49,20 +38,6 @@ struct TrainArgs {
 
 }  // namespace
 
-// Rank 0 reads the deck; every rank gets its text (or the same error), so N ranks do not hammer the file
-// system and every rank parses identical text.
-std::string read_deck_everywhere(MPI_Comm world, const std::string& path) {
-  std::string text;
-  root_does(world, [&] {
-    std::ifstream in(path);
-    if (!in) throw UsageError(fmt::format("cannot read deck '{}': {}", path, std::strerror(errno)));
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
-    text = buffer.str();
-  });
-  return broadcast_string(world, std::move(text));
-}
-
 namespace {
 
 int run_train(Runtime& rt, const TrainArgs& args) {
@@ -70,7 +45,7 @@ int run_train(Runtime& rt, const TrainArgs& args) {
     Log::info("{}", deck_help());
     return 0;
   }
-  const Deck deck = deck_from_words(rt.world(), args.words);
+  const Deck deck = deck_from_words(rt.world(), args.words, hf_folder_reader(rt.world()));
   if (rt.rank() == 0 && !deck.run.output.empty()) {
     std::filesystem::create_directories(deck.run.output);
     Log::tee_to(deck.run.output + "/log.txt");

@@ -9,7 +9,7 @@
 #      then SGD from that checkpoint with unsharded accumulation) runs with a Kokkos Tools library that records
 #      every kernel launched. Each name must be one of the labels found in step 1, or Kokkos' own ("Kokkos::",
 #      e.g. deep_copy's fills); an unlabelled kernel would show up under its functor's type name. The second run
-#      checkpoints activations, and the Kokkos regions of the timeline (comm/timeline.hpp) must show up too:
+#      checkpoints activations, and the Kokkos regions of the timeline (observe/timeline.hpp) must show up too:
 #      each unit's forward and backward, a block's recompute, the optimizer.
 # Usage: kernel_labels.sh <source dir> <fsdpp> <mpiexec> <kernel_names_tool.so> <work dir>
 set -u

@@ -3,7 +3,7 @@
 // parallel_for / parallel_reduce / parallel_scan the process launches and, when Kokkos finalizes, writes the
 // distinct names, one per line as "<kind> <name>", to $FSDPP_KERNEL_NAMES_DIR/kernels.<pid>.
 // Kokkos prints an unlabelled kernel under its functor's type name, so a missing label shows up too.
-// Profile regions (Kokkos::Profiling::pushRegion: fsdpp's timeline spans, comm/timeline.hpp) are recorded as
+// Profile regions (Kokkos::Profiling::pushRegion: fsdpp's timeline spans, observe/timeline.hpp) are recorded as
 // "region <name>".
 #include <unistd.h>
 

@@ -11,8 +11,8 @@
 #include "fsdpp/fsdp/fully_shard.hpp"
 #include "fsdpp/nn/gpt.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
-#include "fsdpp/train/build_model.hpp"
-#include "fsdpp/train/memory_plan.hpp"
+#include "fsdpp/parallel/build_model.hpp"
+#include "fsdpp/plan/memory_plan.hpp"
 #include "fsdpp/train/trainer.hpp"
 
 #include <cmath>

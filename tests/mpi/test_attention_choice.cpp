@@ -10,7 +10,7 @@
 #include "fsdpp/nn/gpt.hpp"
 #include "fsdpp/nn/llama.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/parallel/build_model.hpp"
 #include "fsdpp/train/trainer.hpp"
 
 #include <algorithm>

@@ -9,9 +9,9 @@
 #include "fsdpp/optim/lr_schedule.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/timers.hpp"
-#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/parallel/build_model.hpp"
 #include "fsdpp/train/data_feed.hpp"
-#include "fsdpp/train/memory_plan.hpp"
+#include "fsdpp/plan/memory_plan.hpp"
 #include "fsdpp/train/train_step.hpp"
 #include "fsdpp/train/trainer.hpp"
 

@@ -14,7 +14,10 @@
 #include "fsdpp/optim/grad_norm.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/nn/gpt.hpp"
+#include "fsdpp/nn/llama.hpp"
+#include "fsdpp/nn/qwen2.hpp"
+#include "fsdpp/parallel/build_model.hpp"
 #include "fsdpp/train/trainer.hpp"
 
 #include <cmath>

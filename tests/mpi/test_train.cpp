@@ -7,9 +7,10 @@
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/ckpt/h5.hpp"
-#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/ckpt/seed_checkpoint.hpp"
+#include "fsdpp/parallel/build_model.hpp"
 #include "fsdpp/train/checkpointer.hpp"
-#include "fsdpp/train/memory_plan.hpp"
+#include "fsdpp/plan/memory_plan.hpp"
 #include "fsdpp/train/trainer.hpp"
 
 #include <cmath>

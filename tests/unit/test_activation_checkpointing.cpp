@@ -8,7 +8,7 @@
 #include "fsdpp/nn/gpt.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/train/memory_plan.hpp"
+#include "fsdpp/plan/memory_plan.hpp"
 
 #include <string>
 #include <vector>

@@ -10,7 +10,10 @@
 #include "fsdpp/config/deck_schema.hpp"
 #include "fsdpp/nn/tensor_parallel.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
-#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/nn/gpt.hpp"
+#include "fsdpp/nn/llama.hpp"
+#include "fsdpp/nn/qwen2.hpp"
+#include "fsdpp/parallel/build_model.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/train/data_feed.hpp"
 

@@ -1,8 +1,8 @@
 // The flight recorder's ring and sites, and `fsdpp debug flight`'s reading of dumps written by the real writer:
 // two "ranks" are played one after the other in this process (the recorder is cleared in between).
-#include "fsdpp/comm/flight_analysis.hpp"
-#include "fsdpp/comm/flight_dump.hpp"
-#include "fsdpp/comm/flight_recorder.hpp"
+#include "fsdpp/observe/flight_analysis.hpp"
+#include "fsdpp/observe/flight_dump.hpp"
+#include "fsdpp/observe/flight_recorder.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <doctest/doctest.h>

@@ -8,7 +8,7 @@
 #include "fsdpp/infer/generator.hpp"
 #include "fsdpp/infer/sampling.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/parallel/build_model.hpp"
 
 #include <fmt/format.h>
 

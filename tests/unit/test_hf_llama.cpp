@@ -10,7 +10,7 @@
 #include "fsdpp/ckpt/hf_llama.hpp"
 #include "fsdpp/ckpt/safetensors.hpp"
 #include "fsdpp/nn/qwen2.hpp"
-#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/parallel/build_model.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <fmt/format.h>

@@ -1,8 +1,8 @@
-// fit_line_relative (perf/line_fit.hpp), the fit fsdpp bench calibrate turns its sweeps into machine figures
+// fit_line_relative (plan/line_fit.hpp), the fit fsdpp bench calibrate turns its sweeps into machine figures
 // with: an exact line comes back exactly; relative residuals weigh small sizes as much as large ones; noise that
 // would give a negative latency or a non-positive bandwidth gives the line through the origin instead.
-#include "fsdpp/perf/line_fit.hpp"
-#include "fsdpp/perf/median.hpp"
+#include "fsdpp/plan/line_fit.hpp"
+#include "fsdpp/runtime/median.hpp"
 
 #include <doctest/doctest.h>
 

@@ -6,7 +6,7 @@
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/nn/gpt.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/train/memory_plan.hpp"
+#include "fsdpp/plan/memory_plan.hpp"
 
 
 using namespace fsdpp;

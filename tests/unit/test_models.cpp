@@ -9,7 +9,10 @@
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/nn/gpt.hpp"
+#include "fsdpp/nn/llama.hpp"
+#include "fsdpp/nn/qwen2.hpp"
+#include "fsdpp/parallel/build_model.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -6,8 +6,11 @@
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/train/build_model.hpp"
-#include "fsdpp/train/memory_plan.hpp"
+#include "fsdpp/nn/gpt.hpp"
+#include "fsdpp/nn/llama.hpp"
+#include "fsdpp/nn/qwen2.hpp"
+#include "fsdpp/parallel/build_model.hpp"
+#include "fsdpp/plan/memory_plan.hpp"
 
 #include <map>
 

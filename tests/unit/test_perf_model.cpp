@@ -7,11 +7,11 @@
 #include "fsdpp/fsdp/fully_shard.hpp"
 #include "fsdpp/nn/gpt.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
-#include "fsdpp/perf/machine.hpp"
-#include "fsdpp/perf/simulate.hpp"
-#include "fsdpp/perf/step_cost.hpp"
+#include "fsdpp/plan/machine.hpp"
+#include "fsdpp/plan/simulate.hpp"
+#include "fsdpp/plan/step_cost.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/parallel/build_model.hpp"
 
 #include <cmath>
 #include <map>

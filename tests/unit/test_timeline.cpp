@@ -1,9 +1,9 @@
-// The timeline of run.trace (comm/timeline.hpp) on one rank: spans nest, collectives land on their
+// The timeline of run.trace (observe/timeline.hpp) on one rank: spans nest, collectives land on their
 // communicator's track with waits no longer than issue -> completion, nothing is kept outside the traced steps,
 // and the cost of a scope with tracing off (a timing case: run it alone with -tc="*timing*").
-#include "fsdpp/comm/flight_recorder.hpp"
+#include "fsdpp/observe/flight_recorder.hpp"
 #include "fsdpp/comm/mpi_communicator.hpp"
-#include "fsdpp/comm/timeline.hpp"
+#include "fsdpp/observe/timeline.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>

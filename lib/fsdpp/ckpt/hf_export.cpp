@@ -9,7 +9,7 @@
 #include "fsdpp/ckpt/staged_output.hpp"
 #include "fsdpp/ckpt/tensor_entries.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/nn/make_model.hpp"
 #include "fsdpp/version.hpp"
 
 #include <fmt/format.h>

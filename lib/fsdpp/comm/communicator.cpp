@@ -1,10 +1,27 @@
 #include "fsdpp/comm/communicator.hpp"
 
-#include "fsdpp/comm/collective_faults.hpp"
-#include "fsdpp/comm/timeline.hpp"
-#include "fsdpp/comm/traffic.hpp"
+#include "fsdpp/observe/collective_faults.hpp"
+#include "fsdpp/observe/timeline.hpp"
 
 namespace fsdpp {
+
+std::uint64_t ring_bytes_sent(CollectiveOp op, std::size_t count, DType dtype, int ranks, int rank, int root,
+                              CommBackend backend) {
+  if (ranks <= 1) return 0;
+  const std::uint64_t n = static_cast<std::uint64_t>(ranks), bytes = count * dtype_size(dtype);
+  switch (op) {
+    case CollectiveOp::all_gather: return (n - 1) * bytes;
+    case CollectiveOp::reduce_scatter: {
+      const std::uint64_t later_hop = backend == CommBackend::mpi && dtype == DType::bf16 ? count * 4 : bytes;
+      return bytes + (n - 2) * later_hop;
+    }
+    case CollectiveOp::all_reduce: return 2 * (n - 1) * bytes / n;
+    case CollectiveOp::broadcast: return (rank + 1) % ranks == root ? 0 : bytes;
+    case CollectiveOp::barrier: return 0;
+  }
+  return 0;
+}
+
 namespace {
 
 // The handle of a collective a test's fault switch made this rank skip: there is nothing to wait for.
@@ -15,7 +32,7 @@ class SkippedWork final : public Work {
 };
 
 // While a timeline records (run.trace): the handle of an asynchronous collective whose wait() is a "wait" span
-// on the compute track (comm/timeline.hpp).
+// on the compute track (observe/timeline.hpp).
 class TimedWork final : public Work {
  public:
   TimedWork(WorkHandle work, const CollectiveTicket& ticket) : work_(std::move(work)), ticket_(ticket) {}

@@ -12,10 +12,10 @@
 //   all_reduce:     buf [count], in place.   broadcast: buf [count], in place, from `root`.
 //
 // The public operations are not virtual: each one first goes through issue(), which numbers it on this
-// communicator, counts its traffic and records it in the flight recorder (comm/flight_recorder.hpp), and only
+// communicator, counts its traffic and records it in the flight recorder (observe/flight_recorder.hpp), and only
 // then hands it to the backend's start_*/run_* with the ticket the backend reports its start and end with. One
 // place for that, whatever the backend.
-#include "fsdpp/comm/flight_recorder.hpp"
+#include "fsdpp/observe/flight_recorder.hpp"
 #include "fsdpp/tensor/bf16.hpp"
 #include "fsdpp/tensor/dtype.hpp"
 
@@ -31,6 +31,13 @@ namespace fsdpp {
 enum class CommBackend { mpi, nccl };
 CommBackend parse_comm_backend(const std::string& text);  // "mpi" | "nccl"
 const char* comm_backend_name(CommBackend backend);
+
+// Bytes a flat ring sends from group rank `rank` to rank + 1 for one collective of `count` elements per rank on
+// `ranks` ranks: all_gather and reduce_scatter (ranks - 1) blocks, all_reduce 2 (ranks - 1) / ranks of the
+// buffer, broadcast the buffer unless the next rank is the root. fsdpp's MPI reduce-scatter ring passes f32
+// partial sums after its first hop when reducing bf16 (mpi_algorithms.cpp), so those hops count 4 bytes.
+std::uint64_t ring_bytes_sent(CollectiveOp op, std::size_t count, DType dtype, int ranks, int rank, int root,
+                              CommBackend backend);
 
 enum class ReduceOp { sum, avg, max };
 const char* reduce_op_name(ReduceOp op);
@@ -138,7 +145,7 @@ class Communicator {
 
  private:
   // Numbers, counts and records one collective; nullopt when a test's fault switch makes this rank skip it
-  // (comm/collective_faults.hpp).
+  // (observe/collective_faults.hpp).
   std::optional<CollectiveTicket> issue(CollectiveOp op, std::size_t count, DType dtype, int root = -1);
   template <class Start> WorkHandle issue_async(CollectiveOp op, std::size_t count, DType dtype, int root, Start&& start);
   template <class Run> void issue_blocking(CollectiveOp op, std::size_t count, DType dtype, int root, Run&& run);

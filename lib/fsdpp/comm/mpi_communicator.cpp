@@ -3,7 +3,7 @@
 #include "fsdpp/comm/group_members.hpp"
 #include "fsdpp/comm/mpi_algorithms.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/runtime/watchdog.hpp"
+#include "fsdpp/observe/watchdog.hpp"
 
 #include <cstdlib>
 #include <cstring>

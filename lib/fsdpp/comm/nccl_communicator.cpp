@@ -4,7 +4,7 @@
 #include "fsdpp/runtime/build_info.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/fatal.hpp"
-#include "fsdpp/runtime/watchdog.hpp"
+#include "fsdpp/observe/watchdog.hpp"
 
 #include <fmt/format.h>
 
@@ -71,7 +71,7 @@ const char* async_error_text(ncclComm_t comm) {
 
 // One collective on the comm stream as the watchdog and the Work handle observe it: an event recorded before it
 // and one after it, and the communicator, for its asynchronous errors. Shared by the handle and the watchdog
-// (runtime/watchdog.hpp), so the events live as long as either looks at them.
+// (observe/watchdog.hpp), so the events live as long as either looks at them.
 class NcclCompletion final : public DeviceCompletion {
  public:
   NcclCompletion(ncclComm_t comm, std::shared_ptr<std::atomic<bool>> aborted) : comm_(comm), aborted_(std::move(aborted)) {

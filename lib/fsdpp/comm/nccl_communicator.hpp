@@ -13,7 +13,7 @@
 // An asynchronous NCCL failure (a dead peer, a network error) cannot be recovered from: it is printed, the
 // NCCL communicator is aborted and the job is ended through abort_job (runtime/fatal.hpp: flight records
 // dumped, then MPI_Abort), rather than left to hang. Every collective is handed to the collective watchdog
-// (runtime/watchdog.hpp), which polls its events and ncclCommGetAsyncError and aborts a collective that outlasts
+// (observe/watchdog.hpp), which polls its events and ncclCommGetAsyncError and aborts a collective that outlasts
 // comm.timeout_s, and which marks its start and end in the flight recorder.
 // Work handles must be waited on or destroyed before their communicator.
 #include "fsdpp/comm/communicator.hpp"

@@ -11,7 +11,6 @@
 // head sizes, strategy and mesh combinations, batch splits) are functions of their own (deck_rules.hpp), which
 // parse_deck, parallelize and the models call alike.
 #include "fsdpp/config/deck_enums.hpp"
-#include "fsdpp/nn/attention_kind.hpp"
 #include "fsdpp/tensor/dtype.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 
@@ -52,10 +51,10 @@ struct RunConfig {
   std::string name;    // default: the deck file's name without its extension
   std::uint64_t seed = 1337;
   std::string output;  // default: runs/<name>; holds the log copy, the resolved deck and metrics.jsonl
-  // run.trace: the optimizer steps (1-based, inclusive) recorded into <output>/trace (comm/timeline.hpp);
+  // run.trace: the optimizer steps (1-based, inclusive) recorded into <output>/trace (observe/timeline.hpp);
   // 0, 0: none.
   std::int64_t trace_first = 0, trace_last = 0;
-  // run.machine: a machine preset or description (perf/machine.hpp); the end of the run prints the predicted
+  // run.machine: a machine preset or description (plan/machine.hpp); the end of the run prints the predicted
   // ms/step beside the measured one. Empty: no prediction.
   std::string machine;
 };
@@ -178,7 +177,7 @@ struct MatmulConfig {
 struct CommConfig {
   CommBackendChoice backend = CommBackendChoice::automatic;
   double timeout_s = 600;  // collective watchdog: abort the job when an MPI collective takes longer; 0: off
-  std::int64_t flight_records = 4096;  // flight recorder: the last collectives each rank keeps (comm/flight_recorder.hpp)
+  std::int64_t flight_records = 4096;  // flight recorder: the last collectives each rank keeps (observe/flight_recorder.hpp)
   bool overlap = true;  // gradient reductions and tensor-parallel collectives run while compute goes on; false: blocking
 };
 
@@ -253,7 +252,6 @@ std::vector<std::string> deck_keys();
 // (Llama 3 8B: C 4096, 1.3, 1024 -> 14336; Llama 3.2 1B: C 2048, 1.5, 256 -> 8192).
 int llama_ffn_hidden(int n_embd, double multiplier, int multiple_of);
 
-std::string_view to_string(AttentionKind v);  // the other enums' names: deck_enums.hpp
 
 // The precision the deck's GEMMs run in: matmul.precision bf16, or auto with fsdp.param_dtype bf16, gives bf16;
 // otherwise tf32 when matmul.tf32 is true, else f32.

@@ -18,6 +18,7 @@ enum class ResumeMode { off, on, automatic, path };
 enum class CommBackendChoice { automatic, mpi, nccl };  // automatic: NCCL when Kokkos computes on a GPU
 enum class CheckpointOnError { abort, keep_going };  // deck names: abort | continue
 enum class NonFinitePolicy { abort, skip };  // what a step with a NaN/Inf loss or gradient norm does
+enum class AttentionKind { automatic, fused, batched, reference };  // model.attention: nn/attention_kind.hpp
 enum class MatmulPrecisionChoice { automatic, f32, bf16 };  // automatic: bf16 GEMMs when fsdp.param_dtype is bf16
 
 // The Llama family: Llama's block (RMSNorm, RoPE, grouped-query attention, SwiGLU), which reads the model.*
@@ -37,5 +38,6 @@ std::string_view to_string(CommBackendChoice v);
 std::string_view to_string(CheckpointOnError v);
 std::string_view to_string(NonFinitePolicy v);
 std::string_view to_string(MatmulPrecisionChoice v);
+std::string_view to_string(AttentionKind v);
 
 }  // namespace fsdpp

@@ -14,6 +14,7 @@
 // This header names the deck's structs without including them, so that the layers below the deck (nn, fsdp)
 // can call a rule without taking the deck in.
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/tensor/fixed_point.hpp"
 
 #include <cstdint>
 #include <string>
@@ -69,7 +70,7 @@ void check_parallel_strategy(const FsdpConfig& fsdp, const MeshConfig& mesh);
 void check_batch(const TrainConfig& train);
 // train.reproducible: reproducible_unit divides micro_batch; at most kReproducibleMaxUnits units per step (the
 // headroom of the fixed-point words, tensor/fixed_point.hpp); reduce_dtype f32 (the exact sum replaces it).
-inline constexpr std::int64_t kReproducibleMaxUnits = 4096;
+inline constexpr std::int64_t kReproducibleMaxUnits = GradientWords::kMaxUnits;
 void check_reproducible(const TrainConfig& train, const FsdpConfig& fsdp);
 // Sequences per training forward and backward: train.micro_batch, or in reproducible mode its computation unit,
 // train.reproducible_unit (a micro-batch then runs as micro_batch / unit of them, one after another).

@@ -1,7 +1,7 @@
 #include "fsdpp/fsdp/fully_shard_detail.hpp"
 
-#include "fsdpp/comm/flight_recorder.hpp"
-#include "fsdpp/comm/timeline.hpp"
+#include "fsdpp/observe/flight_recorder.hpp"
+#include "fsdpp/observe/timeline.hpp"
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"

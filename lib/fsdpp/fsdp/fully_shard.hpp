@@ -181,7 +181,7 @@ void finish_exact_gradients(Module& root, std::int64_t units);
                                    bool zeroed = false);
   template <class T> void release(Tracked<T>& buffer, FsdpBuffer kind);
   void note(FsdpBuffer kind, std::int64_t bytes);  // reports to FsdpStats and the root's listeners
-  // Schedule events (perf/time_events.hpp) to the root's listeners; no-ops without listeners.
+  // Schedule events (fsdp/time_events.hpp) to the root's listeners; no-ops without listeners.
   void schedule(FsdpScheduleEvent event);
   void schedule_pass(FsdpScheduleEvent::Kind kind, Pass pass);
   void schedule_kernel(std::int64_t bytes);
@@ -213,7 +213,7 @@ void finish_exact_gradients(Module& root, std::int64_t units);
 
   Module& module_;
   std::string unit_name_;  // module_.display_name(), named in memory events
-  // The unit's timeline spans and Kokkos regions, pre-hook to post-hook (comm/timeline.hpp): built once.
+  // The unit's timeline spans and Kokkos regions, pre-hook to post-hook (observe/timeline.hpp): built once.
   std::string forward_region_, backward_region_;
   DeviceMesh mesh_;
   Communicator& comm_;                         // the shard group: the mesh's last dimension

@@ -3,8 +3,8 @@
 // mode's exact integer sums; the queue that completes them in issue order is FsdpContext::pending.
 #include "fsdpp/fsdp/fully_shard_detail.hpp"
 
-#include "fsdpp/comm/flight_recorder.hpp"
-#include "fsdpp/comm/timeline.hpp"
+#include "fsdpp/observe/flight_recorder.hpp"
+#include "fsdpp/observe/timeline.hpp"
 #include "fsdpp/fsdp/exact_words.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/tensor/fixed_point.hpp"

@@ -2,10 +2,10 @@
 // fully_shard's memory schedule as events: every transient buffer an FsdpGroup allocates or frees during a
 // step is reported, at the moment it happens, to the listeners of its root. The same events drive
 //   - FsdpStats (unsharded bytes now and at their peak, for the log and the tests), during training, and
-//   - `fsdpp plan` (train/memory_plan.cpp), which runs one dry step of the real FsdpGroups on a planning mesh
+//   - `fsdpp plan` (plan/memory_plan.cpp), which runs one dry step of the real FsdpGroups on a planning mesh
 //     (no communication, no storage) and sums the events,
 // so the plan cannot drift from what fully_shard does: there is one schedule, and this is its output.
-#include "fsdpp/perf/time_events.hpp"
+#include "fsdpp/fsdp/time_events.hpp"
 
 #include <cstdint>
 #include <string>
@@ -35,7 +35,7 @@ class FsdpMemoryListener {
  public:
   virtual ~FsdpMemoryListener() = default;
   virtual void on_memory(const FsdpMemoryEvent& event) = 0;
-  // The time side of the same schedule (perf/time_events.hpp): passes, collectives issued and waited for, copy
+  // The time side of the same schedule (fsdp/time_events.hpp): passes, collectives issued and waited for, copy
   // kernels. `fsdpp plan --machine` prices them; listeners that only count memory ignore them.
   virtual void on_schedule(const FsdpScheduleEvent& /*event*/) {}
 };

@@ -2,7 +2,7 @@
 
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/nn/make_model.hpp"
 
 #include <algorithm>
 #include <chrono>

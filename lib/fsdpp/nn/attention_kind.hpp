@@ -9,11 +9,11 @@
 //              (B,NH,T), recomputes the probabilities in backward: no B*NH*T^2 buffer at all.
 //   automatic: fused on GPU builds; reference on host builds, where it is faster (OpenBLAS products against
 //              the fused kernel's scalar loops) and keeps host losses bitwise as before.
+#include "fsdpp/config/deck_enums.hpp"  // AttentionKind, the deck's model.attention
+
 #include <cstdint>
 
 namespace fsdpp {
-
-enum class AttentionKind { automatic, fused, batched, reference };
 
 // What automatic means in this build (attention_kind.cpp, where the Kokkos backends are known).
 AttentionKind resolve_attention(AttentionKind k);

@@ -144,7 +144,7 @@ class DecoderBlock : public Module {
   void apply_tensor_parallel(const TensorParallelGroup& tp);
   int index() const { return index_; }  // among the model's blocks: its KV cache's
   // The MLP's nonlinearity by name ("gelu", "swiglu"): the kernel family the performance model prices it as
-  // (perf/machine.hpp, kernel_family_names).
+  // (plan/machine.hpp, kernel_family_names).
   virtual const char* mlp_activation_name() const = 0;
 
 

@@ -1,6 +1,6 @@
 #include "fsdpp/nn/module.hpp"
 
-#include "fsdpp/comm/timeline.hpp"
+#include "fsdpp/observe/timeline.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 namespace fsdpp {

@@ -105,7 +105,7 @@ class Module {
   void clear_hooks() { hooks_.clear(); }
 
   // Activation checkpointing (above): forward keeps only the input; backward re-runs forward() first.
-  // The replay is a timeline span and Kokkos region "fsdpp::recompute <path>" (comm/timeline.hpp), named here once.
+  // The replay is a timeline span and Kokkos region "fsdpp::recompute <path>" (observe/timeline.hpp), named here once.
   void set_recompute_in_backward(bool on) {
     recompute_in_backward_ = on;
     recompute_region_ = "fsdpp::recompute " + display_name();

@@ -2,7 +2,7 @@
 // The one way a rank ends the whole job on an error only it sees (a collective watchdog timeout, an NCCL
 // asynchronous error, an exception that reached main): print "[rank r] error: <message>", run the hook that
 // saves what explains it (the flight recorder dumps this rank's records and asks the other ranks for theirs,
-// comm/flight_service.hpp) and print what it says, then MPI_Abort so that the launcher ends every rank within
+// observe/flight_service.hpp) and print what it says, then MPI_Abort so that the launcher ends every rank within
 // seconds. Safe to call from any thread: a second caller waits for the first one's abort.
 #include <string>
 

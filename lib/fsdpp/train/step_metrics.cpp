@@ -1,12 +1,12 @@
 #include "fsdpp/train/step_metrics.hpp"
 
 #include "fsdpp/config/deck_rules.hpp"
-#include "fsdpp/perf/median.hpp"
+#include "fsdpp/runtime/median.hpp"
 #include "fsdpp/runtime/build_info.hpp"
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
 #include "fsdpp/tensor/matmul.hpp"
-#include "fsdpp/perf/step_cost.hpp"
+#include "fsdpp/plan/step_cost.hpp"
 
 #include <algorithm>
 

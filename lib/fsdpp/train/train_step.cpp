@@ -1,6 +1,6 @@
 #include "fsdpp/train/train_step.hpp"
 
-#include "fsdpp/comm/timeline.hpp"
+#include "fsdpp/observe/timeline.hpp"
 #include "fsdpp/optim/grad_norm.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/train/nonfinite.hpp"

@@ -2,9 +2,9 @@
 
 #include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/ckpt/dir_lock.hpp"
-#include "fsdpp/comm/flight_service.hpp"
-#include "fsdpp/comm/timeline.hpp"
-#include "fsdpp/comm/traffic.hpp"
+#include "fsdpp/observe/flight_service.hpp"
+#include "fsdpp/observe/timeline.hpp"
+#include "fsdpp/observe/traffic.hpp"
 #include "fsdpp/optim/adamw.hpp"
 #include "fsdpp/optim/lr_schedule.hpp"
 #include "fsdpp/optim/sgd.hpp"
@@ -13,9 +13,9 @@
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
 #include "fsdpp/runtime/preemption.hpp"
-#include "fsdpp/runtime/watchdog.hpp"
+#include "fsdpp/observe/watchdog.hpp"
 #include "fsdpp/config/deck_rules.hpp"
-#include "fsdpp/train/build_model.hpp"
+#include "fsdpp/parallel/build_model.hpp"
 #include "fsdpp/train/checkpointer.hpp"
 #include "fsdpp/train/data_feed.hpp"
 #include "fsdpp/train/evaluator.hpp"
@@ -109,7 +109,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   const FlightService::Run flight(comm, static_cast<std::size_t>(deck.comm.flight_records),
                                   (deck.run.output.empty() ? std::string(".") : deck.run.output) + "/flight",
                                   deck.comm.timeout_s);
-  // run.trace: a timeline of the chosen steps in <run.output>/trace (comm/timeline.hpp).
+  // run.trace: a timeline of the chosen steps in <run.output>/trace (observe/timeline.hpp).
   const Timeline::Run timeline(deck.run.trace_first, deck.run.trace_last,
                                (deck.run.output.empty() ? std::string(".") : deck.run.output) + "/trace", comm);
 
@@ -209,7 +209,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   Timeline::finish();  // a run stopped before run.trace's last step writes what it recorded
   TrainSummary summary = metrics.finish(model, data.entropy_floor());
   summary.preempted = preempted;
-  // What crossed between hosts, from fsdpp's own counters (comm/traffic.hpp): tests/cluster/ checks it against
+  // What crossed between hosts, from fsdpp's own counters (observe/traffic.hpp): tests/cluster/ checks it against
   // the links' byte counters.
   if (const std::vector<std::string> hosts = hosts_for_traffic(comm); !hosts.empty()) {
     const std::vector<DimensionTraffic> traffic = traffic_by_dimension(comm, hosts);

@@ -1,0 +1,18 @@
+#include "fsdpp/parallel/build_model.hpp"
+
+namespace fsdpp {
+
+std::vector<float> TrainModel::whole(const Parameter& p) const {
+  return gather_full_parameter(p, parallel->data_parallel_mesh(), parallel->tensor_parallel_group());
+}
+
+TrainModel build_model(MPI_Comm comm, const Deck& deck) {
+  TrainModel t;
+  t.model = make_model(deck.model);
+  t.parallel = parallelize(*t.model, deck, comm);
+  t.model->to_empty();
+  t.model->reset_parameters(deck.run.seed);
+  return t;
+}
+
+}  // namespace fsdpp

@@ -1,0 +1,24 @@
+#pragma once
+// The model a deck describes, built the one way every entry point shares (train, init, eval, generate,
+// benchmarks): on meta (nn/make_model.hpp), parallelized as the deck says (parallelize.hpp: the mesh, the
+// backend, fully_shard per block and then the root), given storage for the local shards only, and filled from
+// the counter-based init of run.seed.
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/nn/make_model.hpp"
+#include "fsdpp/parallel/parallelize.hpp"
+
+#include <memory>
+#include <vector>
+
+namespace fsdpp {
+
+struct TrainModel {
+  std::unique_ptr<LanguageModel> model;
+  std::unique_ptr<Parallelism> parallel;
+  // The whole tensor of `p` on every rank (gathered from the shards). Collective over the shard group.
+  std::vector<float> whole(const Parameter& p) const;
+};
+
+TrainModel build_model(MPI_Comm comm, const Deck& deck);  // collective
+
+}  // namespace fsdpp

@@ -1,0 +1,264 @@
+#include "fsdpp/plan/memory_plan.hpp"
+
+#include "fsdpp/config/deck_rules.hpp"
+#include "fsdpp/parallel/parallelize.hpp"
+#include "fsdpp/runtime/error.hpp"
+#include "fsdpp/tensor/matmul.hpp"
+#include "fsdpp/nn/make_model.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+
+namespace fsdpp {
+namespace {
+
+// Sums fully_shard's memory events over a dry step, and keeps the high-water mark of the transient buffers
+// with what it was made of and when it happened.
+class PeakOfEvents final : public FsdpMemoryListener {
+ public:
+  void on_memory(const FsdpMemoryEvent& e) override {
+    live_[category(e.buffer)] += e.bytes;
+    const std::int64_t total = live_[0] + live_[1] + live_[2];
+    if (e.bytes > 0 && total > peak_) {
+      peak_ = total;
+      at_peak_ = live_;
+      moment_ = fmt::format("{}: {} of {} allocated", e.in_backward ? "backward" : "forward",
+                            fsdp_buffer_name(e.buffer), *e.unit);
+    }
+  }
+  std::int64_t unsharded_parameters() const { return at_peak_[0]; }
+  std::int64_t unsharded_gradients() const { return at_peak_[1]; }
+  std::int64_t comm_buffers() const { return at_peak_[2]; }
+  const std::string& moment() const { return moment_; }
+
+ private:
+  static int category(FsdpBuffer b) {
+    switch (b) {
+      case FsdpBuffer::unsharded_params:
+      case FsdpBuffer::post_forward_slice: return 0;
+      case FsdpBuffer::unsharded_grads: return 1;
+      default: return 2;  // all-gather, staging, reduce-scatter, reduction scratch
+    }
+  }
+  std::array<std::int64_t, 3> live_{}, at_peak_{};
+  std::int64_t peak_ = 0;
+  std::string moment_ = "no unsharded memory";
+};
+
+double mib(std::int64_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
+
+}  // namespace
+
+std::string bytes_text(std::int64_t bytes) {
+  if (bytes >= (std::int64_t{1} << 30)) return fmt::format("{:.2f} GiB", bytes / 1073741824.0);
+  return fmt::format("{:.1f} MiB", mib(bytes));
+}
+
+std::int64_t MemoryPlan::largest_micro_batch(std::int64_t bytes) const {
+  if (per_sequence_bytes <= 0 || bytes <= fixed_bytes()) return 0;
+  return (bytes - fixed_bytes()) / per_sequence_bytes;
+}
+
+namespace {
+
+// The model on meta, sharded on a planning mesh as a launch of `ranks` would shard it.
+struct PlannedModel {
+  std::unique_ptr<LanguageModel> shapes;
+  std::unique_ptr<Parallelism> par;
+  MemoryPlan plan;
+};
+
+// The mesh, the units and the model states (parameters, gradients, optimizer state): what building the model
+// needs, and no batch.
+PlannedModel plan_sharding(const Deck& deck, int ranks) {
+  FSDPP_REQUIRE(ranks >= 1, "--ranks is {}; it must be at least 1", ranks);
+  PlannedModel out;
+  // Shapes only: a model on meta allocates nothing, and its groups run dry on a planning mesh.
+  out.shapes = make_model(deck.model);
+  out.par = parallelize_for_planning(*out.shapes, deck, ranks);
+  MemoryPlan& plan = out.plan;
+  plan.ranks = ranks;
+  plan.strategy = std::string(to_string(deck.fsdp.strategy));
+  plan.forward_prefetch = deck.fsdp.forward_prefetch;
+  plan.backward_prefetch = deck.fsdp.backward_prefetch;
+  plan.reduce_scatter_in_flight = deck.comm.overlap;
+  plan.mesh = out.par->mesh().shape();
+  plan.shard_ranks = plan.mesh.back().size;
+  PlannedMemory& m = plan.memory;
+  for (const UnitSummary& u : out.par->units()) {
+    PlannedUnit unit;
+    unit.name = u.name;
+    unit.parameters = u.parameters;
+    unit.sharded_bytes = u.sharded_numel * 4;
+    unit.unsharded_bytes = u.unsharded_numel * 4;
+    plan.units.push_back(unit);
+    m.parameters += unit.sharded_bytes;
+  }
+  m.gradients = m.parameters;
+  m.optimizer = deck.optim.name == OptimizerKind::adamw ? 2 * m.parameters
+                                                        : (deck.optim.momentum != 0 ? m.parameters : 0);
+  return out;
+}
+
+// One training step on top: the batch split, activations, and fully_shard's unsharded memory at its peak.
+void plan_training_step(const Deck& deck, PlannedModel& planned, std::shared_ptr<FsdpMemoryListener> schedule) {
+  MemoryPlan& plan = planned.plan;
+  LanguageModel& shapes = *planned.shapes;
+  Parallelism& par = *planned.par;
+  grad_accum_steps(deck.train, par.data_parallel_size());  // the deck's split (reproducible mode too)
+  plan.micro_batch = training_forward_batch(deck.train);   // reproducible mode: a unit per pass
+  plan.accum_steps = grad_accum_steps(deck.train.global_batch, plan.micro_batch, par.data_parallel_size());
+  PlannedMemory& m = plan.memory;
+  const int T = deck.model.context_length;
+  // parallelize_for_planning set which blocks recompute in backward, as training will.
+  plan.recomputing_blocks = shapes.recomputing_blocks();
+  m.activations = shapes.activation_bytes_for(plan.micro_batch, T, plan.recomputing_blocks);
+  plan.activations_without_checkpointing = shapes.activation_bytes_for(plan.micro_batch, T, 0);
+  m.batch = std::int64_t{2} * plan.micro_batch * T * 4;
+  plan.per_sequence_bytes = shapes.activation_bytes_for(1, T, plan.recomputing_blocks) + std::int64_t{2} * T * 4;
+
+  // One training step of fully_shard's real schedule, dry: its events are the unsharded memory.
+  auto peak = std::make_shared<PeakOfEvents>();
+  par.root().add_memory_listener(peak);
+  if (schedule) par.root().add_memory_listener(std::move(schedule));
+  Flow flow;
+  flow.B = plan.micro_batch;
+  flow.T = T;
+  for (int a = 0; a < plan.accum_steps; ++a) {
+    par.before_micro_batch(a, plan.accum_steps);
+    shapes.dry_run(flow, Pass::forward);
+    shapes.dry_run(flow, Pass::backward);
+  }
+  if (par.layout().exact_reduction)  // as TrainStep does before the optimizer
+    finish_exact_gradients(par.root().module(), std::int64_t{plan.accum_steps} * par.data_parallel_size());
+  else
+    finish_gradient_reduction(par.root().module());
+  m.unsharded_parameters = peak->unsharded_parameters();
+  m.unsharded_gradients = peak->unsharded_gradients();
+  m.comm_buffers = peak->comm_buffers();
+  // The dry groups ran the buffer pool's rule too: what it reserves beyond the live peak is cached free blocks.
+  const FsdpStats pool = fsdp_stats(par.root().module());
+  m.pool_cached = pool.pool_peak_reserved_bytes - pool.pool_peak_live_bytes;
+  plan.peak_moment = peak->moment();
+}
+
+}  // namespace
+
+MemoryPlan plan_model_states(const Deck& deck, int ranks) { return plan_sharding(deck, ranks).plan; }
+
+MemoryPlan plan_memory(const Deck& deck, int ranks, std::shared_ptr<FsdpMemoryListener> schedule) {
+  PlannedModel planned = plan_sharding(deck, ranks);
+  plan_training_step(deck, planned, std::move(schedule));
+  return std::move(planned.plan);
+}
+
+std::int64_t parse_byte_size(std::string_view text, std::string_view what) {
+  std::string s(text);
+  s.erase(std::remove_if(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); }), s.end());
+  std::size_t used = 0;
+  double value = -1;
+  try {
+    value = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = s.substr(used);
+  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (unit.size() > 1 && unit.back() == 'b') unit.pop_back();  // "GiB", "GB" and "G" all mean 2^30 here
+  if (unit.size() > 1 && unit.back() == 'i') unit.pop_back();
+  const std::string units = "kmgtp";
+  double scale = 1;
+  if (unit == "b") unit.clear();
+  if (!unit.empty()) {
+    const auto at = units.find(unit);
+    if (unit.size() != 1 || at == std::string::npos) value = -1;
+    else scale = std::pow(1024.0, static_cast<double>(at + 1));
+  }
+  FSDPP_REQUIRE(used > 0 && value > 0 && std::isfinite(value * scale) && value * scale < 9e18,
+                "{} '{}' is not a memory size; write a positive number with a binary unit, e.g. 80GiB, 512MiB or "
+                "1.5TiB", what, text);
+  return static_cast<std::int64_t>(value * scale);
+}
+
+std::string largest_micro_batch_text(const Deck& deck, const MemoryPlan& plan, std::int64_t mem_per_rank) {
+  const std::int64_t largest = plan.largest_micro_batch(mem_per_rank);
+  const std::int64_t per_rank = deck.train.global_batch / plan.ranks;
+  std::int64_t usable = 0;  // the largest that also divides this rank's share of the global batch
+  for (std::int64_t b = std::min(largest, per_rank); b >= 1 && !usable; --b)
+    if (per_rank % b == 0) usable = b;
+  if (largest == 0)
+    return fmt::format("largest micro-batch that fits in {}: none; the model states alone need {}; use more ranks",
+                       bytes_text(mem_per_rank), bytes_text(plan.fixed_bytes() + plan.per_sequence_bytes));
+  return fmt::format("largest micro-batch that fits in {}: {} sequences; with train.global_batch {} on {} ranks "
+                     "({} per rank) use train.micro_batch {}",
+                     bytes_text(mem_per_rank), largest, deck.train.global_batch, plan.ranks, per_rank, usable);
+}
+
+std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::optional<std::int64_t> mem_per_rank) {
+  const int T = deck.model.context_length;
+  std::string out;
+  auto line = [&out](const std::string& s) { out += s + "\n"; };
+  std::int64_t parameters = 0;
+  for (const PlannedUnit& u : plan.units) parameters += u.parameters;
+  line(fmt::format("model: {}, {} parameters", make_model(deck.model)->describe(), parameters));
+  std::string mesh;
+  for (const MeshDim& d : plan.mesh) mesh += fmt::format("{}{}={}", mesh.empty() ? "" : " x ", d.name, d.size);
+  line(fmt::format("mesh: {} ({} ranks, fsdp.strategy {}, reshard_after_forward {}, param {} / reduce {})",
+                   mesh.empty() ? "none" : mesh, plan.ranks, plan.strategy, to_string(deck.fsdp.reshard_after_forward),
+                   dtype_name(deck.fsdp.param_dtype), dtype_name(deck.fsdp.reduce_dtype)));
+  line(fmt::format("{}", schedule_text(plan.forward_prefetch, plan.backward_prefetch, plan.reduce_scatter_in_flight)));
+  int tp = 1;  // the tp ranks of one data-parallel rank read the same sequences
+  for (const MeshDim& d : plan.mesh) tp = d.name == "tp" ? d.size : tp;
+  line(fmt::format("batch: {} sequences x {} tokens per step; {} data-parallel rank(s) x {} micro-batch(es) of {}",
+                   deck.train.global_batch, T, plan.ranks / tp, plan.accum_steps, plan.micro_batch));
+  line("");
+  line(plan.shard_ranks == 1 && plan.ranks > 1 ? "Units (no_shard: replicated on every rank, DDP), per rank:"
+                                               : "FSDP units (fully_shard per block, then the root), per rank:");
+  line(fmt::format("  {:<12} {:>12} {:>14} {:>16}", "unit", "parameters", "sharded MiB", "unsharded MiB"));
+  for (const PlannedUnit& u : plan.units)
+    line(fmt::format("  {:<12} {:>12} {:>14.2f} {:>16.2f}", u.name, u.parameters, mib(u.sharded_bytes), mib(u.unsharded_bytes)));
+  line("");
+  const PlannedMemory& m = plan.memory;
+  line("Per-rank memory at the step's peak (MiB):");
+  auto row = [&](const std::string& what, std::int64_t bytes) { line(fmt::format("  {:<61} {:>10.1f}", what, mib(bytes))); };
+  row("sharded parameters (f32)", m.parameters);
+  row("gradients (f32)", m.gradients);
+  row(deck.optim.name == OptimizerKind::adamw ? "optimizer state (AdamW m, v; f32)" : "optimizer state (SGD momentum; f32)", m.optimizer);
+  row("unsharded parameters (whole, gathered)", m.unsharded_parameters);
+  row("unsharded gradients (whole, before reduce-scatter)", m.unsharded_gradients);
+  row(plan.reduce_scatter_in_flight ? "communication buffers (all-gather, reduce-scatter in flight)"
+                                    : "communication buffers (all-gather, reduce-scatter)", m.comm_buffers);
+  row("cached in fully_shard's buffer pool (reserved, free)", m.pool_cached);
+  row(fmt::format("activations and backward scratch ({} sequences)", plan.micro_batch), m.activations);
+  row("batch tokens and targets", m.batch);
+  line(fmt::format("  {:<61} {:>10}", "", "----------"));
+  std::string verdict;
+  if (mem_per_rank)
+    verdict = fmt::format("   of {} per rank: {} ({:.0f}%)", bytes_text(*mem_per_rank),
+                          m.total() <= *mem_per_rank ? "fits" : "DOES NOT FIT", 100.0 * m.total() / *mem_per_rank);
+  line(fmt::format("  {:<61} {:>10.1f}{}", "total per rank", mib(m.total()), verdict));
+  line(fmt::format("peak: {}", plan.peak_moment));
+  if (plan.recomputing_blocks > 0)
+    line(fmt::format("activation checkpointing {} ({} of {} blocks recompute in backward): activations {:.1f} MiB "
+                     "instead of {:.1f} MiB, {:.1f} MiB saved; their forward runs again in backward",
+                     to_string(deck.train.activation_checkpointing), plan.recomputing_blocks, deck.model.n_layer,
+                     mib(m.activations), mib(plan.activations_without_checkpointing),
+                     mib(plan.activations_without_checkpointing - m.activations)));
+  if (const GemmPrecision g = resolved_gemm_precision(deck); g == GemmPrecision::bf16 || (g == GemmPrecision::tf32 && !tf32_is_native()))
+    line(fmt::format("not counted: {} GEMMs pack their rounded inputs into scratch that grows to the largest "
+                     "product's (M + N) x 512 values (tensor/matmul.cpp); matmul.precision=f32 has none",
+                     gemm_precision_name(g)));
+  line(fmt::format("each sequence per micro-batch adds {:.2f} MiB (activations {:.2f} MiB, tokens {:.3f} MiB)",
+                   mib(plan.per_sequence_bytes), mib(plan.per_sequence_bytes - 2 * T * 4),
+                   mib(2 * T * 4)));
+  if (mem_per_rank) line(largest_micro_batch_text(deck, plan, *mem_per_rank));
+  line("Not counted: host memory for the data (token windows), MPI's own buffers, checkpoint staging, and the CUDA "
+       "context on GPU builds.");
+  return out;
+}
+
+}  // namespace fsdpp

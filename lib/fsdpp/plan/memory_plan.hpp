@@ -1,0 +1,91 @@
+#pragma once
+// `fsdpp plan`: the per-rank memory a deck will need on N ranks, worked out from shapes alone: no MPI job
+// beyond the calling process, no model storage. The model is built on meta; parallelize_for_planning shards it
+// exactly as training would (the same function over a planning mesh); and the unsharded memory is what the real
+// FsdpGroups report, as memory events, while one training step runs dry through them (Module::dry_run) under
+// the deck's reshard_after_forward, prefetch and gradient accumulation.
+//
+// What it predicts is what MemoryAccounting measures: bytes in Views of the compute memory space. The trainer
+// prints the measured peak at the end of a run, and tests/cli/plan_vs_measured.sh holds the two within 1%.
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/fsdp/memory_events.hpp"
+#include "fsdpp/mesh/device_mesh.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fsdpp {
+
+struct PlannedUnit {
+  std::string name;                 // "h.0", or the root's display name
+  std::int64_t parameters = 0;      // elements of the unit's parameters (unpadded)
+  std::int64_t sharded_bytes = 0;   // per rank: padded f32 shards
+  std::int64_t unsharded_bytes = 0; // per rank while gathered: the whole (padded) f32 parameters
+};
+
+// Bytes per rank by category. The unsharded and communication figures are those at the step's peak.
+struct PlannedMemory {
+  std::int64_t parameters = 0;          // f32 shards (or whole parameters under no_shard)
+  std::int64_t gradients = 0;           // f32, the same shape as the parameters
+  std::int64_t optimizer = 0;           // AdamW m and v, or SGD momentum
+  std::int64_t unsharded_parameters = 0;
+  std::int64_t unsharded_gradients = 0;
+  std::int64_t comm_buffers = 0;        // all-gather and reduce-scatter flat buffers in flight
+  std::int64_t pool_cached = 0;         // fully_shard's buffer pool: reserved beyond the live peak (free blocks)
+  std::int64_t activations = 0;         // saved activations, logits and backward scratch of one micro-batch
+  std::int64_t batch = 0;               // the micro-batch's tokens and targets
+  std::int64_t total() const {
+    return parameters + gradients + optimizer + unsharded_parameters + unsharded_gradients + comm_buffers +
+           pool_cached + activations + batch;
+  }
+};
+
+struct MemoryPlan {
+  int ranks = 1;
+  std::string strategy;
+  std::vector<MeshDim> mesh;            // resolved sizes (no_shard: dp_replicate=N x dp_shard=1)
+  int shard_ranks = 1;                  // ranks a parameter is split over
+  int micro_batch = 1, accum_steps = 1;
+  std::vector<PlannedUnit> units;       // in the order they run forward; root last
+  PlannedMemory memory;
+  std::string peak_moment;              // where in the step the peak falls
+  std::int64_t per_sequence_bytes = 0;  // what one more sequence per micro-batch adds
+  int recomputing_blocks = 0;           // train.activation_checkpointing: blocks that recompute in backward
+  std::int64_t activations_without_checkpointing = 0;  // memory.activations had no block recomputed
+  // fsdp.forward_prefetch / backward_prefetch and comm.overlap: with overlap, a unit's reduce-scatter buffers
+  // stay live through the next unit's backward, and the dry step counts them there.
+  PrefetchSetting forward_prefetch, backward_prefetch;
+  bool reduce_scatter_in_flight = true;
+  std::int64_t fixed_bytes() const { return memory.total() - micro_batch * per_sequence_bytes; }
+  // The most sequences per micro-batch that fit in `bytes` (0: not even one).
+  std::int64_t largest_micro_batch(std::int64_t bytes) const;
+};
+
+// UsageError when the deck cannot run on `ranks` (mesh sizes, batch divisibility), with the same words the
+// trainer would use.
+// `schedule`, when given, also hears every event of the dry step (the time model, plan/step_cost.hpp, prices
+// them); it sees the model while the step runs, and the model is gone when this returns.
+MemoryPlan plan_memory(const Deck& deck, int ranks, std::shared_ptr<FsdpMemoryListener> schedule = nullptr);
+// The model states alone: mesh, units, parameters, gradients and optimizer state on `ranks`, without a step
+// (micro_batch and accum_steps stay 1, the batch-dependent figures 0). For building a model without training
+// it (fsdpp init), so training's rules, the batch split among them, do not apply.
+MemoryPlan plan_model_states(const Deck& deck, int ranks);
+
+// "80GiB", "512 MiB", "1.5T", "4096" (bytes) -> bytes. Binary units; UsageError naming `what` otherwise.
+std::int64_t parse_byte_size(std::string_view text, std::string_view what);
+
+// "largest micro-batch that fits in 80.00 GiB: 12 sequences; ... use train.micro_batch 4", or "...: none; the
+// model states alone need ...": the plan's advice for `mem_per_rank` bytes per rank.
+std::string largest_micro_batch_text(const Deck& deck, const MemoryPlan& plan, std::int64_t mem_per_rank);
+
+// "1.50 GiB", "512.0 MiB".
+std::string bytes_text(std::int64_t bytes);
+
+// The report `fsdpp plan` prints.
+std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::optional<std::int64_t> mem_per_rank);
+
+}  // namespace fsdpp

@@ -1,0 +1,53 @@
+#pragma once
+// `fsdpp plan --machine`: the time of one training step of a deck on N ranks of a machine (plan/machine.hpp),
+// from the same dry step as the memory plan (plan/memory_plan.hpp). fully_shard reports its schedule as it runs
+// dry (fsdp/time_events.hpp: passes, collectives issued and waited for, copy kernels); each unit's pass is
+// priced from its GEMM shapes and elementwise bytes, tensor-parallel collectives are placed where the blocks
+// issue them (blocking in forward; in backward overlapped with the weight-gradient GEMMs under comm.overlap),
+// each collective from its bytes and the link class its group spans, then the step is replayed on one compute
+// stream and one stream per communicator (plan/simulate.hpp). docs/performance-model.md has the formulas.
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/plan/machine.hpp"
+#include "fsdpp/plan/simulate.hpp"
+#include "fsdpp/plan/memory_plan.hpp"
+
+#include <map>
+#include <string>
+
+namespace fsdpp {
+
+struct StepTime {
+  std::string machine;             // the description's name
+  std::string precision;           // the deck's GEMM precision ("bf16"), the peak MFU is quoted against
+  double peak_tflops = 0;          // the machine's peak in that precision
+  double ms_per_step = 0;
+  double compute_ms = 0;           // the compute stream's busy time
+  double comm_ms = 0;              // every communicator's busy time, summed
+  double tokens_per_s_per_device = 0, tokens_per_s = 0;
+  double mfu = 0;                  // model FLOPs (the trainer's formula) per second per device over the peak
+  double model_flops_per_rank = 0; // per step: flops_per_token x this rank's tokens / tp
+  double priced_flops_per_rank = 0;  // per step: the FLOPs the units were priced with, recomputation excluded
+  std::string critical_resource;   // "compute", or "<mesh dim> (intra-node|inter-node)"
+  std::map<std::string, double> exposed_comm_ms;  // per mesh dimension (and host_link)
+  std::map<std::string, double> busy_comm_ms;     // per mesh dimension
+  std::map<std::string, double> compute_ms_by_what;  // forward, backward, recompute, copies, optimizer
+  std::map<std::string, std::string> link_of;     // mesh dimension -> "intra-node" / "inter-node"
+};
+
+struct StepPlan {
+  MemoryPlan memory;
+  StepTime time;
+};
+
+// Passes of 4 bytes over each sharded element in the optimizer step: the gradient norm reads every gradient once
+// (every step: the log reports it, clipping scales by it); AdamW reads parameter, gradient, m and v and writes
+// three of them (SGD with momentum: three reads, two writes; without: two and one).
+int optimizer_passes(const OptimConfig& optim);
+
+// UsageError as plan_memory's when the deck cannot run on `ranks`.
+StepPlan plan_step(const Deck& deck, int ranks, const Machine& machine);
+
+// The "Predicted time" section of `fsdpp plan`'s table.
+std::string format_step_time(const StepTime& t);
+
+}  // namespace fsdpp
