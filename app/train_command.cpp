@@ -4,8 +4,6 @@
 #include "commands.hpp"
 
 #include "embedded_decks.hpp"
-#include "fsdpp/ckpt/save_faults.hpp"
-#include "fsdpp/comm/collective_faults.hpp"
 #include "fsdpp/comm/flight_service.hpp"
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
@@ -14,15 +12,15 @@
 #include "fsdpp/train/build_model.hpp"
 #include "fsdpp/train/memory_check.hpp"
 #include "fsdpp/train/memory_plan.hpp"
+#include "fsdpp/perf/machine.hpp"
+#include "fsdpp/perf/step_cost.hpp"
+#include "fsdpp/train/test_faults.hpp"
 #include "fsdpp/train/trainer.hpp"
 
 #include <mpi.h>
 
 #include <cerrno>
-#include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <thread>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -65,6 +63,14 @@ std::string read_deck_everywhere(MPI_Comm world, const std::string& path) {
 
 namespace {
 
+// run.machine: what `fsdpp plan --machine` predicts for this deck on `ranks` ranks. Every rank reads the
+// description (or fails alike, before training starts); the plan runs dry, without collectives.
+std::optional<StepTimePrediction> predict_step_time(const Deck& deck, int ranks) {
+  if (deck.run.machine.empty()) return std::nullopt;
+  const Machine machine = load_machine(deck.run.machine, "run.machine");
+  return StepTimePrediction{machine.name, plan_step(deck, ranks, machine).time.ms_per_step};
+}
+
 int run_train(Runtime& rt, const TrainArgs& args) {
   if (args.help_deck) {
     Log::info("{}", deck_help());
@@ -84,30 +90,12 @@ int run_train(Runtime& rt, const TrainArgs& args) {
               deck.train.micro_batch);
     return 0;
   }
-  // Tests only: a fault injected at a named point of a checkpoint save (fsdpp/ckpt/save_faults.hpp).
-  if (const char* fault = std::getenv("FSDPP_TEST_SAVE_FAULT"); fault && *fault) arm_save_fault(parse_save_fault(fault));
   if (memory_check_enabled(rt.world())) check_memory_before_allocation(rt.world(), deck, MemoryUse::training);
   TrainOptions options;
   options.handle_preemption = true;
-  // Test hook for the collective watchdog: FSDPP_TEST_STALL=<rank>:<step>:<seconds> makes that rank sleep
-  // before that step while the others wait in its first collective.
-  if (const char* stall = std::getenv("FSDPP_TEST_STALL")) {
-    int rank = -1;
-    long long at = 0;
-    double seconds = 0;
-    FSDPP_REQUIRE(std::sscanf(stall, "%d:%lld:%lf", &rank, &at, &seconds) == 3,
-                  "FSDPP_TEST_STALL='{}': expected <rank>:<step>:<seconds>", stall);
-    if (rank == rt.rank())
-      options.before_step = [at, seconds](std::int64_t step) {
-        if (step == at) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-      };
-  }
-  // Test hook for the flight recorder: FSDPP_TEST_SKIP_COLLECTIVE=<rank>:<dimension>:<seq> makes that rank skip
-  // that collective, so the ranks desynchronise.
-  if (const char* skip = std::getenv("FSDPP_TEST_SKIP_COLLECTIVE"); skip && *skip) {
-    const CollectiveSkip fault = parse_collective_skip(skip);
-    if (fault.rank == rt.rank()) arm_collective_skip(fault);
-  }
+  options.prediction = predict_step_time(deck, rt.size());
+  // Tests only: FSDPP_TEST_SAVE_FAULT, FSDPP_TEST_SKIP_COLLECTIVE, FSDPP_TEST_STALL (train/test_faults.hpp).
+  options.before_step = arm_test_faults_from_environment(rt.rank());
   // Where each rank runs: the first thing to check on a new cluster (--log-all-ranks prints every rank's line).
   const char* gpus = std::getenv("CUDA_VISIBLE_DEVICES");
   Log::info("placement: rank {} on {}: node-local rank {} of {}, device {}{}", rt.rank(), rt.hostname(),
