@@ -34,9 +34,10 @@ TEST_CASE("test faults: FSDPP_TEST_STALL's form, and its errors") {
   CHECK(s.rank == 1);
   CHECK(s.step == 3);
   CHECK(s.seconds == 2.5);
-  for (const char* bad : {"", "1:3", "1:3:100x", "a:3:1", "-1:3:1", "1:0:1", "1:3:-1", "1:3:1:4"})
-    CHECK_THROWS_WITH_AS(parse_stall(bad), doctest::Contains("FSDPP_TEST_STALL='" + std::string(bad) +
-                                                             "': expected <rank>:<step>:<seconds>"), UsageError);
+  for (const char* bad : {"", "1:3", "1:3:100x", "a:3:1", "-1:3:1", "1:0:1", "1:3:-1", "1:3:1:4"}) {
+    const std::string expected = "FSDPP_TEST_STALL='" + std::string(bad) + "': expected <rank>:<step>:<seconds>";
+    CHECK_THROWS_WITH_AS(parse_stall(bad), doctest::Contains(expected.c_str()), UsageError);
+  }
 }
 
 TEST_CASE("test faults: a stall hook only on the rank named, sleeping only before the step named") {

@@ -9,10 +9,8 @@
 #include "fsdpp/optim/lr_schedule.hpp"
 #include "fsdpp/optim/sgd.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/runtime/timers.hpp"
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
-#include "fsdpp/runtime/preemption.hpp"
 #include "fsdpp/runtime/watchdog.hpp"
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/train/build_model.hpp"
@@ -24,7 +22,6 @@
 #include "fsdpp/train/step_metrics.hpp"
 #include "fsdpp/train/train_step.hpp"
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
