@@ -1,10 +1,8 @@
-// fsdpp train [deck.yaml] [section.key=value ...]: train a GPT-2 model as the deck says. Without a deck, the
+// fsdpp train [deck.yaml] [section.key=value ...]: train the model the deck describes (GPT-2, Llama, Qwen2). Without a deck, the
 // embedded default (input/tiny.yaml, compiled in) runs. --help-deck lists every key; --dry-run stops after
 // the deck, the model plan and the batch arithmetic have been checked.
 #include "commands.hpp"
 
-#include "fsdpp/ckpt/save_faults.hpp"
-#include "fsdpp/observe/collective_faults.hpp"
 #include "fsdpp/observe/flight_service.hpp"
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
@@ -13,19 +11,15 @@
 #include "fsdpp/parallel/build_model.hpp"
 #include "fsdpp/plan/memory_check.hpp"
 #include "fsdpp/plan/memory_plan.hpp"
+#include "fsdpp/plan/machine.hpp"
+#include "fsdpp/plan/step_cost.hpp"
+#include "fsdpp/train/test_faults.hpp"
 #include "fsdpp/train/trainer.hpp"
 
 #include <mpi.h>
 
-#include <cerrno>
-#include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <thread>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 namespace fsdpp::app {
 namespace {
@@ -36,9 +30,13 @@ struct TrainArgs {
   bool dry_run = false;
 };
 
-}  // namespace
-
-namespace {
+// run.machine: what `fsdpp plan --machine` predicts for this deck on `ranks` ranks. Every rank reads the
+// description (or fails alike, before training starts); the plan runs dry, without collectives.
+std::optional<StepTimePrediction> predict_step_time(const Deck& deck, int ranks) {
+  if (deck.run.machine.empty()) return std::nullopt;
+  const Machine machine = load_machine(deck.run.machine, "run.machine");
+  return StepTimePrediction{machine.name, plan_step(deck, ranks, machine).time.ms_per_step};
+}
 
 int run_train(Runtime& rt, const TrainArgs& args) {
   if (args.help_deck) {
@@ -59,30 +57,12 @@ int run_train(Runtime& rt, const TrainArgs& args) {
               deck.train.micro_batch);
     return 0;
   }
-  // Tests only: a fault injected at a named point of a checkpoint save (fsdpp/ckpt/save_faults.hpp).
-  if (const char* fault = std::getenv("FSDPP_TEST_SAVE_FAULT"); fault && *fault) arm_save_fault(parse_save_fault(fault));
   if (memory_check_enabled(rt.world())) check_memory_before_allocation(rt.world(), deck, MemoryUse::training);
   TrainOptions options;
   options.handle_preemption = true;
-  // Test hook for the collective watchdog: FSDPP_TEST_STALL=<rank>:<step>:<seconds> makes that rank sleep
-  // before that step while the others wait in its first collective.
-  if (const char* stall = std::getenv("FSDPP_TEST_STALL")) {
-    int rank = -1;
-    long long at = 0;
-    double seconds = 0;
-    FSDPP_REQUIRE(std::sscanf(stall, "%d:%lld:%lf", &rank, &at, &seconds) == 3,
-                  "FSDPP_TEST_STALL='{}': expected <rank>:<step>:<seconds>", stall);
-    if (rank == rt.rank())
-      options.before_step = [at, seconds](std::int64_t step) {
-        if (step == at) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-      };
-  }
-  // Test hook for the flight recorder: FSDPP_TEST_SKIP_COLLECTIVE=<rank>:<dimension>:<seq> makes that rank skip
-  // that collective, so the ranks desynchronise.
-  if (const char* skip = std::getenv("FSDPP_TEST_SKIP_COLLECTIVE"); skip && *skip) {
-    const CollectiveSkip fault = parse_collective_skip(skip);
-    if (fault.rank == rt.rank()) arm_collective_skip(fault);
-  }
+  options.prediction = predict_step_time(deck, rt.size());
+  // Tests only: FSDPP_TEST_SAVE_FAULT, FSDPP_TEST_SKIP_COLLECTIVE, FSDPP_TEST_STALL (train/test_faults.hpp).
+  options.before_step = arm_test_faults_from_environment(rt.rank());
   // Where each rank runs: the first thing to check on a new cluster (--log-all-ranks prints every rank's line).
   const char* gpus = std::getenv("CUDA_VISIBLE_DEVICES");
   Log::info("placement: rank {} on {}: node-local rank {} of {}, device {}{}", rt.rank(), rt.hostname(),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks a run.trace folder (lib/fsdpp/comm/timeline.hpp) and `fsdpp report --trace --json`'s output.
+"""Checks a run.trace folder (lib/fsdpp/observe/timeline.hpp) and `fsdpp report --trace --json`'s output.
 
 Usage: trace_check.py <run folder> <world size> <report.json> [expected mesh dimension ...] [--span NAME ...]
   - every rank<r>.json parses, is an fsdpp trace of rank r in a job of <world size>, and covers the traced steps;

@@ -6,7 +6,6 @@
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
 #include "fsdpp/tensor/matmul.hpp"
-#include "fsdpp/plan/step_cost.hpp"
 
 #include <algorithm>
 
@@ -82,20 +81,15 @@ std::vector<std::string> parallelism_lines(const Parallelism& parallel, const st
 
 }  // namespace
 
-StepMetrics::StepMetrics(MPI_Comm comm, const Deck& deck, const Parallelism& parallel, bool speaks, bool measure_peak)
+StepMetrics::StepMetrics(MPI_Comm comm, const Deck& deck, const Parallelism& parallel, bool speaks, bool measure_peak,
+                         std::optional<StepTimePrediction> prediction)
     : comm_(comm), deck_(deck), parallel_(parallel), speaks_(speaks),
       log_(speaks, speaks && !deck.run.output.empty() ? deck.run.output + "/metrics.jsonl" : std::string(),
            deck.log.header_every),
-      timers_(step_section_names()) {
+      timers_(step_section_names()), prediction_(std::move(prediction)) {
   MPI_Comm_size(comm, &ranks_);
   tokens_per_step_ = static_cast<double>(deck.train.global_batch) * deck.model.context_length;
   if (measure_peak) summary_.sgemm_gflops = parallel_.mean_over_ranks(measure_sgemm_gflops(1024, 3));
-  if (!deck.run.machine.empty()) {
-    // Every rank reads the description (or fails alike, before the loop); the plan runs dry, no collectives.
-    const Machine machine = load_machine(deck.run.machine, "run.machine");
-    machine_name_ = machine.name;
-    predicted_ms_ = plan_step(deck, ranks_, machine).time.ms_per_step;
-  }
 }
 
 namespace {
@@ -110,12 +104,12 @@ double median_ms_after_first(std::vector<double> seconds) {
 }  // namespace
 
 std::string StepMetrics::prediction_line(const TrainSummary& s) const {
-  if (!s.predicted_ms_per_step)
+  if (!s.predicted_ms_per_step || !prediction_)
     return "Predicted step time: none; set run.machine=<preset|file> (fsdpp plan --list-machines, or a file from "
            "`fsdpp bench calibrate > machine.yaml`) to print the model's prediction beside the measured ms/step";
   const double predicted = *s.predicted_ms_per_step, measured = s.median_ms_per_step;
   return fmt::format("predicted {:.1f} ms/step (machine {}) vs measured {:.1f} ms/step (median of steps after the "
-                     "first): error {:+.1f}%", predicted, machine_name_, measured,
+                     "first): error {:+.1f}%", predicted, prediction_->machine, measured,
                      measured > 0 ? 100.0 * (predicted - measured) / measured : 0.0);
 }
 
@@ -178,13 +172,12 @@ void StepMetrics::after_step(std::int64_t done, const StepResult& r, const FsdpS
   rec.grad_norm = r.grad_norm;
   rec.ms_per_step = 1000.0 * seconds / steps;
   rec.tokens_per_s = tokens_per_step_ * steps / seconds;
-  rec.mfu = summary_.sgemm_gflops > 0
-                ? rec.tokens_per_s * summary_.flops_per_token / (summary_.sgemm_gflops * 1e9 * ranks_) : 0;
+  rec.mfu = mfu(rec.tokens_per_s, summary_.flops_per_token, summary_.sgemm_gflops, ranks_);
   rec.peak_mem_bytes = peak_host_memory_bytes();
   // Exact in a double below 2^53 bytes.
   rec.max_peak_mem_bytes = static_cast<std::int64_t>(parallel_.max_over_ranks(static_cast<double>(rec.peak_mem_bytes)));
   rec.exposed_comm_ms = 1000.0 * parallel_.mean_over_ranks(comm_since_log_) / steps;
-  rec.predicted_ms_per_step = predicted_ms_;
+  if (prediction_) rec.predicted_ms_per_step = prediction_->ms_per_step;
   comm_since_log_ = 0;
   log_.write(rec);
   last_log_ = now;
@@ -199,7 +192,7 @@ TrainSummary StepMetrics::finish(LanguageModel& model, std::optional<double> los
   s.loop_seconds = seconds_between(loop_start_, std::chrono::steady_clock::now());
   const double train_seconds = s.loop_seconds - eval_seconds_;
   s.tokens_per_s = train_seconds > 0 ? tokens_per_step_ * s.steps / train_seconds : 0;
-  s.mfu = s.sgemm_gflops > 0 ? s.tokens_per_s * s.flops_per_token / (s.sgemm_gflops * 1e9 * ranks_) : 0;
+  s.mfu = mfu(s.tokens_per_s, s.flops_per_token, s.sgemm_gflops, ranks_);
   s.exposed_comm_ms = 1000.0 * parallel_.mean_over_ranks(comm_seconds_[0] + comm_seconds_[1] + comm_seconds_[2]) /
                       std::max<std::int64_t>(1, s.steps);
   {
@@ -224,7 +217,7 @@ TrainSummary StepMetrics::finish(LanguageModel& model, std::optional<double> los
   // What this run added: buffers an earlier run or test in the same process left (Kokkos' own team scratch,
   // grow-only kernel scratch) were live before it started and are not the run's to plan.
   s.measured_peak_bytes = device.peak_bytes - device.live_at_reset;
-  s.predicted_ms_per_step = predicted_ms_;
+  if (prediction_) s.predicted_ms_per_step = prediction_->ms_per_step;
   // Rank 0's steps: every rank's step ends at the same collectives, so the ranks agree to within a few ms.
   s.median_ms_per_step = median_ms_after_first(step_seconds_);
   MPI_Allreduce(MPI_IN_PLACE, &s.measured_peak_bytes, 1, MPI_INT64_T, MPI_MAX, comm_);

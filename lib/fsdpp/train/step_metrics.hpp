@@ -26,7 +26,8 @@ namespace fsdpp {
 
 class StepMetrics {
  public:
-  StepMetrics(MPI_Comm comm, const Deck& deck, const Parallelism& parallel, bool speaks, bool measure_peak);
+  StepMetrics(MPI_Comm comm, const Deck& deck, const Parallelism& parallel, bool speaks, bool measure_peak,
+              std::optional<StepTimePrediction> prediction);
 
   bool speaks() const { return speaks_; }
   SectionTimers& timers() { return timers_; }
@@ -64,8 +65,7 @@ class StepMetrics {
   // Every step's wall time (the median after the first is compared with run.machine's prediction).
   std::vector<double> step_seconds_;
   std::chrono::steady_clock::time_point last_step_end_;
-  std::optional<double> predicted_ms_;
-  std::string machine_name_;
+  std::optional<StepTimePrediction> prediction_;
 };
 
 }  // namespace fsdpp

@@ -9,21 +9,19 @@
 #include "fsdpp/optim/lr_schedule.hpp"
 #include "fsdpp/optim/sgd.hpp"
 #include "fsdpp/runtime/error.hpp"
-#include "fsdpp/runtime/timers.hpp"
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
-#include "fsdpp/runtime/preemption.hpp"
 #include "fsdpp/observe/watchdog.hpp"
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/parallel/build_model.hpp"
 #include "fsdpp/train/checkpointer.hpp"
 #include "fsdpp/train/data_feed.hpp"
 #include "fsdpp/train/evaluator.hpp"
+#include "fsdpp/train/periodic_parts.hpp"
 #include "fsdpp/train/training_samples.hpp"
 #include "fsdpp/train/step_metrics.hpp"
 #include "fsdpp/train/train_step.hpp"
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -91,6 +89,43 @@ void add_timeline_counters(const TrainStep& step, LanguageModel& model) {
   Timeline::add_counter("tp_reduce_scatters", tp.reduce_scatters);
 }
 
+// What lives around the whole run, in this order.
+struct RunServices {
+  RunServices(MPI_Comm comm, const Deck& deck)
+      : gemm_precision(resolved_gemm_precision(deck)),
+        checkpoint_lock(comm, deck.checkpoint.dir, deck.checkpoint.interval > 0),
+        flight(comm, static_cast<std::size_t>(deck.comm.flight_records), output_dir(deck) + "/flight",
+               deck.comm.timeout_s),
+        timeline(deck.run.trace_first, deck.run.trace_last, output_dir(deck) + "/trace", comm) {}
+  static std::string output_dir(const Deck& deck) { return deck.run.output.empty() ? "." : deck.run.output; }
+
+  // Every float GEMM of this run (training and evaluation) follows the deck; the previous setting returns
+  // afterwards, so runs in one process do not leak precision into each other.
+  const ScopedGemmPrecision gemm_precision;
+  // One run saves into a checkpoint folder at a time; a second one stops here, on every rank.
+  const CheckpointDirLock checkpoint_lock;
+  // The last collectives of every rank, dumped to <run.output>/flight by the watchdog, an abort or SIGUSR2.
+  const FlightService::Run flight;
+  // run.trace: a timeline of the chosen steps in <run.output>/trace (observe/timeline.hpp).
+  const Timeline::Run timeline;
+};
+
+// checkpoint.init_from: the weights of a checkpoint (or Hugging Face folder); the optimizer starts fresh.
+void initialize_weights(MPI_Comm comm, const Deck& deck, LanguageModel& model, bool speaks) {
+  if (deck.checkpoint.init_from == "none") return;
+  load_weights(comm, deck.checkpoint.init_from, model.parameters(), &deck.model);
+  if (speaks) Log::info("weights initialized from {}; training starts at step 0 with a fresh optimizer", deck.checkpoint.init_from);
+}
+
+// What crossed between hosts, from fsdpp's own counters (observe/traffic.hpp): tests/cluster/ checks it against
+// the links' byte counters.
+void report_traffic(MPI_Comm comm, bool speaks) {
+  const std::vector<std::string> hosts = hosts_for_traffic(comm);
+  if (hosts.empty()) return;
+  const std::vector<DimensionTraffic> traffic = traffic_by_dimension(comm, hosts);
+  if (speaks) Log::info("{}", format_traffic(traffic, hosts));
+}
+
 }  // namespace
 
 TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
@@ -100,18 +135,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   MemoryAccounting::install();  // already done by the Runtime; harmless again
   MemoryAccounting::reset_peak();
   prepare_output(rank, deck);
-  // Every float GEMM of this run (training and evaluation) follows the deck; the previous setting returns
-  // afterwards, so runs in one process do not leak precision into each other.
-  const ScopedGemmPrecision gemm_precision(resolved_gemm_precision(deck));
-  // One run saves into a checkpoint folder at a time; a second one stops here, on every rank.
-  const CheckpointDirLock checkpoint_lock(comm, deck.checkpoint.dir, deck.checkpoint.interval > 0);
-  // The last collectives of every rank, dumped to <run.output>/flight by the watchdog, an abort or SIGUSR2.
-  const FlightService::Run flight(comm, static_cast<std::size_t>(deck.comm.flight_records),
-                                  (deck.run.output.empty() ? std::string(".") : deck.run.output) + "/flight",
-                                  deck.comm.timeout_s);
-  // run.trace: a timeline of the chosen steps in <run.output>/trace (observe/timeline.hpp).
-  const Timeline::Run timeline(deck.run.trace_first, deck.run.trace_last,
-                               (deck.run.output.empty() ? std::string(".") : deck.run.output) + "/trace", comm);
+  const RunServices services(comm, deck);
 
   // Built on meta, parallelized, then given storage and values: no rank ever holds the whole model, and
   // element i of every tensor gets the same value on any number of ranks.
@@ -122,25 +146,26 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   // refused such a launch before anything was allocated).
   grad_accum_steps(deck.train, parallel.data_parallel_size());
   DataFeed data(deck, parallel.data_parallel_size(), parallel.data_parallel_rank());
-  if (deck.checkpoint.init_from != "none") {
-    load_weights(comm, deck.checkpoint.init_from, model.parameters(), &deck.model);
-    if (speaks) Log::info("weights initialized from {}; training starts at step 0 with a fresh optimizer", deck.checkpoint.init_from);
-  }
+  initialize_weights(comm, deck, model, speaks);
   const auto optimizer = make_optimizer(deck.optim, model.parameters());
   const LrSchedule schedule = make_schedule(deck);
 
-  StepMetrics metrics(comm, deck, parallel, speaks, options.measure_peak);
+  StepMetrics metrics(comm, deck, parallel, speaks, options.measure_peak, options.prediction);
   metrics.banner(model, data, *optimizer);
-  SectionTimers& timers = metrics.timers();
-  TrainStep train_step(comm, model, parallel, *optimizer, data, deck.train, timers);
+  TrainStep train_step(comm, model, parallel, *optimizer, data, deck.train, metrics.timers());
   Evaluator evaluator(model, parallel, data, deck.train);
   TrainingSamples samples(comm, model, parallel, deck);
   ProgressState progress(static_cast<double>(deck.train.global_batch) * deck.model.context_length);
   ModelState model_state(model.parameters(), optimizer.get());
   Checkpointer checkpointer(comm, deck, parallel, {&model_state, &data, &progress}, progress, speaks);
   const std::int64_t first_step = checkpointer.resume();
+  // After each step, in this order; then, at the step boundary, the preemption check.
+  EvaluationPart evaluation(evaluator);
+  SamplesPart sampling(samples, speaks);
+  CheckpointPart saving(checkpointer);
+  PeriodicPart* const after_step[] = {&evaluation, &sampling, &saving};
+  PreemptionPart preemption(options.handle_preemption, parallel, checkpointer, deck.train.steps, speaks);
 
-  bool preempted = false;
   const CollectiveWatchdog::Running watchdog(deck.comm.timeout_s);  // until train() returns or throws
   metrics.start_loop(first_step);
   for (std::int64_t step = first_step; step < deck.train.steps; ++step) {
@@ -154,51 +179,15 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     add_timeline_counters(train_step, model);
     if (result.skipped && speaks) Log::warn("{}", result.nonfinite);
     progress.completed(done, lr);
-    const bool last = done == deck.train.steps || done == options.stop_after_step;
-    std::optional<double> val;
-    if (evaluator.due(done, last)) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const TimelineScope span(timeline_names::eval);
-      val = evaluator.run();
-      metrics.add_eval_seconds(seconds_since(t0));
-      timers.mark(kEval);
-    }
-    if (samples.due(done)) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const std::string text = [&] {
-        const TimelineScope span(timeline_names::sample);
-        return samples.run();
-      }();
-      if (speaks) Log::info("{}\n{}\n---- end of sample ----", samples.heading(done), text);
-      metrics.add_eval_seconds(seconds_since(t0));  // forwards without a backward, as evaluation's
-      timers.mark(kEval);
-    }
-    if (checkpointer.due(done, last)) {
-      timers.mark(kOther);
-      // A save is collective (parallel HDF5): a rank lost in it must not hang the others either.
-      const CollectiveWatchdog::Region watched(fmt::format("checkpoint save of step {}", done));
-      const TimelineScope span(timeline_names::checkpoint);
-      checkpointer.save(done);
-      timers.mark(kCheckpoint);
-    }
-    metrics.after_step(done, result, train_step.fsdp_stats_of_last_step(), lr, val, last);
+    const StepEnd end{done, done == deck.train.steps || done == options.stop_after_step};
+    for (PeriodicPart* part : after_step)
+      if (part->due(end)) run_part(*part, end, metrics);
+    metrics.after_step(done, result, train_step.fsdp_stats_of_last_step(), lr, evaluation.loss_after(done), end.last);
     checkpointer.poll();
     Timeline::end_step(done);
     if (done == options.stop_after_step) break;
-    // The signal any rank received (the largest number when ranks got different ones), the same on every rank.
-    const int signal = options.handle_preemption && !last
-                           ? static_cast<int>(parallel.max_over_ranks(preemption_signal())) : 0;
-    if (signal != 0) {
-      // Finish cleanly: the save is synchronous and waits for any background one, so nothing is in flight.
-      const CollectiveWatchdog::Region watched(fmt::format("checkpoint save of step {} (preemption)", done));
-      checkpointer.finish();
-      const std::string where = checkpointer.enabled() ? checkpointer.save_and_wait(done)
-                                                       : "no checkpoint (checkpoint.interval is 0)";
-      if (speaks)
-        Log::info("preempted: signal {} received; stopped after step {} of {}, saved {}; resume with "
-                  "checkpoint.resume: auto (exit code {})", signal, done, deck.train.steps, where,
-                  kPreemptedExitCode);
-      preempted = true;
+    if (preemption.due(end)) {
+      run_part(preemption, end, metrics);
       break;
     }
   }
@@ -208,13 +197,8 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   }
   Timeline::finish();  // a run stopped before run.trace's last step writes what it recorded
   TrainSummary summary = metrics.finish(model, data.entropy_floor());
-  summary.preempted = preempted;
-  // What crossed between hosts, from fsdpp's own counters (observe/traffic.hpp): tests/cluster/ checks it against
-  // the links' byte counters.
-  if (const std::vector<std::string> hosts = hosts_for_traffic(comm); !hosts.empty()) {
-    const std::vector<DimensionTraffic> traffic = traffic_by_dimension(comm, hosts);
-    if (speaks) Log::info("{}", format_traffic(traffic, hosts));
-  }
+  summary.preempted = preemption.preempted();
+  report_traffic(comm, speaks);
   return summary;
 }
 

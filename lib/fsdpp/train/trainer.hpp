@@ -6,6 +6,8 @@
 //   Evaluator       the validation loss                                          (train/evaluator.hpp)
 //   StepMetrics     banner, step table, metrics.jsonl, end-of-run breakdowns     (train/step_metrics.hpp)
 //   Checkpointer    saves and restores the Stateful parts; resume; async saves   (train/checkpointer.hpp)
+//   PeriodicPart    evaluation, samples, checkpoint saves, the preemption check: each says when it is due,
+//                   and one wrapper times it, spans it on the timeline and watches it  (train/periodic_part.hpp)
 // The batch is fixed by the deck, not the launch: global batch s holds the same sequences on 1 rank or 64,
 // and each rank runs its share as micro-batches (gradient accumulation).
 #include "fsdpp/config/deck.hpp"
@@ -49,6 +51,19 @@ struct TrainSummary {
   double median_ms_per_step = 0;
 };
 
+// Model FLOPs utilization: the model's FLOP/s per rank over `peak_gflops_per_rank` (the measured sgemm peak);
+// 0 when no peak was measured.
+inline double mfu(double tokens_per_s, double flops_per_token, double peak_gflops_per_rank, int ranks) {
+  return peak_gflops_per_rank > 0 ? tokens_per_s * flops_per_token / (peak_gflops_per_rank * 1e9 * ranks) : 0;
+}
+
+// run.machine's prediction of the step time for this deck and launch (`fsdpp plan --machine`), made where the
+// run is set up (app/train_command.cpp), so that training does not plan.
+struct StepTimePrediction {
+  std::string machine;  // the machine's name, as the end-of-run line quotes it
+  double ms_per_step = 0;
+};
+
 struct TrainOptions {
   bool measure_peak = true;  // time an sgemm at start-up for the MFU column
   bool quiet = false;        // no banner, table or breakdown (tests)
@@ -58,6 +73,9 @@ struct TrainOptions {
   bool handle_preemption = false;
   // Called on every rank before each optimizer step (1-based), if set: test hooks (a rank that stalls).
   std::function<void(std::int64_t step)> before_step;
+  // Printed beside the measured median ms/step at the end and written to metrics.jsonl; none: the end says how
+  // to get one.
+  std::optional<StepTimePrediction> prediction;
 };
 
 // The optimizer and learning-rate schedule the deck's optim and schedule sections describe.
