@@ -23,6 +23,7 @@
 #include "fsdpp/nn/kernels/swiglu.hpp"
 #include "fsdpp/optim/adamw.hpp"
 #include "fsdpp/optim/grad_norm.hpp"
+#include "fsdpp/optim/deck_optimizer.hpp"
 #include "fsdpp/plan/machine.hpp"
 #include "fsdpp/plan/step_cost.hpp"
 #include "fsdpp/runtime/error.hpp"

@@ -5,6 +5,7 @@
 
 #include "fsdpp/comm/mpi_communicator.hpp"
 #include "fsdpp/optim/adamw.hpp"
+#include "fsdpp/optim/deck_optimizer.hpp"
 #include "fsdpp/optim/grad_norm.hpp"
 #include "fsdpp/optim/lr_schedule.hpp"
 #include "fsdpp/optim/sgd.hpp"
@@ -153,6 +154,26 @@ void run_sgd(const SgdConfig& c, std::vector<bool> decays) {
 }
 
 }  // namespace
+
+TEST_CASE("optim: the deck's optimizer keeps the state copies optimizer_state_copies counts (the planner's rule)") {
+  struct Case { OptimizerKind kind; double momentum; int copies; int passes; };
+  for (const Case& k : {Case{OptimizerKind::adamw, 0.9, 2, 8}, Case{OptimizerKind::sgd, 0.9, 1, 6},
+                        Case{OptimizerKind::sgd, 0.0, 0, 4}}) {
+    OptimConfig o;
+    o.name = k.kind;
+    o.momentum = k.momentum;
+    Params ps;
+    ps.add("w", {3, 2}, ParamRole::weight);
+    const std::unique_ptr<Optimizer> opt = make_optimizer(o, ps.list);
+    CAPTURE(opt->kind());
+    CAPTURE(k.momentum);
+    std::size_t state_tensors = 0;
+    for (const auto& [name, view] : opt->state_tensors(*ps.list[0])) state_tensors += view.extent(0) > 0 ? 1 : 0;
+    CHECK(static_cast<int>(state_tensors) == k.copies);
+    CHECK(optimizer_state_copies(o) == k.copies);
+    CHECK(optimizer_passes(o) == k.passes);
+  }
+}
 
 TEST_CASE("optim: AdamW matches three hand-computed steps; only weights decay by default") {
   AdamWConfig c;

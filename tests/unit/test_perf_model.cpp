@@ -7,6 +7,7 @@
 #include "fsdpp/fsdp/fully_shard.hpp"
 #include "fsdpp/nn/gpt.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
+#include "fsdpp/optim/deck_optimizer.hpp"
 #include "fsdpp/plan/machine.hpp"
 #include "fsdpp/plan/simulate.hpp"
 #include "fsdpp/plan/step_cost.hpp"

@@ -5,6 +5,7 @@
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/nn/make_model.hpp"
+#include "fsdpp/optim/deck_optimizer.hpp"
 
 #include <fmt/format.h>
 
@@ -99,8 +100,7 @@ PlannedModel plan_sharding(const Deck& deck, int ranks) {
     m.parameters += unit.sharded_bytes;
   }
   m.gradients = m.parameters;
-  m.optimizer = deck.optim.name == OptimizerKind::adamw ? 2 * m.parameters
-                                                        : (deck.optim.momentum != 0 ? m.parameters : 0);
+  m.optimizer = optimizer_state_copies(deck.optim) * m.parameters;
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include "fsdpp/nn/attention_kind.hpp"
 #include "fsdpp/nn/causal_lm.hpp"
 #include "fsdpp/nn/decoder_block.hpp"
+#include "fsdpp/optim/deck_optimizer.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 
@@ -306,11 +307,6 @@ Pricing pricing_for(const Deck& deck, const Machine& machine) {
 }
 
 }  // namespace
-
-int optimizer_passes(const OptimConfig& optim) {
-  const int norm = 1;
-  return norm + (optim.name == OptimizerKind::adamw ? 7 : optim.momentum != 0 ? 5 : 3);
-}
 
 StepPlan plan_step(const Deck& deck, int ranks, const Machine& machine) {
   Pricing pricing = pricing_for(deck, machine);

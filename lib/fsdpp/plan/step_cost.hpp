@@ -39,11 +39,6 @@ struct StepPlan {
   StepTime time;
 };
 
-// Passes of 4 bytes over each sharded element in the optimizer step: the gradient norm reads every gradient once
-// (every step: the log reports it, clipping scales by it); AdamW reads parameter, gradient, m and v and writes
-// three of them (SGD with momentum: three reads, two writes; without: two and one).
-int optimizer_passes(const OptimConfig& optim);
-
 // UsageError as plan_memory's when the deck cannot run on `ranks`.
 StepPlan plan_step(const Deck& deck, int ranks, const Machine& machine);
 

@@ -1,6 +1,7 @@
 #include "fsdpp/train/step_metrics.hpp"
 
 #include "fsdpp/config/deck_rules.hpp"
+#include "fsdpp/optim/deck_optimizer.hpp"
 #include "fsdpp/runtime/median.hpp"
 #include "fsdpp/runtime/build_info.hpp"
 #include "fsdpp/runtime/log.hpp"
@@ -199,7 +200,7 @@ TrainSummary StepMetrics::finish(LanguageModel& model, std::optional<double> los
     std::int64_t bytes[5] = {0, 0, 0, peak_unsharded_, model.activation_bytes()};
     for (Parameter* p : model.parameters()) bytes[0] += static_cast<std::int64_t>(p->value().extent(0)) * 4;
     bytes[1] = bytes[0];
-    bytes[2] = deck_.optim.name == OptimizerKind::adamw ? 2 * bytes[0] : (deck_.optim.momentum > 0 ? bytes[0] : 0);
+    bytes[2] = optimizer_state_copies(deck_.optim) * bytes[0];
     MPI_Allreduce(MPI_IN_PLACE, bytes, 5, MPI_INT64_T, MPI_MAX, comm_);
     s.param_bytes = bytes[0], s.grad_bytes = bytes[1], s.optimizer_bytes = bytes[2];
     s.peak_unsharded_bytes = bytes[3], s.activation_bytes = bytes[4];

@@ -5,9 +5,8 @@
 #include "fsdpp/observe/flight_service.hpp"
 #include "fsdpp/observe/timeline.hpp"
 #include "fsdpp/observe/traffic.hpp"
-#include "fsdpp/optim/adamw.hpp"
+#include "fsdpp/optim/deck_optimizer.hpp"
 #include "fsdpp/optim/lr_schedule.hpp"
-#include "fsdpp/optim/sgd.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
@@ -27,23 +26,6 @@
 #include <memory>
 
 namespace fsdpp {
-
-std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& o, std::vector<Parameter*> params) {
-  if (o.name == OptimizerKind::sgd) {
-    SgdConfig c;
-    c.lr = static_cast<float>(o.lr);
-    c.momentum = static_cast<float>(o.momentum);
-    c.weight_decay = static_cast<float>(o.weight_decay);
-    c.decay_embeddings = o.decay_embeddings, c.decay_norms = o.decay_norms, c.decay_biases = o.decay_biases;
-    return std::make_unique<Sgd>(std::move(params), c);
-  }
-  AdamWConfig c;
-  c.lr = static_cast<float>(o.lr);
-  c.beta1 = static_cast<float>(o.beta1), c.beta2 = static_cast<float>(o.beta2), c.eps = static_cast<float>(o.eps);
-  c.weight_decay = static_cast<float>(o.weight_decay);
-  c.decay_embeddings = o.decay_embeddings, c.decay_norms = o.decay_norms, c.decay_biases = o.decay_biases;
-  return std::make_unique<AdamW>(std::move(params), c);
-}
 
 LrSchedule make_schedule(const Deck& deck) {
   LrSchedule schedule;

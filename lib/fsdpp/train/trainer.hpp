@@ -12,6 +12,7 @@
 // and each rank runs its share as micro-batches (gradient accumulation).
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/optim/lr_schedule.hpp"
+#include "fsdpp/optim/deck_optimizer.hpp"
 #include "fsdpp/optim/optimizer.hpp"
 #include <mpi.h>
 
@@ -78,8 +79,6 @@ struct TrainOptions {
   std::optional<StepTimePrediction> prediction;
 };
 
-// The optimizer and learning-rate schedule the deck's optim and schedule sections describe.
-std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& optim, std::vector<Parameter*> params);
 LrSchedule make_schedule(const Deck& deck);  // UsageError for an invalid schedule
 
 // Collective over `comm` (the job's world, or a sub-communicator in tests). Throws UsageError for a deck
