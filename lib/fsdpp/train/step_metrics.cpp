@@ -124,7 +124,7 @@ void StepMetrics::banner(const LanguageModel& model, const DataFeed& data, const
   summary_.loss_floor = data.entropy_floor();
   summary_.flops_per_token = model.flops_per_token(T);
   if (!speaks_) return;
-  Log::info("{}", format_build_info());
+  Log::info("{}", format_build_info(matmul_build_info()));
   Log::info("matmul: {}, GEMM precision {}, BLAS threads per rank: {}", matmul_backend(),
             gemm_precision_description(gemm_precision()), blas_threads());
   Log::info("---- resolved deck ----\n{}-----------------------", resolved_deck_yaml(deck_));
