@@ -81,6 +81,25 @@ std::string blas_description();  // OpenBLAS's own config string, "OpenBLAS 0.3.
 // The matrix-product rows of the build table (runtime/build_info.hpp): BLAS, and the GEMM precisions this build offers.
 std::vector<std::pair<std::string, std::string>> matmul_build_info();
 
+// Exactly `threads` BLAS threads for a scope (0: keep the current count), the previous count back on exit.
+// OpenBLAS's products round differently on different thread counts (OpenBLAS 0.3.21, Haswell kernels: sgemm with
+// M 64 and N or K 192 differs in 14 to 29% of its elements between 1 and 2 threads; below its threading size, as at
+// M 16, it does not), so reproducible mode runs its GEMMs with 1 (train/trainer.cpp).
+class ScopedBlasThreads {
+ public:
+  explicit ScopedBlasThreads(int threads) : previous_(blas_threads()) {
+    if (threads > 0) set_blas_threads(threads);
+  }
+  ~ScopedBlasThreads() {
+    if (previous_ > 0) set_blas_threads(previous_);
+  }
+  ScopedBlasThreads(const ScopedBlasThreads&) = delete;
+  ScopedBlasThreads& operator=(const ScopedBlasThreads&) = delete;
+
+ private:
+  int previous_;
+};
+
 // Median GFLOP/s of an n x n x n single-precision product over `repeats` runs: the peak MFU is quoted against.
 // Always f32, whatever the precision set.
 double measure_sgemm_gflops(int n, int repeats);

@@ -15,10 +15,12 @@
 #include "fsdpp/runtime/preemption.hpp"
 #include "fsdpp/runtime/watchdog.hpp"
 #include "fsdpp/config/deck_rules.hpp"
+#include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/train/build_model.hpp"
 #include "fsdpp/train/checkpointer.hpp"
 #include "fsdpp/train/data_feed.hpp"
 #include "fsdpp/train/evaluator.hpp"
+#include "fsdpp/train/reproducible.hpp"
 #include "fsdpp/train/training_samples.hpp"
 #include "fsdpp/train/step_metrics.hpp"
 #include "fsdpp/train/train_step.hpp"
@@ -103,6 +105,8 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   // Every float GEMM of this run (training and evaluation) follows the deck; the previous setting returns
   // afterwards, so runs in one process do not leak precision into each other.
   const ScopedGemmPrecision gemm_precision(resolved_gemm_precision(deck));
+  // Reproducible mode: one BLAS thread per rank for the run, so that every environment gives the same bits.
+  const ScopedBlasThreads blas_threads(reproducible_blas_threads(deck.train));
   // One run saves into a checkpoint folder at a time; a second one stops here, on every rank.
   const CheckpointDirLock checkpoint_lock(comm, deck.checkpoint.dir, deck.checkpoint.interval > 0);
   // The last collectives of every rank, dumped to <run.output>/flight by the watchdog, an abort or SIGUSR2.
