@@ -3,6 +3,7 @@
 #include "commands.hpp"
 
 #include "fsdpp/runtime/build_info.hpp"
+#include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/version.hpp"
 
 #include <exception>
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
       // the GPUs the CUDA runtime reports, or why there are none.
       const std::string gpu_build = gpu_build_target();
       if (gpu_build.empty()) runtime.start_device();
-      Log::info("fsdpp {}\n{}", FSDPP_VERSION, format_build_info());
+      Log::info("fsdpp {}\n{}", FSDPP_VERSION, format_build_info(matmul_build_info()));
       Log::info("  {:<10} {} rank(s), {} on this node ({}), MPI threads '{}', device {}", "runtime", runtime.size(),
                 runtime.local_size(), runtime.hostname(), thread_level_name(runtime.thread_level()),
                 gpu_build.empty() ? runtime.device().name
@@ -67,7 +68,10 @@ int main(int argc, char** argv) {
     }
     for (const auto& command : commands)
       if (*command.cli) {
-        if (!command.needs_device || command.needs_device()) runtime.start_device();
+        if (!command.needs_device || command.needs_device()) {
+          runtime.start_device();
+          configure_blas_threads(runtime.local_size());
+        }
         return command.run(runtime);
       }
     Log::info("{}", cli.help());

@@ -4,6 +4,7 @@
 #include "mpi_test.hpp"
 
 #include "fsdpp/runtime/runtime.hpp"
+#include "fsdpp/tensor/matmul.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
   int failed = 0;
   {
     fsdpp::Runtime runtime(argc, argv);
+    fsdpp::configure_blas_threads(runtime.local_size());
     const int rank = runtime.rank(), size = runtime.size();
 
     doctest::Context context(argc, argv);

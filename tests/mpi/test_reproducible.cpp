@@ -28,7 +28,10 @@ using test::with;
 
 namespace {
 
-// 120 sequences split over 1, 2, 3, 4, 5, 6 and 8 ranks; short sequences keep the 120 units of a step cheap.
+// 120 sequences split over 1, 2, 3, 4, 5, 6 and 8 ranks; short sequences keep the 120 units of a step cheap. At
+// context length 16 OpenBLAS threads no product, and these runs (run_steps, not train()) keep ctest's
+// OPENBLAS_NUM_THREADS=1: that the mode holds on any thread count (train() runs it with one BLAS thread per rank)
+// is tests/cli/reproducible_blas_threads.sh's, at context length 64.
 const std::vector<std::string> kCommon = {"train.steps=2",          "train.eval_interval=0",
                                           "schedule.warmup_steps=1", "train.global_batch=120",
                                           "model.context_length=16", "train.reproducible=true"};

@@ -1,10 +1,8 @@
 #include "fsdpp/runtime/build_info.hpp"
 
-#include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/version.hpp"
 
 #include <Kokkos_Core.hpp>
-#include <cblas.h>
 #include <fmt/format.h>
 #include <hdf5.h>
 #include <mpi.h>
@@ -73,14 +71,8 @@ std::string kokkos_description() {
   return fmt::format("{}.{}.{:02d} ({})", v / 10000, (v / 100) % 100, v % 100, backends);
 }
 
-std::string blas_description() {
-  std::string config = openblas_get_config();
-  while (!config.empty() && config.back() == ' ') config.pop_back();
-  return config;  // begins with "OpenBLAS <version>"
-}
-
-std::vector<std::pair<std::string, std::string>> build_info() {
-  std::vector<std::pair<std::string, std::string>> rows;
+BuildInfoRows build_info(const BuildInfoRows& matmul_rows) {
+  BuildInfoRows rows;
   rows.emplace_back("fsdpp", fmt::format("{} ({})", FSDPP_VERSION, FSDPP_GIT_REVISION));
   rows.emplace_back("Kokkos", kokkos_description());
 
@@ -101,10 +93,7 @@ std::vector<std::pair<std::string, std::string>> build_info() {
   const char* h5_kind = "serial";
 #endif
   rows.emplace_back("HDF5", fmt::format("{}.{}.{} ({})", h5_major, h5_minor, h5_release, h5_kind));
-  rows.emplace_back("BLAS", blas_description());
-  // The GEMM precisions this build offers (deck: matmul.precision, matmul.tf32); the run banner names the one in use.
-  rows.emplace_back("GEMM", fmt::format("{}: f32, tf32{}, bf16 (bf16 inputs, f32 accumulation)", matmul_backend(),
-                                        tf32_is_native() ? " (tensor cores)" : " (emulated)"));
+  rows.insert(rows.end(), matmul_rows.begin(), matmul_rows.end());
 #ifdef FSDPP_HAVE_CUDA
   rows.emplace_back("CUDA/NCCL", nccl_version_string());
 #else
@@ -113,9 +102,9 @@ std::vector<std::pair<std::string, std::string>> build_info() {
   return rows;
 }
 
-std::string format_build_info() {
+std::string format_build_info(const BuildInfoRows& matmul_rows) {
   std::string out;
-  for (const auto& [name, version] : build_info()) out += fmt::format("  {:<10} {}\n", name, version);
+  for (const auto& [name, version] : build_info(matmul_rows)) out += fmt::format("  {:<10} {}\n", name, version);
   return out;
 }
 

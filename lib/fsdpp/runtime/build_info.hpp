@@ -6,11 +6,14 @@
 
 namespace fsdpp {
 
-// (component, version) rows: fsdpp, Kokkos (with backends), MPI, HDF5, BLAS, CUDA, NCCL.
-std::vector<std::pair<std::string, std::string>> build_info();
+using BuildInfoRows = std::vector<std::pair<std::string, std::string>>;
+
+// (component, version) rows: fsdpp, Kokkos (with backends), MPI, HDF5, then `matmul_rows`, then CUDA/NCCL.
+// runtime/ sits below tensor/, so the matrix-product rows (BLAS, GEMM) come from the caller:
+// tensor/matmul.hpp's matmul_build_info().
+BuildInfoRows build_info(const BuildInfoRows& matmul_rows);
 std::string kokkos_description();  // "3.4.01 (Serial)"
-std::string blas_description();    // OpenBLAS's own config string
-std::string format_build_info();   // the rows as an aligned table
+std::string format_build_info(const BuildInfoRows& matmul_rows);  // the rows as an aligned table
 // The NCCL library's version ("2.28.9"; "unknown" when it cannot say, "not built" without CUDA/NCCL). Here
 // rather than in comm/ because the banner reports it too, and runtime sits below comm.
 std::string nccl_library_version();

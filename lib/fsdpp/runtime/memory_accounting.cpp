@@ -1,14 +1,18 @@
 #include "fsdpp/runtime/memory_accounting.hpp"
 
-#include "fsdpp/tensor/types.hpp"
+#include <Kokkos_Core.hpp>
 
 #include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace fsdpp {
 namespace {
+
+// The compute memory space (tensor/types.hpp's MemSpace, named here because runtime/ sits below tensor/).
+using ComputeSpace = Kokkos::DefaultExecutionSpace::memory_space;
 
 struct Allocation {
   std::size_t space = 0;
@@ -74,7 +78,7 @@ void MemoryAccounting::install() {
   const auto previous = Kokkos::Tools::Experimental::get_callbacks();
   s.chained_allocate = previous.allocate_data;
   s.chained_deallocate = previous.deallocate_data;
-  s.space_index(MemSpace::name());  // the device space is always listed first
+  s.space_index(ComputeSpace::name());  // the device space is always listed first
   Kokkos::Tools::Experimental::set_allocate_data_callback(on_allocate);
   Kokkos::Tools::Experimental::set_deallocate_data_callback(on_deallocate);
   s.installed = true;
@@ -89,7 +93,7 @@ void MemoryAccounting::reset_peak() {
 SpaceUsage MemoryAccounting::device() {
   AccountingState& s = accounting_state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  return s.spaces.empty() ? SpaceUsage{MemSpace::name()} : s.spaces.front();
+  return s.spaces.empty() ? SpaceUsage{ComputeSpace::name()} : s.spaces.front();
 }
 
 }  // namespace fsdpp

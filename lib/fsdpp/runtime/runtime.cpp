@@ -4,13 +4,11 @@
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/fatal.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
-#include "fsdpp/tensor/matmul.hpp"
 
 #include <Kokkos_Core.hpp>
 
 #include <malloc.h>
 
-#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -168,11 +166,6 @@ void Runtime::start_device() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
 #endif
-  // OpenBLAS starts a thread per core in every rank; ranks sharing a node would thrash
-  // (docs/stack-notes.md §0.1).
-  // Split the node's cores among its ranks unless the user chose.
-  if (!std::getenv("OPENBLAS_NUM_THREADS"))
-    set_blas_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_size_));
 }
 
 Runtime::~Runtime() { finalize(); }

@@ -47,10 +47,8 @@ class Runtime {
   // (a GPU build on a rank without a usable GPU, a refused placement) every rank exits with code 2 and one
   // message saying which GPU was expected and what the driver said.
   void start_device();
-  bool device_started() const { return device_started_; }
   const DeviceChoice& device() const { return device_; }  // meaningful once start_device() ran
   int thread_level() const { return thread_level_; }
-  bool thread_multiple() const { return thread_level_ >= MPI_THREAD_MULTIPLE; }
 
   // Exit every rank with `code`. Ranks first meet in a barrier; one that is not reached within
   // `timeout_s` seconds means some rank went another way, and the job is aborted instead of hanging.

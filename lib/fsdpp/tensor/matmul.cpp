@@ -6,9 +6,12 @@
 
 #include <Kokkos_Core.hpp>
 #include <cblas.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -277,6 +280,12 @@ template void gemm_batched<float>(Trans, Trans, int, int, int, float, const floa
 template void gemm_batched<double>(Trans, Trans, int, int, int, double, const double*, int, std::int64_t, const double*,
                                    int, std::int64_t, double, double*, int, std::int64_t, int);
 
+int configure_blas_threads(int ranks_on_node) {
+  if (std::getenv("OPENBLAS_NUM_THREADS")) return blas_threads();  // the user chose
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return set_blas_threads(std::max(1, cores / std::max(1, ranks_on_node)));
+}
+
 int set_blas_threads(int threads) {
 #if defined(KOKKOS_ENABLE_CUDA)
   (void)threads;
@@ -373,6 +382,19 @@ std::string matmul_backend() {
 #else
   return "OpenBLAS (cblas)";
 #endif
+}
+
+std::string blas_description() {
+  std::string config = openblas_get_config();
+  while (!config.empty() && config.back() == ' ') config.pop_back();
+  return config;  // begins with "OpenBLAS <version>"
+}
+
+std::vector<std::pair<std::string, std::string>> matmul_build_info() {
+  // The GEMM precisions this build offers (deck: matmul.precision, matmul.tf32); the run banner names the one in use.
+  return {{"BLAS", blas_description()},
+          {"GEMM", fmt::format("{}: f32, tf32{}, bf16 (bf16 inputs, f32 accumulation)", matmul_backend(),
+                               tf32_is_native() ? " (tensor cores)" : " (emulated)")}};
 }
 
 }  // namespace fsdpp

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace fsdpp {
 
@@ -66,10 +68,37 @@ void gemm_batched(Trans trans_a, Trans trans_b, int M, int N, int K, T alpha, co
                   std::int64_t stride_a, const T* B, int ldb, std::int64_t stride_b, T beta, T* C, int ldc,
                   std::int64_t stride_c, int batch);
 
+// This rank's BLAS threads for a process that computes: OpenBLAS starts a thread per core in every rank, and ranks
+// sharing a node would thrash (docs/stack-notes.md), so unless OPENBLAS_NUM_THREADS chooses, a rank takes the
+// node's cores divided by `ranks_on_node`. Call once the device has started (app/main.cpp, tests/mpi_test_main.cpp);
+// returns the threads in use.
+int configure_blas_threads(int ranks_on_node);
 // Threads the BLAS library may use on this rank; returns what it reports using.
 int set_blas_threads(int threads);
 int blas_threads();  // 0 where the library does not say (cuBLAS)
 std::string matmul_backend();  // "OpenBLAS (cblas)" or "cuBLAS"
+std::string blas_description();  // OpenBLAS's own config string, "OpenBLAS 0.3.21 ..."
+// The matrix-product rows of the build table (runtime/build_info.hpp): BLAS, and the GEMM precisions this build offers.
+std::vector<std::pair<std::string, std::string>> matmul_build_info();
+
+// Exactly `threads` BLAS threads for a scope (0: keep the current count), the previous count back on exit.
+// OpenBLAS's products round differently on different thread counts (OpenBLAS 0.3.21, Haswell kernels: sgemm with
+// M 64 and N or K 192 differs in 14 to 29% of its elements between 1 and 2 threads; below its threading size, as at
+// M 16, it does not), so reproducible mode runs its GEMMs with 1 (train/trainer.cpp).
+class ScopedBlasThreads {
+ public:
+  explicit ScopedBlasThreads(int threads) : previous_(blas_threads()) {
+    if (threads > 0) set_blas_threads(threads);
+  }
+  ~ScopedBlasThreads() {
+    if (previous_ > 0) set_blas_threads(previous_);
+  }
+  ScopedBlasThreads(const ScopedBlasThreads&) = delete;
+  ScopedBlasThreads& operator=(const ScopedBlasThreads&) = delete;
+
+ private:
+  int previous_;
+};
 
 // Median GFLOP/s of an n x n x n single-precision product over `repeats` runs: the peak MFU is quoted against.
 // Always f32, whatever the precision set.

@@ -6,6 +6,7 @@
 #include <regex>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 namespace fsdpp {
@@ -22,6 +23,15 @@ void check_reproducible_resume(const Deck& deck, const std::string& saved_mesh, 
                 "tensor parallelism changes the shapes of the products, so the run would not continue bitwise. "
                 "Resume with mesh.tp {} (any data-parallel layout), or set train.reproducible false",
                 path, saved_tp, saved_mesh, deck.mesh.tp, saved_tp);
+}
+
+int reproducible_blas_threads(const TrainConfig& train) { return train.reproducible ? 1 : 0; }
+
+std::string blas_threads_override(const TrainConfig& train) {
+  const char* asked = std::getenv("OPENBLAS_NUM_THREADS");
+  if (!train.reproducible || !asked || std::string(asked) == "1") return {};
+  return fmt::format("train.reproducible runs OpenBLAS with 1 thread per rank, not OPENBLAS_NUM_THREADS={}: its "
+                     "products round differently on other thread counts (docs/reproducible.md)", asked);
 }
 
 void ExactLossMean::add(double unit_loss) {

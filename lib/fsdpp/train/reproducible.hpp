@@ -6,6 +6,7 @@
 //     bits, on every layout (training_forward_batch, config/deck_rules.hpp, which DataFeed follows);
 //   - the loss: the mean over the step's units of each unit's mean loss, summed exactly in fixed point
 //     (ExactLossMean); the gradients' sum is fully_shard's exact reduction, the norm NormType::l2_exact.
+//   - the BLAS threads: one per rank for the run (reproducible_blas_threads), whatever the environment.
 #include "fsdpp/config/deck.hpp"
 
 #include <mpi.h>
@@ -19,6 +20,14 @@ namespace fsdpp {
 // records it): a UsageError when its tp degree differs from the deck's mesh.tp, since tensor parallelism changes
 // the shapes of the products and the run could not continue bitwise. Nothing outside reproducible mode.
 void check_reproducible_resume(const Deck& deck, const std::string& saved_mesh, const std::string& path);
+
+// The run's BLAS threads per rank, for ScopedBlasThreads (tensor/matmul.hpp): 1 in reproducible mode, since
+// OpenBLAS's products round differently on different thread counts, and by default 1 rank takes a node's cores and
+// 2 ranks half each (configure_blas_threads); 0 (keep the count) otherwise.
+int reproducible_blas_threads(const TrainConfig& train);
+// The warning for the run banner when OPENBLAS_NUM_THREADS asks reproducible mode for another count than 1, which
+// it overrides; "" when there is nothing to say.
+std::string blas_threads_override(const TrainConfig& train);
 
 // The exact sum of the units' losses over the job.
 class ExactLossMean {

@@ -7,6 +7,7 @@
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
 #include "fsdpp/tensor/matmul.hpp"
+#include "fsdpp/train/reproducible.hpp"
 
 #include <algorithm>
 
@@ -119,9 +120,13 @@ void StepMetrics::banner(const LanguageModel& model, const DataFeed& data, const
   summary_.loss_floor = data.entropy_floor();
   summary_.flops_per_token = model.flops_per_token(T);
   if (!speaks_) return;
-  Log::info("{}", format_build_info());
-  Log::info("matmul: {}, GEMM precision {}, BLAS threads per rank: {}", matmul_backend(),
-            gemm_precision_description(gemm_precision()), blas_threads());
+  Log::info("{}", format_build_info(matmul_build_info()));
+  const bool one_blas_thread = deck_.train.reproducible && blas_threads() > 0;  // OpenBLAS; cuBLAS has no threads
+  Log::info("matmul: {}, GEMM precision {}, BLAS threads per rank: {}{}", matmul_backend(),
+            gemm_precision_description(gemm_precision()), blas_threads(),
+            one_blas_thread ? " (train.reproducible)" : "");
+  if (const std::string overridden = blas_threads_override(deck_.train); one_blas_thread && !overridden.empty())
+    Log::warn("{}", overridden);
   Log::info("---- resolved deck ----\n{}-----------------------", resolved_deck_yaml(deck_));
   Log::info("model: {}, {} parameters", model.describe(), model.parameter_count());
   Log::info("data: {}", data.description());

@@ -13,10 +13,12 @@
 #include "fsdpp/observe/watchdog.hpp"
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/parallel/build_model.hpp"
+#include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/train/checkpointer.hpp"
 #include "fsdpp/train/data_feed.hpp"
 #include "fsdpp/train/evaluator.hpp"
 #include "fsdpp/train/periodic_parts.hpp"
+#include "fsdpp/train/reproducible.hpp"
 #include "fsdpp/train/training_samples.hpp"
 #include "fsdpp/train/step_metrics.hpp"
 #include "fsdpp/train/train_step.hpp"
@@ -75,6 +77,7 @@ void add_timeline_counters(const TrainStep& step, LanguageModel& model) {
 struct RunServices {
   RunServices(MPI_Comm comm, const Deck& deck)
       : gemm_precision(resolved_gemm_precision(deck)),
+        blas_threads(reproducible_blas_threads(deck.train)),
         checkpoint_lock(comm, deck.checkpoint.dir, deck.checkpoint.interval > 0),
         flight(comm, static_cast<std::size_t>(deck.comm.flight_records), output_dir(deck) + "/flight",
                deck.comm.timeout_s),
@@ -84,6 +87,8 @@ struct RunServices {
   // Every float GEMM of this run (training and evaluation) follows the deck; the previous setting returns
   // afterwards, so runs in one process do not leak precision into each other.
   const ScopedGemmPrecision gemm_precision;
+  // Reproducible mode: one BLAS thread per rank for the run, so that every environment gives the same bits.
+  const ScopedBlasThreads blas_threads;
   // One run saves into a checkpoint folder at a time; a second one stops here, on every rank.
   const CheckpointDirLock checkpoint_lock;
   // The last collectives of every rank, dumped to <run.output>/flight by the watchdog, an abort or SIGUSR2.
