@@ -116,7 +116,8 @@ MPI_TEST_CASE("train: fsdpp plan predicts the measured per-rank peak under every
         {"fsdp.param_dtype=bf16", "fsdp.reduce_dtype=bf16", "matmul.precision=f32"},
         {"fsdp.accumulate=unsharded", "train.micro_batch=1"}, {"optim.name=sgd"},
         // The partial reduction each unit keeps between micro-batches.
-        {"fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2", "mesh.dp_shard=2", "fsdp.replica_all_reduce=last_micro_batch"},
+        {"fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2", "mesh.dp_shard=2",
+         "fsdp.replica_all_reduce=last_micro_batch"},
         // Prefetch depth changes which whole parameters are live at the peak; the dry step follows it.
         {"fsdp.forward_prefetch=2"}, {"fsdp.backward_prefetch=0"}, {"fsdp.backward_prefetch=h.1:h.0"},
         {"comm.overlap=false"}}) {
@@ -138,8 +139,10 @@ MPI_TEST_CASE("train: fsdp.replica_all_reduce last_micro_batch trains the same m
   const std::vector<std::string> hsdp = {"train.steps=6", "train.eval_interval=0", "schedule.warmup_steps=2",
                                          "train.micro_batch=1", "fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2",
                                          "mesh.dp_shard=2"};
-  const test::StepsRun every = test::run_steps(test_comm, tiny_deck(test::with(hsdp, {"fsdp.replica_all_reduce=every_micro_batch"})));
-  const test::StepsRun last = test::run_steps(test_comm, tiny_deck(test::with(hsdp, {"fsdp.replica_all_reduce=last_micro_batch"})));
+  auto run = [&](const std::string& when) {
+    return test::run_steps(test_comm, tiny_deck(test::with(hsdp, {"fsdp.replica_all_reduce=" + when})));
+  };
+  const test::StepsRun every = run("every_micro_batch"), last = run("last_micro_batch");
   constexpr int kAccum = 4, kUnits = 3;  // tiny: two blocks and the root
   check_same_losses(last.losses, every.losses);
   REQUIRE(last.weights.size() == every.weights.size());

@@ -284,7 +284,8 @@ void FsdpGroup::reduce_scatter_gradients() {
   // One rank with f32 gradients needs no scatter; a custom divide factor or a deferred HSDP all-reduce takes
   // the general path.
   const bool whole = !options_.exact_reduction && ranks_ == 1 && options_.mp_policy.reduce_dtype == DType::f32 && !options_.offload_policy.cpu &&
-                     (divide_factor_ == 0 || divide_factor_ == 1) && requires_all_reduce_ && !partial_reduction_.bytes;
+                     (divide_factor_ == 0 || divide_factor_ == 1) && (requires_all_reduce_ || !replicate_comm_) &&
+                     !partial_reduction_.bytes;
   context_->advance();  // the previous unit's reduce-scatter (and the one before's all-reduce) first
   const FlightSite site(module_.display_name() + " gradient reduction");
   if (whole) issue_whole_gradient_all_reduces();
