@@ -47,6 +47,7 @@ struct Options {
   bool explicit_prefetch = false;  // root prefetches both blocks in forward; h.1 prefetches h.0 in backward
   int micro_batches = 1;          // per rank per step
   bool unsharded_accumulation = false;
+  bool replica_all_reduce_last = false;  // HSDP: set_requires_all_reduce only on the last micro-batch
   int forward_prefetch = 1, backward_prefetch = 1;  // units ahead (FullyShardOptions)
 };
 
@@ -56,6 +57,7 @@ struct Run {
   std::vector<std::string> names;
   FsdpStats first_step_counts;
   std::int64_t block_unsharded_bytes = 0;   // one block's whole parameters (f32), padded
+  std::int64_t shard_bytes = 0;             // every group's padded shard on this rank (f32)
   double norm_l2 = 0, norm_inf = 0;         // of the first step's gradients, before clipping
 };
 
@@ -94,6 +96,8 @@ Run train_sharded(MPI_Comm comm, const Options& o, int steps) {
   const int per_rank = kGlobalBatch / N, m = per_rank / o.micro_batches;
   Run run;
   run.block_unsharded_bytes = fsdp_group(*model.blocks()[0])->unsharded_numel() * 4;
+  for (Module* g : model.modules())
+    if (fsdp_group(*g)) run.shard_bytes += fsdp_group(*g)->sharded_numel() * 4;
   for (int step = 0; step < steps; ++step) {
     model.zero_grad();
     double loss = 0;
@@ -109,6 +113,7 @@ Run train_sharded(MPI_Comm comm, const Options& o, int steps) {
       Kokkos::deep_copy(tokens, HostView1<std::int32_t>(in.data(), in.size()));
       Kokkos::deep_copy(targets, HostView1<std::int32_t>(tg.data(), tg.size()));
       if (o.unsharded_accumulation) fsdp_group(model)->set_requires_gradient_sync(a == o.micro_batches - 1);
+      if (o.replica_all_reduce_last) fsdp_group(model)->set_requires_all_reduce(a == o.micro_batches - 1);
       Flow flow;
       flow.B = m, flow.T = kT, flow.tokens = tokens, flow.targets = targets;
       flow.loss_scale = 1.0f / static_cast<float>(o.micro_batches);
@@ -141,6 +146,7 @@ Run reference(MPI_Comm test_comm, int test_rank, const Options& o, int steps) {
   Options single = o;
   single.micro_batches = 1;
   single.unsharded_accumulation = false;
+  single.replica_all_reduce_last = false;
   single.mesh = {{"dp_shard", -1}};
   single.reshard_ranks = 0;
   single.mp = MixedPrecisionPolicy{};  // the reference is always the f32 run, not offloaded
@@ -241,8 +247,32 @@ MPI_TEST_CASE("fsdp parity on 4 ranks: HSDP 2x2 and reshard_after_forward = 2", 
     o.mesh = {{"dp_replicate", 2}, {"dp_shard", 2}};
     o.micro_batches = 2;
   }
+  SUBCASE("HSDP with 3 micro-batches, the replica all-reduce on the last only") {
+    o.mesh = {{"dp_replicate", 2}, {"dp_shard", 2}};
+    o.micro_batches = 3;
+    o.replica_all_reduce_last = true;
+  }
   SUBCASE("reshard_after_forward = 2 (post-forward groups of 2 ranks)") { o.reshard_ranks = 2; }
   check_parity(test_comm, test_rank, o);
+}
+
+MPI_TEST_CASE("fsdp: HSDP with the replica all-reduce on the last micro-batch only all-reduces once per step", 4) {
+  Options every;
+  every.mesh = {{"dp_replicate", 2}, {"dp_shard", 2}};
+  every.micro_batches = 3;
+  Options last = every;
+  last.replica_all_reduce_last = true;
+  const Run e = train_sharded(test_comm, every, 1), l = train_sharded(test_comm, last, 1);
+  // Three groups (two blocks, the root), each reduce-scattered every micro-batch either way.
+  CHECK(e.first_step_counts.reduce_scatters == 9);
+  CHECK(l.first_step_counts.reduce_scatters == 9);
+  CHECK(l.first_step_counts.reduce_scatter_bytes == e.first_step_counts.reduce_scatter_bytes);
+  CHECK(e.first_step_counts.all_reduces == 9);
+  CHECK(l.first_step_counts.all_reduces == 3);
+  // Each all-reduce moves one group's reduced f32 shard: once per group per step, 1/3 of the bytes, exactly.
+  CHECK(l.shard_bytes > 0);
+  CHECK(l.first_step_counts.all_reduce_bytes == l.shard_bytes);
+  CHECK(e.first_step_counts.all_reduce_bytes == 3 * l.shard_bytes);
 }
 
 MPI_TEST_CASE("fsdp: bf16 all-gathers move half the bytes; HSDP all-reduces once per group", 4) {

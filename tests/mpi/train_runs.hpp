@@ -47,6 +47,7 @@ struct StepsRun {
   std::vector<double> losses, norms;
   std::vector<float> weights;    // every parameter's whole tensor after the last step, in model order
   std::vector<FsdpStats> stats;  // per step
+  std::int64_t shard_bytes = 0;  // every unit's padded shard on this rank, in f32 bytes
 };
 
 // The trainer's step loop (TrainStep, the deck's optimizer and schedule) on all of `comm`, keeping the model for
@@ -61,6 +62,7 @@ inline StepsRun run_steps(MPI_Comm comm, const Deck& deck) {
   SectionTimers timers(step_section_names());
   TrainStep step(comm, model, parallel, *optimizer, data, deck.train, timers);
   StepsRun run;
+  for (const UnitSummary& u : parallel.units()) run.shard_bytes += u.sharded_numel * 4;
   for (std::int64_t s = 0; s < deck.train.steps; ++s) {
     const StepResult r = step.run(s + 1, schedule.at(s));
     run.losses.push_back(r.loss);

@@ -321,6 +321,26 @@ TEST_CASE("deck: checkpoint.resume takes a checkpoint path, and none") {
   CHECK(parse_deck("train: {steps: 5}\ncheckpoint: {resume: none}\n", "deck.yaml").checkpoint.resume == fsdpp::ResumeMode::off);
 }
 
+TEST_CASE("deck: fsdp.replica_all_reduce defers HSDP's replica all-reduce, and only where there is one to defer") {
+  CHECK(parse_deck("train: {steps: 5}\n", "deck.yaml").fsdp.replica_all_reduce ==
+        fsdpp::ReplicaAllReduce::every_micro_batch);
+  const std::string hsdp = "train: {steps: 5}\nmesh: {dp_replicate: 2}\nfsdp: {strategy: hybrid_shard, ";
+  const Deck d = parse_deck(hsdp + "replica_all_reduce: last_micro_batch}\n", "deck.yaml");
+  CHECK(d.fsdp.replica_all_reduce == fsdpp::ReplicaAllReduce::last_micro_batch);
+  CHECK(parse_deck(resolved_deck_yaml(d), "deck.yaml").fsdp.replica_all_reduce ==
+        fsdpp::ReplicaAllReduce::last_micro_batch);
+  CHECK(deck_error("train: {steps: 5}\nfsdp: {replica_all_reduce: last_micro_batch}\n") ==
+        "deck.yaml:2:28: fsdp.replica_all_reduce last_micro_batch defers hybrid_shard's all-reduce over the "
+        "replicas, but fsdp.strategy full_shard has none to defer: set fsdp.strategy hybrid_shard, or remove "
+        "fsdp.replica_all_reduce");
+  CHECK(deck_error(hsdp + "replica_all_reduce: last_micro_batch, accumulate: unsharded}\n")
+            .find("fsdp.accumulate unsharded already reduces once per step") != std::string::npos);
+  CHECK(deck_error(hsdp + "replica_all_reduce: last_micro_batch}\n", {"train.reproducible=true"})
+            .find("train.reproducible already all-reduces") != std::string::npos);
+  CHECK(deck_error(hsdp + "replica_all_reduce: last}\n").find("every_micro_batch|last_micro_batch") !=
+        std::string::npos);
+}
+
 TEST_CASE("deck: checkpoint.on_error is abort or continue, abort by default") {
   CHECK(parse_deck("train: {steps: 5}\n", "deck.yaml").checkpoint.on_error == fsdpp::CheckpointOnError::abort);
   const Deck d = parse_deck("train: {steps: 5}\ncheckpoint: {on_error: continue}\n", "deck.yaml");

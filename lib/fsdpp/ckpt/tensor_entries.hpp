@@ -27,19 +27,6 @@ inline std::vector<TensorEntry> tensors_of(const CheckpointContents& c) {
   return out;
 }
 
-// How a parameter's rows are split: `shards` pieces of `chunk` rows (the last may be shorter or empty).
-struct RowSplit {
-  int shards = 1, mine = 0;
-  std::int64_t chunk = 0, rows = 0;
-  std::int64_t rows_of(int k) const { return std::clamp<std::int64_t>(rows - k * chunk, 0, chunk); }
-  std::int64_t offset_of(int k) const { return std::min<std::int64_t>(k * chunk, rows); }
-};
-
-inline RowSplit split_of(const Parameter& p) {
-  if (p.placement()) return {p.placement()->ranks, p.placement()->rank, p.placement()->chunk_rows, p.rows()};
-  return {1, 0, p.rows(), p.rows()};
-}
-
 // Copies the parameter's real local elements (local_numel(), in its storage's layout) out of `whole`, the whole
 // tensor (row-major, global shape).
 inline void take_local_elements(const Parameter& p, const float* whole, float* local) {

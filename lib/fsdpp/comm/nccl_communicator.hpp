@@ -45,8 +45,6 @@ class NcclCommunicator final : public Communicator {
 
   // Affects collectives started afterwards; handles already returned keep the stream they were started with.
   void set_compute_stream(cudaStream_t stream) { compute_ = stream; }
-  cudaStream_t compute_stream() const { return compute_; }
-  cudaStream_t comm_stream() const { return stream_; }
 
  protected:
   WorkHandle start_all_gather(const void* send, void* recv, std::size_t count, DType dtype,

@@ -153,6 +153,7 @@ struct FsdpConfig {
   DType output_dtype = DType::f32;  // f32 or bf16
   OffloadPolicy offload = OffloadPolicy::none;
   GradAccumulation accumulate = GradAccumulation::sharded;
+  ReplicaAllReduce replica_all_reduce = ReplicaAllReduce::every_micro_batch;  // HSDP with sharded accumulation
   PrefetchSetting forward_prefetch, backward_prefetch;
 };
 

@@ -14,6 +14,8 @@ enum class DataOrder { shuffled, sequential };
 enum class ShardStrategy { full_shard, hybrid_shard, shard_grad_op, no_shard };
 enum class OffloadPolicy { none, cpu };
 enum class GradAccumulation { unsharded, sharded };
+// fsdp.replica_all_reduce: when HSDP all-reduces the reduced shards over the replicas during accumulation.
+enum class ReplicaAllReduce { every_micro_batch, last_micro_batch };
 enum class ResumeMode { off, on, automatic, path };
 enum class CommBackendChoice { automatic, mpi, nccl };  // automatic: NCCL when Kokkos computes on a GPU
 enum class CheckpointOnError { abort, keep_going };  // deck names: abort | continue
@@ -33,6 +35,7 @@ std::string_view to_string(DataOrder v);
 std::string_view to_string(ShardStrategy v);
 std::string_view to_string(OffloadPolicy v);
 std::string_view to_string(GradAccumulation v);
+std::string_view to_string(ReplicaAllReduce v);
 std::string_view to_string(ResumeMode v);
 std::string_view to_string(CommBackendChoice v);
 std::string_view to_string(CheckpointOnError v);

@@ -134,6 +134,15 @@ void check_parallel_strategy(const FsdpConfig& fsdp, const MeshConfig& mesh) {
     broken({"fsdp.strategy", "fsdp.reshard_after_forward"},
            "fsdp.reshard_after_forward ({}) contradicts fsdp.strategy {}, which keeps parameters unsharded after "
            "forward; leave it auto or set false", to_string(fsdp.reshard_after_forward), to_string(fsdp.strategy));
+  if (fsdp.replica_all_reduce == ReplicaAllReduce::last_micro_batch && fsdp.strategy != ShardStrategy::hybrid_shard)
+    broken({"fsdp.replica_all_reduce", "fsdp.strategy"},
+           "fsdp.replica_all_reduce last_micro_batch defers hybrid_shard's all-reduce over the replicas, but "
+           "fsdp.strategy {} has none to defer: set fsdp.strategy hybrid_shard, or remove fsdp.replica_all_reduce",
+           to_string(fsdp.strategy));
+  if (fsdp.replica_all_reduce == ReplicaAllReduce::last_micro_batch && fsdp.accumulate == GradAccumulation::unsharded)
+    broken({"fsdp.replica_all_reduce", "fsdp.accumulate"},
+           "fsdp.replica_all_reduce last_micro_batch defers the replica all-reduce of sharded accumulation, but "
+           "fsdp.accumulate unsharded already reduces once per step: remove one of the two");
 }
 
 void check_batch(const TrainConfig& train) {
@@ -163,6 +172,10 @@ void check_reproducible(const TrainConfig& train, const FsdpConfig& fsdp) {
            "train.reproducible sums gradients exactly in fixed point, which replaces fsdp.reduce_dtype; a bf16 "
            "reduction would round each unit's gradient differently from the default: set fsdp.reduce_dtype f32, or "
            "train.reproducible false");
+  if (fsdp.replica_all_reduce == ReplicaAllReduce::last_micro_batch)
+    broken({"train.reproducible", "fsdp.replica_all_reduce"},
+           "train.reproducible already all-reduces the step's exact gradient sums over the replicas once, after the "
+           "last micro-batch: remove fsdp.replica_all_reduce");
 }
 
 int training_forward_batch(const TrainConfig& train) {

@@ -62,14 +62,16 @@ void check_sequence_parallel_tokens(std::int64_t micro_batch, std::int64_t token
 // ---- strategy and mesh (fsdp.strategy, fsdp.reshard_after_forward, mesh.*) ------------------------------
 // At most one of dp_replicate and dp_shard is -1; hybrid_shard needs dp_replicate, full_shard and
 // shard_grad_op refuse it; tp_sequence_parallel needs tp > 1; no_shard does not combine with tp;
-// reshard_after_forward true or k contradicts shard_grad_op and no_shard.
+// reshard_after_forward true or k contradicts shard_grad_op and no_shard; replica_all_reduce last_micro_batch
+// needs hybrid_shard with sharded accumulation.
 void check_parallel_strategy(const FsdpConfig& fsdp, const MeshConfig& mesh);
 
 // ---- training (train.*, schedule.*) ---------------------------------------------------------------------
 // micro_batch <= global_batch and divides it (the split over data-parallel ranks is grad_accum_steps').
 void check_batch(const TrainConfig& train);
 // train.reproducible: reproducible_unit divides micro_batch; at most kReproducibleMaxUnits units per step (the
-// headroom of the fixed-point words, tensor/fixed_point.hpp); reduce_dtype f32 (the exact sum replaces it).
+// headroom of the fixed-point words, tensor/fixed_point.hpp); reduce_dtype f32 (the exact sum replaces it); no
+// replica_all_reduce last_micro_batch (the exact sums are all-reduced once per step anyway).
 inline constexpr std::int64_t kReproducibleMaxUnits = GradientWords::kMaxUnits;
 void check_reproducible(const TrainConfig& train, const FsdpConfig& fsdp);
 // Sequences per training forward and backward: train.micro_batch, or in reproducible mode its computation unit,

@@ -8,6 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 
 namespace fsdpp::deck_detail {
@@ -401,7 +402,7 @@ Field llama_only(Field f, std::string default_doc) {
   return f;
 }
 
-std::vector<Field> make_fields() {
+std::vector<Field> run_fields() {
   std::vector<Field> f;
   f.push_back(text("run.name", &Deck::run, &RunConfig::name, "Name of the run; names the output folder.", true));
   f.back().default_doc = "<deck file name without extension>";
@@ -418,7 +419,11 @@ std::vector<Field> make_fields() {
   f.back().type = "<preset|file.yaml>";
   f.back().default_doc = "none (no prediction)";
   f.back().get = [](const Deck& d) { return d.run.machine.empty() ? std::string() : yaml_scalar(d.run.machine); };
+  return f;
+}
 
+std::vector<Field> model_fields() {
+  std::vector<Field> f;
   f.push_back(choice("model.arch", &Deck::model, &ModelConfig::arch, kArchs,
                      "gpt2: GPT-2 (LayerNorm, learned positions, GELU MLP, biases); llama: Llama 2/3 (RMSNorm, "
                      "RoPE, grouped-query attention, SwiGLU MLP, no biases, untied lm_head unless "
@@ -479,7 +484,11 @@ std::vector<Field> make_fields() {
                                  "llama only: rope_scaling.original_max_position_embeddings."), "8192"));
   f.push_back(llama_only(real("model.norm_eps", &Deck::model, &ModelConfig::norm_eps, kPositive,
                               "llama only: RMSNorm epsilon (Llama 2: 1e-5 or 1e-6, Llama 3: 1e-5, Qwen2: 1e-6)."), "1e-05 (qwen2: 1e-06)"));
+  return f;
+}
 
+std::vector<Field> data_fields() {
+  std::vector<Field> f;
   f.push_back(text("data.source", &Deck::data, &DataConfig::source,
                    "'synthetic' (the built-in corpus) or the path of a token file."));
   f.push_back(choice("data.format", &Deck::data, &DataConfig::format, kFormats,
@@ -490,7 +499,11 @@ std::vector<Field> make_fields() {
                      "windows of T+1 tokens at stride T from the start of the data, wrapping (an epoch) at the end."));
   f.push_back(real("data.val_fraction", &Deck::data, &DataConfig::val_fraction, kUnitHalfOpen,
                    "Fraction of the tokens held out for validation."));
+  return f;
+}
 
+std::vector<Field> optim_fields() {
+  std::vector<Field> f;
   f.push_back(choice("optim.name", &Deck::optim, &OptimConfig::name, kOptimizers, "Optimizer."));
   f.push_back(real("optim.lr", &Deck::optim, &OptimConfig::lr, kPositive, "Peak learning rate."));
   f.push_back(real("optim.beta1", &Deck::optim, &OptimConfig::beta1, kUnitHalfOpen, "AdamW first-moment decay."));
@@ -505,14 +518,22 @@ std::vector<Field> make_fields() {
                       "Apply weight decay to LayerNorm weights."));
   f.push_back(boolean("optim.decay_biases", &Deck::optim, &OptimConfig::decay_biases,
                       "Apply weight decay to biases."));
+  return f;
+}
 
+std::vector<Field> schedule_fields() {
+  std::vector<Field> f;
   f.push_back(choice("schedule.kind", &Deck::schedule, &ScheduleConfig::kind, kSchedules,
                      "Learning rate after warmup: constant, or cosine decay to schedule.min_lr at train.steps."));
   f.push_back(integer("schedule.warmup_steps", &Deck::schedule, &ScheduleConfig::warmup_steps, 0,
                       "Steps of linear warmup from 0 to optim.lr."));
   f.push_back(real("schedule.min_lr", &Deck::schedule, &ScheduleConfig::min_lr, kNonNegative,
                    "Final learning rate of the cosine decay."));
+  return f;
+}
 
+std::vector<Field> train_fields() {
+  std::vector<Field> f;
   f.push_back(integer("train.steps", &Deck::train, &TrainConfig::steps, 1, "Optimizer steps to run."));
   f.back().required = true;
   f.back().default_doc = "(required)";
@@ -558,12 +579,20 @@ std::vector<Field> make_fields() {
   f.push_back(integer("train.reproducible_unit", &Deck::train, &TrainConfig::reproducible_unit, 1,
                       "With train.reproducible: sequences per computation unit, the same on every layout; must "
                       "divide train.micro_batch. Larger units run larger GEMMs but allow fewer layouts."));
+  return f;
+}
 
+std::vector<Field> log_fields() {
+  std::vector<Field> f;
   f.push_back(integer("log.interval", &Deck::log, &LogConfig::interval, 1,
                       "Print a step-table row every this many steps."));
   f.push_back(integer("log.header_every", &Deck::log, &LogConfig::header_every, 0,
                       "Reprint the table header every this many rows; 0 prints it once."));
+  return f;
+}
 
+std::vector<Field> fsdp_fields() {
+  std::vector<Field> f;
   f.push_back(choice("fsdp.strategy", &Deck::fsdp, &FsdpConfig::strategy, kStrategies,
                      "full_shard (ZeRO-3), hybrid_shard (shard within dp_shard, replicate across dp_replicate), "
                      "shard_grad_op (ZeRO-2: keep parameters unsharded from forward to backward), no_shard (DDP)."));
@@ -579,6 +608,11 @@ std::vector<Field> make_fields() {
   f.push_back(choice("fsdp.accumulate", &Deck::fsdp, &FsdpConfig::accumulate, kAccumulations,
                      "Gradient accumulation: sharded reduce-scatters every micro-batch (sharded memory); "
                      "unsharded keeps full gradients and reduce-scatters once per step (less communication)."));
+  f.push_back(choice("fsdp.replica_all_reduce", &Deck::fsdp, &FsdpConfig::replica_all_reduce, kReplicaAllReduces,
+                     "hybrid_shard with sharded accumulation: every_micro_batch all-reduces each micro-batch's "
+                     "reduced shards over the replicas; last_micro_batch (FSDP2's set_requires_all_reduce(False) "
+                     "on all but the last) sums them locally and all-reduces once per step: 1/accumulation-steps "
+                     "of the replica traffic, one more gradient shard of memory, losses equal within fp32 rounding."));
   f.push_back(prefetch("fsdp.forward_prefetch", &FsdpConfig::forward_prefetch,
                        "All-gathers each unit starts before its forward runs: the next 0, 1 (FSDP2's default) or 2 "
                        "units in forward order (0: each unit gathers when it runs; 2 holds one more unit's whole "
@@ -589,7 +623,11 @@ std::vector<Field> make_fields() {
                        "All-gathers each unit starts before its backward runs: the next 0, 1 (FSDP2's default) or 2 "
                        "units in backward order, or explicit lists per unit as for fsdp.forward_prefetch (in "
                        "backward, h.1:h.0 prefetches h.0 when h.1's backward starts)."));
+  return f;
+}
 
+std::vector<Field> matmul_fields() {
+  std::vector<Field> f;
   f.push_back(choice("matmul.precision", &Deck::matmul, &MatmulConfig::precision, kMatmulPrecisions,
                      "Precision of every float GEMM (linear layers, attention products, lm_head; forward and "
                      "backward): bf16 rounds the inputs to bf16 and accumulates in f32 (tensor cores on GPUs); "
@@ -599,7 +637,11 @@ std::vector<Field> make_fields() {
                       "f32 GEMMs read their inputs as TF32 (10 mantissa bits, f32 accumulation): tensor cores on "
                       "GPU builds; CPU builds emulate it by rounding the inputs (same numbers, slower)."));
   f.back().default_doc = "true on GPU builds, false on CPU builds";
+  return f;
+}
 
+std::vector<Field> mesh_fields() {
+  std::vector<Field> f;
   f.push_back(mesh_dim("mesh.dp_replicate", &MeshConfig::dp_replicate,
                        "Replicas (outer mesh dimension; for hybrid_shard). Absent: no replicate dimension."));
   f.back().default_doc = "absent";
@@ -614,7 +656,11 @@ std::vector<Field> make_fields() {
                       "hold 1/tp of the micro-batch's B*T tokens (contiguous rows; the sequence when B is 1); an "
                       "all-gather enters and a reduce-scatter leaves each tensor-parallel region instead of one "
                       "all-reduce. B*T must be a multiple of mesh.tp."));
+  return f;
+}
 
+std::vector<Field> comm_fields() {
+  std::vector<Field> f;
   f.push_back(choice("comm.backend", &Deck::comm, &CommConfig::backend, kBackends,
                      "Collectives of training: nccl (device memory, GPU builds), mpi (host memory), or auto: nccl "
                      "when Kokkos computes on a GPU, mpi otherwise."));
@@ -633,7 +679,11 @@ std::vector<Field> make_fields() {
                       "needed, and tensor-parallel input-gradient collectives run while the weight gradients are "
                       "computed. Losses are bitwise the same either way; false blocks on every collective (the "
                       "schedule before overlap, for comparison)."));
+  return f;
+}
 
+std::vector<Field> checkpoint_fields() {
+  std::vector<Field> f;
   f.push_back(text("checkpoint.dir", &Deck::checkpoint, &CheckpointConfig::dir, "Folder for checkpoints."));
   f.back().default_doc = "<run.output>/checkpoints";
   f.push_back(integer("checkpoint.interval", &Deck::checkpoint, &CheckpointConfig::interval, 0,
@@ -648,6 +698,17 @@ std::vector<Field> make_fields() {
                      "A save that fails (full disk, read-only or vanished folder): abort stops the run with the "
                      "error; continue logs it and trains on, keeping the previous checkpoint (latest still names it)."));
   return f;
+}
+
+// The key table, section by section in deck_sections()'s order: that order is the help's and the echo's.
+std::vector<Field> make_fields() {
+  std::vector<Field> all;
+  for (auto section : {run_fields, model_fields, data_fields, optim_fields, schedule_fields, train_fields, log_fields,
+                       fsdp_fields, matmul_fields, mesh_fields, comm_fields, checkpoint_fields}) {
+    std::vector<Field> fields = section();
+    all.insert(all.end(), std::make_move_iterator(fields.begin()), std::make_move_iterator(fields.end()));
+  }
+  return all;
 }
 
 }  // namespace

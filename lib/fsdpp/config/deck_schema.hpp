@@ -86,6 +86,7 @@ extern const EnumNames<ShardStrategy> kStrategies;
 extern const EnumNames<OffloadPolicy> kOffloads;
 extern const EnumNames<CommBackendChoice> kBackends;
 extern const EnumNames<GradAccumulation> kAccumulations;
+extern const EnumNames<ReplicaAllReduce> kReplicaAllReduces;
 extern const EnumNames<ResumeMode> kResumes;
 extern const EnumNames<CheckpointOnError> kOnErrors;
 extern const EnumNames<NonFinitePolicy> kNonFinite;

@@ -29,6 +29,8 @@ const EnumNames<ShardStrategy> kStrategies = {{"full_shard", ShardStrategy::full
 const EnumNames<OffloadPolicy> kOffloads = {{"none", OffloadPolicy::none}, {"cpu", OffloadPolicy::cpu}};
 const EnumNames<GradAccumulation> kAccumulations = {{"unsharded", GradAccumulation::unsharded},
                                                     {"sharded", GradAccumulation::sharded}};
+const EnumNames<ReplicaAllReduce> kReplicaAllReduces = {{"every_micro_batch", ReplicaAllReduce::every_micro_batch},
+                                                        {"last_micro_batch", ReplicaAllReduce::last_micro_batch}};
 const EnumNames<ResumeMode> kResumes = {{"false", ResumeMode::off}, {"true", ResumeMode::on},
                                         {"auto", ResumeMode::automatic}, {"path", ResumeMode::path}};
 const EnumNames<CommBackendChoice> kBackends = {{"auto", CommBackendChoice::automatic},
@@ -54,6 +56,7 @@ std::string_view to_string(DataOrder v) { return name_of(deck_detail::kOrders, v
 std::string_view to_string(ShardStrategy v) { return name_of(deck_detail::kStrategies, v); }
 std::string_view to_string(OffloadPolicy v) { return name_of(deck_detail::kOffloads, v); }
 std::string_view to_string(GradAccumulation v) { return name_of(deck_detail::kAccumulations, v); }
+std::string_view to_string(ReplicaAllReduce v) { return name_of(deck_detail::kReplicaAllReduces, v); }
 std::string_view to_string(ResumeMode v) { return name_of(deck_detail::kResumes, v); }
 std::string_view to_string(CommBackendChoice v) { return name_of(deck_detail::kBackends, v); }
 std::string_view to_string(CheckpointOnError v) { return name_of(deck_detail::kOnErrors, v); }

@@ -221,6 +221,11 @@ void FsdpGroup::set_requires_gradient_sync(bool value, bool recurse) {
     if (FsdpGroup* g = fsdp_group(*m)) g->requires_gradient_sync_ = value;
 }
 
+void FsdpGroup::set_requires_all_reduce(bool value, bool recurse) {
+  for (Module* m : module_.modules())
+    if (FsdpGroup* g = fsdp_group(*m); g && (recurse || g == this)) g->requires_all_reduce_ = value;
+}
+
 void FsdpGroup::set_exact_single_backward(bool value, bool recurse) {
   for (Module* m : module_.modules())
     if (FsdpGroup* g = fsdp_group(*m); g && (recurse || g == this)) g->exact_single_backward_ = value;
@@ -460,7 +465,7 @@ void FsdpGroup::after(Module&, Pass pass, Flow& flow) {
   if (requires_gradient_sync_) reduce_scatter_gradients();
   // Gradients point back at the shards; unreduced ones (sync off) stay in full_grad_ for the next backward.
   for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->use_grad(shard_grad_[i]);
-  if (reshard_after_backward_) reshard();
+  reshard();
   if (is_root_) {
     // The last unit's backward ended: every reduction completes here (FSDP2's post-backward final callback),
     // so the gradients are whole when backward returns.

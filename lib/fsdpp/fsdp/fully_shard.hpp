@@ -76,6 +76,7 @@ struct FsdpStats {
   int forward_all_gathers = 0, backward_all_gathers = 0, reduce_scatters = 0, all_reduces = 0;
   std::int64_t all_gather_bytes = 0;      // gathered output bytes
   std::int64_t reduce_scatter_bytes = 0;  // reduce-scatter input bytes
+  std::int64_t all_reduce_bytes = 0;      // all-reduced bytes over the HSDP / no_shard replicas
   std::int64_t host_to_device_bytes = 0;  // CPU offload: shards staged for all-gathers
   std::int64_t device_to_host_bytes = 0;  // CPU offload: reduced gradient shards copied back
   double all_gather_wait_s = 0;           // exposed: waiting for all-gathers not hidden behind compute
@@ -109,17 +110,16 @@ class FsdpGroup final : public ModuleHooks {
   void unshard(bool async = false);
   void wait_for_unshard();
   void reshard();  // free the whole parameters; value/grad point at the shards again
-  bool is_unsharded() const { return unsharded_; }
 
-  void set_reshard_after_forward(bool value) { options_.reshard_after_forward = value; }
   // Off: backward leaves gradients whole and unreduced, accumulating over micro-batches; the next backward
   // with sync on reduce-scatters the sum (FSDP2's no_sync).
   // `recurse`: also every sharded module below this one (FSDP2's default).
   void set_requires_gradient_sync(bool value, bool recurse = true);
-  void set_reshard_after_backward(bool value) { reshard_after_backward_ = value; }
-  // HSDP: off, reduce-scatter without the replicate all-reduce, summing into a partial gradient; the next
-  // backward with it on all-reduces the sum once.
-  void set_requires_all_reduce(bool value) { requires_all_reduce_ = value; }
+  // HSDP (FSDP2's set_requires_all_reduce): off, backward still reduce-scatters (with gradient sync on) but skips
+  // the all-reduce over the replicas, summing the reduced shards into a partial gradient; the next backward with
+  // it on adds that sum and all-reduces once (deck fsdp.replica_all_reduce: last_micro_batch). Without replicas
+  // it changes nothing. `recurse`: also every sharded module below this one (FSDP2's default).
+  void set_requires_all_reduce(bool value, bool recurse = true);
   void set_gradient_divide_factor(double factor) { divide_factor_ = factor; }
   // Exact reduction: the next backward is the only one of its step (no accumulation), so its reduced words are
   // the step's sum: they are converted when the reduction completes, and no word accumulator is kept.
@@ -131,11 +131,8 @@ class FsdpGroup final : public ModuleHooks {
   Module& module() const { return module_; }
   const std::vector<Parameter*>& parameters() const { return params_; }
   bool is_root() const { return is_root_; }
-  bool is_hsdp() const { return replicate_comm_ != nullptr; }
-  Communicator& shard_comm() const { return comm_; }
   std::int64_t sharded_numel() const { return flat_numel_; }   // per rank, padded
   std::int64_t unsharded_numel() const { return flat_numel_ * ranks_; }
-  bool runs_dry() const { return dry_; }
   // Root only, before its first forward: also report every memory event of the groups under it here.
   void add_memory_listener(std::shared_ptr<FsdpMemoryListener> listener);
 
@@ -146,10 +143,6 @@ class FsdpGroup final : public ModuleHooks {
   friend void empty_fsdp_cache(Module& root);
   friend void finish_gradient_reduction(Module& root);
   friend void abandon_gradient_reduction(Module& root);
-// Reproducible mode, after the step's last backward: waits for the reductions in flight, all-reduces each
-// group's word sums over the HSDP replicas, and adds their mean over `units` (the step's computation units) to
-// the shard gradients. Collective over the data-parallel groups.
-void finish_exact_gradients(Module& root, std::int64_t units);
   friend void finish_exact_gradients(Module& root, std::int64_t units);
   // A transient buffer and the bytes it was reported with: a block of the pool, viewed as T (its View stays
   // empty when the group runs dry).
@@ -252,7 +245,6 @@ void finish_exact_gradients(Module& root, std::int64_t units);
   bool requires_gradient_sync_ = true;
   bool requires_all_reduce_ = true;
   bool exact_single_backward_ = false;
-  bool reshard_after_backward_ = true;
   double divide_factor_ = 0;  // 0: average over the data-parallel ranks
   std::vector<Module*> forward_prefetch_, backward_prefetch_;
   bool is_root_ = false;

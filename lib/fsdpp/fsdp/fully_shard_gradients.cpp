@@ -129,6 +129,7 @@ bool FsdpGroup::reduce_over_replicas(PendingReduction& pending) {
                                                      divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg);
   }
   context_->stats.all_reduces++;
+  context_->stats.all_reduce_bytes += pending.reduced.bytes;
   pending.stage = PendingReduction::Stage::all_reduce;
   return true;
 }
@@ -172,6 +173,7 @@ void FsdpGroup::issue_whole_gradient_all_reduces() {
       pending.per_param.push_back(replicate_comm_->all_reduce_async(
           whole.data(), whole.extent(0), DType::f32, divide_factor_ > 0 ? ReduceOp::sum : ReduceOp::avg));
     }
+    if (replicate_comm_) context_->stats.all_reduce_bytes += full_grad_[i].bytes;
     params_[i]->use_grad(shard_grad_[i]);
     pending.whole.push_back(std::move(full_grad_[i]));
     full_grad_[i] = Tracked<float>();
@@ -268,6 +270,7 @@ void FsdpGroup::convert_words(Tracked<std::int64_t>& words, FsdpBuffer kind, std
       replicate_comm_->all_reduce(words.view.data(), words.view.extent(0), DType::i64, ReduceOp::sum);
     }
     context_->stats.all_reduces++;
+    context_->stats.all_reduce_bytes += words.bytes;
   }
   Tracked<float> reduced;
   allocate(reduced, FsdpBuffer::reduced_f32, layout_.slot, module_.display_name() + ".reduced_f32");
@@ -281,7 +284,8 @@ void FsdpGroup::reduce_scatter_gradients() {
   // One rank with f32 gradients needs no scatter; a custom divide factor or a deferred HSDP all-reduce takes
   // the general path.
   const bool whole = !options_.exact_reduction && ranks_ == 1 && options_.mp_policy.reduce_dtype == DType::f32 && !options_.offload_policy.cpu &&
-                     (divide_factor_ == 0 || divide_factor_ == 1) && requires_all_reduce_ && !partial_reduction_.bytes;
+                     (divide_factor_ == 0 || divide_factor_ == 1) && (requires_all_reduce_ || !replicate_comm_) &&
+                     !partial_reduction_.bytes;
   context_->advance();  // the previous unit's reduce-scatter (and the one before's all-reduce) first
   const FlightSite site(module_.display_name() + " gradient reduction");
   if (whole) issue_whole_gradient_all_reduces();

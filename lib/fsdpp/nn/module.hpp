@@ -102,7 +102,6 @@ class Module {
     return nullptr;
   }
   std::vector<Parameter*> local_parameters() { return parameters(false); }
-  void clear_hooks() { hooks_.clear(); }
 
   // Activation checkpointing (above): forward keeps only the input; backward re-runs forward() first.
   // The replay is a timeline span and Kokkos region "fsdpp::recompute <path>" (observe/timeline.hpp), named here once.

@@ -63,6 +63,7 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
     layout.mesh = resolve_mesh_shape(data_parallel_dims(deck.mesh), world_size);  // 2-D exactly for hybrid_shard
   }
   if (deck.fsdp.accumulate == GradAccumulation::unsharded) layout.sync_every_micro_batch = false;
+  layout.all_reduce_every_micro_batch = deck.fsdp.replica_all_reduce == ReplicaAllReduce::every_micro_batch;
   // Reproducible mode: every unit's gradient is cut into fixed-point words after its own backward, so every
   // micro-batch (a unit) synchronizes, whatever fsdp.accumulate or the strategy would defer.
   layout.exact_reduction = deck.train.reproducible;
@@ -134,6 +135,8 @@ Parallelism::~Parallelism() {
 void Parallelism::before_micro_batch(int index, int count) {
   // Recursive: every block's group too. Sharded accumulation syncs every micro-batch.
   root_->set_requires_gradient_sync(layout_.sync_every_micro_batch || index == count - 1);
+  // HSDP: micro-batches that synchronize may still leave the replica all-reduce to the last one (recursive too).
+  root_->set_requires_all_reduce(layout_.all_reduce_every_micro_batch || index == count - 1);
   // Reproducible mode without accumulation: the one backward's words are the step's sum (no accumulator).
   if (layout_.exact_reduction) root_->set_exact_single_backward(count == 1);
 }

@@ -49,6 +49,9 @@ struct ParallelLayout {
   // false: gradients stay whole and unreduced until the last micro-batch of a step (no_sync); true: every
   // micro-batch reduce-scatters (sharded accumulation).
   bool sync_every_micro_batch = true;
+  // HSDP (fsdp.replica_all_reduce): false: micro-batches that reduce-scatter sum their reduced shards locally and
+  // only the last one all-reduces over the replicas (FSDP2's set_requires_all_reduce).
+  bool all_reduce_every_micro_batch = true;
   // train.reproducible: gradients, losses and the gradient norm are summed exactly (docs/reproducible.md).
   bool exact_reduction = false;
   // What the loss is scaled by, per micro-batch, is 1 / (accumulation steps x loss_scale_ranks), and gradients
