@@ -1,6 +1,6 @@
-// fsdpp train [deck.yaml] [section.key=value ...]: train a GPT-2, Llama or Qwen2 model as the deck says.
-// Without a deck, the embedded default (input/tiny.yaml, compiled in) runs. --help-deck lists every key;
-// --dry-run stops after the deck, the model plan and the batch arithmetic have been checked.
+// fsdpp train [deck.yaml] [section.key=value ...]: train the model the deck describes (GPT-2, Llama, Qwen2). Without a deck, the
+// embedded default (input/tiny.yaml, compiled in) runs. --help-deck lists every key; --dry-run stops after
+// the deck, the model plan and the batch arithmetic have been checked.
 #include "commands.hpp"
 
 #include "embedded_decks.hpp"
