@@ -117,7 +117,8 @@ class Communicator {
 
   // The backends. The asynchronous forms start the collective; the blocking ones may skip the asynchronous
   // machinery (the default waits on the asynchronous form). Either reports the ticket's start and end:
-  // comm/collective_scope.hpp for collectives the host runs, the watchdog's device tracking for NCCL.
+  // a CollectiveWatchdog::Scope (watchdog.hpp) for collectives the host runs, the watchdog's device tracking
+  // (DeviceCompletion) for NCCL.
   virtual WorkHandle start_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
                                       const CollectiveTicket& ticket) = 0;
   virtual WorkHandle start_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,

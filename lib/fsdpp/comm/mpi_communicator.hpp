@@ -73,7 +73,7 @@ class MpiCommunicator final : public Communicator {
   void run_barrier(const CollectiveTicket& ticket) override;
 
  private:
-  // Run on whichever thread executes the collective, inside a CollectiveScope (start, end, watchdog).
+  // Run on whichever thread executes the collective, inside a CollectiveWatchdog::Scope (start, end, watchdog).
   void do_all_gather(const void* send, void* recv, std::size_t count, DType dtype, const CollectiveTicket& t);
   void do_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceScatterOptions o,
                          const CollectiveTicket& t);
