@@ -18,6 +18,13 @@
 
 namespace fsdpp {
 
+// Model FLOPs utilization: the model's FLOP/s per device (flops_per_token x tokens per second, over the devices;
+// recomputation and padding not counted) over the device's peak FLOP/s; 0 without a peak. The trainer quotes it
+// against the measured sgemm peak, `fsdpp plan --machine` against the machine's peak in the deck's precision.
+inline double mfu(double model_flops_per_s_per_device, double peak_flops_per_s) {
+  return peak_flops_per_s > 0 ? model_flops_per_s_per_device / peak_flops_per_s : 0;
+}
+
 class LanguageModel : public Module {
  public:
   using Module::Module;

@@ -345,7 +345,7 @@ StepPlan plan_step(const Deck& deck, int ranks, const Machine& machine) {
   t.tokens_per_s_per_device = t.tokens_per_s / ranks;
   t.model_flops_per_rank = recorder->model_flops;
   t.priced_flops_per_rank = recorder->priced_flops;
-  t.mfu = sim.seconds > 0 && t.peak_tflops > 0 ? t.model_flops_per_rank / sim.seconds / (t.peak_tflops * 1e12) : 0;
+  t.mfu = sim.seconds > 0 ? mfu(t.model_flops_per_rank / sim.seconds, t.peak_tflops * 1e12) : 0;
   return out;
 }
 

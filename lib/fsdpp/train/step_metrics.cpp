@@ -178,7 +178,7 @@ void StepMetrics::after_step(std::int64_t done, const StepResult& r, const FsdpS
   rec.grad_norm = r.grad_norm;
   rec.ms_per_step = 1000.0 * seconds / steps;
   rec.tokens_per_s = tokens_per_step_ * steps / seconds;
-  rec.mfu = mfu(rec.tokens_per_s, summary_.flops_per_token, summary_.sgemm_gflops, ranks_);
+  rec.mfu = mfu(rec.tokens_per_s * summary_.flops_per_token / ranks_, summary_.sgemm_gflops * 1e9);
   rec.peak_mem_bytes = peak_host_memory_bytes();
   // Exact in a double below 2^53 bytes.
   rec.max_peak_mem_bytes = static_cast<std::int64_t>(parallel_.max_over_ranks(static_cast<double>(rec.peak_mem_bytes)));
@@ -198,7 +198,7 @@ TrainSummary StepMetrics::finish(LanguageModel& model, std::optional<double> los
   s.loop_seconds = seconds_between(loop_start_, std::chrono::steady_clock::now());
   const double train_seconds = s.loop_seconds - eval_seconds_;
   s.tokens_per_s = train_seconds > 0 ? tokens_per_step_ * s.steps / train_seconds : 0;
-  s.mfu = mfu(s.tokens_per_s, s.flops_per_token, s.sgemm_gflops, ranks_);
+  s.mfu = mfu(s.tokens_per_s * s.flops_per_token / ranks_, s.sgemm_gflops * 1e9);
   s.exposed_comm_ms = 1000.0 * parallel_.mean_over_ranks(comm_seconds_[0] + comm_seconds_[1] + comm_seconds_[2]) /
                       std::max<std::int64_t>(1, s.steps);
   {

@@ -52,12 +52,6 @@ struct TrainSummary {
   double median_ms_per_step = 0;
 };
 
-// Model FLOPs utilization: the model's FLOP/s per rank over `peak_gflops_per_rank` (the measured sgemm peak);
-// 0 when no peak was measured.
-inline double mfu(double tokens_per_s, double flops_per_token, double peak_gflops_per_rank, int ranks) {
-  return peak_gflops_per_rank > 0 ? tokens_per_s * flops_per_token / (peak_gflops_per_rank * 1e9 * ranks) : 0;
-}
-
 // run.machine's prediction of the step time for this deck and launch (`fsdpp plan --machine`), made where the
 // run is set up (app/train_command.cpp), so that training does not plan.
 struct StepTimePrediction {
