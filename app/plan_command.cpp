@@ -7,6 +7,8 @@
 #include "fsdpp/infer/generator.hpp"
 #include "fsdpp/plan/machine.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/log.hpp"
+#include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/plan/memory_plan.hpp"
 
 #include <nlohmann/json.hpp>
@@ -158,10 +160,23 @@ int plan_scaling(MPI_Comm world, const PlanArgs& args, const std::vector<int>& c
   return 0;
 }
 
+// The BLAS threads each rank of the planned run will use, as Runtime sets them (runtime/runtime.cpp): the user's
+// OPENBLAS_NUM_THREADS, else the node's cores split among the node's ranks. This process runs alone on its node,
+// so its own count is the node's cores unless the variable is set.
+int planned_run_blas_threads(const Machine& machine, int ranks) {
+  if (std::getenv("OPENBLAS_NUM_THREADS")) return blas_threads();
+  return std::max(1, blas_threads() / std::max(1, std::min(ranks, machine.devices_per_node)));
+}
+
 int plan_training(MPI_Comm world, const PlanArgs& args, std::optional<std::int64_t> mem) {
   const std::vector<int> counts = parse_rank_list(args.ranks_text);
   std::optional<Machine> machine;
   if (!args.machine.empty()) machine = load_machine(args.machine);
+  if (machine) {
+    const int widest = *std::max_element(counts.begin(), counts.end());
+    const std::string mismatch = blas_threads_mismatch(*machine, planned_run_blas_threads(*machine, widest), "--machine");
+    if (!mismatch.empty()) Log::warn("{}", mismatch);
+  }
   FSDPP_REQUIRE(machine || (!args.search && counts.size() == 1), "--search and --ranks with a list of counts predict "
                 "step times: add --machine (a preset from --list-machines, or a YAML file)");
   if (counts.size() > 1) return plan_scaling(world, args, counts, *machine);

@@ -94,6 +94,8 @@ StepMetrics::StepMetrics(MPI_Comm comm, const Deck& deck, const Parallelism& par
     // Every rank reads the description (or fails alike, before the loop); the plan runs dry, no collectives.
     const Machine machine = load_machine(deck.run.machine, "run.machine");
     machine_name_ = machine.name;
+    const std::string mismatch = blas_threads_mismatch(machine, blas_threads(), "run.machine");
+    if (!mismatch.empty()) Log::warn("{}", mismatch);
     predicted_ms_ = plan_step(deck, ranks_, machine).time.ms_per_step;
   }
 }
