@@ -7,6 +7,8 @@
 #include "fsdpp/infer/generator.hpp"
 #include "fsdpp/plan/machine.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/log.hpp"
+#include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/plan/memory_plan.hpp"
 
 #include <nlohmann/json.hpp>
@@ -162,6 +164,12 @@ int plan_training(MPI_Comm world, const PlanArgs& args, std::optional<std::int64
   const std::vector<int> counts = parse_rank_list(args.ranks_text);
   std::optional<Machine> machine;
   if (!args.machine.empty()) machine = load_machine(args.machine);
+  if (machine) {
+    const int widest = *std::max_element(counts.begin(), counts.end());
+    const std::string mismatch = blas_threads_mismatch(
+        *machine, default_blas_threads(std::min(widest, machine->devices_per_node)), "--machine");
+    if (!mismatch.empty()) Log::warn("{}", mismatch);
+  }
   FSDPP_REQUIRE(machine || (!args.search && counts.size() == 1), "--search and --ranks with a list of counts predict "
                 "step times: add --machine (a preset from --list-machines, or a YAML file)");
   if (counts.size() > 1) return plan_scaling(world, args, counts, *machine);

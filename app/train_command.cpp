@@ -13,6 +13,8 @@
 #include "fsdpp/plan/memory_plan.hpp"
 #include "fsdpp/plan/machine.hpp"
 #include "fsdpp/plan/step_cost.hpp"
+#include "fsdpp/tensor/matmul.hpp"
+#include "fsdpp/train/reproducible.hpp"
 #include "fsdpp/train/test_faults.hpp"
 #include "fsdpp/train/trainer.hpp"
 
@@ -35,6 +37,10 @@ struct TrainArgs {
 std::optional<StepTimePrediction> predict_step_time(const Deck& deck, int ranks) {
   if (deck.run.machine.empty()) return std::nullopt;
   const Machine machine = load_machine(deck.run.machine, "run.machine");
+  const int forced = reproducible_blas_threads(deck.train);  // what train() will run with
+  if (const std::string mismatch = blas_threads_mismatch(machine, forced > 0 ? forced : blas_threads(), "run.machine");
+      !mismatch.empty())
+    Log::warn("{}", mismatch);
   return StepTimePrediction{machine.name, plan_step(deck, ranks, machine).time.ms_per_step};
 }
 

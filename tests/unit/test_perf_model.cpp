@@ -186,6 +186,73 @@ TEST_CASE("machine: GEMM time follows the curve, or the nearest measured point; 
   CHECK(kernel_seconds(m, 1e9) == doctest::Approx(5e-6 + 1e-3));
 }
 
+namespace {
+
+// A 2 x 2 x 2 grid of f32 points: rate = base at (64, 64, 64), + du per factor 4 of m, + dn per factor 4 of n.
+Machine grid_machine() {
+  Machine m = *machine_preset("h100-sxm-8x");
+  for (std::int64_t mm : {64, 256})
+    for (std::int64_t nn : {64, 256})
+      for (std::int64_t kk : {64, 256})
+        m.gemm_points.push_back({"f32", mm, nn, kk, 1.0 + (mm == 256 ? 2.0 : 0.0) + (nn == 256 ? 4.0 : 0.0)});
+  return m;
+}
+
+double tflops_of(const Machine& m, std::int64_t rows, std::int64_t cols, std::int64_t inner) {
+  return 2.0 * rows * cols * inner / gemm_seconds(m, "f32", rows, cols, inner) / 1e12;
+}
+
+}  // namespace
+
+TEST_CASE("machine: a grid of gemm_points is interpolated in log m, log n, log k and clamped at its edges") {
+  const Machine m = grid_machine();
+  CHECK(tflops_of(m, 64, 64, 64) == doctest::Approx(1.0));  // on the grid: the point itself
+  CHECK(tflops_of(m, 256, 256, 64) == doctest::Approx(7.0));
+  // Half-way in log between 64 and 256 (128): half-way in rate; k does not change the rate here.
+  CHECK(tflops_of(m, 128, 64, 64) == doctest::Approx(2.0));
+  CHECK(tflops_of(m, 128, 128, 100) == doctest::Approx(1.0 + 1.0 + 2.0));
+  // A quarter of the way (log 64 -> log 256 is two doublings; 90.5 is half a doubling up).
+  CHECK(tflops_of(m, 91, 64, 64) == doctest::Approx(1.0 + 2.0 * std::log(91.0 / 64) / std::log(4.0)));
+  // Outside the grid: the edge's rate, in every direction (no extrapolated rise or fall).
+  CHECK(tflops_of(m, 4096, 64, 64) == doctest::Approx(3.0));
+  CHECK(tflops_of(m, 8, 8, 8) == doctest::Approx(1.0));
+  CHECK(tflops_of(m, 100000, 100000, 16) == doctest::Approx(7.0));
+  // Monotone between neighbours: rates along m stay within the two points'.
+  for (std::int64_t rows = 64; rows <= 256; rows += 16) {
+    CHECK(tflops_of(m, rows, 64, 64) >= 1.0 - 1e-12);
+    CHECK(tflops_of(m, rows, 64, 64) <= 3.0 + 1e-12);
+  }
+  // Other precisions have no points: the curve prices them, as before.
+  CHECK(gemm_seconds(m, "bf16", 256, 256, 256) ==
+        doctest::Approx(gemm_seconds(*machine_preset("h100-sxm-8x"), "bf16", 256, 256, 256)));
+}
+
+TEST_CASE("machine: points that are not a full grid fall back to the nearest point") {
+  Machine m = grid_machine();
+  m.gemm_points.pop_back();  // (256, 256, 256) missing: not a grid
+  CHECK(tflops_of(m, 128, 64, 64) == doctest::Approx(1.0));  // nearest (64, 64, 64), a tie broken by the first
+  CHECK(tflops_of(m, 200, 64, 64) == doctest::Approx(3.0));
+}
+
+TEST_CASE("machine: blas_threads_per_rank round-trips and a run with another count is warned about") {
+  Machine m = grid_machine();
+  m.name = "here";
+  CHECK(blas_threads_mismatch(m, 2, "--machine").empty());  // not recorded: nothing to compare
+  CHECK(to_yaml(m).find("blas_threads_per_rank") == std::string::npos);
+  m.blas_threads_per_rank = 1;
+  const Machine back = machine_from_yaml(to_yaml(m), "test");
+  CHECK(back.blas_threads_per_rank == 1);
+  CHECK(blas_threads_mismatch(back, 1, "--machine").empty());
+  CHECK(blas_threads_mismatch(back, 0, "--machine").empty());  // the library does not say (cuBLAS)
+  const std::string w = blas_threads_mismatch(back, 2, "run.machine");
+  CHECK(w.find("run.machine 'here' was calibrated with 1 BLAS thread(s) per rank") != std::string::npos);
+  CHECK(w.find("the run uses 2") != std::string::npos);
+  CHECK(w.find("OPENBLAS_NUM_THREADS=1") != std::string::npos);
+  std::string text = to_yaml(m);
+  text.replace(text.find("blas_threads_per_rank: 1"), 24, "blas_threads_per_rank: 1.5");
+  CHECK_THROWS_WITH_AS(machine_from_yaml(text, "m.yaml"), doctest::Contains("blas_threads_per_rank is 1.5"), UsageError);
+}
+
 TEST_CASE("simulate: overlap hides communication shorter than compute, exposes the rest, and prefetch matters") {
   SUBCASE("an all-gather issued before 3 ms of compute and taking 2 ms is hidden") {
     const SimulatedStep s = simulate({issue(0, 2e-3), compute(3e-3), wait(0), compute(1e-3)});

@@ -227,6 +227,12 @@ Machine machine_from_yaml(const std::string& text, const std::string& where) {
       k.done();
     }
     m.kernel_overhead_us = d.number("kernel_overhead_us", false);
+    if (d.has("blas_threads_per_rank")) {
+      const double threads = d.number("blas_threads_per_rank");
+      FSDPP_REQUIRE(threads == std::floor(threads), "{}: device.blas_threads_per_rank is {}; write a whole number",
+                    d.at(d.node()["blas_threads_per_rank"]), threads);
+      m.blas_threads_per_rank = static_cast<int>(threads);
+    }
     MapReader g = d.map("gemm");
     m.f32 = read_curve(g.map("f32"));
     m.tf32 = read_curve(g.map("tf32"));
@@ -324,6 +330,7 @@ std::string to_yaml(const Machine& m) {
   for (const auto& [family, rate] : m.kernels)
     device["kernels"][family] = flow_map({{"forward_gbs", rate.forward_gbs}, {"backward_gbs", rate.backward_gbs}});
   device["kernel_overhead_us"] = m.kernel_overhead_us;
+  if (m.blas_threads_per_rank > 0) device["blas_threads_per_rank"] = m.blas_threads_per_rank;
   YAML::Node gemm;
   gemm["f32"] = flow_map({{"peak_tflops", m.f32.peak_tflops}, {"half_gflop", m.f32.half_gflop}});
   gemm["tf32"] = flow_map({{"peak_tflops", m.tf32.peak_tflops}, {"half_gflop", m.tf32.half_gflop}});
@@ -412,23 +419,105 @@ const GemmCurve& gemm_curve(const Machine& m, const std::string& precision) {
   return m.f32;
 }
 
-double gemm_seconds(const Machine& m, const std::string& precision, std::int64_t rows, std::int64_t cols,
-                    std::int64_t inner, std::int64_t count) {
-  const double flops = 2.0 * static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(inner);
-  if (flops <= 0 || count <= 0) return 0;
-  // A measured point nearest in (log m, log n, log k), when calibrate wrote any for this precision.
+namespace {
+
+// A precision's gemm_points as a full grid: the distinct m, n, k values (ascending) and the TFLOP/s of each
+// combination, m-major. None when the points are not one.
+struct GemmGrid {
+  std::vector<std::int64_t> m, n, k;
+  std::vector<double> tflops;
+};
+
+std::vector<std::int64_t> distinct(std::vector<std::int64_t> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+std::size_t index_on(const std::vector<std::int64_t>& axis, std::int64_t x) {
+  return static_cast<std::size_t>(std::lower_bound(axis.begin(), axis.end(), x) - axis.begin());
+}
+
+std::optional<GemmGrid> gemm_grid(const std::vector<GemmPoint>& points, const std::string& precision) {
+  GemmGrid g;
+  std::vector<const GemmPoint*> mine;
+  for (const GemmPoint& p : points)
+    if (p.precision == precision) mine.push_back(&p), g.m.push_back(p.m), g.n.push_back(p.n), g.k.push_back(p.k);
+  g.m = distinct(g.m), g.n = distinct(g.n), g.k = distinct(g.k);
+  const std::size_t cells = g.m.size() * g.n.size() * g.k.size();
+  if (mine.empty() || mine.size() != cells) return std::nullopt;
+  g.tflops.assign(cells, 0);
+  for (const GemmPoint* p : mine) {
+    double& cell = g.tflops[(index_on(g.m, p->m) * g.n.size() + index_on(g.n, p->n)) * g.k.size() + index_on(g.k, p->k)];
+    if (cell > 0) return std::nullopt;  // a repeated point: some other combination is missing
+    cell = p->tflops;
+  }
+  return g;
+}
+
+// Where x lies on an axis, in log: the lower neighbour's index and the weight of the upper one, x clamped to
+// the axis' range.
+std::pair<std::size_t, double> locate(const std::vector<std::int64_t>& axis, double x) {
+  if (axis.size() == 1 || x <= double(axis.front())) return {0, 0.0};
+  if (x >= double(axis.back())) return {axis.size() - 2, 1.0};
+  const std::size_t hi = index_on(axis, static_cast<std::int64_t>(std::ceil(x)));
+  const double lo_x = double(axis[hi - 1]), hi_x = double(axis[hi]);
+  return {hi - 1, std::log(x / lo_x) / std::log(hi_x / lo_x)};
+}
+
+double interpolated_tflops(const GemmGrid& g, double m, double n, double k) {
+  const auto [i, ti] = locate(g.m, m);
+  const auto [j, tj] = locate(g.n, n);
+  const auto [l, tl] = locate(g.k, k);
+  double tflops = 0;
+  for (int di = 0; di < 2; ++di)
+    for (int dj = 0; dj < 2; ++dj)
+      for (int dl = 0; dl < 2; ++dl) {
+        const double w = (di ? ti : 1 - ti) * (dj ? tj : 1 - tj) * (dl ? tl : 1 - tl);
+        if (w == 0) continue;  // also keeps a one-value axis from reading past its end
+        tflops += w * g.tflops[((i + di) * g.n.size() + j + dj) * g.k.size() + l + dl];
+      }
+  return tflops;
+}
+
+// The point nearest in (log m, log n, log k); null when the precision has none.
+const GemmPoint* nearest_point(const Machine& m, const std::string& precision, double rows, double cols,
+                               double inner) {
   const GemmPoint* nearest = nullptr;
   double best = 0;
   for (const GemmPoint& p : m.gemm_points) {
     if (p.precision != precision) continue;
-    const double d = std::pow(std::log(double(rows) / p.m), 2) + std::pow(std::log(double(cols) / p.n), 2) +
-                     std::pow(std::log(double(inner) / p.k), 2);
+    const double d = std::pow(std::log(rows / p.m), 2) + std::pow(std::log(cols / p.n), 2) +
+                     std::pow(std::log(inner / p.k), 2);
     if (!nearest || d < best) nearest = &p, best = d;
   }
-  if (nearest) return count * flops / (nearest->tflops * 1e12);
+  return nearest;
+}
+
+}  // namespace
+
+double gemm_seconds(const Machine& m, const std::string& precision, std::int64_t rows, std::int64_t cols,
+                    std::int64_t inner, std::int64_t count) {
+  const double flops = 2.0 * static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(inner);
+  if (flops <= 0 || count <= 0) return 0;
+  if (!m.gemm_points.empty()) {
+    if (const std::optional<GemmGrid> grid = gemm_grid(m.gemm_points, precision))
+      return count * flops / (interpolated_tflops(*grid, double(rows), double(cols), double(inner)) * 1e12);
+    if (const GemmPoint* p = nearest_point(m, precision, double(rows), double(cols), double(inner)))
+      return count * flops / (p->tflops * 1e12);
+  }
   const GemmCurve& c = gemm_curve(m, precision);
   const double tflops = c.peak_tflops * flops / (flops + c.half_gflop * 1e9);
   return count * flops / (tflops * 1e12);
+}
+
+std::string blas_threads_mismatch(const Machine& m, int run_threads, const std::string& what) {
+  if (m.blas_threads_per_rank <= 0 || run_threads <= 0 || m.blas_threads_per_rank == run_threads) return "";
+  return fmt::format("{} '{}' was calibrated with {} BLAS thread(s) per rank (device.blas_threads_per_rank), but "
+                     "the run uses {}: its GEMM rates do not hold here and the predicted time can be off by tens "
+                     "of percent. Run with OPENBLAS_NUM_THREADS={} (as the calibration ran), or calibrate again "
+                     "with the run's OPENBLAS_NUM_THREADS and ranks per node.",
+                     what, m.name, m.blas_threads_per_rank, run_threads, m.blas_threads_per_rank);
 }
 
 double kernel_seconds(const Machine& m, double bytes) {

@@ -76,6 +76,9 @@ struct Machine {
   double kernel_overhead_us = 0;
   GemmCurve f32, tf32, bf16;
   std::vector<GemmPoint> gemm_points;
+  // The BLAS threads each rank used when the GEMMs were measured (calibrate; 0: not said, as in the presets). A
+  // run with another count gets other GEMM rates: blas_threads_mismatch says so.
+  int blas_threads_per_rank = 0;
   LinkFigures host_link;
   LinkClass intra_node, inter_node;
 };
@@ -107,7 +110,13 @@ double collective_seconds(const LinkFigures& f, CollectiveOp op, std::int64_t by
 // Do the ranks base, base + stride, ..., base + (n-1) stride lie on more than one node?
 bool group_spans_nodes(const Machine& m, int base, int stride, int ranks);
 
-// A GEMM (m x k) times (k x n) in `precision` ("f32", "tf32", "bf16"), `count` times (batched).
+// A GEMM (m x k) times (k x n) in `precision` ("f32", "tf32", "bf16"), `count` times (batched). Without
+// gemm_points of the precision: the curve (GemmCurve). With them:
+//  - points that form a full grid (every combination of their distinct m, n and k values; calibrate writes one,
+//    plan/calibrate.hpp): the TFLOP/s interpolated linearly in (log m, log n, log k) between the eight grid points
+//    around the shape (trilinear); a coordinate outside the grid is clamped to its edge, so a larger or smaller
+//    GEMM runs at the edge's rate. Between two points the rate lies between theirs: no overshoot.
+//  - scattered points (files written before the grid): the nearest point in (log m, log n, log k).
 double gemm_seconds(const Machine& m, const std::string& precision, std::int64_t rows, std::int64_t cols,
                     std::int64_t inner, std::int64_t count = 1);
 const GemmCurve& gemm_curve(const Machine& m, const std::string& precision);
@@ -120,6 +129,10 @@ inline constexpr double kBackwardBytesPerForwardByte = 2;
 // The bandwidth a pass's non-GEMM kernels run at: backward_bandwidth_gbs where given, else memory_bandwidth_gbs.
 // With a family (kernel_family_names()): its own rate where the machine has one, else the same.
 double elementwise_bandwidth_gbs(const Machine& m, bool backward, const std::string& family = "");
+// What to tell the user when a run's BLAS threads per rank (`run_threads`) differ from those the machine's GEMMs
+// were measured with: a warning naming both counts and OPENBLAS_NUM_THREADS, or "" when they agree or either is
+// unknown (0). `what` names the machine setting ("--machine", "run.machine").
+std::string blas_threads_mismatch(const Machine& m, int run_threads, const std::string& what);
 // A host<->device copy of `bytes` (CPU offload).
 double host_copy_seconds(const Machine& m, std::int64_t bytes);
 

@@ -280,10 +280,15 @@ template void gemm_batched<float>(Trans, Trans, int, int, int, float, const floa
 template void gemm_batched<double>(Trans, Trans, int, int, int, double, const double*, int, std::int64_t, const double*,
                                    int, std::int64_t, double, double*, int, std::int64_t, int);
 
-int configure_blas_threads(int ranks_on_node) {
-  if (std::getenv("OPENBLAS_NUM_THREADS")) return blas_threads();  // the user chose
+int default_blas_threads(int ranks_on_node) {
+  if (std::getenv("OPENBLAS_NUM_THREADS")) return blas_threads();  // the user chose (OpenBLAS read it at start)
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  return set_blas_threads(std::max(1, cores / std::max(1, ranks_on_node)));
+  return std::max(1, cores / std::max(1, ranks_on_node));
+}
+
+int configure_blas_threads(int ranks_on_node) {
+  if (std::getenv("OPENBLAS_NUM_THREADS")) return blas_threads();
+  return set_blas_threads(default_blas_threads(ranks_on_node));
 }
 
 int set_blas_threads(int threads) {

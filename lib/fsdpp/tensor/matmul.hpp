@@ -68,10 +68,13 @@ void gemm_batched(Trans trans_a, Trans trans_b, int M, int N, int K, T alpha, co
                   std::int64_t stride_a, const T* B, int ldb, std::int64_t stride_b, T beta, T* C, int ldc,
                   std::int64_t stride_c, int batch);
 
-// This rank's BLAS threads for a process that computes: OpenBLAS starts a thread per core in every rank, and ranks
-// sharing a node would thrash (docs/stack-notes.md), so unless OPENBLAS_NUM_THREADS chooses, a rank takes the
-// node's cores divided by `ranks_on_node`. Call once the device has started (app/main.cpp, tests/mpi_test_main.cpp);
-// returns the threads in use.
+// The BLAS threads of a rank that shares this node's cores with `ranks_on_node - 1` others: OpenBLAS starts a thread
+// per core in every rank, and ranks sharing a node would thrash (docs/stack-notes.md), so unless
+// OPENBLAS_NUM_THREADS chooses, a rank takes the node's cores divided by `ranks_on_node`. The one rule: the run sets
+// it (configure_blas_threads), `fsdpp plan --machine` predicts with it.
+int default_blas_threads(int ranks_on_node);
+// Sets this rank's BLAS threads by that rule. Call once the device has started (app/main.cpp,
+// tests/mpi_test_main.cpp); returns the threads in use.
 int configure_blas_threads(int ranks_on_node);
 // Threads the BLAS library may use on this rank; returns what it reports using.
 int set_blas_threads(int threads);

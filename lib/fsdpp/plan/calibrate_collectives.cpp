@@ -1,9 +1,11 @@
-// fsdpp bench calibrate, the network half: each collective on every group layout a mesh of this world can have,
-// across a size sweep, fitted per link class (calibrate.hpp says what and why).
-#include "calibrate.hpp"
+// Calibration, the network half: each collective on every group layout a mesh of this world can have, across a
+// size sweep, fitted per link class (plan/calibrate.hpp says what and why); and the measuring helpers every part
+// of calibration shares.
+#include "fsdpp/plan/calibrate.hpp"
 
 #include "fsdpp/comm/make_communicator.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
+#include "fsdpp/runtime/median.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/tensor/types.hpp"
 
@@ -16,7 +18,7 @@
 #include <map>
 #include <memory>
 
-namespace fsdpp::app::calibrate {
+namespace fsdpp {
 
 double seconds_all_busy(MPI_Comm world, int repeats, double target_s, const std::function<void()>& run,
                         const std::function<void()>& finish) {
@@ -40,6 +42,18 @@ double seconds_all_busy(MPI_Comm world, int repeats, double target_s, const std:
   }
   return median_over_ranks(world, median(mine));  // of two ranks their mean, not the slower: a step averages
 }                                                 // its kernels' noise
+
+void calibration_progress(MPI_Comm world, const std::string& line) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  if (rank == 0) fmt::print(stderr, "calibrate: {}\n", line);
+}
+
+double sig4(double x) {
+  if (x == 0 || !std::isfinite(x)) return 0;
+  const double scale = std::pow(10.0, 3 - std::floor(std::log10(std::fabs(x))));
+  return std::round(x * scale) / scale;
+}
 
 double median_over_ranks(MPI_Comm world, double value) {
   int n = 1;
@@ -71,7 +85,7 @@ using clock = std::chrono::steady_clock;
 
 // One group layout: `color` puts this rank in its group; the layout is measured only when every group in it
 // is of one link class.
-struct Layout {
+struct GroupLayout {
   int group_size;
   bool consecutive;
 };
@@ -247,7 +261,7 @@ std::vector<LinkClassFits> measure_collectives(MPI_Comm world, const std::vector
   int n = 1, rank = 0;
   MPI_Comm_size(world, &n);
   MPI_Comm_rank(world, &rank);
-  std::vector<Layout> layouts;
+  std::vector<GroupLayout> layouts;
   for (int g = 2; g <= n; ++g)
     if (n % g == 0) {
       layouts.push_back({g, true});
@@ -256,7 +270,7 @@ std::vector<LinkClassFits> measure_collectives(MPI_Comm world, const std::vector
   std::map<int, std::vector<Point>> by_class;  // 0 intra, 1 inter
   std::map<int, BesideComputeFit> beside;      // per class: of its largest group (layouts come in growing size)
   std::map<std::pair<int, int>, bool> done;    // (group size, class) already measured
-  for (const Layout& l : layouts) {
+  for (const GroupLayout& l : layouts) {
     const int color = l.consecutive ? rank / l.group_size : rank % (n / l.group_size);
     MPI_Comm group;
     MPI_Comm_split(world, color, rank, &group);
@@ -300,4 +314,49 @@ std::vector<LinkClassFits> measure_collectives(MPI_Comm world, const std::vector
   return fits;
 }
 
-}  // namespace fsdpp::app::calibrate
+namespace {
+
+// An unmeasured link class (one node has no inter-node groups; one rank, no groups at all): the measured class's
+// figures, or with nothing measured the memory copy's, so that the file loads; `notes` says which.
+LinkClass stand_in_class(const std::vector<LinkClassFits>& measured, const LinkFigures& copy) {
+  LinkClass c;
+  c.ring = c.tree = copy;
+  if (measured.empty()) return c;
+  const CollectiveFit& ar = measured.front().ops[2];
+  c.ring = c.tree = {sig4(ar.latency_us), sig4(ar.busbw_gbs)};
+  return c;
+}
+
+// The fitted collectives of one class. ring and tree are both the fitted all_reduce (the model uses `measured`,
+// per operation; a reader of ring/tree alone is not misled).
+LinkClass measured_class(const LinkClassFits& fits) {
+  LinkClass c;
+  auto figures = [](const CollectiveFit& f) { return LinkFigures{sig4(f.latency_us), sig4(f.busbw_gbs)}; };
+  c.ring = c.tree = figures(fits.ops[2]);
+  c.all_gather = figures(fits.ops[0]);
+  c.reduce_scatter = figures(fits.ops[1]);
+  c.all_reduce = figures(fits.ops[2]);
+  const BesideCompute& slows = fits.beside_compute.slows;
+  c.beside_compute = {sig4(slows.compute_slowdown), sig4(slows.collective_slowdown)};
+  return c;
+}
+
+}  // namespace
+
+void set_network(Machine& m, const std::vector<LinkClassFits>& fits) {
+  bool intra = false, inter = false;
+  for (const auto& f : fits) {
+    (f.link_class == "inter_node" ? m.inter_node : m.intra_node) = measured_class(f);
+    (f.link_class == "inter_node" ? inter : intra) = true;
+  }
+  const LinkClass stand_in = stand_in_class(fits, m.host_link);
+  if (!intra) m.intra_node = stand_in;
+  if (!inter) m.inter_node = stand_in;
+  const char* what = fits.empty() ? "the memory copy (host_link)" : "the other class";
+  if (!intra || !inter)
+    m.notes += fmt::format(" NOT MEASURED (this launch has no such groups): {}, written as {}'s figures; "
+                           "calibrate as the runs to predict are launched.",
+                           !intra && !inter ? "intra_node and inter_node" : !intra ? "intra_node" : "inter_node", what);
+}
+
+}  // namespace fsdpp
