@@ -186,6 +186,59 @@ GemmCurve read_curve(MapReader r) {
   return g;
 }
 
+// The device: memory, bandwidths, kernel families, BLAS threads, the GEMM curves and measured points.
+void read_device(MapReader d, const std::string& where, Machine& m) {
+  m.memory_gib = d.number("memory_gib");
+  m.memory_bandwidth_gbs = d.number("memory_bandwidth_gbs");
+  if (d.has("backward_bandwidth_gbs")) m.backward_bandwidth_gbs = d.number("backward_bandwidth_gbs");
+  if (d.has("optimizer_bandwidth_gbs")) m.optimizer_bandwidth_gbs = d.number("optimizer_bandwidth_gbs");
+  if (d.has("kernels")) {
+    MapReader k = d.map("kernels");
+    for (const auto& kv : k.node()) {
+      const std::string family = kv.first.as<std::string>();
+      const auto& names = kernel_family_names();
+      FSDPP_REQUIRE(std::find(names.begin(), names.end(), family) != names.end(),
+                    "{}: device.kernels.{} is not a kernel family the model prices; write one of {}",
+                    k.at(kv.first), family, fmt::join(names, ", "));
+      MapReader f = k.map(family);
+      m.kernels[family] = {f.number("forward_gbs"), f.number("backward_gbs")};
+      f.done();
+    }
+    k.done();
+  }
+  m.kernel_overhead_us = d.number("kernel_overhead_us", false);
+  if (d.has("blas_threads_per_rank")) {
+    const double threads = d.number("blas_threads_per_rank");
+    FSDPP_REQUIRE(threads == std::floor(threads), "{}: device.blas_threads_per_rank is {}; write a whole number",
+                  d.at(d.node()["blas_threads_per_rank"]), threads);
+    m.blas_threads_per_rank = static_cast<int>(threads);
+  }
+  MapReader g = d.map("gemm");
+  m.f32 = read_curve(g.map("f32"));
+  m.tf32 = read_curve(g.map("tf32"));
+  m.bf16 = read_curve(g.map("bf16"));
+  g.done();
+  if (d.has("gemm_points")) {
+    const YAML::Node points = d.child("gemm_points");
+    FSDPP_REQUIRE(points.IsSequence(), "{}: device.gemm_points must be a list of {{precision, m, n, k, tflops}}",
+                  d.at(points));
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      MapReader p(points[i], where, fmt::format("device.gemm_points[{}]", i));
+      GemmPoint g2;
+      g2.precision = p.text("precision");
+      FSDPP_REQUIRE(g2.precision == "f32" || g2.precision == "tf32" || g2.precision == "bf16",
+                    "{}: precision is '{}'; write f32, tf32 or bf16", p.at(points[i]), g2.precision);
+      g2.m = static_cast<std::int64_t>(p.number("m"));
+      g2.n = static_cast<std::int64_t>(p.number("n"));
+      g2.k = static_cast<std::int64_t>(p.number("k"));
+      g2.tflops = p.number("tflops");
+      p.done();
+      m.gemm_points.push_back(g2);
+    }
+  }
+  d.done();
+}
+
 }  // namespace
 
 Machine machine_from_yaml(const std::string& text, const std::string& where) {
@@ -206,58 +259,7 @@ Machine machine_from_yaml(const std::string& text, const std::string& where) {
   FSDPP_REQUIRE(per_node == std::floor(per_node), "{}: devices_per_node is {}; write a whole number",
                 r.at(r.node()["devices_per_node"]), per_node);
   m.devices_per_node = static_cast<int>(per_node);
-  {
-    MapReader d = r.map("device");
-    m.memory_gib = d.number("memory_gib");
-    m.memory_bandwidth_gbs = d.number("memory_bandwidth_gbs");
-    if (d.has("backward_bandwidth_gbs")) m.backward_bandwidth_gbs = d.number("backward_bandwidth_gbs");
-    if (d.has("optimizer_bandwidth_gbs")) m.optimizer_bandwidth_gbs = d.number("optimizer_bandwidth_gbs");
-    if (d.has("kernels")) {
-      MapReader k = d.map("kernels");
-      for (const auto& kv : k.node()) {
-        const std::string family = kv.first.as<std::string>();
-        const auto& names = kernel_family_names();
-        FSDPP_REQUIRE(std::find(names.begin(), names.end(), family) != names.end(),
-                      "{}: device.kernels.{} is not a kernel family the model prices; write one of {}",
-                      k.at(kv.first), family, fmt::join(names, ", "));
-        MapReader f = k.map(family);
-        m.kernels[family] = {f.number("forward_gbs"), f.number("backward_gbs")};
-        f.done();
-      }
-      k.done();
-    }
-    m.kernel_overhead_us = d.number("kernel_overhead_us", false);
-    if (d.has("blas_threads_per_rank")) {
-      const double threads = d.number("blas_threads_per_rank");
-      FSDPP_REQUIRE(threads == std::floor(threads), "{}: device.blas_threads_per_rank is {}; write a whole number",
-                    d.at(d.node()["blas_threads_per_rank"]), threads);
-      m.blas_threads_per_rank = static_cast<int>(threads);
-    }
-    MapReader g = d.map("gemm");
-    m.f32 = read_curve(g.map("f32"));
-    m.tf32 = read_curve(g.map("tf32"));
-    m.bf16 = read_curve(g.map("bf16"));
-    g.done();
-    if (d.has("gemm_points")) {
-      const YAML::Node points = d.child("gemm_points");
-      FSDPP_REQUIRE(points.IsSequence(), "{}: device.gemm_points must be a list of {{precision, m, n, k, tflops}}",
-                    d.at(points));
-      for (std::size_t i = 0; i < points.size(); ++i) {
-        MapReader p(points[i], where, fmt::format("device.gemm_points[{}]", i));
-        GemmPoint g2;
-        g2.precision = p.text("precision");
-        FSDPP_REQUIRE(g2.precision == "f32" || g2.precision == "tf32" || g2.precision == "bf16",
-                      "{}: precision is '{}'; write f32, tf32 or bf16", p.at(points[i]), g2.precision);
-        g2.m = static_cast<std::int64_t>(p.number("m"));
-        g2.n = static_cast<std::int64_t>(p.number("n"));
-        g2.k = static_cast<std::int64_t>(p.number("k"));
-        g2.tflops = p.number("tflops");
-        p.done();
-        m.gemm_points.push_back(g2);
-      }
-    }
-    d.done();
-  }
+  read_device(r.map("device"), where, m);
   {
     MapReader h = r.map("host_link");
     m.host_link.busbw_gbs = h.number("bandwidth_gbs");
