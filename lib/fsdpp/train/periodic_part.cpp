@@ -1,8 +1,8 @@
 #include "fsdpp/train/periodic_part.hpp"
 
 #include "fsdpp/observe/timeline.hpp"
-#include "fsdpp/runtime/timers.hpp"
 #include "fsdpp/observe/watchdog.hpp"
+#include "fsdpp/runtime/timers.hpp"
 #include "fsdpp/train/step_metrics.hpp"
 
 #include <chrono>
