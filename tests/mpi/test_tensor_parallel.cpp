@@ -378,3 +378,26 @@ MPI_TEST_CASE("tensor parallel: comm.overlap trains bitwise as blocking collecti
   }
   if (test_rank == 0) std::filesystem::remove_all(dir);
 }
+
+// Document masks (data.document_mask, reset positions; kernels/document.hpp) through the trainer's deck path: they
+// change the training (the options reach the model), and tp 2 with sequence parallelism (attention sees whole
+// rows after the gather) gives one rank's losses; activation checkpointing's replay sees the same document starts
+// (bitwise); reproducible mode is bitwise on 1 and 2 ranks. Token 22, one of the synthetic corpus's frequent ones
+// (10 of the first step's 128 tokens), stands for the end-of-text.
+MPI_TEST_CASE("document masks: tp 2 with sequence parallelism, activation checkpointing and reproducible mode", 2) {
+  const std::vector<std::string> masks = {"data.document_mask=true", "data.eot_id=22", "data.reset_positions=true"};
+  const std::vector<std::string> short_run = {"train.eval_interval=0", "schedule.warmup_steps=1", "train.steps=3",
+                                              "train.global_batch=4", "train.micro_batch=2"};
+  auto llama = [&](const std::vector<std::string>& extra) {
+    return test::input_deck("llama-tiny.yaml", with(with(short_run, masks), extra));
+  };
+  const auto one = losses_on(test_comm, test_rank, 1, llama({}));
+  const auto unmasked = losses_on(test_comm, test_rank, 1, test::input_deck("llama-tiny.yaml", short_run));
+  CHECK(std::fabs(one.front() - unmasked.front()) > 1e-4);
+  check_same_losses(losses_on(test_comm, test_rank, 2, llama({"mesh.tp=2", "mesh.tp_sequence_parallel=true"})), one);
+  test::check_bitwise(losses_on(test_comm, test_rank, 1, llama({"train.activation_checkpointing=full"})), one,
+                      "loss with activation checkpointing");
+  const std::vector<std::string> reproducible = {"train.reproducible=true", "train.micro_batch=4"};
+  test::check_bitwise(losses_on(test_comm, test_rank, 2, llama(with(reproducible, {"train.micro_batch=2"}))),
+                      losses_on(test_comm, test_rank, 1, llama(reproducible)), "reproducible loss");
+}

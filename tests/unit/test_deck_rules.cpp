@@ -253,3 +253,35 @@ TEST_CASE("deck rules: a model that runs no backward is laid out without trainin
   CHECK(fsdpp::parallel_layout(forward, 3).mesh.back().size == 3);
   CHECK(forward.train.global_batch == trained.train.global_batch);  // nothing else changes
 }
+
+TEST_CASE("deck rules: document masks need an end-of-text id in the vocabulary; reset positions need masks and RoPE") {
+  fsdpp::DataConfig data;
+  fsdpp::ModelConfig gpt;  // GPT-2's defaults: vocab_size 50257
+  CHECK(fsdpp::document_masks(data).eot_id == -1);  // off by default: no masks
+  data.document_mask = true;
+  CHECK(broken([&] { fsdpp::check_document_masks(data, gpt); }).first ==
+        std::vector<std::string>{"data.document_mask", "data.eot_id"});
+  CHECK(deck_error(kMinimal, {"data.document_mask=true"}) ==
+        "override 'data.document_mask=true': data.document_mask needs the end-of-text id that ends each document: "
+        "set data.eot_id (GPT-2's tokenizer: 50256)");
+  data.eot_id = 50257;
+  CHECK(broken([&] { fsdpp::check_document_masks(data, gpt); }).second ==
+        "data.eot_id (50257) must be below model.vocab_size (50257)");
+  data.eot_id = 50256;
+  fsdpp::check_document_masks(data, gpt);  // sound
+  CHECK(fsdpp::document_masks(data).eot_id == 50256);
+  data.reset_positions = true;
+  CHECK(broken([&] { fsdpp::check_document_masks(data, gpt); }).first ==
+        std::vector<std::string>{"data.reset_positions", "model.arch"});
+  fsdpp::ModelConfig rope = llama(4, 2, 176);
+  rope.vocab_size = 50257;
+  fsdpp::check_document_masks(data, rope);  // RoPE: sound
+  CHECK(fsdpp::document_masks(data).reset_positions);
+  data.document_mask = false;
+  CHECK(broken([&] { fsdpp::check_document_masks(data, rope); }).first ==
+        std::vector<std::string>{"data.reset_positions", "data.document_mask"});
+  CHECK(fsdpp::document_masks(data).eot_id == -1);  // eot_id alone turns nothing on
+  // In a deck: at the key set last, with its line and column.
+  CHECK(deck_error("train: {steps: 5}\ndata:\n  document_mask: true\n  eot_id: 50256\n  reset_positions: true\n")
+            .rfind("deck.yaml:5:20: data.reset_positions is for rotary positions", 0) == 0);
+}

@@ -1,5 +1,6 @@
 // Hugging Face GPT-2 interchange: an imported model computes what an independent double-precision GPT-2
-// forward, written here straight from the HF-layout tensors, computes; export -> import -> export is bitwise.
+// forward, written here straight from the HF-layout tensors, computes (also packed documents with document masks,
+// against an explicit block-diagonal 4D mask); export -> import -> export is bitwise.
 #include "mpi_test.hpp"
 
 #include "fsdpp/ckpt/checkpoint.hpp"
@@ -72,8 +73,11 @@ void write_safetensors(const std::string& path, const Tensors& t) {
   w.finish();
 }
 
-// GPT-2 forward in double, straight from HF tensors: the per-position cross-entropy losses.
-std::vector<double> reference_losses(const Tensors& t, const std::vector<int>& tokens, const std::vector<int>& targets) {
+// GPT-2 forward in double, straight from HF tensors: the per-position cross-entropy losses. `mask`: transformers'
+// explicit 4D attention mask (1, 1, T, T), true where query p may attend to key q; empty: causal.
+std::vector<double> reference_losses(const Tensors& t, const std::vector<int>& tokens, const std::vector<int>& targets,
+                                     const std::vector<std::vector<bool>>& mask = {}) {
+  auto visible = [&](int p, int q) { return mask.empty() ? q <= p : bool(mask[p][q]); };
   auto W = [&](const std::string& n) -> const std::vector<float>& { return t.at("transformer." + n).second; };
   const int n_pos = static_cast<int>(tokens.size());
   std::vector<std::vector<double>> x(n_pos, std::vector<double>(C));
@@ -106,15 +110,16 @@ std::vector<double> reference_losses(const Tensors& t, const std::vector<int>& t
     for (int p = 0; p < n_pos; ++p) qkv[p] = conv1d(layernorm(x[p], h + "ln_1"), h + "attn.c_attn", C, 3 * C);
     for (int head = 0; head < NH; ++head)
       for (int p = 0; p < n_pos; ++p) {
-        std::vector<double> score(p + 1);
+        std::vector<double> score(p + 1, 0.0);
         double mx = -1e300, sum = 0;
         for (int q = 0; q <= p; ++q) {
+          if (!visible(p, q)) continue;
           double s = 0;
           for (int i = 0; i < hs; ++i) s += qkv[p][head * hs + i] * qkv[q][C + head * hs + i];
           score[q] = s / std::sqrt(double(hs));
           mx = std::max(mx, score[q]);
         }
-        for (auto& s : score) sum += (s = std::exp(s - mx));
+        for (int q = 0; q <= p; ++q) sum += (score[q] = visible(p, q) ? std::exp(score[q] - mx) : 0.0);
         for (int q = 0; q <= p; ++q)
           for (int i = 0; i < hs; ++i) y[p][head * hs + i] += score[q] / sum * qkv[q][2 * C + head * hs + i];
       }
@@ -175,6 +180,40 @@ TEST_CASE("hf gpt2: an imported model computes what an independent GPT-2 forward
   }
   fs::remove(st);
   fs::remove(weights);
+}
+
+TEST_CASE("hf gpt2: packed documents with document masks compute what HF computes with a block-diagonal 4D mask") {
+  // Two documents, [3, 1] and [12, 7, 0]: the end-of-text id 1 ends the first. GPT-2's positions stay 0..T-1.
+  const std::vector<int> tokens = {3, 1, 12, 7, 0}, targets = {1, 12, 7, 0, 5};
+  std::vector<std::vector<bool>> mask(T, std::vector<bool>(T, false));
+  for (int p = 0; p < T; ++p)
+    for (int q = p < 2 ? 0 : 2; q <= p; ++q) mask[p][q] = true;
+  const Tensors hf = random_hf_gpt2();
+  const std::string st = temp_path("packed.safetensors");
+  write_safetensors(st, hf);
+  const auto want = reference_losses(hf, tokens, targets, mask);
+  const auto causal = reference_losses(hf, tokens, targets);
+  CHECK(std::fabs(causal[4] - want[4]) > 1e-4);  // the mask matters (the check has teeth)
+  for (AttentionKind kind : {AttentionKind::reference, AttentionKind::batched, AttentionKind::fused}) {
+    CAPTURE(to_string(kind));
+    ModelConfig c = config();
+    c.attention = kind;
+    Gpt model(c);
+    model.set_document_masks(DocumentMasks{1, false});
+    model.to_empty();
+    load_weights(MPI_COMM_WORLD, st, model.parameters());
+    std::vector<std::int32_t> in(tokens.begin(), tokens.end()), tg(targets.begin(), targets.end());
+    View1<std::int32_t> tv("tokens", in.size()), gv("targets", tg.size());
+    Kokkos::deep_copy(tv, HostView1<std::int32_t>(in.data(), in.size()));
+    Kokkos::deep_copy(gv, HostView1<std::int32_t>(tg.data(), tg.size()));
+    Flow flow;
+    flow.B = 1, flow.T = T, flow.tokens = tv, flow.targets = gv, flow.training = false;
+    model(flow);
+    std::vector<float> got(T);
+    Kokkos::deep_copy(HostView1<float>(got.data(), got.size()), model.losses());
+    for (int p = 0; p < T; ++p) CHECK(std::fabs(got[p] - want[p]) <= 1e-5);
+  }
+  fs::remove(st);
 }
 
 TEST_CASE("hf gpt2: export -> import -> export gives bitwise-identical tensors; mismatches are listed") {

@@ -2,7 +2,8 @@
 // independent double-precision forward, written here from the HF tensors with HF's rotate_half RoPE (and, for
 // Qwen2, transformers' q/k/v biases: Qwen2Attention's nn.Linear(..., bias=True)), computes (per-position losses
 // within 1e-5); Meta's interleaved RoPE with HF's q/k row permutation is the same model; export -> import -> export
-// is bitwise.
+// is bitwise; packed documents with document masks (data.document_mask, with and without reset positions) compute
+// what HF computes with a block-diagonal 4D attention mask and position_ids.
 #include "mpi_test.hpp"
 
 #include "fsdpp/ckpt/checkpoint.hpp"
@@ -129,10 +130,20 @@ void rotate(double* x, int p, bool interleaved, const HfRopeScaling& scaling = {
   std::copy(out.begin(), out.end(), x);
 }
 
+// What transformers takes for packed sequences: position_ids (1, T) and an explicit 4D attention mask (1, 1, T, T),
+// here true where query p may attend to key r. Empty: positions 0..T-1 and the causal mask.
+struct HfPacking {
+  std::vector<int> position_ids;
+  std::vector<std::vector<bool>> mask;
+};
+
 // Llama forward in double, from tensors with HF's names: the per-position cross-entropy losses. Biases of q_proj,
 // k_proj and v_proj are added where the tensors have them (Qwen2).
 std::vector<double> reference_losses(const Tensors& t, const std::vector<int>& tokens, const std::vector<int>& targets,
-                                     bool interleaved_rope = false, const HfRopeScaling& scaling = {}) {
+                                     bool interleaved_rope = false, const HfRopeScaling& scaling = {},
+                                     const HfPacking& packing = {}) {
+  auto position = [&](int p) { return packing.position_ids.empty() ? p : packing.position_ids[p]; };
+  auto visible = [&](int p, int r) { return packing.mask.empty() ? r <= p : bool(packing.mask[p][r]); };
   auto W = [&](const std::string& n) -> const std::vector<float>& { return t.at(n).second; };
   auto bias = [&](const std::string& n) { return t.count(n) ? &t.at(n).second : nullptr; };
   const int n_pos = static_cast<int>(tokens.size());
@@ -154,21 +165,22 @@ std::vector<double> reference_losses(const Tensors& t, const std::vector<int>& t
       q[p] = linear(W(h + "self_attn.q_proj.weight"), a, NH * HS, bias(h + "self_attn.q_proj.bias"));
       k[p] = linear(W(h + "self_attn.k_proj.weight"), a, NKV * HS, bias(h + "self_attn.k_proj.bias"));
       v[p] = linear(W(h + "self_attn.v_proj.weight"), a, NKV * HS, bias(h + "self_attn.v_proj.bias"));
-      for (int head = 0; head < NH; ++head) rotate(&q[p][head * HS], p, interleaved_rope, scaling);
-      for (int head = 0; head < NKV; ++head) rotate(&k[p][head * HS], p, interleaved_rope, scaling);
+      for (int head = 0; head < NH; ++head) rotate(&q[p][head * HS], position(p), interleaved_rope, scaling);
+      for (int head = 0; head < NKV; ++head) rotate(&k[p][head * HS], position(p), interleaved_rope, scaling);
     }
     for (int head = 0; head < NH; ++head) {
       const int kv = head / (NH / NKV);  // HF's repeat_kv
       for (int p = 0; p < n_pos; ++p) {
-        std::vector<double> score(p + 1);
+        std::vector<double> score(n_pos, 0.0);
         double mx = -1e300, sum = 0;
-        for (int r = 0; r <= p; ++r) {
+        for (int r = 0; r < n_pos; ++r) {
+          if (!visible(p, r)) continue;  // HF: -inf in the additive mask, exp 0
           double s = 0;
           for (int i = 0; i < HS; ++i) s += q[p][head * HS + i] * k[r][kv * HS + i];
           mx = std::max(mx, score[r] = s / std::sqrt(double(HS)));
         }
-        for (auto& s : score) sum += (s = std::exp(s - mx));
-        for (int r = 0; r <= p; ++r)
+        for (int r = 0; r < n_pos; ++r) sum += (score[r] = visible(p, r) ? std::exp(score[r] - mx) : 0.0);
+        for (int r = 0; r < n_pos; ++r)
           for (int i = 0; i < HS; ++i) y[p][head * HS + i] += score[r] / sum * v[r][kv * HS + i];
       }
     }
@@ -362,4 +374,55 @@ TEST_CASE("hf llama: export -> import -> export gives bitwise-identical tensors 
                                          "embedding (set model.tie_embeddings: false)"),
                        UsageError);
   for (const auto& p : {st, weights, again, weights2, third}) fs::remove(p);
+}
+
+TEST_CASE("hf llama: packed documents with document masks compute what HF computes with a block-diagonal 4D mask "
+          "and position_ids") {
+  // Three documents of 5, 4 and 3 tokens, each ended by the end-of-text id 12 (the last one's end is the row's).
+  constexpr int kEot = 12;
+  const std::vector<int> lengths = {5, 4, 3};
+  const std::vector<int> tokens = {3, 1, 7, 0, kEot, 9, 2, 5, kEot, 4, 11, 6};
+  const std::vector<int> targets = {1, 7, 0, 5, 9, 2, 5, 3, 4, 11, 6, 8};
+  const int n = static_cast<int>(tokens.size());
+  // HF's inputs, from the document lengths: the block-diagonal causal mask; position_ids restarting per document
+  // (reset) or 0..n-1.
+  HfPacking reset, plain;
+  reset.mask.assign(n, std::vector<bool>(n, false));
+  for (int d = 0, begin = 0; d < static_cast<int>(lengths.size()); begin += lengths[d++])
+    for (int p = begin; p < begin + lengths[d]; ++p) {
+      reset.position_ids.push_back(p - begin);
+      plain.position_ids.push_back(p);
+      for (int r = begin; r <= p; ++r) reset.mask[p][r] = true;
+    }
+  plain.mask = reset.mask;
+  ModelConfig c = config();
+  c.context_length = n;
+  const Tensors hf = random_hf_llama();
+  const std::string st = temp_path("packed.safetensors");
+  write_safetensors(st, hf);
+  for (const bool reset_positions : {true, false}) {
+    CAPTURE(reset_positions);
+    const auto want = reference_losses(hf, tokens, targets, false, {}, reset_positions ? reset : plain);
+    for (AttentionKind kind : {AttentionKind::reference, AttentionKind::batched, AttentionKind::fused}) {
+      CAPTURE(to_string(kind));
+      c.attention = kind;
+      const auto model = make_model(c);
+      model->set_document_masks(DocumentMasks{kEot, reset_positions});
+      model->to_empty();
+      load_weights(MPI_COMM_WORLD, st, model->parameters());
+      const auto got = model_losses(*model, tokens, targets);
+      double worst = 0;
+      for (int p = 0; p < n; ++p) worst = std::max(worst, std::fabs(got[p] - want[p]));
+      MESSAGE(fmt::format("reset_positions {} {}: largest per-token loss difference from the f64 HF reference {:.2e}",
+                          reset_positions, to_string(kind), worst));
+      CHECK(worst <= 1e-5);
+    }
+  }
+  // Without the mask HF's plain causal forward is another computation (the check has teeth).
+  const auto causal = reference_losses(hf, tokens, targets);
+  const auto masked = reference_losses(hf, tokens, targets, false, {}, plain);
+  double diff = 0;
+  for (int p = 0; p < n; ++p) diff = std::max(diff, std::fabs(causal[p] - masked[p]));
+  CHECK(diff > 1e-3);
+  fs::remove(st);
 }

@@ -1,7 +1,8 @@
 // Fused (flash-style) and strided-batched causal attention against the reference kernels of attention.hpp:
 // forward output and backward gradients agree (float and double) over odd shapes (T not a multiple of the tile, head sizes 8 to
 // 96, grouped-query groups 1/2/4, B 1-3); the saved logsumexp is the reference's log of the softmax sum;
-// finite differences in double check the fused backward on its own; timing of the three at small.yaml's shape.
+// finite differences in double check the fused backward on its own; with document masks (AttentionShape::starts)
+// all three compute the block-diagonal causal attention written out here; timing of the three at small.yaml's shape.
 #include "mpi_test.hpp"
 
 #include "fsdpp/nn/kernels/attention.hpp"
@@ -180,6 +181,67 @@ TEST_CASE("fused attention backward matches central finite differences (double)"
     const double err = rel_err(analytic, numeric);
     MESSAGE("fused attention backward T=" << s.T << " G=" << s.group() << " hs=" << s.hs << ": rel err " << err);
     CHECK(err <= 1e-6);
+  }
+}
+
+TEST_CASE("document masks: every attention path computes the block-diagonal causal attention, forward and "
+          "backward") {
+  // Documents of random lengths (1 to 40 tokens) packed along each row: starts across, at and inside the 32- and
+  // 16-row tiles of the fused kernels, so that whole key tiles are skipped and others masked element-wise.
+  const AttentionShape shapes[] = {{2, 70, 4, 2, 16}, {1, 65, 2, 2, 64}, {3, 33, 4, 2, 8}, {1, 100, 2, 1, 96}};
+  for (AttentionShape s : shapes) {
+    CAPTURE(s.T);
+    CAPTURE(s.hs);
+    std::mt19937 gen(41);
+    std::vector<std::int32_t> starts(std::size_t(s.B) * s.T);
+    for (int b = 0; b < s.B; ++b)
+      for (int t = 0, start = 0, end = 0; t < s.T; ++t) {
+        if (t == end) start = t, end = t + 1 + static_cast<int>(gen() % 40);
+        starts[std::size_t(b) * s.T + t] = start;
+      }
+    View1<std::int32_t> starts_view("starts", starts.size());
+    Kokkos::deep_copy(starts_view, HostView1<const std::int32_t>(starts.data(), starts.size()));
+    s.starts = starts_view.data();
+    const auto inp = random_vector(n_inp(s), 42, 2.0);
+    const auto R = random_vector(n_out(s), 43);
+    const auto dinp0 = random_vector(n_inp(s), 44);
+    // The forward written out: query t of head h over keys [start, t] only.
+    const Result rd = run<double>(Path::reference, s, inp, R, dinp0);
+    const int W = s.row_width(), hs = s.hs, C = s.q_width();
+    double worst = 0;
+    for (int b = 0; b < s.B; ++b)
+      for (int h = 0; h < s.NH; ++h)
+        for (int t = 0; t < s.T; ++t) {
+          const int start = starts[std::size_t(b) * s.T + t], kv = h / s.group();
+          std::vector<double> p(t + 1, 0.0);
+          double mx = -1e300, sum = 0;
+          for (int j = start; j <= t; ++j) {
+            double dot = 0;
+            for (int i = 0; i < hs; ++i)
+              dot += inp[std::size_t(b * s.T + t) * W + h * hs + i] * inp[std::size_t(b * s.T + j) * W + C + kv * hs + i];
+            mx = std::max(mx, p[j] = dot / std::sqrt(double(hs)));
+          }
+          for (int j = start; j <= t; ++j) sum += (p[j] = std::exp(p[j] - mx));
+          for (int i = 0; i < hs; ++i) {
+            double o = 0;
+            for (int j = start; j <= t; ++j) o += p[j] / sum * inp[std::size_t(b * s.T + j) * W + C + (s.NKV + kv) * hs + i];
+            worst = std::max(worst, std::abs(o - rd.out[std::size_t(b * s.T + t) * C + h * hs + i]));
+          }
+        }
+    CHECK(worst <= 1e-12);
+    const Result rf = run<float>(Path::reference, s, inp, R, dinp0);
+    for (Path path : {Path::batched, Path::fused}) {
+      CAPTURE(path == Path::fused ? "fused" : "batched");
+      const Result d = run<double>(path, s, inp, R, dinp0);
+      CHECK(rel_err(d.out, rd.out) <= 1e-12);
+      CHECK(rel_err(d.dinp, rd.dinp) <= 1e-12);
+      const Result f = run<float>(path, s, inp, R, dinp0);
+      CHECK(rel_err(f.out, rf.out) <= 1e-5);
+      CHECK(rel_err(f.dinp, rf.dinp) <= 1e-5);
+    }
+    // The mask matters here: plain causal attention is another result.
+    s.starts = nullptr;
+    CHECK(rel_err(run<double>(Path::reference, s, inp, R, dinp0).out, rd.out) > 1e-3);
   }
 }
 

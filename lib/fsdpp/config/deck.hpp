@@ -93,6 +93,12 @@ struct DataConfig {
   DataFormat format = DataFormat::automatic;
   DataOrder order = DataOrder::shuffled;
   double val_fraction = 0.05;
+  // Packed sequences (docs/models-and-data.md, "Document masks"): attention stays inside each document, a
+  // document ending with the end-of-text token eot_id (token t starts a new one when token t-1 is eot_id);
+  // reset_positions restarts RoPE positions at 0 at each document start. document_masks() resolves them.
+  bool document_mask = false;
+  bool reset_positions = false;
+  std::int64_t eot_id = -1;  // -1: unset (required with document_mask)
 };
 
 struct OptimConfig {

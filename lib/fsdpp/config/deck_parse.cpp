@@ -326,6 +326,7 @@ void check_rules(const ParseState& st) {
     check_reproducible(d.train, d.fsdp);
     check_schedule(d.schedule, d.optim, d.train);
     check_evaluation(d.train, d.data);
+    check_document_masks(d.data, d.model);
     check_parallel_strategy(d.fsdp, d.mesh);
     check_tensor_parallel(d.model, d.mesh.tp);
     if (d.mesh.tp_sequence_parallel)

@@ -198,6 +198,34 @@ void check_evaluation(const TrainConfig& train, const DataConfig& data) {
            train.eval_interval);
 }
 
+void check_document_masks(const DataConfig& data, const ModelConfig& model) {
+  if (data.document_mask && data.eot_id < 0)
+    broken({"data.document_mask", "data.eot_id"},
+           "data.document_mask needs the end-of-text id that ends each document: set data.eot_id (GPT-2's "
+           "tokenizer: 50256)");
+  if (data.eot_id >= model.vocab_size)
+    broken({"data.eot_id", "model.vocab_size"}, "data.eot_id ({}) must be below model.vocab_size ({})", data.eot_id,
+           model.vocab_size);
+  if (data.reset_positions && !data.document_mask)
+    broken({"data.reset_positions", "data.document_mask"},
+           "data.reset_positions restarts positions at document starts, which only data.document_mask defines "
+           "(without it a document would see the one before at shifted positions): set data.document_mask: true "
+           "or remove data.reset_positions");
+  if (data.reset_positions && !is_llama_family(model.arch))
+    broken({"data.reset_positions", "model.arch"},
+           "data.reset_positions is for rotary positions (model.arch llama or qwen2); {} adds a learned position "
+           "table, which fsdpp does not reset: remove data.reset_positions",
+           to_string(model.arch));
+}
+
+DocumentMasks document_masks(const DataConfig& data) {
+  DocumentMasks masks;
+  if (!data.document_mask) return masks;
+  masks.eot_id = static_cast<int>(data.eot_id);
+  masks.reset_positions = data.reset_positions;
+  return masks;
+}
+
 void check_trace(const RunConfig& run, const TrainConfig& train, const CommConfig& comm) {
   if (run.trace_first == 0) return;
   const std::string steps = run.trace_first == run.trace_last ? fmt::format("{}", run.trace_first)

@@ -81,6 +81,19 @@ int training_forward_batch(const TrainConfig& train);
 void check_schedule(const ScheduleConfig& schedule, const OptimConfig& optim, const TrainConfig& train);
 // eval_interval > 0 needs held-out data (val_fraction > 0).
 void check_evaluation(const TrainConfig& train, const DataConfig& data);
+// ---- document masks (data.document_mask, data.reset_positions, data.eot_id) ------------------------------
+// What the model's attention and positions respect in packed sequences (docs/models-and-data.md, "Document
+// masks"). Off (eot_id -1): plain causal attention, the same bits as before the options existed.
+struct DocumentMasks {
+  int eot_id = -1;               // the end-of-text id that ends a document; -1: no document masks
+  bool reset_positions = false;  // RoPE positions restart at 0 at each document start
+  bool enabled() const { return eot_id >= 0; }
+};
+// document_mask needs eot_id in [0, vocab_size); reset_positions needs document_mask and rotary positions
+// (llama, qwen2: GPT-2's learned position table is refused).
+void check_document_masks(const DataConfig& data, const ModelConfig& model);
+// The one place the deck's options become the model's masks (a corpus index's end-of-text id will be read here).
+DocumentMasks document_masks(const DataConfig& data);
 // every_<k> names at least one of the model's n_layer blocks.
 void check_activation_checkpointing(const ActivationCheckpointing& ac, int n_layer);
 

@@ -499,6 +499,15 @@ std::vector<Field> data_fields() {
                      "windows of T+1 tokens at stride T from the start of the data, wrapping (an epoch) at the end."));
   f.push_back(real("data.val_fraction", &Deck::data, &DataConfig::val_fraction, kUnitHalfOpen,
                    "Fraction of the tokens held out for validation."));
+  f.push_back(boolean("data.document_mask", &Deck::data, &DataConfig::document_mask,
+                      "Attention inside a packed sequence does not cross document boundaries: a document ends with "
+                      "data.eot_id, and token t starts a new one when token t-1 is data.eot_id."));
+  f.push_back(boolean("data.reset_positions", &Deck::data, &DataConfig::reset_positions,
+                      "RoPE positions restart at 0 at each document start (needs data.document_mask; llama and "
+                      "qwen2 only: GPT-2's learned position table is refused)."));
+  f.push_back(integer("data.eot_id", &Deck::data, &DataConfig::eot_id, -1,
+                      "The end-of-text token id the document masks split at; -1: unset. Required with "
+                      "data.document_mask, below model.vocab_size."));
   return f;
 }
 

@@ -4,6 +4,7 @@
 
 #include "fsdpp/nn/kernels/crossentropy.hpp"
 #include "fsdpp/nn/kernels/decode.hpp"
+#include "fsdpp/nn/kernels/document.hpp"
 #include "fsdpp/nn/kernels/embedding.hpp"
 #include "fsdpp/nn/kernels/encoder.hpp"
 #include "fsdpp/nn/kernels/linear.hpp"
@@ -59,6 +60,15 @@ std::vector<Module*> CausalLM::block_modules() const {
   return out;
 }
 
+void CausalLM::set_document_masks(const DocumentMasks& masks) {
+  FSDPP_REQUIRE(!masks.reset_positions || context_->rotary.enabled,
+                "data.reset_positions: {} has a learned position table, which fsdpp does not reset (rotary "
+                "positions only: llama, qwen2)", layout_.type_name);
+  FSDPP_REQUIRE(masks.eot_id < config_.vocab_size, "data.eot_id ({}) must be below model.vocab_size ({})",
+                masks.eot_id, config_.vocab_size);
+  masks_ = masks;
+}
+
 std::int64_t CausalLM::parameter_count() const {
   std::int64_t total = 0;
   for (const Parameter* p : parameters()) total += p->global_numel();
@@ -109,6 +119,7 @@ BufferTable CausalLM::head_table(Head& h, int B, int T) const {
     t.add("local_tokens", sz(N), h.local_tokens);  // tokens - v0: this rank's rows of the embedding
     t.add("ce_stats", sz(3 * N), h.ce_stats);      // the cross-entropy's row max, sum of exp, target logit
   }
+  if (masks_.enabled()) t.add("document_starts", sz(N), h.document_starts);  // kernels/document.hpp; every row
   return t;
 }
 
@@ -180,6 +191,11 @@ void CausalLM::forward(Flow& flow) {
   if (sp) check_sequence_parallel_tokens(B, T, tp.ranks());
   const int Nl = tp.local_rows(N);
   head_buffers_.ensure("lm", B, T, [&] { return head_table(head_, B, T); });
+  if (masks_.enabled()) {  // the blocks read them, in forward, in a recomputation and in backward
+    document_starts(head_.document_starts, flow.tokens, B, T, masks_.eot_id);
+    context_->document_starts = head_.document_starts;
+    context_->reset_positions = masks_.reset_positions;
+  }
   embed(flow, N);
   flow.x = head_.x0;
   for (auto& block : blocks_) (*block)(flow);

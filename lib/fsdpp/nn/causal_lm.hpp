@@ -66,6 +66,7 @@ class CausalLM : public LanguageModel {
   View1<float> logits() const { return head_.logits; }
   std::int64_t activation_bytes() const override;
   std::int64_t activation_bytes_for(int B, int T, int recomputing_blocks = 0) const override;
+  void set_document_masks(const DocumentMasks& masks) override;
   std::int64_t parameter_count() const override;
   double flops_per_token(int T) const override;
   int vocab_size() const override { return config_.vocab_size; }
@@ -98,6 +99,7 @@ class CausalLM : public LanguageModel {
     View1<float> x0, lnf, logits, losses, dlnf, dx, dlnf_local, norm_grads, ce_stats;
     NormStats lnf_stats;
     View1<std::int32_t> local_tokens;
+    View1<std::int32_t> document_starts;
   };
   BufferTable head_table(Head& h, int B, int T) const;
   struct DecodeHead {  // the decode forward's own buffers: each sequence's last row through the norm and the head
@@ -114,6 +116,7 @@ class CausalLM : public LanguageModel {
   const ModelConfig config_;
   const LmLayout layout_;
   const BlockDims dims_;
+  DocumentMasks masks_;
   std::shared_ptr<BlockContext> context_;
   std::vector<std::unique_ptr<DecoderBlock>> blocks_;
   Head head_;

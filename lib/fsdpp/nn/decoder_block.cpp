@@ -165,8 +165,8 @@ void DecoderBlock::apply_tensor_parallel(const TensorParallelGroup& tp) {
 // holds d(out) on entry and d(in) on exit, in the same buffer (see CausalLM::backward).
 
 namespace {
-AttentionShape attention_shape(const DecoderBlock::Local& l, int B, int T) {
-  return AttentionShape{B, T, l.heads, l.kv_heads, l.head_size};
+AttentionShape attention_shape(const DecoderBlock::Local& l, int B, int T, const BlockContext& context) {
+  return AttentionShape{B, T, l.heads, l.kv_heads, l.head_size, context.attention_starts()};
 }
 }  // namespace
 
@@ -213,11 +213,12 @@ void DecoderBlock::forward(Flow& flow) {
     at += width;
   }
   const RotaryTables& rope = context_->rotary;
-  if (rope.enabled) rope_forward<float>(a.qkv, rope.cos, rope.sin, B, T, W, l.heads + l.kv_heads, l.head_size);
+  if (rope.enabled)
+    rope_forward<float>(a.qkv, rope.cos, rope.sin, B, T, W, l.heads + l.kv_heads, l.head_size, context_->rope_starts());
   // Only the batched kernels take the (shared) workspace; the others leave the scratch as it was.
   const bool batched = resolve_attention(context_->attention) == AttentionKind::batched;
   attention_forward_as(context_->attention, a.atty, a.att, a.qkv, batched ? s.workspace : View1<float>(),
-                       attention_shape(l, B, T));
+                       attention_shape(l, B, T, *context_));
   // A recomputation rebuilds what backward reads and stops there: Wd and the last residual add only make the
   // output, which backward does not read (the next block, whose input it is, is already through its backward).
   // So out_ stays as forward left it, and Wo's output goes to the scratch d(res2), which backward overwrites
@@ -341,9 +342,11 @@ void DecoderBlock::backward(Flow& flow) {
   linear_backward_input<float>(s.datty, s.dres2, wo.weight.value(), N, l.attention_width, C);
   Kokkos::deep_copy(s.dqkv, 0.0f);
   attention_backward_as(context_->attention, s.dqkv, s.datt, s.datty, a.qkv, a.atty, a.att, s.workspace,
-                        attention_shape(l, B, T));
+                        attention_shape(l, B, T, *context_));
   const RotaryTables& rope = context_->rotary;
-  if (rope.enabled) rope_backward<float>(s.dqkv, rope.cos, rope.sin, B, T, W, l.heads + l.kv_heads, l.head_size);
+  if (rope.enabled)
+    rope_backward<float>(s.dqkv, rope.cos, rope.sin, B, T, W, l.heads + l.kv_heads, l.head_size,
+                         context_->rope_starts());
   const auto each_qkv = [&](const auto& f) {  // f(projection, its width, its first column in the packed row)
     int at = 0;
     for (const QkvProjection& p : parts_.qkv) {

@@ -98,6 +98,14 @@ struct BlockContext {
   BlockActivations recomputed;  // the set of the blocks that recompute in backward
   RotaryTables rotary;
   DecodeBuffers decode;
+  // Document masks (kernels/document.hpp): each row's document start in the batch the model's forward is on,
+  // set by it before the blocks run (empty without data.document_mask); reset_positions: RoPE reads them too.
+  View1<std::int32_t> document_starts;
+  bool reset_positions = false;
+  const std::int32_t* attention_starts() const {
+    return document_starts.extent(0) ? document_starts.data() : nullptr;
+  }
+  const std::int32_t* rope_starts() const { return reset_positions ? attention_starts() : nullptr; }
 };
 
 // One column slice of the packed [q | k | v] row: a projection and how tensor parallelism splits its rows

@@ -7,6 +7,7 @@
 // The model is a Module tree: the root owns the embeddings, the final norm and the LM head; each transformer
 // block is a child, the unit fully_shard wraps. Forward takes tokens and targets in a Flow and leaves the mean
 // loss in it; backward leaves every parameter's gradient.
+#include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/nn/module.hpp"
 #include "fsdpp/nn/tensor_parallel.hpp"
 
@@ -45,6 +46,10 @@ class LanguageModel : public Module {
     for (const Module* b : block_modules()) n += b->recomputes_in_backward() ? 1 : 0;
     return n;
   }
+  // Document masks in packed sequences (config/deck_rules.hpp DocumentMasks; data.document_mask): attention
+  // within each document, positions reset per document if asked. Before the first forward; the per-row document
+  // starts are then a buffer of the model's (counted by activation_bytes_for).
+  virtual void set_document_masks(const DocumentMasks& masks) = 0;
   virtual std::int64_t parameter_count() const = 0;
   // Training FLOPs per token at sequence length T: 6 x the parameters that multiply + 12 x L x T x C (the
   // attention products), the convention MFU is quoted in.

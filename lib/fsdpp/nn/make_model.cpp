@@ -16,4 +16,10 @@ std::unique_ptr<LanguageModel> make_model(const ModelConfig& m) {
   throw UsageError(fmt::format("model.arch {} is not a model fsdpp builds", static_cast<int>(m.arch)));
 }
 
+std::unique_ptr<LanguageModel> make_model(const Deck& deck) {
+  auto model = make_model(deck.model);
+  model->set_document_masks(document_masks(deck.data));
+  return model;
+}
+
 }  // namespace fsdpp

@@ -9,5 +9,8 @@
 namespace fsdpp {
 
 std::unique_ptr<LanguageModel> make_model(const ModelConfig& m);
+// The deck's model with what the deck's data asks of it (document masks): what training, evaluation and the
+// planner build.
+std::unique_ptr<LanguageModel> make_model(const Deck& deck);
 
 }  // namespace fsdpp

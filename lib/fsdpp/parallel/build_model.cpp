@@ -8,7 +8,7 @@ std::vector<float> TrainModel::whole(const Parameter& p) const {
 
 TrainModel build_model(MPI_Comm comm, const Deck& deck) {
   TrainModel t;
-  t.model = make_model(deck.model);
+  t.model = make_model(deck);
   t.parallel = parallelize(*t.model, deck, comm);
   t.model->to_empty();
   t.model->reset_parameters(deck.run.seed);

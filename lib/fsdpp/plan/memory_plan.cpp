@@ -79,7 +79,7 @@ PlannedModel plan_sharding(const Deck& deck, int ranks) {
   FSDPP_REQUIRE(ranks >= 1, "--ranks is {}; it must be at least 1", ranks);
   PlannedModel out;
   // Shapes only: a model on meta allocates nothing, and its groups run dry on a planning mesh.
-  out.shapes = make_model(deck.model);
+  out.shapes = make_model(deck);
   out.par = parallelize_for_planning(*out.shapes, deck, ranks);
   MemoryPlan& plan = out.plan;
   plan.ranks = ranks;

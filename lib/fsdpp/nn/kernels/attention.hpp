@@ -18,6 +18,9 @@
 // plain full-size products. Whatever a block computes above the diagonal is overwritten with exact zeros by the
 // softmax kernels, so att and the softmax gradient are exactly causal.
 //
+// Document masks (AttentionShape::starts, document.hpp): the softmax kernels also zero the columns before each
+// row's document start, element-wise; the products then carry the mask (zero probabilities, zero gradients).
+//
 // Ordering: host backends finish a parallel_for before returning, and on CUDA the products run on Kokkos's own
 // stream (tensor/matmul.cpp), so no fences are needed between the kernels and the GEMMs.
 //
@@ -53,6 +56,8 @@ struct AttentionShape {
   int NH = 0;   // query heads
   int NKV = 0;  // key/value heads, dividing NH
   int hs = 0;   // head size
+  // Document masks (document.hpp): (B*T) device pointer, query t sees keys [starts[b*T+t], t]; nullptr: causal.
+  const std::int32_t* starts = nullptr;
   int q_width() const { return NH * hs; }                 // C: the output's row width
   int row_width() const { return (NH + 2 * NKV) * hs; }   // a packed [q | k | v] row
   int group() const { return NH / NKV; }                  // G
@@ -60,15 +65,18 @@ struct AttentionShape {
 
 // Causal softmax over `matrices` T x T matrices, in place: row t ends at column t; the upper triangle
 // (garbage or unset from the blocked products) is set to 0. The kernels, tuned and portable, are softmax.hpp's.
-template <class Real> void attention_softmax_forward(const View1<Real>& att, std::int64_t matrices, int T) {
-  attention_softmax_forward(att.data(), matrices * T, T);
+template <class Real>
+void attention_softmax_forward(const View1<Real>& att, std::int64_t matrices, int T,
+                               const std::int32_t* starts = nullptr, int heads = 1) {
+  attention_softmax_forward(att.data(), matrices * T, T, starts, heads);
 }
 
 // Softmax backward per row, in place in datt: datt = att * (datt - rowsum(att * datt)), reading only t2 <= t
 // (above the diagonal datt may hold garbage, even NaN) and writing 0 there.
 template <class Real>
-void attention_softmax_backward(const View1<Real>& datt, const View1<const Real>& att, std::int64_t matrices, int T) {
-  attention_softmax_backward(datt.data(), att.data(), matrices * T, T);
+void attention_softmax_backward(const View1<Real>& datt, const View1<const Real>& att, std::int64_t matrices, int T,
+                                const std::int32_t* starts = nullptr, int heads = 1) {
+  attention_softmax_backward(datt.data(), att.data(), matrices * T, T, starts, heads);
 }
 
 // out (B,T,NH*hs) = softmax(causal(q k^T / sqrt(hs))) v per query head; att (B,NH,T,T) receives the
@@ -98,7 +106,7 @@ void attention_forward(const View1<Real>& out,        // out (B,T,NH*hs)
   }
 
   // Causal softmax over the B*NH*T rows, in place.
-  attention_softmax_forward<Real>(att, std::int64_t(B) * NH, T);
+  attention_softmax_forward<Real>(att, std::int64_t(B) * NH, T, s.starts, NH);
 
   // out[b,t,h*hs+i] = sum_t2 att[b,h,t,t2] v[b,t2,(h/G)*hs+i]; row block [r0,r1) needs only columns t2 < r1.
   for (int b = 0; b < B; ++b) {
@@ -157,7 +165,7 @@ void attention_backward(const View1<Real>& dinp,        // dinp (B,T,(NH+2NKV)*h
   }
 
   // Softmax backward per row, in place in datt.
-  attention_softmax_backward<Real>(datt, att, std::int64_t(B) * NH, T);
+  attention_softmax_backward<Real>(datt, att, std::int64_t(B) * NH, T, s.starts, NH);
 
   for (int b = 0; b < B; ++b) {
     const Real* q = inp.data() + std::int64_t(b) * T * W;

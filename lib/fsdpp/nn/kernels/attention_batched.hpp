@@ -11,7 +11,8 @@
 // it lines up with kv matrix b*NKV + kvh (stride T*hs) and probabilities (stride G*T*T, offset j*T*T).
 //
 // The caller gives a workspace of batched_attention_workspace(s) floats, kept between steps (no per-step
-// allocation); it holds nothing from forward to backward, so the blocks share one.
+// allocation); it holds nothing from forward to backward, so the blocks share one. Document masks
+// (AttentionShape::starts) are applied by the softmax kernels, element-wise, as in attention.hpp.
 #include "fsdpp/nn/kernels/attention.hpp"
 
 namespace fsdpp::kernels {
@@ -74,7 +75,7 @@ void attention_forward_batched(const View1<Real>& out,        // out (B,T,NH*hs)
       gemm_batched(Trans::N, Trans::T, r1 - r0, r1, hs, scale, q + (j * T + r0) * std::int64_t(hs), hs, G * Ths, k,
                    hs, Ths, Real(0), a + std::int64_t(r0) * T + j * TT, T, G * TT, BK);
   });
-  attention_softmax_forward<Real>(att, std::int64_t(s.B) * s.NH, T);
+  attention_softmax_forward<Real>(att, std::int64_t(s.B) * s.NH, T, s.starts, s.NH);
   detail::for_each_causal_row_block(T, row_block, [&](int r0, int r1) {
     for (int j = 0; j < G; ++j)
       gemm_batched(Trans::N, Trans::N, r1 - r0, hs, r1, Real(1), a + std::int64_t(r0) * T + j * TT, T, G * TT, v, hs,
@@ -117,7 +118,7 @@ void attention_backward_batched(const View1<Real>& dinp,        // dinp (B,T,(NH
                    Real(1), dv + std::int64_t(r0) * hs, hs, Ths, BK);
     }
   });
-  attention_softmax_backward<Real>(datt, att, std::int64_t(s.B) * s.NH, T);
+  attention_softmax_backward<Real>(datt, att, std::int64_t(s.B) * s.NH, T, s.starts, s.NH);
   detail::for_each_causal_row_block(T, row_block, [&](int r0, int r1) {
     for (int j = 0; j < G; ++j) {
       const std::int64_t qo = (j * T + r0) * std::int64_t(hs), ao = std::int64_t(r0) * T + j * TT;

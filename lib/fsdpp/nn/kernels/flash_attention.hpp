@@ -8,6 +8,11 @@
 // running max m and sum l of its exps (online softmax) and rescales its output accumulator when m grows.
 // Key tiles wholly above the diagonal are skipped. out = acc / l, L = m + log(l).
 //
+// Document masks (AttentionShape::starts, document.hpp): query t sees keys [starts[t], t]. starts is
+// non-decreasing along a row, so the key tiles wholly before a query tile's first start are skipped (forward and
+// dq), and in the dk/dv kernel the query tiles whose first start lies after the key tile's last key end the loop;
+// tiles the mask covers in part are masked element-wise. Without starts every loop begins where it did before.
+//
 // Backward recomputes P = exp(scale q k^T - L) tile by tile, with D = rowsum(dout * out):
 //   dv += P^T dout,  dP = dout v^T,  dS = P * (dP - D),  dq += scale dS k,  dk += scale dS^T q.
 // Deterministic, no atomics: dk/dv in one kernel with a team per (b, kv head, key tile), each key row owned by
@@ -72,27 +77,37 @@ KOKKOS_INLINE_FUNCTION void stage(const Member& team, Real* dst, const Real* src
   });
 }
 
-// One query row t against key tile [k0, k0+nc): online-softmax update of (m, l, o). srow: nc scratch scores.
+// The first key of a tile starting at k0 that query row t, whose document starts at `start`, sees.
+KOKKOS_INLINE_FUNCTION int first_key(int start, int k0) { return start > k0 ? start - k0 : 0; }
+
+// A query tile's first visible key tile: the one holding the tile's first document start (0 without masks).
+KOKKOS_INLINE_FUNCTION int first_key_tile(const std::int32_t* starts, std::int64_t row0, int tile) {
+  return starts ? starts[row0] / tile * tile : 0;
+}
+
+// One query row t (its document from `start`) against key tile [k0, k0+nc): online-softmax update of (m, l, o).
+// srow: nc scratch scores.
 template <class Real>
-KOKKOS_INLINE_FUNCTION void forward_row(int t, int k0, int nc, int hs, Real scale, const Real* q, const Real* k,
-                                        const Real* v, Real* srow, Real* o, Real& m, Real& l) {
+KOKKOS_INLINE_FUNCTION void forward_row(int t, int start, int k0, int nc, int hs, Real scale, const Real* q,
+                                        const Real* k, const Real* v, Real* srow, Real* o, Real& m, Real& l) {
   const int n = t - k0 + 1 < nc ? t - k0 + 1 : nc;  // causal: keys t2 <= t
-  if (n <= 0) return;
+  const int j0 = first_key(start, k0);              // document: keys t2 >= start
+  if (n <= j0) return;
   Real mx = m;
-  for (int j = 0; j < n; ++j) {
+  for (int j = j0; j < n; ++j) {
     srow[j] = scale * dot(hs, q, k + j * hs);
-    mx = (l == Real(0) && j == 0) || srow[j] > mx ? srow[j] : mx;
+    mx = (l == Real(0) && j == j0) || srow[j] > mx ? srow[j] : mx;
   }
   const Real correction = l == Real(0) ? Real(0) : detail::exp_fast(m - mx);
   Real sum = 0;
-  for (int j = 0; j < n; ++j) {
+  for (int j = j0; j < n; ++j) {
     srow[j] = detail::exp_fast(srow[j] - mx);
     sum += srow[j];
   }
   l = l * correction + sum;
   m = mx;
   for (int i = 0; i < hs; ++i) o[i] *= correction;
-  for (int j = 0; j < n; ++j)  // over keys outside, so the inner loop runs along a contiguous v row
+  for (int j = j0; j < n; ++j)  // over keys outside, so the inner loop runs along a contiguous v row
     for (int i = 0; i < hs; ++i) o[i] += srow[j] * v[j * hs + i];
 }
 
@@ -112,6 +127,7 @@ void flash_attention_forward(const View1<Real>& out,        // out (B,T,NH*hs)
   const Real* in = inp.data();
   Real* o = out.data();
   Real* L = lse.data();
+  const std::int32_t* starts = s.starts;
   Policy policy(s.B * NH * tiles, team_size(tile));
   policy.set_scratch_size(
       0, Kokkos::PerTeam(4 * bytes<Real>(tile * hs) + bytes<Real>(tile * tile) + 2 * bytes<Real>(tile)));
@@ -131,14 +147,18 @@ void flash_attention_forward(const View1<Real>& out,        // out (B,T,NH*hs)
         stage(team, sq, rows, r0, nr, W, h * hs, hs);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nr * hs), [&](const int e) { so[e] = 0; });
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nr), [&](const int i) { sm[i] = 0, sl[i] = 0; });
-        for (int k0 = 0; k0 < r0 + nr; k0 += tile) {  // key tiles up to the diagonal
+        const std::int64_t row0 = std::int64_t(b) * T + r0;
+        // key tiles from the query tile's first document start up to the diagonal
+        for (int k0 = first_key_tile(starts, row0, tile); k0 < r0 + nr; k0 += tile) {
           const int nc = T - k0 < tile ? T - k0 : tile;
           team.team_barrier();
           stage(team, sk, rows, k0, nc, W, C + kvh * hs, hs);
           stage(team, sv, rows, k0, nc, W, C + NKV * hs + kvh * hs, hs);
           team.team_barrier();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nr), [&](const int i) {
-            forward_row(r0 + i, k0, nc, hs, scale, sq + i * hs, sk, sv, ss + i * tile, so + i * hs, sm[i], sl[i]);
+            const int start = starts ? starts[row0 + i] : 0;
+            forward_row(r0 + i, start, k0, nc, hs, scale, sq + i * hs, sk, sv, ss + i * tile, so + i * hs, sm[i],
+                        sl[i]);
           });
         }
         team.team_barrier();
@@ -172,11 +192,14 @@ void row_delta(const View1<Real>& delta, const View1<const Real>& dout, const Vi
 }
 
 // Key row t2 (k, v staged) against a staged query tile [q0, q0+nq) of one query head: dk, dv accumulate.
+// starts: the tile's queries' document starts (nullptr without masks); non-decreasing, so the queries that see
+// t2 (start <= t2) come first.
 template <class Real>
 KOKKOS_INLINE_FUNCTION void backward_key_row(int t2, int q0, int nq, int hs, Real scale, const Real* k,
                                              const Real* v, const Real* q, const Real* dO, const Real* L,
-                                             const Real* D, Real* dk, Real* dv) {
+                                             const Real* D, const std::int32_t* starts, Real* dk, Real* dv) {
   for (int i = t2 > q0 ? t2 - q0 : 0; i < nq; ++i) {  // causal: queries t >= t2
+    if (starts && starts[i] > t2) break;              // document: queries whose document starts after t2
     const Real p = detail::exp_fast(scale * dot(hs, q + i * hs, k) - L[i]);
     const Real ds = p * (dot(hs, dO + i * hs, v) - D[i]) * scale;
     for (int e = 0; e < hs; ++e) {
@@ -186,13 +209,14 @@ KOKKOS_INLINE_FUNCTION void backward_key_row(int t2, int q0, int nq, int hs, Rea
   }
 }
 
-// Query row t (q, dout, L, D given) against a staged key tile [k0, k0+nc): dq accumulates.
+// Query row t (q, dout, L, D given; its document from `start`) against a staged key tile [k0, k0+nc): dq
+// accumulates.
 template <class Real>
-KOKKOS_INLINE_FUNCTION void backward_query_row(int t, int k0, int nc, int hs, Real scale, const Real* q,
+KOKKOS_INLINE_FUNCTION void backward_query_row(int t, int start, int k0, int nc, int hs, Real scale, const Real* q,
                                                const Real* dO, Real L, Real D, const Real* k, const Real* v,
                                                Real* dq) {
   const int n = t - k0 + 1 < nc ? t - k0 + 1 : nc;
-  for (int j = 0; j < n; ++j) {
+  for (int j = first_key(start, k0); j < n; ++j) {
     const Real p = detail::exp_fast(scale * dot(hs, q, k + j * hs) - L);
     const Real ds = p * (dot(hs, dO, v + j * hs) - D) * scale;
     for (int e = 0; e < hs; ++e) dq[e] += ds * k[j * hs + e];
@@ -207,6 +231,7 @@ void backward_keys(const View1<Real>& dinp, const View1<const Real>& delta, cons
   const Real scale = Real(1) / std::sqrt(Real(hs));
   const Real *in = inp.data(), *dO = dout.data(), *Lg = lse.data(), *Dg = delta.data();
   Real* din = dinp.data();
+  const std::int32_t* starts = s.starts;
   Policy policy(s.B * NKV * tiles, team_size(tile));
   policy.set_scratch_size(0, Kokkos::PerTeam(6 * bytes<Real>(tile * hs) + 2 * bytes<Real>(tile)));
   Kokkos::parallel_for(
@@ -231,6 +256,8 @@ void backward_keys(const View1<Real>& dinp, const View1<const Real>& delta, cons
           const std::int64_t lrow = (std::int64_t(b) * NH + h) * T;
           for (int q0 = k0; q0 < T; q0 += tile) {  // query tiles at or below the diagonal
             const int nq = T - q0 < tile ? T - q0 : tile;
+            const std::int32_t* qstarts = starts ? starts + std::int64_t(b) * T + q0 : nullptr;
+            if (qstarts && qstarts[0] >= k0 + nc) break;  // this tile's documents, and all later ones, start after it
             team.team_barrier();
             stage(team, sq, rows, q0, nq, W, h * hs, hs);
             stage(team, sdo, drows, q0, nq, C, h * hs, hs);
@@ -239,8 +266,8 @@ void backward_keys(const View1<Real>& dinp, const View1<const Real>& delta, cons
             });
             team.team_barrier();
             Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nc), [&](const int j) {
-              backward_key_row(k0 + j, q0, nq, hs, scale, sk + j * hs, sv + j * hs, sq, sdo, sL, sD, sdk + j * hs,
-                               sdv + j * hs);
+              backward_key_row(k0 + j, q0, nq, hs, scale, sk + j * hs, sv + j * hs, sq, sdo, sL, sD, qstarts,
+                               sdk + j * hs, sdv + j * hs);
             });
           }
         }
@@ -261,6 +288,7 @@ void backward_queries(const View1<Real>& dinp, const View1<const Real>& delta, c
   const Real scale = Real(1) / std::sqrt(Real(hs));
   const Real *in = inp.data(), *dO = dout.data(), *Lg = lse.data(), *Dg = delta.data();
   Real* din = dinp.data();
+  const std::int32_t* starts = s.starts;
   Policy policy(s.B * NH * tiles, team_size(tile));
   policy.set_scratch_size(0, Kokkos::PerTeam(5 * bytes<Real>(tile * hs)));
   Kokkos::parallel_for(
@@ -278,14 +306,16 @@ void backward_queries(const View1<Real>& dinp, const View1<const Real>& delta, c
         stage(team, sq, rows, r0, nr, W, h * hs, hs);
         stage(team, sdo, dO + std::int64_t(b) * T * C, r0, nr, C, h * hs, hs);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nr * hs), [&](const int e) { sdq[e] = 0; });
-        for (int k0 = 0; k0 < r0 + nr; k0 += tile) {
+        const std::int64_t row0 = std::int64_t(b) * T + r0;
+        for (int k0 = first_key_tile(starts, row0, tile); k0 < r0 + nr; k0 += tile) {
           const int nc = T - k0 < tile ? T - k0 : tile;
           team.team_barrier();
           stage(team, sk, rows, k0, nc, W, C + kvh * hs, hs);
           stage(team, sv, rows, k0, nc, W, C + NKV * hs + kvh * hs, hs);
           team.team_barrier();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nr), [&](const int i) {
-            backward_query_row(r0 + i, k0, nc, hs, scale, sq + i * hs, sdo + i * hs, Lg[lrow + r0 + i],
+            const int start = starts ? starts[row0 + i] : 0;
+            backward_query_row(r0 + i, start, k0, nc, hs, scale, sq + i * hs, sdo + i * hs, Lg[lrow + r0 + i],
                                Dg[lrow + r0 + i], sk, sv, sdq + i * hs);
           });
         }
