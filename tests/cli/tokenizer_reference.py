@@ -27,6 +27,10 @@
   tokenizer_reference.py corpus TOKENIZER DIR FIELD SPLIT INPUT...  check that the corpus folder DIR (fsdpp tokenize
       in corpus mode) holds exactly, per document of the inputs in order, encode(document, add_special_tokens=True)
       (BOS where the post-processor adds one) followed by the end-of-text id; SPLIT "" or the .txt separator
+  tokenizer_reference.py jsonlfiles TEXT N DIR      bigtext's paragraphs (each ends "Paragraph N.") as documents of N JSON Lines
+      files DIR/part-K.jsonl ({"text": ...} per line)
+  tokenizer_reference.py benchdocs TOKENIZER JSONL...  Python `tokenizers` encode_batch on the documents of the files,
+      MB/s of their text (one JSON line)
   tokenizer_reference.py bench TOKENIZER TEXT [BIN] Python `tokenizers` throughput, MB/s, of encode_batch (64-line
       pieces) and encode (the whole text), and whether BIN holds the same ids (one JSON line)
 
@@ -497,6 +501,28 @@ def corpus(tokenizer_path, out_dir, field, split, *inputs):
           f" (bos {bos})")
 
 
+def jsonlfiles(text_path, n, out_dir):
+    import re
+    docs = re.findall(r".*?\nParagraph \d+\.\n", open(text_path, encoding="utf-8").read(), re.S)  # bigtext's
+    n = int(n)
+    os.makedirs(out_dir, exist_ok=True)
+    for k in range(n):
+        with open(os.path.join(out_dir, "part-%d.jsonl" % k), "w", encoding="utf-8") as f:
+            for d in docs[k * len(docs) // n:(k + 1) * len(docs) // n]:
+                f.write(json.dumps({"text": d}, ensure_ascii=False) + "\n")
+
+
+def benchdocs(tokenizer_path, *paths):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(tokenizer_path)
+    docs = [d for p in paths for d in corpus_documents(p, "text", "")]
+    nbytes = sum(len(d.encode("utf-8")) for d in docs)
+    t0 = time.perf_counter()
+    tok.encode_batch(docs, add_special_tokens=False)
+    seconds = time.perf_counter() - t0
+    print(json.dumps({"bytes": nbytes, "documents": len(docs), "batch_mb_per_s": nbytes / 1e6 / seconds}))
+
+
 def bench(tokenizer_path, text_path, bin_path=None):
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(tokenizer_path)
@@ -538,6 +564,10 @@ if __name__ == "__main__":
         corpusfiles(*args)
     elif cmd == "corpus":
         corpus(*args)
+    elif cmd == "jsonlfiles":
+        jsonlfiles(*args)
+    elif cmd == "benchdocs":
+        benchdocs(*args)
     elif cmd == "bench":
         bench(*args)
     else:

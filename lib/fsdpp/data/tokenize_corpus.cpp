@@ -334,12 +334,14 @@ CorpusSummary tokenize_corpus(MPI_Comm comm, const CorpusOptions& options) {
       }
       input_bytes = units[u].byte_end - units[u].byte_begin;
     });
-    std::uint64_t round_input = 0;
-    FSDPP_MPI_CHECK(MPI_Allreduce(&input_bytes, &round_input, 1, MPI_UINT64_T, MPI_SUM, comm));
-    input_done += round_input;
+    // Input done (for the ETA) and text tokenized by every rank so far (for MB/s), summed for rank 0's line.
+    const std::uint64_t mine[2] = {input_bytes, static_cast<std::uint64_t>(text_bytes)};
+    std::uint64_t all[2] = {0, 0};
+    FSDPP_MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_SUM, comm));
+    input_done += all[0];
     if (rank == 0 && options.progress_seconds > 0 && seconds_since(last_report) >= options.progress_seconds) {
       last_report = Clock::now();
-      report_progress(text_bytes * ranks, input_done, input_total, seconds_since(t0));  // rank 0's text, scaled
+      report_progress(static_cast<std::int64_t>(all[1]), input_done, input_total, seconds_since(t0));
     }
   }
   root_does(comm, [&] {
