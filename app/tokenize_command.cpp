@@ -63,7 +63,7 @@ int run_corpus(Runtime& rt, Args& a) {
 
 int run_single_file(Runtime& rt, const Args& a) {
   const std::string& out = a.paths.back();
-  if (a.paths.size() != 2 || !a.corpus.files_from.empty())
+  if (a.paths.size() != 2)
     throw UsageError(fmt::format("{}: a token file takes exactly one text file; to tokenize several inputs, name an "
                                  "output folder instead (corpus mode)",
                                  out));
@@ -100,7 +100,7 @@ Command add_tokenize_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cli->add_option("--progress-seconds", args->options.progress_seconds, "Seconds between progress lines (0: none)")
       ->check(CLI::NonNegativeNumber);
-  const char* group = "Corpus mode (the output is a folder)";
+  const std::string group = "Corpus mode (the output is a folder)";
   cli->add_option("--files-from", args->corpus.files_from, "A file listing more inputs, one a line")->group(group);
   cli->add_option("--field", args->corpus.field,
                   "JSON Lines: the field holding the text; dots go into nested objects (meta.body)")
@@ -127,10 +127,16 @@ Command add_tokenize_command(CLI::App& app) {
       ->check(CLI::IsMember({"stop", "skip"}))
       ->capture_default_str()
       ->group(group);
-  return {cli, [args](Runtime& rt) {
+  return {cli, [args, cli, group](Runtime& rt) {
             if (args->paths.size() < 2 && args->corpus.files_from.empty())
               throw UsageError("tokenize: name the input(s) and then the output (a token file or a folder)");
-            return is_token_file(args->paths.back()) ? run_single_file(rt, *args) : run_corpus(rt, *args);
+            if (!is_token_file(args->paths.back())) return run_corpus(rt, *args);
+            for (const CLI::Option* option : cli->get_options())
+              if (option->get_group() == group && option->count() > 0)
+                throw UsageError(fmt::format("tokenize: {} is for corpus mode, but {} is a token file; name an output "
+                                             "folder to tokenize a corpus",
+                                             option->get_name(), args->paths.back()));
+            return run_single_file(rt, *args);
           },
           [] { return false; }};
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tokenize_corpus.sh FSDPP MPIEXEC WORKDIR: `fsdpp tokenize` in corpus mode (many inputs -> shards + index.json).
 #   ids      two .jsonl, a .jsonl.zst and two .txt (one split on blank lines), cut into small units, tokenized with a
-#            GPT-2-shaped tokenizer (field "text") and a Llama-3-shaped one with a BOS template (field "meta.body"):
+#            GPT-2-shaped tokenizer (field "text") and a Llama-3-shaped one with a BOS template (field "meta.body",
+#            documents tokenized in chunks of 64 bytes):
 #            every id equals Python `tokenizers`' encode(document) + end of text (tokenizer_reference.py corpus)
 #   ranks    2 ranks write the same shards, records and index.json as 1 rank (diff -r)
 #   resume   a run killed (SIGKILL, FSDPP_TOKENIZE_KILL_AFTER_SHARDS) partway into its third shard, rerun, gives the
@@ -32,7 +33,7 @@ run() { "$fsdpp" tokenize --tokenizer tok/gpt2.json --shard-bytes 8000 --split-o
 run gpt2.1 | tail -n 1
 python3 "$ref" corpus tok/gpt2.json gpt2.1 text '\n\n' in/d.txt in/e.txt in/a1.jsonl in/a2.jsonl in/c.jsonl.zst
 [ "$(ls gpt2.1/shard-*.bin | wc -l)" -ge 8 ] || fail "expected the .jsonl inputs cut into several shards"
-"$fsdpp" tokenize --tokenizer tok/llama3_bos.json --field meta.body --shard-bytes 8000 --split-on '\n\n' \
+"$fsdpp" tokenize --tokenizer tok/llama3_bos.json --field meta.body --shard-bytes 8000 --chunk-bytes 64 --split-on '\n\n' \
   'in/*.jsonl*' in/d.txt in/e.txt llama3 | tail -n 1
 python3 "$ref" corpus tok/llama3_bos.json llama3 meta.body '\n\n' in/a1.jsonl in/a2.jsonl in/c.jsonl.zst in/d.txt in/e.txt
 grep -q '"bos_id": 128004' llama3/index.json || fail "llama3 index has no bos_id 128004"
