@@ -59,6 +59,19 @@ if(NOT FSDPP_ICU_INCLUDE_DIR OR NOT FSDPP_ICU_UC_LIBRARY)
                       "${FSDPP_ICU_UC_LIBRARY}); install libicu-dev")
 endif()
 
+# fsdpp tokenize in corpus mode: zstd-compressed JSON Lines (libzstd's streaming decoder) and JSON Lines (simdjson).
+find_package(PkgConfig REQUIRED)
+if(NOT TARGET PkgConfig::FSDPP_ZSTD)
+  pkg_check_modules(FSDPP_ZSTD IMPORTED_TARGET GLOBAL libzstd)
+endif()
+if(NOT TARGET PkgConfig::FSDPP_SIMDJSON)
+  pkg_check_modules(FSDPP_SIMDJSON IMPORTED_TARGET GLOBAL simdjson)
+endif()
+if(NOT TARGET PkgConfig::FSDPP_ZSTD OR NOT TARGET PkgConfig::FSDPP_SIMDJSON)
+  message(FATAL_ERROR "libzstd or simdjson not found through pkg-config (libzstd.pc, simdjson.pc); install "
+                      "pkg-config, libzstd-dev and libsimdjson-dev")
+endif()
+
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)                                   # libopenblas-dev
 find_path(FSDPP_CBLAS_INCLUDE_DIR cblas.h

@@ -21,6 +21,16 @@
   tokenizer_reference.py encode TOKENIZER TEXT     print the reference ids' count and a checksum
   tokenizer_reference.py compare TOKENIZER TEXT BIN check that BIN (an llm.c .bin) holds exactly the reference ids
   tokenizer_reference.py bigtext TEXT MB OUT       a deterministic OUT of about MB megabytes built from TEXT
+  tokenizer_reference.py corpusfiles TEXT DIR      corpus inputs built from TEXT: a1.jsonl, a2.jsonl, c.jsonl (to be
+      zstd-compressed), d.txt (documents between blank lines), e.txt (one document); every JSON object has the text at
+      "text" and another at "meta.body"
+  tokenizer_reference.py corpus TOKENIZER DIR FIELD SPLIT INPUT...  check that the corpus folder DIR (fsdpp tokenize
+      in corpus mode) holds exactly, per document of the inputs in order, encode(document, add_special_tokens=True)
+      (BOS where the post-processor adds one) followed by the end-of-text id; SPLIT "" or the .txt separator
+  tokenizer_reference.py jsonlfiles TEXT N DIR      bigtext's paragraphs (each ends "Paragraph N.") as documents of N JSON Lines
+      files DIR/part-K.jsonl ({"text": ...} per line)
+  tokenizer_reference.py benchdocs TOKENIZER JSONL...  Python `tokenizers` encode_batch on the documents of the files,
+      MB/s of their text (one JSON line)
   tokenizer_reference.py bench TOKENIZER TEXT [BIN] Python `tokenizers` throughput, MB/s, of encode_batch (64-line
       pieces) and encode (the whole text), and whether BIN holds the same ids (one JSON line)
 
@@ -303,6 +313,21 @@ def llama3_edit(j):
         t["id"] = 128000 + i
 
 
+def llama3_bos_edit(j):
+    # Llama 3's BOS and end of text after the other special tokens, and its TemplateProcessing post-processor.
+    next_id = max(t["id"] for t in j["added_tokens"]) + 1
+    for i, content in enumerate(["<|begin_of_text|>", "<|end_of_text|>"]):
+        j["added_tokens"].append({"id": next_id + i, "content": content, "single_word": False, "lstrip": False,
+                                  "rstrip": False, "normalized": False, "special": True})
+    bos = {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}
+    j["post_processor"] = {"type": "Sequence", "processors": [
+        {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        {"type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+         "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, bos, {"Sequence": {"id": "B", "type_id": 1}}],
+         "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [next_id],
+                                                  "tokens": ["<|begin_of_text|>"]}}}]}
+
+
 def build(out_dir, text_path):
     import sentencepiece as spm
     text = open(text_path, encoding="utf-8").read()
@@ -313,6 +338,7 @@ def build(out_dir, text_path):
               lambda j: j["model"].update(merges=[" ".join(m) for m in j["model"]["merges"]]))
     train_bpe(text, LLAMA3_REGEX, os.path.join(out_dir, "llama3_trained.json"))
     edit_json(os.path.join(out_dir, "llama3_trained.json"), os.path.join(out_dir, "llama3.json"), llama3_edit)
+    edit_json(os.path.join(out_dir, "llama3.json"), os.path.join(out_dir, "llama3_bos.json"), llama3_bos_edit)
     train_bpe(text, QWEN_REGEX, os.path.join(out_dir, "qwen_trained.json"))
     edit_json(os.path.join(out_dir, "qwen_trained.json"), os.path.join(out_dir, "qwen.json"),
               lambda j: j.update(normalizer={"type": "NFC"}))
@@ -409,6 +435,94 @@ def bigtext(text_path, megabytes, out_path):
             size += len(para.encode("utf-8"))
 
 
+def corpusfiles(text_path, out_dir):
+    lines = [l for l in open(text_path, encoding="utf-8").read().split("\n") if l.strip()]
+    rng = random.Random(20241204)
+    os.makedirs(out_dir, exist_ok=True)
+
+    def doc():
+        return "\n".join(rng.sample(lines, k=rng.randint(1, 6))) + rng.choice(["", "\n", " <|endoftext|> x", "  "])
+
+    for name, n in [("a1.jsonl", 60), ("a2.jsonl", 7), ("c.jsonl", 25)]:
+        with open(os.path.join(out_dir, name), "w", encoding="utf-8") as f:
+            for i in range(n):
+                f.write(json.dumps({"id": i, "text": doc(), "meta": {"body": doc(), "n": i}}, ensure_ascii=i % 2 == 0))
+                f.write("\n" if i % 9 else "\n\n")
+    with open(os.path.join(out_dir, "d.txt"), "w", encoding="utf-8") as f:
+        f.write("\n\n".join(doc().strip("\n") for _ in range(12)) + "\n\n")
+    with open(os.path.join(out_dir, "e.txt"), "w", encoding="utf-8") as f:
+        f.write(doc())
+
+
+def corpus_documents(path, field, split):
+    if path.endswith(".zst"):
+        import subprocess
+        data = subprocess.run(["zstd", "-dc", path], check=True, capture_output=True).stdout
+    else:
+        data = open(path, "rb").read()
+    if path.endswith((".zst", ".jsonl", ".json")):
+        for line in data.decode("utf-8").split("\n"):
+            if line.strip():
+                value = json.loads(line)
+                for key in field.split("."):
+                    value = value[key]
+                if value:
+                    yield value
+        return
+    text = data.decode("utf-8")
+    for d in (text.split(split) if split else [text]):
+        if d:
+            yield d
+
+
+def corpus(tokenizer_path, out_dir, field, split, *inputs):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(tokenizer_path)
+    eot = next(i for i in (tok.token_to_id(t) for t in ["<|endoftext|>", "<|end_of_text|>", "</s>"]) if i is not None)
+    split = split.encode().decode("unicode_escape")
+    want, documents = [], 0
+    for path in inputs:
+        for d in corpus_documents(path, field, split):
+            want.extend(tok.encode(d, add_special_tokens=True).ids + [eot])
+            documents += 1
+    index = json.load(open(os.path.join(out_dir, "index.json")))
+    got = []
+    for shard in index["shards"]:
+        got.extend(read_bin(os.path.join(out_dir, shard["path"]))[0])
+    where = f"{os.path.basename(tokenizer_path)} on {len(inputs)} inputs ({len(index['shards'])} shards)"
+    if index["documents"] != documents or index["eot_id"] != eot:
+        sys.exit(f"{where}: index says {index['documents']} documents, eot {index['eot_id']}; python: {documents}, {eot}")
+    if got != want:
+        i = next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), min(len(got), len(want)))
+        sys.exit(f"{where}: ids differ from python's at position {i} of {len(want)} (fsdpp {len(got)}): "
+                 f"fsdpp {got[max(0, i - 3):i + 5]} vs python {want[max(0, i - 3):i + 5]}")
+    bos = tok.encode("x", add_special_tokens=True).ids[0] if index["bos_id"] is not None else None
+    print(f"{where}: {documents} documents, {len(got)} ids identical to python's encode + end of text {eot}"
+          f" (bos {bos})")
+
+
+def jsonlfiles(text_path, n, out_dir):
+    import re
+    docs = re.findall(r".*?\nParagraph \d+\.\n", open(text_path, encoding="utf-8").read(), re.S)  # bigtext's
+    n = int(n)
+    os.makedirs(out_dir, exist_ok=True)
+    for k in range(n):
+        with open(os.path.join(out_dir, "part-%d.jsonl" % k), "w", encoding="utf-8") as f:
+            for d in docs[k * len(docs) // n:(k + 1) * len(docs) // n]:
+                f.write(json.dumps({"text": d}, ensure_ascii=False) + "\n")
+
+
+def benchdocs(tokenizer_path, *paths):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(tokenizer_path)
+    docs = [d for p in paths for d in corpus_documents(p, "text", "")]
+    nbytes = sum(len(d.encode("utf-8")) for d in docs)
+    t0 = time.perf_counter()
+    tok.encode_batch(docs, add_special_tokens=False)
+    seconds = time.perf_counter() - t0
+    print(json.dumps({"bytes": nbytes, "documents": len(docs), "batch_mb_per_s": nbytes / 1e6 / seconds}))
+
+
 def bench(tokenizer_path, text_path, bin_path=None):
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(tokenizer_path)
@@ -446,6 +560,14 @@ if __name__ == "__main__":
         sweep(*args)
     elif cmd == "bigtext":
         bigtext(*args)
+    elif cmd == "corpusfiles":
+        corpusfiles(*args)
+    elif cmd == "corpus":
+        corpus(*args)
+    elif cmd == "jsonlfiles":
+        jsonlfiles(*args)
+    elif cmd == "benchdocs":
+        benchdocs(*args)
     elif cmd == "bench":
         bench(*args)
     else:

@@ -44,6 +44,7 @@ struct BpeModel {
   std::vector<AddedToken> added;                             // longest first
   std::array<bool, 256> added_first_byte{};
   std::int64_t vocab_size = 0;
+  std::optional<std::uint32_t> eot_id, bos_id;  // a corpus's document separator and prefix (read_special_ids)
   std::string pre_tokenizer_text;
   std::vector<std::string> id_bytes;  // decode: each id's bytes (a vocabulary token's, mapped back; an added token's)
 };
@@ -222,6 +223,44 @@ void read_added_tokens(BpeModel& m, const Json& root) {
                    [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
 }
 
+// The id of `content` as an added token or a vocabulary entry, if it is either.
+std::optional<std::uint32_t> token_id(const BpeModel& m, const std::string& content) {
+  for (const AddedToken& t : m.added)
+    if (t.content == content) return t.id;
+  const auto it = m.vocab.find(content);
+  if (it != m.vocab.end()) return it->second;
+  return std::nullopt;
+}
+
+// The BOS of a TemplateProcessing post-processor (alone or in a Sequence): the special token its "single" template
+// starts with, as `tokenizers` adds it with add_special_tokens=True.
+std::optional<std::uint32_t> template_bos(const BpeModel& m, const Json& processor) {
+  if (!processor.is_object()) return std::nullopt;
+  const std::string type = processor.value("type", "");
+  if (type == "Sequence" && processor.contains("processors")) {
+    for (const Json& p : processor.at("processors"))
+      if (auto id = template_bos(m, p)) return id;
+    return std::nullopt;
+  }
+  if (type != "TemplateProcessing" || !processor.contains("single") || processor.at("single").empty())
+    return std::nullopt;
+  const Json& first = processor.at("single").at(0);
+  if (!first.contains("SpecialToken")) return std::nullopt;
+  const std::string name = first.at("SpecialToken").at("id").get<std::string>();
+  const Json& specials = processor.value("special_tokens", Json::object());
+  if (specials.contains(name) && !specials.at(name).value("ids", Json::array()).empty())
+    return specials.at(name).at("ids").at(0).get<std::uint32_t>();
+  if (auto id = token_id(m, name)) return id;
+  refuse(m, fmt::format("the post_processor's template starts with '{}', which is no token", name));
+}
+
+// End of text: the first of these that the file has (GPT-2 and Qwen, Llama 3, SentencePiece conversions).
+void read_special_ids(BpeModel& m, const Json& root) {
+  for (const char* name : {"<|endoftext|>", "<|end_of_text|>", "</s>"})
+    if ((m.eot_id = token_id(m, name))) break;
+  if (root.contains("post_processor")) m.bos_id = template_bos(m, root.at("post_processor"));
+}
+
 bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
 class BpeTokenizer final : public Tokenizer {
@@ -238,6 +277,8 @@ class BpeTokenizer final : public Tokenizer {
                        m_->pre_tokenizer_text, engines());
   }
   std::unique_ptr<Tokenizer> fork() const override { return std::make_unique<BpeTokenizer>(m_); }
+  std::optional<std::uint32_t> end_of_text_id() const override { return m_->eot_id; }
+  std::optional<std::uint32_t> bos_id() const override { return m_->bos_id; }
 
   std::string decode(const std::vector<std::uint32_t>& ids) const override {
     std::string text;
@@ -497,6 +538,7 @@ std::unique_ptr<Tokenizer> bpe_tokenizer_from_json(std::string_view json_text, c
     read_pre_tokenizer(*model, root);
     read_model(*model, root);
     read_added_tokens(*model, root);
+    read_special_ids(*model, root);
     read_decoding_table(*model);
   } catch (const Json::exception& e) {  // a field of the wrong type
     throw UsageError(fmt::format("{}: unexpected tokenizer.json structure: {}", origin, e.what()));

@@ -13,7 +13,8 @@
 // text of its own, and each run of bytes that starts no character is one piece (its bytes, BPE-merged).
 // The normalizer must be null, NFC or a Sequence of those, the model BPE without dropout, subword prefix/suffix or
 // byte fallback; anything else is refused with a UsageError naming the component. Post-processors (a BOS template)
-// are not applied: a corpus is one stream of ids. A per-piece cache makes repeated words cost one hash lookup.
+// are not applied by encode(); a TemplateProcessing's leading special token is bos_id(), which corpus mode adds.
+// A per-piece cache makes repeated words cost one hash lookup.
 #include "fsdpp/data/tokenizer.hpp"
 
 #include <array>

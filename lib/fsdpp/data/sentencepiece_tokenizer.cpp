@@ -17,6 +17,8 @@ class SentencePieceTokenizer final : public Tokenizer {
     return fmt::format("SentencePiece from {} ({} ids, encoded a line at a time)", origin_, sp_->GetPieceSize());
   }
   std::unique_ptr<Tokenizer> fork() const override { return std::make_unique<SentencePieceTokenizer>(sp_, origin_); }
+  std::optional<std::uint32_t> end_of_text_id() const override { return id_or_none(sp_->eos_id()); }
+  std::optional<std::uint32_t> bos_id() const override { return id_or_none(sp_->bos_id()); }
 
   std::string decode(const std::vector<std::uint32_t>& ids) const override {
     std::vector<int> pieces;
@@ -45,6 +47,9 @@ class SentencePieceTokenizer final : public Tokenizer {
   }
 
  private:
+  static std::optional<std::uint32_t> id_or_none(int id) {
+    return id >= 0 ? std::optional<std::uint32_t>(static_cast<std::uint32_t>(id)) : std::nullopt;
+  }
   std::shared_ptr<const sentencepiece::SentencePieceProcessor> sp_;
   std::string origin_;
   std::vector<int> ids_;

@@ -157,22 +157,6 @@ void copy_part_into(const std::string& part_path, const std::string& out_path, s
   std::filesystem::remove(part_path);
 }
 
-// Runs `work` on every rank and turns any rank's exception into the same UsageError on all of them.
-template <class Work> void every_rank_does(MPI_Comm comm, Work&& work, const std::function<void()>& cleanup = {}) {
-  std::string error;
-  try {
-    work();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  try {
-    agree_on_error(comm, error);
-  } catch (...) {
-    if (cleanup) cleanup();
-    throw;
-  }
-}
-
 }  // namespace
 
 std::vector<std::uint32_t> byte_tokens(std::string_view text) {

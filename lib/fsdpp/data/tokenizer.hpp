@@ -12,6 +12,7 @@
 // that follows the chunk too.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,12 @@ class Tokenizer {
   // bytes of each token in turn (byte-level tokens may end mid-character; the caller shows the text once whole).
   // An id outside the vocabulary is a UsageError.
   virtual std::string decode(const std::vector<std::uint32_t>& ids) const = 0;
+  // The id that ends a document in a corpus (tokenize_corpus.hpp): tokenizer.json's "<|endoftext|>" (GPT-2,
+  // Qwen) or "<|end_of_text|>" (Llama 3), SentencePiece's eos; none for the byte-level tokenizer.
+  virtual std::optional<std::uint32_t> end_of_text_id() const { return std::nullopt; }
+  // The id the tokenizer puts before a text when it adds special tokens (tokenizer.json's TemplateProcessing,
+  // Llama 3's "<|begin_of_text|>"; SentencePiece's bos), or none. encode() itself never adds it.
+  virtual std::optional<std::uint32_t> bos_id() const { return std::nullopt; }
 };
 
 // The tokenizer in `path`: a tokenizer.json (byte-level BPE) or a SentencePiece .model, told apart by content.

@@ -8,11 +8,14 @@
 //   root_does(comm, [&] { ... })            the work runs on the root only (reading a file once for N ranks);
 //                                           what it throws becomes the same UsageError on every rank
 //   broadcast_string(comm, text, root)      the root's string on every rank (a deck's text, a file's format)
+//   every_rank_does(comm, [&] { ... })      the work runs on every rank; any rank's exception becomes the same
+//                                           UsageError on all of them (after `cleanup`, if given)
 //
 // All are collective over `comm`: every rank must call them, in the same order.
 #include <mpi.h>
 
 #include <exception>
+#include <functional>
 #include <string>
 
 namespace fsdpp {
@@ -42,6 +45,22 @@ template <class Work> void root_does(MPI_Comm comm, Work&& work, int root = 0) {
   }
   error = broadcast_string(comm, std::move(error), root);
   if (!error.empty()) throw_agreed_error(error);
+}
+
+template <class Work> void every_rank_does(MPI_Comm comm, Work&& work, const std::function<void()>& cleanup = {}) {
+  std::string error;
+  try {
+    work();
+  } catch (const std::exception& e) {
+    error = e.what();
+    if (error.empty()) error = "unknown error";
+  }
+  try {
+    agree_on_error(comm, error);
+  } catch (...) {
+    if (cleanup) cleanup();
+    throw;
+  }
 }
 
 }  // namespace fsdpp
