@@ -280,6 +280,7 @@ void fill_derived(ParseState& st) {
   if (!st.origins.count("run.output")) d.run.output = "runs/" + d.run.name;
   if (!st.origins.count("checkpoint.dir")) d.checkpoint.dir = d.run.output + "/checkpoints";
   if (!st.origins.count("train.micro_batch")) d.train.micro_batch = d.train.global_batch;
+  if (!st.origins.count("data.source") && !d.data.sources.empty()) d.data.source.clear();  // the mixture replaces it
   if (is_llama_family(d.model.arch)) {
     if (!st.origins.count("model.tie_embeddings")) d.model.tie_embeddings = false;
     if (d.model.arch == ModelArch::qwen2 && !st.origins.count("model.rope_theta")) d.model.rope_theta = 1e6;
@@ -326,6 +327,7 @@ void check_rules(const ParseState& st) {
     check_reproducible(d.train, d.fsdp);
     check_schedule(d.schedule, d.optim, d.train);
     check_evaluation(d.train, d.data);
+    check_data_sources(d.data);
     check_parallel_strategy(d.fsdp, d.mesh);
     check_tensor_parallel(d.model, d.mesh.tp);
     if (d.mesh.tp_sequence_parallel)
