@@ -113,9 +113,10 @@ TEST_CASE("mixture: the closed-form count of sequences per source equals countin
 
 TEST_CASE("mixture: over 20000 sequences every prefix's counts stay within a few sequences of weight x n") {
   // Measured (seed 1337): the largest |count - w n| over all prefixes up to 20000 is 1.9 to 2.7 sequences for these
-  // weights, and at 20000 every share is within 0.17% of its weight (relative; 0.005 percentage points) (O(log n), Weyl's sequence); independent draws would drift by about sqrt(w (1-w) n), 65 at n = 20000.
+  // weights (O(log n), Weyl's sequence), and at 20000 every share is within 0.17% of its weight (relative; 0.005
+  // percentage points); independent draws would drift by about sqrt(w (1-w) n), 65 sequences at n = 20000.
   // Asserted: at most 4 sequences in every prefix, and at 20000 sequences each share within 1% of its weight
-  // relative (0.01 w), which 4 sequences keep for any w >= 0.02.
+  // (relative, 0.01 w), which 4 sequences keep for any w >= 0.02.
   for (const std::vector<double>& weights : {std::vector<double>{0.7, 0.3}, {0.5, 0.3, 0.2}, {0.9, 0.07, 0.03}}) {
     CAPTURE(weights.size());
     const SourceChoice choice(weights, 1337);
@@ -336,9 +337,10 @@ TEST_CASE("mixture: data.sources in the deck, its errors at file:line:col, and t
   CHECK(deck_error(head + "  source: a.bin\n  sources:\n    - {path: web/, weight: 1}\n") ==
         "deck.yaml:5:5: data.source (a.bin) and data.sources are both given: a run trains on one source or on a "
         "mixture; remove data.source to train on the mixture, or data.sources to train on a.bin alone");
-  CHECK(deck_error(head + "  sources:\n    - {path: web/, weight: 1}\n", {"data.source=b.bin"}) ==
-        "override 'data.source=b.bin': data.source (b.bin) and data.sources are both given: a run trains on one source "
-        "or on a mixture; remove data.source to train on the mixture, or data.sources to train on b.bin alone");
+  // An override of data.source replaces the file's mixture (fsdpp eval --tokens on a mixture's checkpoint).
+  const Deck overridden = parse_deck(head + "  sources:\n    - {path: web/, weight: 1}\n", "deck.yaml", {"data.source=b.bin"});
+  CHECK(overridden.data.source == "b.bin");
+  CHECK(overridden.data.sources.empty());
   CHECK(deck_error(head + "  sources: web/\n") ==
         "deck.yaml:3:12: data.sources: expected a list of {path, weight} entries, e.g. [{path: web/, weight: 0.7}, "
         "{path: code.bin, weight: 0.3}], got 'web/'");

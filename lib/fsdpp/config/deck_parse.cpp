@@ -227,6 +227,12 @@ void apply_override(ParseState& st, const std::string& text, std::size_t index) 
   if (!field) reject("{}: {}", where, unknown_key(section, key));
   field->set(st.deck, YAML::Node(value), where);
   st.origins[field->path()] = {kOverrideRank + static_cast<std::int64_t>(index), where};
+  // An override names the data to use now (fsdpp eval's --tokens on a deck that trained on a mixture): it replaces
+  // the deck's data.sources, which a deck file may not give beside data.source (check_data_sources).
+  if (field->path() == "data.source" && !st.deck.data.sources.empty()) {
+    st.deck.data.sources.clear();
+    st.origins.erase("data.sources");
+  }
 }
 
 // model.from_hf: the folder's keys fill the model section before the derived defaults (which then see them as

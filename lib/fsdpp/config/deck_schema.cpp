@@ -506,7 +506,8 @@ DataSource read_data_source(const YAML::Node& list, std::size_t index, const std
   const YAML::Node entry = list[index];
   const std::string entry_name = fmt::format("entry {}", index + 1);
   const std::string at_entry = where_inside(where, list, entry, entry_name);
-  if (!entry.IsMap()) fail(at_entry, fmt::format("expected a map {{path: ..., weight: ...}}, got {}", describe_node(entry)));
+  if (!entry.IsMap())
+    fail(at_entry, fmt::format("expected a map {{path: ..., weight: ...}}, got {}", describe_node(entry)));
   DataSource source;
   bool has_path = false, has_weight = false;
   for (auto it = entry.begin(); it != entry.end(); ++it) {
@@ -523,9 +524,10 @@ DataSource read_data_source(const YAML::Node& list, std::size_t index, const std
         fail(at_value, fmt::format("expected a number > 0 (the weights are normalised), got '{}'", text));
       has_weight = true;
     } else {
+      const std::string near = closest(key, {"path", "weight"});
       fail(where_inside(where, list, it->first, entry_name),
            fmt::format("unknown key '{}'{}: an entry has a path and a weight", key,
-                       closest(key, {"path", "weight"}).empty() ? "" : " (did you mean '" + closest(key, {"path", "weight"}) + "'?)"));
+                       near.empty() ? "" : " (did you mean '" + near + "'?)"));
     }
   }
   if (!has_path || !has_weight)
@@ -539,7 +541,8 @@ Field data_sources() {
                  "A weighted mixture instead of data.source: a list of {path, weight}, each path a token file, a "
                  "corpus folder or its index.json, each weight > 0 (normalised). Each sequence takes one source, in "
                  "the proportions of the weights (a low-discrepancy rule: every prefix of the run is within a few "
-                 "sequences of them); each source keeps data.val_fraction of itself for validation.");
+                 "sequences of them); each source keeps data.val_fraction of itself for validation "
+                 "(docs/models-and-data.md, Mixtures).");
   f.type = "list of {path, weight}";
   f.default_doc = "none (data.source)";
   f.set = [](Deck& d, const YAML::Node& v, const std::string& where) {
@@ -560,7 +563,8 @@ Field data_sources() {
   f.get = [](const Deck& d) {
     std::string out;
     for (const DataSource& s : d.data.sources)
-      out += fmt::format("{}{{path: {}, weight: {}}}", out.empty() ? "[" : ", ", yaml_scalar(s.path), format_real(s.weight));
+      out += fmt::format("{}{{path: {}, weight: {}}}", out.empty() ? "[" : ", ", yaml_scalar(s.path),
+                         format_real(s.weight));
     return out.empty() ? out : out + "]";
   };
   return f;

@@ -171,7 +171,8 @@ std::int64_t MixtureSampler::epoch_of(int k, std::int64_t step, std::int64_t glo
 MixtureState MixtureSampler::state() const {
   MixtureState s{seed_, next_step_, seq_len_, {}};
   for (int k = 0; k < sources(); ++k)
-    s.sources.push_back({source_path_hash(path(k)), source(k).num_tokens(), weight(k), drawn_[static_cast<std::size_t>(k)]});
+    s.sources.push_back(
+        {source_path_hash(path(k)), source(k).num_tokens(), weight(k), drawn_[static_cast<std::size_t>(k)]});
   return s;
 }
 

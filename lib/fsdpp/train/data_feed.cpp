@@ -81,7 +81,8 @@ DataFeed::DataFeed(const Deck& deck, int dp_size, int dp_rank)
     : DataFeed(deck, dp_size, dp_rank, load_tokens_of(deck)) {}
 
 DataFeed::DataFeed(const Deck& deck, int dp_size, int dp_rank, Loaded&& data)
-    : sampler_(make_sampler(data, deck)), mixture_(!deck.data.sources.empty()), description_(std::move(data.description)), entropy_floor_(data.entropy_floor),
+    : sampler_(make_sampler(data, deck)), mixture_(!deck.data.sources.empty()),
+      description_(std::move(data.description)), entropy_floor_(data.entropy_floor),
       T_(deck.model.context_length), micro_batch_(deck.train.micro_batch), global_batch_(deck.train.global_batch),
       dp_size_(dp_size), dp_rank_(dp_rank), train_batch_(training_forward_batch(deck.train)),
       host_inputs_(static_cast<std::size_t>(micro_batch_) * T_), host_targets_(host_inputs_.size()),
