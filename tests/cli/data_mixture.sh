@@ -4,7 +4,7 @@
 # with its weight and token count; the log gives each source's share of the tokens drawn, at each evaluation and
 # at the end. A run of 6 steps on 2 ranks saves at step 3; resumed from there on 3 ranks, steps 4-6 have the same
 # losses, bitwise, as the uninterrupted run, and the end-of-run shares count the whole run. A resume with other
-# weights is refused naming the source.
+# weights is refused naming the source. fsdpp eval takes the mixture's checkpoint and one corpus.
 #   data_mixture.sh FSDPP MPIEXEC WORKDIR
 set -u
 fsdpp=$1; mpirun=$2; dir=$3
@@ -85,4 +85,7 @@ done
   "checkpoint.dir=$dir/ck4" "run.output=$dir/reweighted" > "$dir/reweighted.log" 2>&1 && fail "a resume with other weights ran"
 grep -q "data source 1 ($dir/web) has [0-9]* tokens and weight 0.6, but the checkpoint trained on it with [0-9]* tokens and weight 0.75" \
   "$dir/reweighted.log" || { tail -20 "$dir/reweighted.log"; fail "no refusal naming the source"; }
-echo "data.sources: banner, shares, a resume on 3 ranks with the same losses, other weights refused"
+# fsdpp eval of the mixture's checkpoint on one corpus: the override of data.source replaces the saved deck's mixture.
+"$fsdpp" eval "$dir/ck/step_00000006.h5" "$dir/code" > "$dir/eval.log" 2>&1 || { tail "$dir/eval.log"; fail "eval of the mixture's checkpoint"; }
+grep -q "eval: the validation split of $dir/code " "$dir/eval.log" || { cat "$dir/eval.log"; fail "eval did not read the corpus"; }
+echo "data.sources: banner, shares, a resume on 3 ranks with the same losses, other weights refused, eval on a corpus"
