@@ -135,12 +135,14 @@ TEST_CASE("deck: the resolved deck parses back to the same deck") {
   CHECK(again.mesh.dp_shard == 4);
   CHECK(again.checkpoint.dir == "/scratch/ckpt");
   // Every key is written out, in table order, but the Llama-only keys of this gpt2 deck, model.from_hf (the
-  // resolved deck holds the values a model folder gives) and train.sample_tokenizer (unset: one token per byte).
+  // resolved deck holds the values a model folder gives), train.sample_tokenizer (unset: one token per byte) and
+  // data.sources (unset: data.source).
   const std::vector<std::string> llama_only = {"model.n_kv_head",       "model.ffn_hidden", "model.ffn_multiplier",
                                                "model.ffn_multiple_of", "model.rope_theta", "model.norm_eps",
                                                "model.rope_scaling_factor", "model.rope_low_freq_factor",
                                                "model.rope_high_freq_factor", "model.rope_original_context",
-                                               "model.from_hf", "train.sample_tokenizer", "run.machine"};
+                                               "model.from_hf", "train.sample_tokenizer", "run.machine",
+                                               "data.sources"};
   for (const auto& key : fsdpp::deck_keys()) {
     CAPTURE(key);
     const bool written = yaml.find("  " + key.substr(key.find('.') + 1) + ": ") != std::string::npos;

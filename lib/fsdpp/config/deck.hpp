@@ -88,8 +88,16 @@ struct ModelConfig {
   std::string from_hf;
 };
 
+// data.sources: one entry of a weighted mixture (data/mixture.hpp).
+struct DataSource {
+  std::string path;     // a token file, a corpus folder or its index.json
+  double weight = 1.0;  // > 0; the mixture normalises the weights
+};
+
 struct DataConfig {
-  std::string source = "synthetic";  // "synthetic" or a token file path
+  // "synthetic", a token file, or a corpus folder or its index.json; empty when data.sources gives a mixture
+  // (check_data_sources: one or the other).
+  std::string source = "synthetic";
   DataFormat format = DataFormat::automatic;
   DataOrder order = DataOrder::shuffled;
   double val_fraction = 0.05;
@@ -99,6 +107,7 @@ struct DataConfig {
   bool document_mask = false;
   bool reset_positions = false;
   std::int64_t eot_id = -1;  // -1: unset (required with document_mask)
+  std::vector<DataSource> sources;  // data.sources; empty: data.source alone
 };
 
 struct OptimConfig {

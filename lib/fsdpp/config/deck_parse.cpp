@@ -227,6 +227,12 @@ void apply_override(ParseState& st, const std::string& text, std::size_t index) 
   if (!field) reject("{}: {}", where, unknown_key(section, key));
   field->set(st.deck, YAML::Node(value), where);
   st.origins[field->path()] = {kOverrideRank + static_cast<std::int64_t>(index), where};
+  // An override names the data to use now (fsdpp eval's --tokens on a deck that trained on a mixture): it replaces
+  // the deck's data.sources, which a deck file may not give beside data.source (check_data_sources).
+  if (field->path() == "data.source" && !st.deck.data.sources.empty()) {
+    st.deck.data.sources.clear();
+    st.origins.erase("data.sources");
+  }
 }
 
 // model.from_hf: the folder's keys fill the model section before the derived defaults (which then see them as
@@ -280,6 +286,7 @@ void fill_derived(ParseState& st) {
   if (!st.origins.count("run.output")) d.run.output = "runs/" + d.run.name;
   if (!st.origins.count("checkpoint.dir")) d.checkpoint.dir = d.run.output + "/checkpoints";
   if (!st.origins.count("train.micro_batch")) d.train.micro_batch = d.train.global_batch;
+  if (!st.origins.count("data.source") && !d.data.sources.empty()) d.data.source.clear();  // the mixture replaces it
   if (is_llama_family(d.model.arch)) {
     if (!st.origins.count("model.tie_embeddings")) d.model.tie_embeddings = false;
     if (d.model.arch == ModelArch::qwen2 && !st.origins.count("model.rope_theta")) d.model.rope_theta = 1e6;
@@ -327,6 +334,7 @@ void check_rules(const ParseState& st) {
     check_schedule(d.schedule, d.optim, d.train);
     check_evaluation(d.train, d.data);
     check_document_masks(d.data, d.model);
+    check_data_sources(d.data);
     check_parallel_strategy(d.fsdp, d.mesh);
     check_tensor_parallel(d.model, d.mesh.tp);
     if (d.mesh.tp_sequence_parallel)

@@ -226,6 +226,16 @@ DocumentMasks document_masks(const DataConfig& data) {
   return masks;
 }
 
+void check_data_sources(const DataConfig& data) {
+  if (!data.sources.empty() && !data.source.empty())
+    broken({"data.source", "data.sources"},
+           "data.source ({}) and data.sources are both given: a run trains on one source or on a mixture; remove "
+           "data.source to train on the mixture, or data.sources to train on {} alone", data.source, data.source);
+  if (data.sources.empty() && data.source.empty())
+    broken({"data.source"}, "no training data: set data.source (a token file, a corpus folder or 'synthetic') or "
+                            "data.sources (a weighted list of them)");
+}
+
 void check_trace(const RunConfig& run, const TrainConfig& train, const CommConfig& comm) {
   if (run.trace_first == 0) return;
   const std::string steps = run.trace_first == run.trace_last ? fmt::format("{}", run.trace_first)

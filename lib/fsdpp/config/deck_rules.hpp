@@ -97,6 +97,11 @@ DocumentMasks document_masks(const DataConfig& data);
 // every_<k> names at least one of the model's n_layer blocks.
 void check_activation_checkpointing(const ActivationCheckpointing& ac, int n_layer);
 
+// ---- the data (data.*) ---------------------------------------------------------------------------------
+// One of data.source and data.sources: with a mixture data.source is empty (the parser clears its default when
+// the deck gives data.sources alone).
+void check_data_sources(const DataConfig& data);
+
 // ---- the timeline (run.trace) ----------------------------------------------------------------------------
 // 1 <= first <= last <= train.steps, and the flight recorder on with comm.flight_records >= 64: the timeline's
 // collectives are its records, and a record must still be in the ring when it completes.

@@ -487,10 +487,95 @@ std::vector<Field> model_fields() {
   return f;
 }
 
+// ---- data.sources: a list of {path, weight} ----
+
+// "deck.yaml:7:5: data.sources" (where the list starts) -> the same for a node inside it, so that an error points
+// at the entry's own line; an override has no lines and keeps its text.
+std::string where_inside(const std::string& where, const YAML::Node& list, const YAML::Node& inner,
+                         const std::string& what) {
+  const YAML::Mark m = list.Mark(), e = inner.Mark();
+  const std::string tail = fmt::format(":{}:{}: data.sources", m.line + 1, m.column + 1);
+  const bool from_file = !m.is_null() && !e.is_null() && where.size() > tail.size() &&
+                         where.compare(where.size() - tail.size(), tail.size(), tail) == 0;
+  if (!from_file) return fmt::format("{}: {}", where, what);
+  return fmt::format("{}:{}:{}: data.sources {}", where.substr(0, where.size() - tail.size()), e.line + 1,
+                     e.column + 1, what);
+}
+
+DataSource read_data_source(const YAML::Node& list, std::size_t index, const std::string& where) {
+  const YAML::Node entry = list[index];
+  const std::string entry_name = fmt::format("entry {}", index + 1);
+  const std::string at_entry = where_inside(where, list, entry, entry_name);
+  if (!entry.IsMap())
+    fail(at_entry, fmt::format("expected a map {{path: ..., weight: ...}}, got {}", describe_node(entry)));
+  DataSource source;
+  bool has_path = false, has_weight = false;
+  for (auto it = entry.begin(); it != entry.end(); ++it) {
+    const std::string key = scalar_or_fail(it->first, at_entry, "a key name");
+    const std::string at_value = where_inside(where, list, it->second.IsNull() ? it->first : it->second,
+                                              entry_name + " " + key);
+    if (key == "path") {
+      source.path = scalar_or_fail(it->second, at_value, "the path of a token file or corpus folder");
+      if (source.path.empty()) fail(at_value, "expected a non-empty path, got ''");
+      has_path = true;
+    } else if (key == "weight") {
+      const std::string text = scalar_or_fail(it->second, at_value, "a number > 0");
+      if (!parse_real(text, source.weight) || !kPositive.contains(source.weight))
+        fail(at_value, fmt::format("expected a number > 0 (the weights are normalised), got '{}'", text));
+      has_weight = true;
+    } else {
+      const std::string near = closest(key, {"path", "weight"});
+      fail(where_inside(where, list, it->first, entry_name),
+           fmt::format("unknown key '{}'{}: an entry has a path and a weight", key,
+                       near.empty() ? "" : " (did you mean '" + near + "'?)"));
+    }
+  }
+  if (!has_path || !has_weight)
+    fail(at_entry, fmt::format("missing {}: an entry has a path and a weight, e.g. {{path: corpus/, weight: 0.5}}",
+                               has_path ? "weight" : "path"));
+  return source;
+}
+
+Field data_sources() {
+  Field f = base("data.sources",
+                 "A weighted mixture instead of data.source: a list of {path, weight}, each path a token file, a "
+                 "corpus folder or its index.json, each weight > 0 (normalised). Each sequence takes one source, in "
+                 "the proportions of the weights (a low-discrepancy rule: every prefix of the run is within a few "
+                 "sequences of them); each source keeps data.val_fraction of itself for validation "
+                 "(docs/models-and-data.md, Mixtures).");
+  f.type = "list of {path, weight}";
+  f.default_doc = "none (data.source)";
+  f.set = [](Deck& d, const YAML::Node& v, const std::string& where) {
+    if (!v.IsSequence() || v.size() == 0)
+      fail(where, fmt::format("expected a list of {{path, weight}} entries, e.g. [{{path: web/, weight: 0.7}}, "
+                              "{{path: code.bin, weight: 0.3}}], got {}", describe_node(v)));
+    std::vector<DataSource> sources;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      sources.push_back(read_data_source(v, i, where));
+      for (std::size_t j = 0; j < i; ++j)
+        if (sources[j].path == sources[i].path)
+          fail(where_inside(where, v, v[i], fmt::format("entry {}", i + 1)),
+               fmt::format("{} is already entry {}: give each source one entry (with the weights summed)",
+                           sources[i].path, j + 1));
+    }
+    d.data.sources = std::move(sources);
+  };
+  f.get = [](const Deck& d) {
+    std::string out;
+    for (const DataSource& s : d.data.sources)
+      out += fmt::format("{}{{path: {}, weight: {}}}", out.empty() ? "[" : ", ", yaml_scalar(s.path),
+                         format_real(s.weight));
+    return out.empty() ? out : out + "]";
+  };
+  return f;
+}
+
 std::vector<Field> data_fields() {
   std::vector<Field> f;
   f.push_back(text("data.source", &Deck::data, &DataConfig::source,
-                   "'synthetic' (the built-in corpus) or the path of a token file."));
+                   "'synthetic' (the built-in corpus), the path of a token file, or a corpus folder (or its "
+                   "index.json) from fsdpp tokenize. Not with data.sources."));
+  f.back().get = [](const Deck& d) { return d.data.source.empty() ? std::string() : yaml_scalar(d.data.source); };
   f.push_back(choice("data.format", &Deck::data, &DataConfig::format, kFormats,
                      "Token file format: gpt2 (.bin with a 256 x int32 header), raw uint16 or uint32; auto "
                      "recognises the gpt2 header and otherwise reads uint16."));
@@ -508,6 +593,7 @@ std::vector<Field> data_fields() {
   f.push_back(integer("data.eot_id", &Deck::data, &DataConfig::eot_id, -1,
                       "The end-of-text token id the document masks split at; -1: unset. Required with "
                       "data.document_mask, below model.vocab_size."));
+  f.push_back(data_sources());
   return f;
 }
 

@@ -55,34 +55,34 @@ std::vector<std::int64_t> WindowSampler::window_offsets(Split split, std::int64_
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(count));
   const std::uint64_t first = static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(global_batch) +
                               static_cast<std::uint64_t>(first_sequence);
-  for (std::int64_t b = 0; b < count; ++b) {
-    const std::uint64_t i = first + static_cast<std::uint64_t>(b);
-    if (split == Split::train && order_ == SampleOrder::sequential) {
-      offsets[b] = static_cast<std::int64_t>(i % static_cast<std::uint64_t>(sequential_windows())) * seq_len_;
-    } else if (split == Split::train) {
-      // Modulo bias is below n / 2^64, far under any statistical effect for offsets counted in tokens.
-      const std::uint64_t h = data_random::mix64(key_ ^ data_random::mix64(i));
-      offsets[b] = static_cast<std::int64_t>(h % static_cast<std::uint64_t>(train_offsets()));
-    } else {
-      offsets[b] = val_begin_ + static_cast<std::int64_t>(i % static_cast<std::uint64_t>(val_windows_)) * seq_len_;
-    }
-  }
+  for (std::int64_t b = 0; b < count; ++b) offsets[b] = offset_of(split, first + static_cast<std::uint64_t>(b));
   return offsets;
+}
+
+std::int64_t WindowSampler::offset_of(Split split, std::uint64_t i) const {
+  if (split == Split::train && order_ == SampleOrder::sequential)
+    return static_cast<std::int64_t>(i % static_cast<std::uint64_t>(sequential_windows())) * seq_len_;
+  if (split == Split::train) {
+    // Modulo bias is below n / 2^64, far under any statistical effect for offsets counted in tokens.
+    const std::uint64_t h = data_random::mix64(key_ ^ data_random::mix64(i));
+    return static_cast<std::int64_t>(h % static_cast<std::uint64_t>(train_offsets()));
+  }
+  return val_begin_ + static_cast<std::int64_t>(i % static_cast<std::uint64_t>(val_windows_)) * seq_len_;
+}
+
+void WindowSampler::copy_window(std::int64_t offset, std::int32_t* inputs, std::int32_t* targets) const {
+  const std::uint32_t* w = tokens_.data() + offset;  // T + 1 tokens
+  for (std::int64_t t = 0; t < seq_len_; ++t) {
+    inputs[t] = static_cast<std::int32_t>(w[t]);
+    targets[t] = static_cast<std::int32_t>(w[t + 1]);
+  }
 }
 
 void WindowSampler::fill_batch(Split split, std::int64_t step, std::int64_t global_batch, std::int64_t first_sequence,
                                std::int64_t count, std::int32_t* inputs, std::int32_t* targets) const {
   const std::vector<std::int64_t> offsets = window_offsets(split, step, global_batch, first_sequence, count);
-  const std::size_t T = static_cast<std::size_t>(seq_len_);
-  for (std::size_t b = 0; b < offsets.size(); ++b) {
-    const std::uint32_t* w = tokens_.data() + offsets[b];  // T + 1 tokens
-    std::int32_t* in = inputs + b * T;
-    std::int32_t* tg = targets + b * T;
-    for (std::size_t t = 0; t < T; ++t) {
-      in[t] = static_cast<std::int32_t>(w[t]);
-      tg[t] = static_cast<std::int32_t>(w[t + 1]);
-    }
-  }
+  for (std::size_t b = 0; b < offsets.size(); ++b)
+    copy_window(offsets[b], inputs + b * seq_len_, targets + b * seq_len_);
 }
 
 std::int64_t WindowSampler::sequential_windows() const {

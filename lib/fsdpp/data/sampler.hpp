@@ -63,6 +63,11 @@ class WindowSampler {
   std::vector<std::int64_t> window_offsets(Split split, std::int64_t step, std::int64_t global_batch,
                                            std::int64_t first_sequence, std::int64_t count) const;
 
+  // The offset of sequence `i` of the split's order (the rule above); window_offsets asks it for each sequence.
+  std::int64_t offset_of(Split split, std::uint64_t i) const;
+  // The window at `offset` as T inputs and T targets.
+  void copy_window(std::int64_t offset, std::int32_t* inputs, std::int32_t* targets) const;
+
   // The same sequences as tokens: inputs [count, T] and targets [count, T] (row b, column t: tokens[o_b + t] and
   // tokens[o_b + t + 1]), written into caller buffers of count * T int32 each.
   void fill_batch(Split split, std::int64_t step, std::int64_t global_batch, std::int64_t first_sequence,

@@ -1,6 +1,7 @@
 #include "fsdpp/train/data_feed.hpp"
 
 #include "fsdpp/config/deck_rules.hpp"
+#include "fsdpp/data/corpus_index.hpp"
 #include "fsdpp/data/synthetic_corpus.hpp"
 #include "fsdpp/data/token_file.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -11,41 +12,67 @@
 
 namespace fsdpp {
 struct DataFeed::Loaded {
-  std::vector<std::uint32_t> tokens;
+  std::vector<MixtureInput> sources;
   std::optional<double> entropy_floor;
   std::string description;
 };
 
 namespace {
 
+// A token file in data.format, a corpus folder or its index.json (data/corpus_index.hpp).
+std::vector<std::uint32_t> load_source(const std::string& path, const Deck& deck) {
+  const int V = deck.model.vocab_size;
+  if (is_corpus(path)) {
+    const std::int64_t corpus_vocab = read_corpus_index(path).vocab_size;
+    FSDPP_REQUIRE(corpus_vocab <= V,
+                  "{}: the corpus was tokenized with a vocabulary of {} ids, but model.vocab_size is {}; set "
+                  "model.vocab_size to at least {}", corpus_index_path(path), corpus_vocab, V, corpus_vocab);
+    return load_corpus_tokens(path);
+  }
+  switch (deck.data.format) {
+    case DataFormat::automatic: return load_tokens(path, V);
+    case DataFormat::gpt2: return load_tokens(path, TokenFormat::gpt2_bin, V);
+    case DataFormat::uint16: return load_tokens(path, TokenFormat::raw_u16, V);
+    case DataFormat::uint32: return load_tokens(path, TokenFormat::raw_u32, V);
+  }
+  return {};
+}
+
 DataFeed::Loaded load_tokens_of(const Deck& deck) {
+  check_data_sources(deck.data);
   DataFeed::Loaded d;
   const int V = deck.model.vocab_size;
+  if (!deck.data.sources.empty()) {
+    double total = 0;
+    for (const DataSource& s : deck.data.sources) total += s.weight;
+    d.description = fmt::format("a mixture of {} sources", deck.data.sources.size());
+    for (const DataSource& s : deck.data.sources) {
+      d.sources.push_back({s.path, load_source(s.path, deck), s.weight});
+      d.description += fmt::format("\n  {} (weight {:.4g}, {:.1f}%): {} tokens", s.path, s.weight,
+                                   100.0 * s.weight / total, d.sources.back().tokens.size());
+    }
+    return d;
+  }
   if (deck.data.source == "synthetic") {
     SyntheticCorpus corpus(deck.run.seed, V);
     // Windows are drawn with replacement from a stationary source, so a few million tokens give variety
     // enough; more only costs memory on every rank.
     const std::int64_t n = std::max<std::int64_t>(std::int64_t{1} << 21, 64LL * deck.model.context_length);
-    d.tokens = corpus.generate(n);
+    d.sources.push_back({"synthetic", corpus.generate(n), 1.0});
     d.entropy_floor = corpus.entropy_rate_nats();
     d.description = fmt::format("synthetic Markov corpus (V {}, {} successors, seed {}), {} tokens, entropy rate "
                                 "{:.4f} nats/token", V, corpus.successors(), deck.run.seed, n, *d.entropy_floor);
     return d;
   }
   const std::string& path = deck.data.source;
-  switch (deck.data.format) {
-    case DataFormat::automatic: d.tokens = load_tokens(path, V); break;
-    case DataFormat::gpt2: d.tokens = load_tokens(path, TokenFormat::gpt2_bin, V); break;
-    case DataFormat::uint16: d.tokens = load_tokens(path, TokenFormat::raw_u16, V); break;
-    case DataFormat::uint32: d.tokens = load_tokens(path, TokenFormat::raw_u32, V); break;
-  }
-  d.description = fmt::format("{} ({} tokens)", path, d.tokens.size());
+  d.sources.push_back({path, load_source(path, deck), 1.0});
+  d.description = fmt::format("{} ({} tokens)", path, d.sources.back().tokens.size());
   return d;
 }
 
-WindowSampler make_sampler(DataFeed::Loaded& d, const Deck& deck) {
-  return WindowSampler(std::move(d.tokens), deck.model.context_length, deck.data.val_fraction, deck.run.seed,
-                       deck.data.order == DataOrder::sequential ? SampleOrder::sequential : SampleOrder::shuffled);
+MixtureSampler make_sampler(DataFeed::Loaded& d, const Deck& deck) {
+  return MixtureSampler(std::move(d.sources), deck.model.context_length, deck.data.val_fraction, deck.run.seed,
+                        deck.data.order == DataOrder::sequential ? SampleOrder::sequential : SampleOrder::shuffled);
 }
 
 }  // namespace
@@ -54,7 +81,8 @@ DataFeed::DataFeed(const Deck& deck, int dp_size, int dp_rank)
     : DataFeed(deck, dp_size, dp_rank, load_tokens_of(deck)) {}
 
 DataFeed::DataFeed(const Deck& deck, int dp_size, int dp_rank, Loaded&& data)
-    : sampler_(make_sampler(data, deck)), description_(std::move(data.description)), entropy_floor_(data.entropy_floor),
+    : sampler_(make_sampler(data, deck)), mixture_(!deck.data.sources.empty()),
+      description_(std::move(data.description)), entropy_floor_(data.entropy_floor),
       T_(deck.model.context_length), micro_batch_(deck.train.micro_batch), global_batch_(deck.train.global_batch),
       dp_size_(dp_size), dp_rank_(dp_rank), train_batch_(training_forward_batch(deck.train)),
       host_inputs_(static_cast<std::size_t>(micro_batch_) * T_), host_targets_(host_inputs_.size()),
@@ -95,28 +123,76 @@ void DataFeed::load_val(int index, Flow& flow) {
 }
 
 std::optional<std::string> DataFeed::epoch_note(std::int64_t step) const {
-  if (sampler_.order() != SampleOrder::sequential || step == 0 ||
-      sampler_.epoch_of(step, global_batch_) == sampler_.epoch_of(step - 1, global_batch_))
-    return std::nullopt;
-  return fmt::format("data: epoch {} begins at step {}: the {} training windows of {} tokens were all seen; wrapping "
-                     "to the start", sampler_.epoch_of(step, global_batch_), step, sampler_.sequential_windows(), T_ + 1);
+  if (sampler_.order() != SampleOrder::sequential || step == 0) return std::nullopt;
+  std::string note;
+  for (int k = 0; k < sampler_.sources(); ++k) {
+    const std::int64_t epoch = sampler_.epoch_of(k, step, global_batch_);
+    if (epoch == sampler_.epoch_of(k, step - 1, global_batch_)) continue;
+    note += fmt::format("{}data: {}epoch {} begins at step {}: the {} training windows of {} tokens were all seen; "
+                        "wrapping to the start", note.empty() ? "" : "\n",
+                        mixture_ ? fmt::format("source {} ({}): ", k + 1, sampler_.path(k)) : "", epoch, step,
+                        sampler_.source(k).sequential_windows(), T_ + 1);
+  }
+  return note.empty() ? std::nullopt : std::optional<std::string>(note);
 }
 
-// The sample order's position, valid for any data-parallel size, and the identity of the data it was on.
+std::optional<std::string> DataFeed::mixture_note() const {
+  if (!mixture_) return std::nullopt;
+  const std::vector<std::int64_t>& drawn = sampler_.sequences_drawn();
+  std::int64_t total = 0;
+  for (const std::int64_t n : drawn) total += n;
+  std::string note = fmt::format("data: tokens drawn by source over {} training tokens (share, weight):", total * T_);
+  for (int k = 0; k < sampler_.sources(); ++k) {
+    const double share = total > 0 ? static_cast<double>(drawn[static_cast<std::size_t>(k)]) / total : 0.0;
+    note += fmt::format("\n  {}: {} tokens ({:.2f}%, weight {:.2f}%)", sampler_.path(k),
+                        drawn[static_cast<std::size_t>(k)] * T_, 100.0 * share, 100.0 * sampler_.weight(k));
+  }
+  return note;
+}
+
+// The sample order's position, valid for any data-parallel size, and the identity of the data it was on. A single
+// source keeps the keys it always had (older checkpoints load); a mixture adds each source's identity and count.
 void DataFeed::state_dict(StateDict& out) const {
-  const SamplerState s = sampler_.state();
+  const MixtureState s = sampler_.state();
   out.set("sampler_seed", s.seed);
   out.set("sampler_next_step", s.next_step);
-  out.set("sampler_num_tokens", s.num_tokens);
+  out.set("sampler_num_tokens", sampler_.num_tokens());
   out.set("sampler_seq_len", s.seq_len);
+  if (!mixture_) return;
+  out.set("sampler_sources", static_cast<std::int64_t>(s.sources.size()));
+  for (std::size_t k = 0; k < s.sources.size(); ++k) {
+    const std::string key = fmt::format("sampler_source_{}_", k + 1);
+    out.set(key + "path_hash", s.sources[k].path_hash);
+    out.set(key + "tokens", s.sources[k].num_tokens);
+    out.set(key + "weight", s.sources[k].weight);
+    out.set(key + "sequences", s.sources[k].sequences);
+  }
 }
 
 void DataFeed::load_state_dict(const StateDict& in) {
-  SamplerState s;
+  MixtureState s = sampler_.state();  // this run's identities: a single source's are not saved
   s.seed = in.get<std::uint64_t>("sampler_seed");
   s.next_step = in.get<std::int64_t>("sampler_next_step");
-  s.num_tokens = in.get<std::int64_t>("sampler_num_tokens");
   s.seq_len = in.get<std::int64_t>("sampler_seq_len");
+  const auto num_tokens = in.get<std::int64_t>("sampler_num_tokens");
+  if (!mixture_) {
+    FSDPP_REQUIRE(num_tokens == sampler_.num_tokens() && s.seq_len == T_,
+                  "the saved data loader state is for {} tokens with sequence length {}, but this run has {} tokens "
+                  "with sequence length {}; resume with the same data and model.context_length, or start a new run",
+                  num_tokens, s.seq_len, sampler_.num_tokens(), T_);
+    s.sources[0].sequences = s.next_step * global_batch_;
+    sampler_.set_state(s);
+    return;
+  }
+  const auto saved_sources = in.get<std::int64_t>("sampler_sources");
+  FSDPP_REQUIRE(saved_sources == sampler_.sources(),
+                "the checkpoint was trained on {} data source(s), but this deck's data.sources gives {}; resume with "
+                "the same data.sources, or start a new run", saved_sources, sampler_.sources());
+  for (std::size_t k = 0; k < s.sources.size(); ++k) {
+    const std::string key = fmt::format("sampler_source_{}_", k + 1);
+    s.sources[k] = {in.get<std::uint64_t>(key + "path_hash"), in.get<std::int64_t>(key + "tokens"),
+                    in.get<double>(key + "weight"), in.get<std::int64_t>(key + "sequences")};
+  }
   sampler_.set_state(s);
 }
 

@@ -4,7 +4,7 @@
 // Its position in the sample order is Stateful: a checkpoint saves it, a resume continues it exactly.
 #include "fsdpp/ckpt/state_dict.hpp"
 #include "fsdpp/config/deck.hpp"
-#include "fsdpp/data/sampler.hpp"
+#include "fsdpp/data/mixture.hpp"
 #include "fsdpp/nn/module.hpp"
 
 #include <optional>
@@ -33,9 +33,14 @@ class DataFeed final : public Stateful {
   void load_train(int micro_step, Flow& flow);
   // Validation batch `index` (the same windows every evaluation) into flow.tokens/targets.
   void load_val(int index, Flow& flow);
-  void advance() { sampler_.advance(); }  // after each optimizer step
-  // Sequential order only: the log line when global batch `step` starts another pass over the data.
+  void advance() { sampler_.advance(global_batch_); }  // after each optimizer step
+  // Sequential order only: the log line when global batch `step` starts another pass over the data (over a
+  // source's data, for a mixture).
   std::optional<std::string> epoch_note(std::int64_t step) const;
+  // data.sources only: each source's share of the training tokens drawn so far in the whole run (a resumed run's
+  // earlier steps included) beside its weight; nullopt for a single source.
+  std::optional<std::string> mixture_note() const;
+  const MixtureSampler& sampler() const { return sampler_; }
 
   void state_dict(StateDict& out) const override;
   void load_state_dict(const StateDict& in) override;  // UsageError when the data or T differ
@@ -46,7 +51,8 @@ class DataFeed final : public Stateful {
   DataFeed(const Deck& deck, int dp_size, int dp_rank, Loaded&& data);
   void upload(Flow& flow, int B);
 
-  WindowSampler sampler_;
+  MixtureSampler sampler_;  // one source (data.source) or several (data.sources)
+  bool mixture_;            // data.sources: the checkpoint keeps each source's identity and count
   std::string description_;
   std::optional<double> entropy_floor_;
   int T_, micro_batch_, global_batch_, dp_size_, dp_rank_;

@@ -170,6 +170,9 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     for (PeriodicPart* part : after_step)
       if (part->due(end)) run_part(*part, end, metrics);
     metrics.after_step(done, result, train_step.fsdp_stats_of_last_step(), lr, evaluation.loss_after(done), end.last);
+    // A mixture's share of the tokens by source, with each evaluation (and once at the end, below).
+    if (speaks && !end.last && evaluator.due(done, end.last))
+      if (const auto note = data.mixture_note()) Log::info("{}", *note);
     checkpointer.poll();
     Timeline::end_step(done);
     if (done == options.stop_after_step) break;
@@ -183,6 +186,8 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
     checkpointer.finish();  // the last save completes before the run reports
   }
   Timeline::finish();  // a run stopped before run.trace's last step writes what it recorded
+  if (speaks)
+    if (const auto note = data.mixture_note()) Log::info("{}", *note);
   TrainSummary summary = metrics.finish(model, data.entropy_floor());
   summary.preempted = preemption.preempted();
   report_traffic(comm, speaks);
