@@ -53,11 +53,11 @@ int run_corpus(Runtime& rt, Args& a) {
               skipped.truncated_zstd);
   Log::info("wrote {} documents, {} tokens (vocab {}, eot {}, uint{}) in {} shards ({} from an earlier run) to {}; "
             "skipped {}; {:.1f} MiB of text in {:.2f} s ({:.1f} MB/s on {} rank(s)); train on it with "
-            "data.sources={} model.vocab_size={}",
+            "data.source={} model.vocab_size={} (documents end with data.eot_id={})",
             index.documents(), index.tokens(), index.vocab_size, index.eot_id, 8 * index.token_bytes,
             index.shards.size(), s.reused_shards, a.corpus.output_dir, skipped.total(), s.text_bytes / 1048576.0,
             s.seconds, s.text_bytes / 1e6 / std::max(s.seconds, 1e-9), rt.size(), a.corpus.output_dir,
-            index.vocab_size);
+            index.vocab_size, index.eot_id);
   return 0;
 }
 

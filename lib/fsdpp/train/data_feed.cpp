@@ -23,10 +23,15 @@ namespace {
 std::vector<std::uint32_t> load_source(const std::string& path, const Deck& deck) {
   const int V = deck.model.vocab_size;
   if (is_corpus(path)) {
-    const std::int64_t corpus_vocab = read_corpus_index(path).vocab_size;
-    FSDPP_REQUIRE(corpus_vocab <= V,
+    const CorpusIndex index = read_corpus_index(path);
+    FSDPP_REQUIRE(index.vocab_size <= V,
                   "{}: the corpus was tokenized with a vocabulary of {} ids, but model.vocab_size is {}; set "
-                  "model.vocab_size to at least {}", corpus_index_path(path), corpus_vocab, V, corpus_vocab);
+                  "model.vocab_size to at least {}", corpus_index_path(path), index.vocab_size, V, index.vocab_size);
+    // The masks split documents at data.eot_id; a corpus ends each document with its own id, so the two must agree
+    // or every document would run into the next unseen.
+    FSDPP_REQUIRE(!deck.data.document_mask || deck.data.eot_id == index.eot_id,
+                  "{}: the corpus ends each document with token {}, but data.eot_id is {}: set data.eot_id: {} for "
+                  "data.document_mask", corpus_index_path(path), index.eot_id, deck.data.eot_id, index.eot_id);
     return load_corpus_tokens(path);
   }
   switch (deck.data.format) {
