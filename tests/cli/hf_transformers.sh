@@ -7,7 +7,9 @@
 #   - a folder written by transformers' save_pretrained in several shards (and transformers 5's config fields)
 #     imports (ckpt import, generate, init_from) and trains, with bitwise the logits of the folder it came from;
 #   - fsdpp ckpt deck's model section parses back to the model transformers counts the parameters of;
-#   - --tokenizer: AutoTokenizer.from_pretrained loads the exported folder, and fsdpp generate uses its tokenizer.
+#   - --tokenizer: AutoTokenizer.from_pretrained loads the exported folder, and fsdpp generate uses its tokenizer;
+#   - data.document_mask (and reset_positions): fsdpp eval of packed documents equals transformers with the
+#     explicit block-diagonal causal mask within 1e-5.
 set -euo pipefail
 fsdpp=$1 mpiexec=$2 root=$3 work=$4
 ref=$root/tests/reference
@@ -39,6 +41,22 @@ compare gpt2 tiny.yaml
 compare llama-gqa llama-tiny.yaml
 compare llama-tied llama-tiny.yaml model.tie_embeddings=true
 compare qwen2 qwen2-tiny.yaml
+
+# Document masks: packed documents (each ended by id 63) through fsdpp eval --all with data.document_mask, against
+# transformers with the explicit block-diagonal causal 4D mask and per-document position_ids, in float64. The loss
+# without the mask must miss the masked reference (the check can fail).
+"$py" "$ref/hf_reference.py" packed "$work/packed.u32" 64 7,12,3,9,8
+eval_loss() { "$fsdpp" eval "$work/$1/hf" "$work/packed.u32" --all "${@:2}" | sed -n 's/.*"loss": \([^,]*\),.*/\1/p'; }
+for name in llama-gqa qwen2; do
+  for reset in 0 1; do
+    "$py" "$ref/hf_reference.py" masked_loss "$work/$name/hf" "$work/packed.u32" 63 $reset \
+      "$(eval_loss "$name" data.document_mask=true data.eot_id=63 "data.reset_positions=$([ $reset = 1 ] && echo true || echo false)")" 1e-5
+  done
+  if "$py" "$ref/hf_reference.py" masked_loss "$work/$name/hf" "$work/packed.u32" 63 0 \
+       "$(eval_loss "$name" data.document_mask=false)" 1e-5 >/dev/null 2>&1; then
+    echo "FAIL: $name: the unmasked loss matches the masked reference; the comparison cannot see the mask"; exit 1
+  fi
+done
 
 # transformers' own folders, in shards: import, generate (bitwise the logits of the folder they came from),
 # start a 2-rank run from them.

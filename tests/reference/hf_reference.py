@@ -12,6 +12,13 @@ from_pretrained, in float32 on the CPU, with one thread.
   hf_reference.py tokenizer TEXT OUT                   a byte-level BPE tokenizer.json of 320 tokens trained on TEXT
   hf_reference.py tokenize FOLDER TOKENIZER_JSON TEXT  AutoTokenizer.from_pretrained(FOLDER) encodes TEXT as the
                                                        tokenizers library does with TOKENIZER_JSON
+  hf_reference.py packed OUT.u32 VOCAB LENGTHS       documents of LENGTHS (5,9,...) ids each, every one ended by
+                                                       the end-of-text id VOCAB-1, as a raw uint32 token file
+  hf_reference.py masked_loss FOLDER TOKENS EOT RESET FSDPP_LOSS TOL
+                                                       the mean next-token loss of the packed TOKENS with an
+                                                       explicit block-diagonal causal 4D mask (and position_ids
+                                                       restarting per document when RESET is 1), in float64,
+                                                       against fsdpp eval --all's loss with data.document_mask
   hf_reference.py bench FOLDER PROMPT_LEN NEW BATCH    transformers' greedy generate: prefill and decode tokens/s
                                                        (one JSON line)
 """
@@ -131,9 +138,48 @@ def bench(folder, prompt_len, new, batch):
                       "batch": batch, "prompt": prompt_len, "new": new, "torch": torch.__version__}))
 
 
+def packed(out, vocab, lengths):
+    import numpy as np
+    rng = np.random.default_rng(7)
+    eot = int(vocab) - 1
+    ids = []
+    for n in ids_of(lengths):
+        ids += list(rng.integers(0, eot, size=n)) + [eot]
+    np.asarray(ids, dtype="<u4").tofile(out)
+    print(f"{out}: {len(ids)} ids in {len(ids_of(lengths))} documents ended by {eot}")
+
+
+def masked_loss(folder, tokens, eot, reset, fsdpp_loss, tol):
+    import numpy as np
+    torch, model = load(folder)
+    model.to(torch.float64)
+    ids = np.fromfile(tokens, dtype="<u4").astype(np.int64)
+    inputs, targets = ids[:-1], ids[1:]
+    T = inputs.size
+    # Token t starts a document when token t-1 is the end-of-text id; query i sees keys start[i] .. i.
+    start = np.zeros(T, dtype=np.int64)
+    for t in range(1, T):
+        start[t] = t if inputs[t - 1] == int(eot) else start[t - 1]
+    i, j = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+    allowed = torch.from_numpy((j >= start[:, None]) & (j <= i))
+    mask = torch.zeros(1, 1, T, T, dtype=torch.float64).masked_fill(~allowed, torch.finfo(torch.float64).min)
+    positions = np.arange(T) - start if reset == "1" else np.arange(T)
+    with torch.no_grad():
+        logits = model(input_ids=torch.from_numpy(inputs)[None], attention_mask=mask,
+                       position_ids=torch.from_numpy(positions)[None]).logits[0]
+        ref = float(torch.nn.functional.cross_entropy(logits, torch.from_numpy(targets)))
+    ours = float(fsdpp_loss)
+    rel = abs(ours - ref) / abs(ref)
+    print(f"{folder}: packed documents, reset_positions {reset}: transformers (explicit 4D mask, float64) loss "
+          f"{ref:.10f}, fsdpp {ours:.10f}, relative difference {rel:.3g}; tolerance {tol}")
+    if not rel <= float(tol):
+        sys.exit(f"FAIL: {folder}: fsdpp's document-masked loss differs from transformers' by {rel:.3g} > {tol}")
+
+
 if __name__ == "__main__":
     commands = {"logits": logits, "generate": generate, "shard": shard, "parameters": parameters,
-                "tokenizer": tokenizer, "tokenize": tokenize, "bench": bench}
+                "tokenizer": tokenizer, "tokenize": tokenize, "bench": bench, "packed": packed,
+                "masked_loss": masked_loss}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         sys.exit(__doc__)
     commands[sys.argv[1]](*sys.argv[2:])
