@@ -4,18 +4,18 @@
 #      package copyright files, which every Debian machine ships);
 #   2. fsdpp tokenize (corpus mode, 2 ranks, byte-level ids with end-of-text 256) makes a folder of shards and an
 #      index per source;
-#   3. fsdpp train mixes them 3:1 with data.sources, document masks and reset positions on a llama-shaped model,
-#      on 2 ranks: the banner names both corpora, the shares are logged, the loss falls;
+#   3. fsdpp train input/corpus-demo.yaml mixes them 3:1 with data.sources, document masks and reset positions on a
+#      small Llama, on 2 ranks: the banner names both corpora, the shares are logged, the loss falls;
 #   4. a deck whose data.eot_id is not the corpus's is refused, naming the corpus and the id to use.
 set -euo pipefail
 fsdpp=$1 mpiexec=$2 root=$3 work=$4
-rm -rf "$work" && mkdir -p "$work"
+rm -rf "$work" && mkdir -p "$work" && cd "$work"  # the README's commands, from the folder that holds corpus/
 fail() { echo "FAIL: $*"; exit 1; }
 
-"$root/share/scripts/make-demo-corpus" "$work/raw" --max-mb 0.5
+"$root/share/scripts/make-demo-corpus" raw --max-mb 0.5
 for source in licenses copyright; do
-  "$mpiexec" -n 2 "$fsdpp" tokenize --eot-id 256 --shard-bytes 200000 "$work/raw/$source/*.jsonl*" \
-    "$work/corpus/$source" > "$work/tokenize-$source.log" 2>&1 || { cat "$work/tokenize-$source.log"; fail "tokenize $source"; }
+  "$mpiexec" -n 2 "$fsdpp" tokenize --eot-id 256 --shard-bytes 200000 "raw/$source/*.jsonl*" "corpus/$source" \
+    > "$work/tokenize-$source.log" 2>&1 || { cat "$work/tokenize-$source.log"; fail "tokenize $source"; }
   grep -E "^.*wrote [0-9]+ documents" "$work/tokenize-$source.log" | sed 's/^.*wrote/wrote/'
   [ -f "$work/corpus/$source/index.json" ] || fail "no index for $source"
 done
@@ -43,29 +43,13 @@ for source in ("licenses", "copyright"):
     print(f"{source}: {len(docs)} documents, {len(ids)} ids, each document's bytes then 256")
 PY
 
-deck() {  # deck EOT_ID
-  cat <<YAML
-run: {name: corpus, seed: 3}
-model: {arch: llama, vocab_size: 257, context_length: 128, n_embd: 32, n_layer: 2, n_head: 4, n_kv_head: 2, ffn_hidden: 64}
-data:
-  sources:
-    - {path: $work/corpus/copyright, weight: 3}
-    - {path: $work/corpus/licenses/index.json, weight: 1}
-  document_mask: true
-  reset_positions: true
-  eot_id: $1
-  val_fraction: 0.05
-optim: {lr: 1.0e-2, weight_decay: 0.0}
-train: {steps: 12, global_batch: 4, micro_batch: 2, eval_interval: 6, eval_batches: 1}
-log: {interval: 3}
-YAML
-}
-deck 256 > "$work/corpus.yaml"
-"$mpiexec" -n 2 "$fsdpp" train "$work/corpus.yaml" "run.output=$work/run" checkpoint.interval=0 \
+# input/corpus-demo.yaml, as the README runs it, for 12 steps.
+"$mpiexec" -n 2 "$fsdpp" train "$root/input/corpus-demo.yaml" train.steps=12 train.eval_interval=6 log.interval=3 \
+  model.context_length=128 "run.output=$work/run" checkpoint.interval=0 \
   > "$work/train.log" 2>&1 || { tail -30 "$work/train.log"; fail "training on the corpus"; }
-grep -qE "$work/corpus/copyright \(weight 3, 75\.0%\): [0-9]+ tokens" "$work/train.log" || { cat "$work/train.log"; fail "no banner for copyright"; }
-grep -q "data: tokens drawn by source over 6144 training tokens" "$work/train.log" || { cat "$work/train.log"; fail "no shares at the end"; }
-grep -A2 "over 6144 training tokens" "$work/train.log"
+grep -qE "corpus/copyright \(weight 3, 75\.0%\): [0-9]+ tokens" "$work/train.log" || { cat "$work/train.log"; fail "no banner for copyright"; }
+grep -q "data: tokens drawn by source over 12288 training tokens" "$work/train.log" || { cat "$work/train.log"; fail "no shares at the end"; }
+grep -A2 "over 12288 training tokens" "$work/train.log"
 python3 - "$work/run/metrics.jsonl" <<'PY' || fail "the loss did not fall"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
@@ -74,8 +58,8 @@ print(f"loss: step {rows[0]['step']} {first:.4f}, step {rows[-1]['step']} {last:
 assert last < first - 0.5, (first, last)
 PY
 
-deck 10 > "$work/wrong-eot.yaml"
-"$fsdpp" train "$work/wrong-eot.yaml" "run.output=$work/wrong" > "$work/wrong.log" 2>&1 && fail "a wrong data.eot_id trained"
+"$fsdpp" train "$root/input/corpus-demo.yaml" data.eot_id=10 "run.output=$work/wrong" > "$work/wrong.log" 2>&1 &&
+  fail "a wrong data.eot_id trained"
 grep -q "the corpus ends each document with token 256, but data.eot_id is 10: set data.eot_id: 256" "$work/wrong.log" \
   || { cat "$work/wrong.log"; fail "no message for the wrong data.eot_id"; }
 echo "corpus end to end: JSON Lines and .zst shards tokenized on 2 ranks, mixed 3:1 with document masks, trained"
