@@ -9,7 +9,7 @@
 #include "commands.hpp"
 
 #include "fsdpp/ckpt/checkpoint.hpp"
-#include "fsdpp/data/token_file.hpp"
+#include "fsdpp/data/token_source.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
@@ -35,7 +35,7 @@ struct LossSum {
 
 // Every window of the file, in micro-batches, this data-parallel rank's share; per-token losses summed.
 LossSum evaluate_all(const Deck& deck, TrainModel& t) {
-  const std::vector<std::uint32_t> file = load_tokens(deck.data.source, deck.model.vocab_size);
+  const std::vector<std::uint32_t> file = load_token_source(deck.data.source, deck.data, deck.model.vocab_size);
   const std::int64_t T = deck.model.context_length, predicted = static_cast<std::int64_t>(file.size()) - 1;
   FSDPP_REQUIRE(predicted >= 1, "{} holds {} token(s): nothing to predict", deck.data.source, file.size());
   const std::int64_t windows = (predicted + T - 1) / T;
@@ -117,7 +117,7 @@ Command add_eval_command(CLI::App& app) {
   cli->add_option("source", args->source, "An fsdpp checkpoint (its deck is used), a Hugging Face model folder (its "
                                           "config.json and weights), or a weights file with --deck")
       ->required();
-  cli->add_option("tokens", args->tokens, "A token file (.bin, .u16, .u32), e.g. from fsdpp tokenize")->required();
+  cli->add_option("tokens", args->tokens, "A token file (.bin, .u16, .u32) or a corpus folder, from fsdpp tokenize")->required();
   cli->add_option("overrides", args->overrides, "section.key=value overrides of the deck (train.eval_batches, ...)");
   cli->add_option("--deck", args->deck, "The deck of the model (required for a weights file)");
   cli->add_flag("--all", args->all, "Every token of the file, not only its validation split");

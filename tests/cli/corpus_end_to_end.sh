@@ -6,7 +6,8 @@
 #      index per source;
 #   3. fsdpp train input/corpus-demo.yaml mixes them 3:1 with data.sources, document masks and reset positions on a
 #      small Llama, on 2 ranks: the banner names both corpora, the shares are logged, the loss falls;
-#   4. a deck whose data.eot_id is not the corpus's is refused, naming the corpus and the id to use.
+#   4. fsdpp eval --all of the checkpoint reads a corpus folder whole;
+#   5. a deck whose data.eot_id is not the corpus's is refused, naming the corpus and the id to use.
 set -euo pipefail
 fsdpp=$1 mpiexec=$2 root=$3 work=$4
 rm -rf "$work" && mkdir -p "$work" && cd "$work"  # the README's commands, from the folder that holds corpus/
@@ -45,7 +46,7 @@ PY
 
 # input/corpus-demo.yaml, as the README runs it, for 12 steps.
 "$mpiexec" -n 2 "$fsdpp" train "$root/input/corpus-demo.yaml" train.steps=12 train.eval_interval=6 log.interval=3 \
-  model.context_length=128 "run.output=$work/run" checkpoint.interval=0 \
+  model.context_length=128 "run.output=$work/run" checkpoint.interval=12 "checkpoint.dir=$work/ck" \
   > "$work/train.log" 2>&1 || { tail -30 "$work/train.log"; fail "training on the corpus"; }
 grep -qE "corpus/copyright \(weight 3, 75\.0%\): [0-9]+ tokens" "$work/train.log" || { cat "$work/train.log"; fail "no banner for copyright"; }
 grep -q "data: tokens drawn by source over 12288 training tokens" "$work/train.log" || { cat "$work/train.log"; fail "no shares at the end"; }
@@ -57,6 +58,11 @@ first, last = rows[0]["loss"], rows[-1]["loss"]
 print(f"loss: step {rows[0]['step']} {first:.4f}, step {rows[-1]['step']} {last:.4f}")
 assert last < first - 0.5, (first, last)
 PY
+
+# fsdpp eval --all reads a corpus folder too: every token of it once, under the checkpoint's document masks.
+"$fsdpp" eval "$work/ck/step_00000012.h5" corpus/licenses --all > "$work/eval.log" 2>&1 || { cat "$work/eval.log"; fail "eval --all on a corpus"; }
+grep -q "eval: all $((237334 - 1)) predicted tokens of corpus/licenses" "$work/eval.log" || { cat "$work/eval.log"; fail "eval --all did not read the whole corpus"; }
+grep "^loss" "$work/eval.log"
 
 "$fsdpp" train "$root/input/corpus-demo.yaml" data.eot_id=10 "run.output=$work/wrong" > "$work/wrong.log" 2>&1 &&
   fail "a wrong data.eot_id trained"

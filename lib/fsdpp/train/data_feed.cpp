@@ -1,9 +1,8 @@
 #include "fsdpp/train/data_feed.hpp"
 
 #include "fsdpp/config/deck_rules.hpp"
-#include "fsdpp/data/corpus_index.hpp"
 #include "fsdpp/data/synthetic_corpus.hpp"
-#include "fsdpp/data/token_file.hpp"
+#include "fsdpp/data/token_source.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <fmt/format.h>
@@ -19,30 +18,6 @@ struct DataFeed::Loaded {
 
 namespace {
 
-// A token file in data.format, a corpus folder or its index.json (data/corpus_index.hpp).
-std::vector<std::uint32_t> load_source(const std::string& path, const Deck& deck) {
-  const int V = deck.model.vocab_size;
-  if (is_corpus(path)) {
-    const CorpusIndex index = read_corpus_index(path);
-    FSDPP_REQUIRE(index.vocab_size <= V,
-                  "{}: the corpus was tokenized with a vocabulary of {} ids, but model.vocab_size is {}; set "
-                  "model.vocab_size to at least {}", corpus_index_path(path), index.vocab_size, V, index.vocab_size);
-    // The masks split documents at data.eot_id; a corpus ends each document with its own id, so the two must agree
-    // or every document would run into the next unseen.
-    FSDPP_REQUIRE(!deck.data.document_mask || deck.data.eot_id == index.eot_id,
-                  "{}: the corpus ends each document with token {}, but data.eot_id is {}: set data.eot_id: {} for "
-                  "data.document_mask", corpus_index_path(path), index.eot_id, deck.data.eot_id, index.eot_id);
-    return load_corpus_tokens(path);
-  }
-  switch (deck.data.format) {
-    case DataFormat::automatic: return load_tokens(path, V);
-    case DataFormat::gpt2: return load_tokens(path, TokenFormat::gpt2_bin, V);
-    case DataFormat::uint16: return load_tokens(path, TokenFormat::raw_u16, V);
-    case DataFormat::uint32: return load_tokens(path, TokenFormat::raw_u32, V);
-  }
-  return {};
-}
-
 DataFeed::Loaded load_tokens_of(const Deck& deck) {
   check_data_sources(deck.data);
   DataFeed::Loaded d;
@@ -52,7 +27,7 @@ DataFeed::Loaded load_tokens_of(const Deck& deck) {
     for (const DataSource& s : deck.data.sources) total += s.weight;
     d.description = fmt::format("a mixture of {} sources", deck.data.sources.size());
     for (const DataSource& s : deck.data.sources) {
-      d.sources.push_back({s.path, load_source(s.path, deck), s.weight});
+      d.sources.push_back({s.path, load_token_source(s.path, deck.data, V), s.weight});
       d.description += fmt::format("\n  {} (weight {:.4g}, {:.1f}%): {} tokens", s.path, s.weight,
                                    100.0 * s.weight / total, d.sources.back().tokens.size());
     }
@@ -70,7 +45,7 @@ DataFeed::Loaded load_tokens_of(const Deck& deck) {
     return d;
   }
   const std::string& path = deck.data.source;
-  d.sources.push_back({path, load_source(path, deck), 1.0});
+  d.sources.push_back({path, load_token_source(path, deck.data, V), 1.0});
   d.description = fmt::format("{} ({} tokens)", path, d.sources.back().tokens.size());
   return d;
 }
