@@ -19,7 +19,7 @@ namespace {
 constexpr std::size_t kReadBytes = std::size_t{1} << 20;
 constexpr std::size_t kScanBytes = std::size_t{1} << 16;
 
-bool ends_with(const std::string& s, std::string_view tail) {
+bool name_ends_with(const std::string& s, std::string_view tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
@@ -30,22 +30,13 @@ File open_input(const std::string& path) {
   return f;
 }
 
-std::size_t read_at(std::FILE* f, const std::string& path, std::uint64_t offset, char* dst, std::size_t n) {
-  errno = 0;
-  if (fseeko(f, static_cast<off_t>(offset), SEEK_SET) != 0)
-    throw UsageError(fmt::format("{}: cannot seek to byte {}: {}", path, offset, std::strerror(errno)));
-  const std::size_t got = std::fread(dst, 1, n, f);
-  if (got < n && std::ferror(f)) throw UsageError(fmt::format("{}: read failed: {}", path, std::strerror(errno)));
-  return got;
-}
-
 // The line number (from 1) of byte `offset` of the file: counted only when an error is reported.
 std::uint64_t line_at(const std::string& path, std::uint64_t offset) {
   File f = open_input(path);
   std::string block(kReadBytes, '\0');
   std::uint64_t line = 1;
   for (std::uint64_t at = 0; at < offset;) {
-    const std::size_t got = read_at(f.get(), path, at, block.data(), std::min<std::uint64_t>(kReadBytes, offset - at));
+    const std::size_t got = read_file_at(f.get(), path, at, block.data(), std::min<std::uint64_t>(kReadBytes, offset - at));
     if (got == 0) break;
     line += static_cast<std::uint64_t>(std::count(block.data(), block.data() + got, '\n'));
     at += got;
@@ -65,7 +56,7 @@ std::uint64_t cut_after(std::FILE* f, const std::string& path, std::uint64_t siz
     window.erase(0, window.size() - keep);
     const std::size_t have = window.size();
     window.resize(have + kScanBytes);
-    const std::size_t got = read_at(f, path, at, window.data() + have, kScanBytes);
+    const std::size_t got = read_file_at(f, path, at, window.data() + have, kScanBytes);
     window.resize(have + got);
     const std::size_t found = window.find(separator);
     if (found != std::string::npos) return at - have + found + separator.size();
@@ -91,7 +82,7 @@ class FileRange final : public ByteSource {
   explicit FileRange(const CorpusUnit& unit) : file_(open_input(unit.path)), unit_(unit), at_(unit.byte_begin) {}
   std::size_t read(char* dst, std::size_t n) override {
     n = static_cast<std::size_t>(std::min<std::uint64_t>(n, unit_.byte_end - at_));
-    const std::size_t got = n ? read_at(file_.get(), unit_.path, at_, dst, n) : 0;
+    const std::size_t got = n ? read_file_at(file_.get(), unit_.path, at_, dst, n) : 0;
     at_ += got;
     return got;
   }
@@ -262,11 +253,11 @@ void read_text(const CorpusUnit& unit, const DocumentOptions& options,
 
 InputKind input_kind_for_path(const std::string& path) {
   for (const char* ext : {".gz", ".bz2", ".xz", ".zip", ".lz4", ".tar"})
-    if (ends_with(path, ext))
+    if (name_ends_with(path, ext))
       throw UsageError(fmt::format("{}: {} files are not read; decompress it, or recompress it with zstd (.zst)",
                                    path, ext));
-  if (ends_with(path, ".zst")) return InputKind::json_lines_zst;
-  if (ends_with(path, ".jsonl") || ends_with(path, ".json")) return InputKind::json_lines;
+  if (name_ends_with(path, ".zst")) return InputKind::json_lines_zst;
+  if (name_ends_with(path, ".jsonl") || name_ends_with(path, ".json")) return InputKind::json_lines;
   return InputKind::text;
 }
 

@@ -11,6 +11,15 @@
 #include <system_error>
 
 namespace fsdpp {
+
+std::size_t read_file_at(std::FILE* f, const std::string& path, std::uint64_t offset, char* dst, std::size_t n) {
+  errno = 0;
+  if (fseeko(f, static_cast<off_t>(offset), SEEK_SET) != 0)
+    throw UsageError(fmt::format("{}: cannot seek to byte {}: {}", path, offset, std::strerror(errno)));
+  const std::size_t got = std::fread(dst, 1, n, f);
+  if (got < n && std::ferror(f)) throw UsageError(fmt::format("{}: read failed: {}", path, std::strerror(errno)));
+  return got;
+}
 namespace {
 
 constexpr std::size_t kHeaderBytes = kGpt2HeaderInts * 4;

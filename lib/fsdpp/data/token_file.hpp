@@ -28,6 +28,10 @@ struct FileCloser {
 };
 using File = std::unique_ptr<std::FILE, FileCloser>;
 
+// Reads up to n bytes of `f` at byte `offset` into dst (fewer only at the end of the file); a failed seek or read is
+// a UsageError naming `path`.
+std::size_t read_file_at(std::FILE* f, const std::string& path, std::uint64_t offset, char* dst, std::size_t n);
+
 enum class TokenFormat { gpt2_bin, raw_u16, raw_u32 };
 
 inline constexpr std::int32_t kGpt2Magic = 20240520;  // version 1, uint16 tokens

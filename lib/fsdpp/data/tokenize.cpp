@@ -37,16 +37,6 @@ File open_file(const std::string& path, const char* mode, const char* what) {
   return f;
 }
 
-// Reads up to n bytes at `offset` (fewer only at the end of the file).
-std::size_t read_at(std::FILE* f, const std::string& path, std::uint64_t offset, char* dst, std::size_t n) {
-  errno = 0;
-  if (fseeko(f, static_cast<off_t>(offset), SEEK_SET) != 0)
-    throw UsageError(fmt::format("{}: cannot seek to byte {}: {}", path, offset, std::strerror(errno)));
-  const std::size_t got = std::fread(dst, 1, n, f);
-  if (got < n && std::ferror(f)) throw UsageError(fmt::format("{}: read failed: {}", path, std::strerror(errno)));
-  return got;
-}
-
 void write_all(std::FILE* f, const std::string& path, const void* p, std::size_t n) {
   errno = 0;
   if (std::fwrite(p, 1, n, f) != n) throw UsageError(fmt::format("{}: write failed: {}", path, std::strerror(errno)));
@@ -66,7 +56,7 @@ std::uint64_t boundary_in_file(std::FILE* f, const std::string& path, std::uint6
   for (std::size_t searched_from = 1;;) {
     const std::size_t have = window.size();
     window.resize(have + kBoundaryScanBytes);
-    window.resize(have + read_at(f, path, base + have, window.data() + have, kBoundaryScanBytes));
+    window.resize(have + read_file_at(f, path, base + have, window.data() + have, kBoundaryScanBytes));
     const std::size_t p = next_chunk_boundary(window, searched_from);
     if (p < window.size()) return base + p;
     if (base + window.size() >= size) return size;
@@ -95,7 +85,7 @@ struct RangeTokenizer {
       if (buffer.size() < target) {
         const std::size_t have = buffer.size();
         buffer.resize(target);
-        buffer.resize(have + read_at(in, path, at + have, buffer.data() + have, target - have));
+        buffer.resize(have + read_file_at(in, path, at + have, buffer.data() + have, target - have));
       }
       // The range's last chunk once the buffer holds the rest and a character past it (the lookahead).
       std::size_t cut = static_cast<std::size_t>(end - at);
@@ -147,7 +137,7 @@ void copy_part_into(const std::string& part_path, const std::string& out_path, s
     throw UsageError(fmt::format("{}: cannot seek to byte {}: {}", out_path, offset, std::strerror(errno)));
   std::vector<char> block(kCopyBytes);
   for (std::uint64_t done = 0;;) {
-    const std::size_t got = read_at(part.get(), part_path, done, block.data(), block.size());
+    const std::size_t got = read_file_at(part.get(), part_path, done, block.data(), block.size());
     if (got == 0) break;
     write_all(out.get(), out_path, block.data(), got);
     done += got;
