@@ -3,6 +3,8 @@
 // batch at any data-parallel size, resumable state).
 #include "mpi_test.hpp"
 
+#include "temp_dir.hpp"
+
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/data/sampler.hpp"
 #include "fsdpp/data/synthetic_corpus.hpp"
@@ -22,23 +24,9 @@
 
 namespace fs = std::filesystem;
 using namespace fsdpp;
+using fsdpp::test::TempDir;
 
 namespace {
-
-// A fresh folder per test, removed at the end; pid + clock keep concurrent test runs apart.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    const auto ticks = std::chrono::steady_clock::now().time_since_epoch().count();
-    path = fs::temp_directory_path() / fmt::format("fsdpp_test_data_{}_{}", ::getpid(), ticks);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 void write_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -78,7 +66,7 @@ std::vector<std::uint32_t> iota_tokens(std::size_t n, std::uint32_t mod) {
 }  // namespace
 
 TEST_CASE("token files: every format round-trips, by extension and explicitly") {
-  TempDir dir;
+  TempDir dir("fsdpp_test_data");
   const auto small = iota_tokens(3000, 50257);
   for (const char* name : {"a.bin", "a.u16"}) {
     save_tokens(dir.file(name), small);
@@ -111,7 +99,7 @@ TEST_CASE("token files: every format round-trips, by extension and explicitly") 
 }
 
 TEST_CASE("token files: each malformed file gets an exact error naming the file") {
-  TempDir dir;
+  TempDir dir("fsdpp_test_data");
   const std::string bad_magic = dir.file("magic.bin"), version = dir.file("version.bin");
   write_bytes(bad_magic, gpt2_file(1234, 1, 2, {1, 2}));
   CHECK(usage_error_of([&] { load_tokens(bad_magic, 50257); }) ==
@@ -153,7 +141,7 @@ TEST_CASE("token files: each malformed file gets an exact error naming the file"
 }
 
 TEST_CASE("token files: out-of-vocabulary tokens, missing files and bad names") {
-  TempDir dir;
+  TempDir dir("fsdpp_test_data");
   const std::string big = dir.file("big.u32");
   auto tokens = iota_tokens(20, 50257);
   tokens[12] = 70000;
@@ -178,7 +166,7 @@ TEST_CASE("token files: out-of-vocabulary tokens, missing files and bad names") 
 }
 
 TEST_CASE("tokenize: text becomes byte tokens in a .bin file, and back") {
-  TempDir dir;
+  TempDir dir("fsdpp_test_data");
   const std::string text = "Hello, fsdpp!\nCaf\xc3\xa9 \x01\xff bytes of any kind.\n";
   write_bytes(dir.file("in.txt"), std::vector<unsigned char>(text.begin(), text.end()));
   CHECK(tokenize_file(dir.file("in.txt"), dir.file("out.bin")) == static_cast<std::int64_t>(text.size()));

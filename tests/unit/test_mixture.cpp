@@ -5,6 +5,7 @@
 #include "mpi_test.hpp"
 
 #include "input_decks.hpp"
+#include "temp_dir.hpp"
 
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/data/corpus_index.hpp"
@@ -20,22 +21,9 @@
 
 namespace fs = std::filesystem;
 using namespace fsdpp;
+using fsdpp::test::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    const auto ticks = std::chrono::steady_clock::now().time_since_epoch().count();
-    path = fs::temp_directory_path() / fmt::format("fsdpp_test_mixture_{}_{}", ::getpid(), ticks);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 // Source k's tokens are all in [100 k, 100 k + 99], so a window's tokens name the source it came from; within a
 // source, token t at position p is 100 k + p mod 100, so a window's first token gives its offset mod 100.
@@ -209,7 +197,7 @@ TEST_CASE("mixture: sequential order walks each source's windows in turn; valida
 }
 
 TEST_CASE("mixture: DataFeed saves at step 5 on 2 ranks, resumes on 3, and continues the uninterrupted stream") {
-  TempDir dir;
+  TempDir dir("fsdpp_test_mixture");
   write_corpus(dir.file("web"), marked_tokens(0, 6000), 400);
   save_tokens(dir.file("code.bin"), marked_tokens(1, 3000), TokenFormat::gpt2_bin);
   write_corpus(dir.file("books"), marked_tokens(2, 4000), 400);
@@ -291,7 +279,7 @@ TEST_CASE("mixture: DataFeed saves at step 5 on 2 ranks, resumes on 3, and conti
 }
 
 TEST_CASE("mixture: a corpus folder or its index.json is a data.source; its vocabulary must fit the model's") {
-  TempDir dir;
+  TempDir dir("fsdpp_test_mixture");
   const std::vector<std::uint32_t> tokens = marked_tokens(0, 2000);
   write_corpus(dir.file("corpus"), tokens, 128);
   for (const std::string& path : {dir.file("corpus"), dir.file("corpus") + "/index.json"}) {

@@ -125,13 +125,7 @@ std::int64_t MixtureSampler::num_tokens() const {
 
 std::vector<MixtureSampler::Window> MixtureSampler::windows(Split split, std::int64_t step, std::int64_t global_batch,
                                                             std::int64_t first_sequence, std::int64_t count) const {
-  FSDPP_REQUIRE(step >= 0 && global_batch >= 1, "batch {} of size {}: step must be >= 0 and the batch >= 1", step,
-                global_batch);
-  FSDPP_REQUIRE(first_sequence >= 0 && count >= 0 && first_sequence + count <= global_batch,
-                "sequences {}..{} are not inside a global batch of {}", first_sequence, first_sequence + count - 1,
-                global_batch);
-  FSDPP_REQUIRE(split == Split::train || has_val(),
-                "validation batches were requested but there is no validation split (validation fraction 0)");
+  check_batch_request(split, has_val(), step, global_batch, first_sequence, count);
   const std::uint64_t first = static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(global_batch) +
                               static_cast<std::uint64_t>(first_sequence);
   // Each source's place in its own order at the first sequence (closed form), then counted on.

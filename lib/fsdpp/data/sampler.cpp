@@ -43,15 +43,20 @@ WindowSampler::WindowSampler(std::vector<std::uint32_t> tokens, std::int64_t seq
                 val_tokens, seq_len + 1);
 }
 
-std::vector<std::int64_t> WindowSampler::window_offsets(Split split, std::int64_t step, std::int64_t global_batch,
-                                                        std::int64_t first_sequence, std::int64_t count) const {
+void check_batch_request(Split split, bool has_val, std::int64_t step, std::int64_t global_batch,
+                         std::int64_t first_sequence, std::int64_t count) {
   FSDPP_REQUIRE(step >= 0 && global_batch >= 1, "batch {} of size {}: step must be >= 0 and the batch >= 1", step,
                 global_batch);
   FSDPP_REQUIRE(first_sequence >= 0 && count >= 0 && first_sequence + count <= global_batch,
                 "sequences {}..{} are not inside a global batch of {}", first_sequence, first_sequence + count - 1,
                 global_batch);
-  FSDPP_REQUIRE(split == Split::train || has_val(),
+  FSDPP_REQUIRE(split == Split::train || has_val,
                 "validation batches were requested but there is no validation split (validation fraction 0)");
+}
+
+std::vector<std::int64_t> WindowSampler::window_offsets(Split split, std::int64_t step, std::int64_t global_batch,
+                                                        std::int64_t first_sequence, std::int64_t count) const {
+  check_batch_request(split, has_val(), step, global_batch, first_sequence, count);
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(count));
   const std::uint64_t first = static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(global_batch) +
                               static_cast<std::uint64_t>(first_sequence);

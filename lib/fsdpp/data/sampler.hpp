@@ -39,6 +39,12 @@ struct SamplerState {
   std::int64_t seq_len = 0;
 };
 
+// What every sampler checks of a request for sequences first_sequence .. first_sequence+count-1 of global batch
+// `step`: a step >= 0, a batch >= 1, the sequences inside it, and a validation split when one is asked for
+// (`has_val`). UsageError otherwise.
+void check_batch_request(Split split, bool has_val, std::int64_t step, std::int64_t global_batch,
+                         std::int64_t first_sequence, std::int64_t count);
+
 class WindowSampler {
  public:
   // tokens: the whole stream (moved in); seq_len: T >= 1; val_fraction in [0, 1). UsageError when a split is
