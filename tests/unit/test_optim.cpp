@@ -172,6 +172,7 @@ TEST_CASE("optim: the deck's optimizer keeps the state copies optimizer_state_co
     CHECK(static_cast<int>(state_tensors) == k.copies);
     CHECK(optimizer_state_copies(o) == k.copies);
     CHECK(optimizer_passes(o) == k.passes);
+    CHECK(optimizer_update_passes(o) == k.passes - 1);  // without the gradient norm's read
   }
 }
 

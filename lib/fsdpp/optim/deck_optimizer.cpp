@@ -27,9 +27,14 @@ int optimizer_state_copies(const OptimConfig& optim) {
   return optim.momentum != 0 ? 1 : 0;
 }
 
+int optimizer_update_passes(const OptimConfig& optim) {
+  // The gradient read; the parameter and each state copy read and written.
+  return 1 + 2 * (1 + optimizer_state_copies(optim));
+}
+
 int optimizer_passes(const OptimConfig& optim) {
-  const int norm = 1;
-  return norm + (optim.name == OptimizerKind::adamw ? 7 : optim.momentum != 0 ? 5 : 3);
+  const int gradient_norm = 1;
+  return gradient_norm + optimizer_update_passes(optim);
 }
 
 }  // namespace fsdpp

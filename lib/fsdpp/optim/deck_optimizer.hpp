@@ -17,9 +17,11 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& optim, std::vector<
 // when optim.momentum != 0 (1), else none.
 int optimizer_state_copies(const OptimConfig& optim);
 
-// Passes of 4 bytes over each sharded element in the optimizer step: the gradient norm reads every gradient once
-// (every step: the log reports it, clipping scales by it); AdamW reads parameter, gradient, m and v and writes
-// three of them (SGD with momentum: three reads, two writes; without: two and one).
+// Passes of 4 bytes over each sharded element in the update alone: AdamW reads parameter, gradient, m and v and
+// writes three of them (SGD with momentum: three reads, two writes; without: two and one).
+int optimizer_update_passes(const OptimConfig& optim);
+// The same for the whole optimizer step: the update and the gradient norm, which reads every gradient once (every
+// step: the log reports it, clipping scales by it).
 int optimizer_passes(const OptimConfig& optim);
 
 }  // namespace fsdpp

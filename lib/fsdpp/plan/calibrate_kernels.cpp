@@ -93,7 +93,7 @@ KernelFit measure_kernels(MPI_Comm world, const KernelShape& shape, const Calibr
         {"layernorm_forward", "rest", f * (2.0 * E + 2.0 * N),
          [&] { kernels::layernorm_forward<float>(y, mean, rstd, x, w, b, N, C); }},
         {"rmsnorm_forward", "rest", f * (2.0 * E + N), [&] { kernels::rmsnorm_forward<float>(y, rstd, x, w, N, C, 1e-5); }},
-        {"adamw_step", "rest", f * 7.0 * E, [&] { adamw.step(1e-6f); }},  // param, m, v read and written; grad read
+        {"adamw_step", "rest", f * optimizer_update_passes(OptimConfig{}) * E, [&] { adamw.step(1e-6f); }},
         {"layernorm_backward", "rest_backward", back * f * (2.0 * E + 2.0 * N),
          [&] { kernels::layernorm_backward<float>(dx, dw, db, dy, x, w, mean, rstd, N, C); }},
         {"rmsnorm_backward", "rest_backward", back * f * (2.0 * E + N),
