@@ -59,6 +59,22 @@ struct RunConfig {
   std::string machine;
 };
 
+// model.moe: the mixture-of-experts MLP of qwen3_moe and mixtral (nn/moe.hpp), Hugging Face's names in brackets.
+// A layer is sparse per is_moe_layer; the others keep a dense SwiGLU MLP of model.ffn_hidden.
+struct MoeConfig {
+  int num_experts = 8;           // E [num_experts, num_local_experts]
+  int top_k = 2;                 // experts each token is sent to [num_experts_per_tok]
+  int expert_ffn_hidden = 0;     // each expert's SwiGLU width [moe_intermediate_size; Mixtral: intermediate_size]
+  bool norm_topk_prob = true;    // the top-k probabilities renormalised to sum to 1 (Mixtral always does)
+  MoeBalance balance = MoeBalance::aux_loss;
+  double aux_loss_coef = 0.001;  // [router_aux_loss_coef]: the load-balancing loss's weight in the training loss
+  double router_z_loss_coef = 0.0;  // ST-MoE's z-loss, mean(logsumexp(router logits)^2), its weight
+  double bias_update_rate = 0.001;  // balance: bias, DeepSeek-V3's gamma: each step's bias change per expert
+  int sparse_step = 1;           // [decoder_sparse_step]: layer l is sparse when (l + 1) % sparse_step == 0
+  std::vector<int> dense_layers; // [mlp_only_layers]: layers kept dense whatever sparse_step says
+  double capacity_factor = 0.0;  // 0: dropless; c > 0: each expert takes at most ceil(c * N * top_k / E) tokens
+};
+
 // Defaults are GPT-2 small (124M): the one architecture everyone can check against.
 struct ModelConfig {
   ModelArch arch = ModelArch::gpt2;
@@ -83,10 +99,23 @@ struct ModelConfig {
   double rope_high_freq_factor = 4.0;
   int rope_original_context = 8192;
   double norm_eps = 1e-5;       // RMSNorm eps
+  // Attention head width hs; 0: n_embd / n_head. Qwen3's is free of the two (Qwen3-30B-A3B: C 2048, NH 32, hs 128).
+  int head_dim = 0;
+  MoeConfig moe;                // qwen3_moe, mixtral only
   // A Hugging Face model folder whose config.json gives the keys above (parse_deck's ModelSourceReader reads
   // it); the deck's own model.* keys must agree with it. Not echoed: the resolved deck holds the values.
   std::string from_hf;
 };
+
+// Hugging Face's rule (Qwen3MoeDecoderLayer): whether block `layer` (from 0) has the mixture-of-experts MLP.
+inline bool is_moe_layer(const ModelConfig& m, int layer) {
+  if (!is_moe_arch(m.arch) || m.moe.num_experts <= 0) return false;
+  for (int dense : m.moe.dense_layers)
+    if (dense == layer) return false;
+  return (layer + 1) % m.moe.sparse_step == 0;
+}
+// The head width hs the blocks use.
+inline int head_size(const ModelConfig& m) { return m.head_dim > 0 ? m.head_dim : m.n_embd / m.n_head; }
 
 // data.sources: one entry of a weighted mixture (data/mixture.hpp).
 struct DataSource {

@@ -6,7 +6,12 @@
 
 namespace fsdpp {
 
-enum class ModelArch { gpt2, llama, qwen2 };  // qwen2: Llama's block with q/k/v biases
+// qwen2: Llama's block with q/k/v biases; qwen3: Llama's block with per-head RMSNorm on q and k and its own
+// head_dim; qwen3_moe: Qwen3's attention with mixture-of-experts MLPs; mixtral: Llama's attention with them.
+enum class ModelArch { gpt2, llama, qwen2, qwen3, qwen3_moe, mixtral };
+// model.moe.balance: how the router's load is kept even (nn/moe.hpp): Switch/HF's auxiliary loss, DeepSeek-V3's
+// per-expert routing bias updated from each step's load (aux-loss-free), or nothing.
+enum class MoeBalance { aux_loss, bias, none };
 enum class OptimizerKind { adamw, sgd };
 enum class ScheduleKind { constant, cosine };
 enum class DataFormat { automatic, gpt2, uint16, uint32 };
@@ -25,9 +30,14 @@ enum class MatmulPrecisionChoice { automatic, f32, bf16 };  // automatic: bf16 G
 
 // The Llama family: Llama's block (RMSNorm, RoPE, grouped-query attention, SwiGLU), which reads the model.*
 // keys the key table marks as the family's (deck_schema.cpp, llama_only).
-constexpr bool is_llama_family(ModelArch arch) { return arch == ModelArch::llama || arch == ModelArch::qwen2; }
+constexpr bool is_llama_family(ModelArch arch) { return arch != ModelArch::gpt2; }
+// The mixture-of-experts architectures: they read the model.moe.* keys (deck_schema.cpp, moe_only).
+constexpr bool is_moe_arch(ModelArch arch) { return arch == ModelArch::qwen3_moe || arch == ModelArch::mixtral; }
+// Qwen3's attention: per-head RMSNorm on q and k before RoPE (model.head_dim free of n_embd / n_head).
+constexpr bool has_qk_norm(ModelArch arch) { return arch == ModelArch::qwen3 || arch == ModelArch::qwen3_moe; }
 
 std::string_view to_string(ModelArch v);
+std::string_view to_string(MoeBalance v);
 std::string_view to_string(OptimizerKind v);
 std::string_view to_string(ScheduleKind v);
 std::string_view to_string(DataFormat v);

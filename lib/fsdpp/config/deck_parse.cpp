@@ -289,8 +289,11 @@ void fill_derived(ParseState& st) {
   if (!st.origins.count("data.source") && !d.data.sources.empty()) d.data.source.clear();  // the mixture replaces it
   if (is_llama_family(d.model.arch)) {
     if (!st.origins.count("model.tie_embeddings")) d.model.tie_embeddings = false;
-    if (d.model.arch == ModelArch::qwen2 && !st.origins.count("model.rope_theta")) d.model.rope_theta = 1e6;
-    if (d.model.arch == ModelArch::qwen2 && !st.origins.count("model.norm_eps")) d.model.norm_eps = 1e-6;
+    // Qwen's and Mistral's releases: RoPE base 1e6; Qwen's RMSNorm epsilon 1e-6.
+    const bool qwen = d.model.arch == ModelArch::qwen2 || d.model.arch == ModelArch::qwen3 ||
+                      d.model.arch == ModelArch::qwen3_moe;
+    if ((qwen || d.model.arch == ModelArch::mixtral) && !st.origins.count("model.rope_theta")) d.model.rope_theta = 1e6;
+    if (qwen && !st.origins.count("model.norm_eps")) d.model.norm_eps = 1e-6;
     if (!st.origins.count("model.n_kv_head")) d.model.n_kv_head = d.model.n_head;
     if (!st.origins.count("model.ffn_hidden"))
       d.model.ffn_hidden = llama_ffn_hidden(d.model.n_embd, d.model.ffn_multiplier, d.model.ffn_multiple_of);

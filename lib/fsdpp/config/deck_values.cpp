@@ -13,7 +13,11 @@
 namespace fsdpp {
 namespace deck_detail {
 
-const EnumNames<ModelArch> kArchs = {{"gpt2", ModelArch::gpt2}, {"llama", ModelArch::llama}, {"qwen2", ModelArch::qwen2}};
+const EnumNames<ModelArch> kArchs = {{"gpt2", ModelArch::gpt2},   {"llama", ModelArch::llama},
+                                    {"qwen2", ModelArch::qwen2}, {"qwen3", ModelArch::qwen3},
+                                    {"qwen3_moe", ModelArch::qwen3_moe}, {"mixtral", ModelArch::mixtral}};
+const EnumNames<MoeBalance> kMoeBalances = {
+    {"aux_loss", MoeBalance::aux_loss}, {"bias", MoeBalance::bias}, {"none", MoeBalance::none}};
 const EnumNames<AttentionKind> kAttentions = {
     {"auto", AttentionKind::automatic}, {"fused", AttentionKind::fused}, {"batched", AttentionKind::batched},
     {"reference", AttentionKind::reference}};
@@ -48,6 +52,7 @@ const EnumNames<DType> kFloatTypes = {{"f32", DType::f32}, {"bf16", DType::bf16}
 using deck_detail::name_of;
 
 std::string_view to_string(ModelArch v) { return name_of(deck_detail::kArchs, v); }
+std::string_view to_string(MoeBalance v) { return name_of(deck_detail::kMoeBalances, v); }
 std::string_view to_string(AttentionKind v) { return name_of(deck_detail::kAttentions, v); }
 std::string_view to_string(OptimizerKind v) { return name_of(deck_detail::kOptimizers, v); }
 std::string_view to_string(ScheduleKind v) { return name_of(deck_detail::kSchedules, v); }

@@ -12,6 +12,9 @@ std::unique_ptr<LanguageModel> make_model(const ModelConfig& m) {
     case ModelArch::gpt2: return std::make_unique<Gpt>(m);
     case ModelArch::llama: return std::make_unique<Llama>(m);
     case ModelArch::qwen2: return std::make_unique<Qwen2>(m);
+    case ModelArch::qwen3:
+    case ModelArch::qwen3_moe:
+    case ModelArch::mixtral: break;  // issue 37: being built
   }
   throw UsageError(fmt::format("model.arch {} is not a model fsdpp builds", static_cast<int>(m.arch)));
 }
