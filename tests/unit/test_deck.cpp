@@ -388,10 +388,10 @@ TEST_CASE("deck: model.arch llama fills its derived keys, echoes them, and parse
 TEST_CASE("deck: Llama keys are refused for gpt2, and Llama shapes are checked") {
   CHECK(deck_error("train: {steps: 5}\nmodel:\n  n_kv_head: 4\n") ==
         "deck.yaml:3:14: model.n_kv_head applies to Llama models only, but model.arch is gpt2: remove "
-        "model.n_kv_head or set model.arch: llama (or qwen2)");
+        "model.n_kv_head or set model.arch: llama (or qwen2, qwen3, qwen3_moe, mixtral)");
   CHECK(deck_error("train: {steps: 5}\nmodel: {arch: gpt2}\n", {"model.rope_theta=5e5"}) ==
         "override 'model.rope_theta=5e5': model.rope_theta applies to Llama models only, but model.arch is gpt2: "
-        "remove model.rope_theta or set model.arch: llama (or qwen2)");
+        "remove model.rope_theta or set model.arch: llama (or qwen2, qwen3, qwen3_moe, mixtral)");
   CHECK(deck_error("train: {steps: 5}\nmodel:\n  arch: llama\n  n_head: 12\n  n_kv_head: 5\n") ==
         "deck.yaml:5:14: model.n_kv_head (5) must divide model.n_head (12): each key/value head serves n_head / "
         "n_kv_head query heads");

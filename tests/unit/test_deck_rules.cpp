@@ -191,7 +191,7 @@ TEST_CASE("deck rules: the keys only the Llama family reads come from one table,
     CHECK(deck_error(kMinimal, {"model.arch=llama", set}) == "(no error)");
     CHECK(deck_error(kMinimal, {set}) == "override '" + set + "': " + f.path() + " applies to Llama models only, "
                                          "but model.arch is gpt2: remove " + f.path() +
-                                         " or set model.arch: llama (or qwen2)");
+                                         " or set model.arch: llama (or qwen2, qwen3, qwen3_moe, mixtral)");
   }
   CHECK(family_keys == 10);
 }
