@@ -31,10 +31,35 @@ std::vector<float> transposed(const std::vector<float>& in, std::int64_t rows, s
   return out;
 }
 
+std::vector<HfPiece> hf_pieces(const HfNaming& naming, const std::string& name, const std::vector<std::int64_t>& shape) {
+  const bool stacked = naming.hf_expert_key && !naming.hf_expert_key(name, 0).empty();
+  if (!stacked) {
+    std::vector<std::int64_t> stored = shape;
+    if (naming.transposed(name) && stored.size() == 2) std::swap(stored[0], stored[1]);
+    return {HfPiece{naming.hf_key(name), stored, 0}};
+  }
+  FSDPP_CHECK(shape.size() == 3, "{}: a stacked expert parameter is (experts, rows, cols), not {}", name, shape_text(shape));
+  std::vector<HfPiece> pieces;
+  for (std::int64_t e = 0; e < shape[0]; ++e)
+    pieces.push_back(HfPiece{naming.hf_expert_key(name, static_cast<int>(e)), {shape[1], shape[2]}, e * shape[1] * shape[2]});
+  return pieces;
+}
+
+std::vector<float> hf_piece_data(const HfNaming& naming, const std::string& name, const HfPiece& piece,
+                                 const std::vector<float>& parameter) {
+  std::int64_t n = 1;
+  for (const std::int64_t d : piece.shape) n *= d;
+  std::vector<float> data(parameter.begin() + piece.offset, parameter.begin() + piece.offset + n);
+  // The file's shape is [in, out] for a transposed weight: fsdpp's is [out, in] = [shape[1], shape[0]].
+  if (naming.transposed(name) && piece.shape.size() == 2) data = transposed(data, piece.shape[1], piece.shape[0]);
+  return data;
+}
+
 namespace {
 
 // A safetensors file's tensors, or a model folder's shards', mapped to fsdpp names and checked against
-// `expected` (every problem listed at once), read lazily.
+// `expected` (every problem listed at once), read lazily. A stacked expert parameter is made of one tensor per
+// expert (HfNaming::stacked_of_hf_key), each checked against one expert's block of it.
 struct HfWeights {
   const HfNaming& naming;
   std::vector<std::unique_ptr<SafetensorsReader>> readers;
@@ -42,7 +67,7 @@ struct HfWeights {
     const SafetensorsReader* reader;
     const SafetensorInfo* info;
   };
-  std::map<std::string, Tensor> by_name;  // fsdpp name -> where it is
+  std::map<std::string, std::vector<Tensor>> by_name;  // fsdpp name -> where its tensor is (stacked: one per expert)
 
   HfWeights(const HfWeightFiles& files, const ShapeMap& expected, const HfNaming& naming_) : naming(naming_) {
     std::string problems;
@@ -67,31 +92,43 @@ struct HfWeights {
     for (const auto& [tensor, shard] : files.shard_of)
       if (!seen_in.count(tensor))
         problems += fmt::format("\n  {}: the index places '{}' in {}, which does not hold it", files.index, tensor, shard);
-    for (const auto& [name, shape] : expected)
-      if (!by_name.count(name))
-        problems += fmt::format("\n  missing from {}: {} ({})", files.what, naming.hf_key(name), shape_text(shape));
+    for (const auto& [name, shape] : expected) {
+      const auto found = by_name.find(name);
+      const std::vector<HfPiece> pieces = hf_pieces(naming, name, shape);
+      for (std::size_t i = 0; i < pieces.size(); ++i)
+        if (found == by_name.end() || !found->second[i].info)
+          problems += fmt::format("\n  missing from {}: {} ({})", files.what, pieces[i].key, shape_text(pieces[i].shape));
+    }
     FSDPP_REQUIRE(problems.empty(), "{} does not match the {} model it should hold:{}{}", files.what, naming.model,
                   problems, !files.folder ? ""
                                 : fmt::format("\n{}/config.json and the weights beside it must describe one model",
                                               files.what));
   }
 
-  // The tensor in fsdpp's layout.
+  // The tensor in fsdpp's layout (a stacked one: its experts' tensors one after another).
   std::vector<float> read(const std::string& name) const {
-    const Tensor& where = by_name.at(name);
-    const SafetensorInfo& t = *where.info;
-    std::vector<float> data = where.reader->read_f32(t);
-    if (const auto bad = first_non_finite(data.data(), data.size()))
-      throw UsageError(fmt::format("{}: tensor '{}' {}: {} weights must be finite; refusing to import or start "
-                                   "from them", where.reader->path(), t.name,
-                                   describe_non_finite(*bad, t.shape, data[*bad]), naming.model));
-    if (naming.transposed(name) && t.shape.size() == 2) data = transposed(data, t.shape[0], t.shape[1]);
-    return data;
+    std::vector<float> whole;
+    for (const Tensor& where : by_name.at(name)) {
+      const SafetensorInfo& t = *where.info;
+      std::vector<float> data = where.reader->read_f32(t);
+      if (const auto bad = first_non_finite(data.data(), data.size()))
+        throw UsageError(fmt::format("{}: tensor '{}' {}: {} weights must be finite; refusing to import or start "
+                                     "from them", where.reader->path(), t.name,
+                                     describe_non_finite(*bad, t.shape, data[*bad]), naming.model));
+      if (naming.transposed(name) && t.shape.size() == 2) data = transposed(data, t.shape[0], t.shape[1]);
+      whole.insert(whole.end(), data.begin(), data.end());
+    }
+    return whole;
   }
 
  private:
   void check(const SafetensorsReader& reader, const SafetensorInfo& t, const ShapeMap& expected, std::string& problems) {
-    const auto name = naming.fsdpp_name(t.name);
+    std::optional<std::string> name;
+    int expert = -1;
+    if (naming.stacked_of_hf_key) {
+      if (const auto stacked = naming.stacked_of_hf_key(t.name)) name = stacked->first, expert = stacked->second;
+    }
+    if (!name) name = naming.fsdpp_name(t.name);
     if (!name) return;
     if (*name == "lm_head.weight" && !expected.count(*name) && naming.drops_head_when_tied) return;
     if (*name == "lm_head.weight" && !expected.count(*name)) {
@@ -104,12 +141,27 @@ struct HfWeights {
       problems += fmt::format("\n  {}: not a parameter of this model", t.name);
       return;
     }
-    auto shape = t.shape;
+    const std::vector<HfPiece> pieces = hf_pieces(naming, *name, it->second);
+    const bool stacked = naming.hf_expert_key && !naming.hf_expert_key(*name, 0).empty();
+    const std::size_t index = expert < 0 ? 0 : static_cast<std::size_t>(expert);
+    if (stacked != (expert >= 0) || index >= pieces.size()) {
+      problems += stacked ? fmt::format("\n  {}: the model holds its {} experts one tensor each ({} ...)", t.name,
+                                        pieces.size(), pieces.front().key)
+                          : fmt::format("\n  {}: not a parameter of this model (expert {} of {}, which has {})", t.name,
+                                        expert, *name, pieces.size());
+      return;
+    }
+    if (stacked && t.shape != pieces[index].shape)
+      problems += fmt::format("\n  {}: file shape {}, the model's experts {} (stacked in {} {})", t.name,
+                              shape_text(t.shape), shape_text(pieces[index].shape), *name, shape_text(it->second));
+    auto shape = t.shape;  // in fsdpp's layout
     if (naming.transposed(*name) && shape.size() == 2) std::swap(shape[0], shape[1]);
-    if (shape != it->second)
+    if (!stacked && shape != it->second)
       problems += fmt::format("\n  {}: file shape {} (as {}), model {}", t.name, shape_text(t.shape), shape_text(shape),
                               shape_text(it->second));
-    by_name[*name] = {&reader, &t};
+    std::vector<Tensor>& slots = by_name[*name];
+    slots.resize(pieces.size(), Tensor{nullptr, nullptr});
+    slots[index] = {&reader, &t};
   }
 };
 

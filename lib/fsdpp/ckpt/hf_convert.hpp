@@ -33,7 +33,26 @@ struct HfNaming {
   // config.json -> the model (every field read, checked or refused), and back.
   void (*read_config)(HfConfigReader& config, ModelConfig& model);
   void (*write_config)(const ModelConfig& model, HfConfigWriter& config);
+  // Mixture-of-experts models (nn/moe.hpp) stack the E experts' matrices of a layer in one (E, rows, cols)
+  // parameter; the Hub's files hold one tensor per expert. nullptr for the dense architectures.
+  //   hf_expert_key: the key of expert e's tensor, or "" when the parameter is not stacked;
+  //   stacked_of_hf_key: the stacked parameter and the expert a key holds, or nullopt when it holds none.
+  std::string (*hf_expert_key)(const std::string& fsdpp_name, int expert);
+  std::optional<std::pair<std::string, int>> (*stacked_of_hf_key)(const std::string& hf_key);
 };
+
+// One tensor of a Hugging Face file and where its values lie in an fsdpp parameter (`offset` floats in): a whole
+// parameter (transposed when the naming says so), or one expert of a stacked one.
+struct HfPiece {
+  std::string key;
+  std::vector<std::int64_t> shape;  // as the file stores it
+  std::int64_t offset = 0;
+};
+std::vector<HfPiece> hf_pieces(const HfNaming& naming, const std::string& fsdpp_name,
+                               const std::vector<std::int64_t>& shape);
+// A parameter's values (fsdpp's layout) as the piece's tensor holds them, and back.
+std::vector<float> hf_piece_data(const HfNaming& naming, const std::string& fsdpp_name, const HfPiece& piece,
+                                 const std::vector<float>& parameter);
 
 // The naming of the model whose fsdpp parameter names these are (Qwen2's q_proj biases, else Llama's
 // embed_tokens.weight, else GPT-2's).

@@ -78,23 +78,6 @@ class FsdppWeights {
   std::map<std::string, std::vector<std::int64_t>> shapes_;
 };
 
-// A tensor as HF stores it: its key, shape and data.
-struct HfTensor {
-  std::string key;
-  std::vector<std::int64_t> shape;
-};
-
-HfTensor hf_tensor(const HfNaming& naming, const std::string& name, std::vector<std::int64_t> shape) {
-  if (naming.transposed(name) && shape.size() == 2) std::swap(shape[0], shape[1]);
-  return {naming.hf_key(name), shape};
-}
-
-std::vector<float> hf_data(const HfNaming& naming, const std::string& name, const std::vector<std::int64_t>& shape,
-                           std::vector<float> data) {
-  if (naming.transposed(name) && shape.size() == 2) data = transposed(data, shape[0], shape[1]);
-  return data;
-}
-
 std::uint64_t numel(const std::vector<std::int64_t>& shape) {
   std::uint64_t n = 1;
   for (const std::int64_t d : shape) n *= static_cast<std::uint64_t>(d);
@@ -194,13 +177,15 @@ const char* export_hf(const std::string& weights, const std::string& out, const 
   StagedOutput staged(out, StagedOutput::Kind::file);
   {
     SafetensorsWriter writer(staged.staging(), safetensors_metadata(weights));
+    for (const std::string& name : in.names())
+      for (const HfPiece& piece : hf_pieces(naming, name, in.shapes().at(name)))
+        writer.declare(piece.key, piece.shape, dtype);
     for (const std::string& name : in.names()) {
-      const HfTensor t = hf_tensor(naming, name, in.shapes().at(name));
-      writer.declare(t.key, t.shape, dtype);
-    }
-    for (const std::string& name : in.names()) {
-      const std::vector<float> data = hf_data(naming, name, in.shapes().at(name), in.read(name));
-      writer.write(naming.hf_key(name), data.data(), data.size());
+      const std::vector<float> whole = in.read(name);
+      for (const HfPiece& piece : hf_pieces(naming, name, in.shapes().at(name))) {
+        const std::vector<float> data = hf_piece_data(naming, name, piece, whole);
+        writer.write(piece.key, data.data(), data.size());
+      }
     }
     writer.finish();
   }
@@ -254,15 +239,18 @@ HfFolderWritten export_hf_folder(const std::string& weights, const ModelConfig& 
     const std::string file = shards.size() == 1 ? kHfWeightsFile : hf_shard_name(static_cast<int>(s),
                                                                                   static_cast<int>(shards.size()));
     SafetensorsWriter writer((dir / file).string(), safetensors_metadata(weights));
-    for (const std::size_t i : shards[s]) {
-      const HfTensor t = hf_tensor(naming, names[i], in.shapes().at(names[i]));
-      writer.declare(t.key, t.shape, options.dtype);
-      weight_map[t.key] = file;
-    }
+    for (const std::size_t i : shards[s])
+      for (const HfPiece& piece : hf_pieces(naming, names[i], in.shapes().at(names[i]))) {
+        writer.declare(piece.key, piece.shape, options.dtype);
+        weight_map[piece.key] = file;
+      }
     for (const std::size_t i : shards[s]) {
       const auto& shape = in.shapes().at(names[i]);
-      const std::vector<float> data = hf_data(naming, names[i], shape, in.read(names[i]));
-      writer.write(naming.hf_key(names[i]), data.data(), data.size());
+      const std::vector<float> whole = in.read(names[i]);
+      for (const HfPiece& piece : hf_pieces(naming, names[i], shape)) {
+        const std::vector<float> data = hf_piece_data(naming, names[i], piece, whole);
+        writer.write(piece.key, data.data(), data.size());
+      }
       written.tensor_bytes += static_cast<std::int64_t>(bytes[i]);
       parameters += numel(shape);
     }

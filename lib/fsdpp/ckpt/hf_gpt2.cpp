@@ -74,7 +74,7 @@ bool stored_transposed_by_hf(const std::string& fsdpp_name) {
 const HfNaming& hf_gpt2_naming() {
   static const HfNaming naming{"GPT-2",          "gpt2",          "GPT2LMHeadModel", ModelArch::gpt2,
                                fsdpp_name_of_hf_key, hf_key_of, stored_transposed_by_hf, true,
-                               read_gpt2_config, write_gpt2_config};
+                               read_gpt2_config, write_gpt2_config, nullptr, nullptr};
   return naming;
 }
 

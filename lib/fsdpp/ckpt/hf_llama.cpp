@@ -151,13 +151,13 @@ std::string hf_llama_key_of(const std::string& fsdpp_name) {
 
 const HfNaming& hf_llama_naming() {
   static const HfNaming naming{"Llama", "llama", "LlamaForCausalLM", ModelArch::llama, fsdpp_name_of_hf_llama_key,
-                               hf_llama_key_of, never_transposed, false, read_llama_config, write_llama_config};
+                               hf_llama_key_of, never_transposed, false, read_llama_config, write_llama_config, nullptr, nullptr};
   return naming;
 }
 
 const HfNaming& hf_qwen2_naming() {
   static const HfNaming naming{"Qwen2", "qwen2", "Qwen2ForCausalLM", ModelArch::qwen2, fsdpp_name_of_hf_llama_key,
-                               hf_llama_key_of, never_transposed, false, read_qwen2_config, write_qwen2_config};
+                               hf_llama_key_of, never_transposed, false, read_qwen2_config, write_qwen2_config, nullptr, nullptr};
   return naming;
 }
 
