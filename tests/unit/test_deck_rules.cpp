@@ -180,7 +180,7 @@ TEST_CASE("deck rules: the keys only the Llama family reads come from one table,
   const Deck llama_deck = parse_deck("train: {steps: 5}\nmodel: {arch: llama}\n", "deck.yaml");
   int family_keys = 0;
   for (const auto& f : deck_fields()) {
-    if (f.archs.empty()) continue;
+    if (f.family != "Llama") continue;
     ++family_keys;
     CAPTURE(f.path());
     const std::string set = f.path() + "=" + f.get(llama_deck);  // a value the key accepts
@@ -193,7 +193,54 @@ TEST_CASE("deck rules: the keys only the Llama family reads come from one table,
                                          "but model.arch is gpt2: remove " + f.path() +
                                          " or set model.arch: llama (or qwen2, qwen3, qwen3_moe, mixtral)");
   }
-  CHECK(family_keys == 10);
+  CHECK(family_keys == 11);
+}
+
+TEST_CASE("deck rules: the model.moe keys are read by the mixture-of-experts architectures only") {
+  using fsdpp::deck_detail::deck_fields;
+  const Deck moe_deck = parse_deck("train: {steps: 5}\nmodel: {arch: mixtral, moe: {expert_ffn_hidden: 32}}\n",
+                                   "deck.yaml");
+  int moe_keys = 0;
+  for (const auto& f : deck_fields()) {
+    if (f.family != "mixture-of-experts") continue;
+    ++moe_keys;
+    CAPTURE(f.path());
+    CHECK(f.path().rfind("model.moe.", 0) == 0);
+    const std::string set = f.path() + "=" + f.get(moe_deck);  // a value the key accepts
+    CHECK(f.reads(fsdpp::ModelArch::qwen3_moe));
+    CHECK(f.reads(fsdpp::ModelArch::mixtral));
+    CHECK_FALSE(f.reads(fsdpp::ModelArch::llama));
+    CHECK_FALSE(f.reads(fsdpp::ModelArch::qwen3));
+    CHECK(deck_error(kMinimal, {"model.arch=qwen3_moe", "model.moe.expert_ffn_hidden=8", set}) == "(no error)");
+    CHECK(deck_error(kMinimal, {"model.arch=llama", set}) ==
+          "override '" + set + "': " + f.path() + " applies to mixture-of-experts models only, but model.arch is "
+          "llama: remove " + f.path() + " or set model.arch: qwen3_moe (or mixtral)");
+  }
+  CHECK(moe_keys == 11);
+  // The map form and the dotted form are one key; the rules point at the line that broke them.
+  const Deck nested = parse_deck("train: {steps: 5}\nmodel:\n  arch: qwen3_moe\n  moe:\n    num_experts: 4\n"
+                                 "    top_k: 3\n    expert_ffn_hidden: 8\n    dense_layers: [0, 5]\n  n_layer: 6\n",
+                                 "deck.yaml");
+  CHECK(nested.model.moe.num_experts == 4);
+  CHECK(nested.model.moe.top_k == 3);
+  CHECK(nested.model.moe.dense_layers == std::vector<int>{0, 5});
+  CHECK(!fsdpp::is_moe_layer(nested.model, 0));
+  CHECK(fsdpp::is_moe_layer(nested.model, 1));
+  CHECK(!fsdpp::is_moe_layer(nested.model, 5));
+  CHECK(deck_error("train: {steps: 5}\nmodel:\n  arch: qwen3_moe\n  moe:\n    num_experts: 4\n    top_k: 5\n"
+                   "    expert_ffn_hidden: 8\n") ==
+        "deck.yaml:6:12: model.moe.top_k (5) must be at most model.moe.num_experts (4): a token goes to top_k "
+        "different experts");
+  CHECK(deck_error("train: {steps: 5}\nmodel: {arch: mixtral}\n") ==
+        "deck.yaml:2:15: model.moe.expert_ffn_hidden is required for model.arch mixtral: each expert's SwiGLU width "
+        "(HF moe_intermediate_size; Mixtral's intermediate_size)");
+  CHECK(deck_error(kMinimal, {"model.arch=qwen3_moe", "model.moe.expert_ffn_hidden=8", "model.n_layer=2",
+                              "model.moe.dense_layers=[0, 2]"}) ==
+        "override 'model.moe.dense_layers=[0, 2]': model.moe.dense_layers names layer 2, but the model has layers 0 "
+        "to 1 (model.n_layer 2)");
+  CHECK(deck_error(kMinimal, {"model.arch=mixtral", "model.moe.expert_ffn_hidden=8", "mesh.tp=2"}) ==
+        "override 'mesh.tp=2': mesh.tp (2) with model.arch mixtral: tensor parallelism does not split "
+        "mixture-of-experts blocks yet; use mesh.tp 1 (fully_shard shards them with the other weights)");
 }
 
 TEST_CASE("deck rules: other frameworks' names point at ours, and ambiguous ones are refused") {

@@ -120,6 +120,19 @@ void HfConfigReader::take(const char* field, const char* deck_key, bool& out, st
   out = v->get<bool>();
 }
 
+void HfConfigReader::take(const char* field, const char* deck_key, std::vector<int>& out) {
+  const json* v = value_of(json_->value, field);
+  out.clear();
+  if (!record_take(field, deck_key, v != nullptr, true)) return;
+  FSDPP_REQUIRE(v->is_array(), "{}: field '{}' is {}; expected a list of integers (it gives {})", where_, field,
+                type_text(*v), deck_key);
+  for (const json& n : *v) {
+    FSDPP_REQUIRE(n.is_number_integer() && n.get<std::int64_t>() >= 0 && n.get<std::int64_t>() <= std::numeric_limits<int>::max(),
+                  "{}: field '{}' holds {}; expected layer indices >= 0 (it gives {})", where_, field, n.dump(), deck_key);
+    out.push_back(n.get<int>());
+  }
+}
+
 void HfConfigReader::determined(const char* deck_key, const char* field) {
   (parent_keys_ ? *parent_keys_ : keys_).push_back({deck_key, field, false});
 }
@@ -197,6 +210,10 @@ void HfConfigWriter::set(const char* field, const char* value) { json_->value[fi
 void HfConfigWriter::set(const char* field, const std::vector<int>& values) {
   if (values.size() == 1) json_->value[field] = values.front();
   else json_->value[field] = values;
+}
+void HfConfigWriter::set_list(const char* field, const std::vector<int>& values) {
+  json_->value[field] = json::array();
+  for (const int v : values) json_->value[field].push_back(v);
 }
 void HfConfigWriter::set(const char* field, const std::vector<std::string>& values) { json_->value[field] = values; }
 void HfConfigWriter::set_null(const char* field) { json_->value[field] = nullptr; }

@@ -33,6 +33,7 @@ class HfConfigReader {
   void take(const char* field, const char* deck_key, int& out, std::optional<int> fallback = std::nullopt);
   void take(const char* field, const char* deck_key, double& out, std::optional<double> fallback = std::nullopt);
   void take(const char* field, const char* deck_key, bool& out, std::optional<bool> fallback = std::nullopt);
+  void take(const char* field, const char* deck_key, std::vector<int>& out);  // a list of integers; absent: empty
   // A deck key the config determines by leaving `field` out (no rope_scaling: model.rope_scaling_factor 1).
   void determined(const char* deck_key, const char* field);
   void mark_less_allowed(const char* deck_key);  // see ModelSource::Key::deck_may_be_less
@@ -75,6 +76,7 @@ class HfConfigWriter {
   void set(const char* field, bool value);
   void set(const char* field, const char* value);
   void set(const char* field, const std::vector<int>& values);  // a list; one value is written as a number
+  void set_list(const char* field, const std::vector<int>& values);  // a list, whatever its length
   void set(const char* field, const std::vector<std::string>& values);
   void set_null(const char* field);
   void set(const char* field, const HfConfigWriter& object);

@@ -172,12 +172,20 @@ HfWeightFiles weight_files_of(const std::string& path) {
 }  // namespace
 
 const HfNaming& hf_naming_for(const std::vector<std::string>& fsdpp_names) {
-  bool llama = false;
+  bool llama = false, qk_norm = false, mixtral = false, qwen3_moe = false;
+  const auto ends_with = [](const std::string& n, const std::string& tail) {
+    return n.size() > tail.size() && n.compare(n.size() - tail.size(), tail.size(), tail) == 0;
+  };
   for (const std::string& n : fsdpp_names) {
-    const std::string bias = "self_attn.q_proj.bias";
-    if (n.size() > bias.size() && n.compare(n.size() - bias.size(), bias.size(), bias) == 0) return hf_qwen2_naming();
+    if (ends_with(n, "self_attn.q_proj.bias")) return hf_qwen2_naming();
     llama = llama || n == "embed_tokens.weight";
+    qk_norm = qk_norm || ends_with(n, "self_attn.q_norm.weight");
+    mixtral = mixtral || ends_with(n, "block_sparse_moe.gate.weight");
+    qwen3_moe = qwen3_moe || ends_with(n, "mlp.gate.weight");
   }
+  if (mixtral) return hf_mixtral_naming();
+  if (qwen3_moe) return hf_qwen3_moe_naming();
+  if (qk_norm) return hf_qwen3_naming();
   return llama ? hf_llama_naming() : hf_gpt2_naming();
 }
 
@@ -186,15 +194,16 @@ const HfNaming& hf_naming_of(ModelArch arch) {
     case ModelArch::gpt2: return hf_gpt2_naming();
     case ModelArch::llama: return hf_llama_naming();
     case ModelArch::qwen2: return hf_qwen2_naming();
-    case ModelArch::qwen3:
-    case ModelArch::qwen3_moe:
-    case ModelArch::mixtral: break;  // issue 37: being built
+    case ModelArch::qwen3: return hf_qwen3_naming();
+    case ModelArch::qwen3_moe: return hf_qwen3_moe_naming();
+    case ModelArch::mixtral: return hf_mixtral_naming();
   }
   throw Error("hf_naming_of: unknown architecture");
 }
 
 const HfNaming* hf_naming_of_model_type(const std::string& model_type) {
-  for (const HfNaming* n : {&hf_gpt2_naming(), &hf_llama_naming(), &hf_qwen2_naming()})
+  for (const HfNaming* n : {&hf_gpt2_naming(), &hf_llama_naming(), &hf_qwen2_naming(), &hf_qwen3_naming(),
+                            &hf_qwen3_moe_naming(), &hf_mixtral_naming()})
     if (model_type == n->model_type) return n;
   return nullptr;
 }

@@ -1,7 +1,11 @@
 #include "fsdpp/ckpt/hf_llama.hpp"
 
 #include "fsdpp/ckpt/hf_config.hpp"
+#include "fsdpp/nn/make_model.hpp"
 #include "fsdpp/runtime/error.hpp"
+
+#include <cctype>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -9,6 +13,7 @@ namespace fsdpp {
 namespace {
 
 bool never_transposed(const std::string&) { return false; }
+void require_full_attention(HfConfigReader& c);
 
 // RoPE: transformers 5's rope_parameters {rope_type, rope_theta, ...}, or 4's top-level rope_theta with an
 // optional rope_scaling {rope_type (or type), ...}. fsdpp computes plain RoPE and Llama 3.1's frequency scaling.
@@ -81,13 +86,66 @@ void read_llama_config(HfConfigReader& c, ModelConfig& m) {
 void read_qwen2_config(HfConfigReader& c, ModelConfig& m) {
   m.arch = ModelArch::qwen2;
   read_llama_family(c, m, {151936, 4096, 22016, 32, 32, 32768});
+  require_full_attention(c);
+  c.ignore("sliding_window");  // read by transformers only under use_sliding_window
+}
+
+// Full causal attention in every layer: Qwen's and Mistral's sliding windows off.
+void require_full_attention(HfConfigReader& c) {
   c.require("use_sliding_window", {"false"}, "full causal attention in every layer");
   for (const std::string& layer : c.strings("layer_types"))  // transformers 5: one entry per layer
     FSDPP_REQUIRE(layer == "full_attention", "{}: field 'layer_types' holds '{}', which fsdpp does not implement: it "
                   "computes full causal attention in every layer (layer_types all \"full_attention\"); it refuses to "
                   "load a model it would compute differently", c.where(), layer);
-  c.ignore("sliding_window");     // read by transformers only under use_sliding_window
-  c.ignore("max_window_layers");  // likewise
+  c.ignore("max_window_layers");  // read by transformers only under use_sliding_window
+}
+
+// Qwen3Config: Llama's fields, q/k norms always, its own head_dim (128 by default), no biases.
+void read_qwen3_attention(HfConfigReader& c, ModelConfig& m) {
+  read_llama_family(c, m, {151936, 4096, 22016, 32, 32, 32768});
+  c.take("head_dim", "model.head_dim", m.head_dim, 128);
+  c.require("attention_bias", {"false"}, "q, k, v and o projections without biases");
+  require_full_attention(c);
+  c.ignore("sliding_window");
+}
+
+void read_qwen3_config(HfConfigReader& c, ModelConfig& m) {
+  m.arch = ModelArch::qwen3;
+  read_qwen3_attention(c, m);
+}
+
+// The mixture-of-experts fields Qwen3MoeConfig and MixtralConfig share, with their defaults.
+void read_moe(HfConfigReader& c, ModelConfig& m, int experts, int top_k) {
+  if (c.has("num_local_experts") || !c.has("num_experts"))  // transformers 5 writes both names for Qwen3-MoE
+    c.take("num_local_experts", "model.moe.num_experts", m.moe.num_experts, experts);
+  if (c.has("num_experts")) c.take("num_experts", "model.moe.num_experts", m.moe.num_experts);
+  c.take("num_experts_per_tok", "model.moe.top_k", m.moe.top_k, top_k);
+  c.take("router_aux_loss_coef", "model.moe.aux_loss_coef", m.moe.aux_loss_coef, 0.001);
+  c.ignore("output_router_logits");  // whether transformers adds the aux loss in forward: fsdpp's balance decides
+  c.ignore("router_jitter_noise");   // training-time noise, off in the releases; fsdpp adds none
+  m.moe.balance = MoeBalance::aux_loss;
+}
+
+void read_qwen3_moe_config(HfConfigReader& c, ModelConfig& m) {
+  m.arch = ModelArch::qwen3_moe;
+  read_qwen3_attention(c, m);
+  read_moe(c, m, 128, 8);
+  c.take("moe_intermediate_size", "model.moe.expert_ffn_hidden", m.moe.expert_ffn_hidden, 768);
+  c.take("norm_topk_prob", "model.moe.norm_topk_prob", m.moe.norm_topk_prob, false);
+  c.take("decoder_sparse_step", "model.moe.sparse_step", m.moe.sparse_step, 1);
+  c.take("mlp_only_layers", "model.moe.dense_layers", m.moe.dense_layers);
+}
+
+// MixtralConfig: Llama's attention, every layer sparse, intermediate_size the experts' width.
+void read_mixtral_config(HfConfigReader& c, ModelConfig& m) {
+  m.arch = ModelArch::mixtral;
+  read_llama_family(c, m, {32000, 4096, 14336, 32, 32, 131072});
+  m.moe.expert_ffn_hidden = m.ffn_hidden;
+  c.determined("model.moe.expert_ffn_hidden", "intermediate_size");
+  if (m.n_head > 0) c.require("head_dim", {"null", std::to_string(m.n_embd / m.n_head)}, "heads of hidden_size / num_attention_heads channels");
+  read_moe(c, m, 8, 2);
+  require_full_attention(c);
+  c.require("sliding_window", {"null"}, "full causal attention (no sliding window)");
 }
 
 void write_rope(const ModelConfig& m, HfConfigWriter& c) {
@@ -136,6 +194,61 @@ void write_qwen2_config(const ModelConfig& m, HfConfigWriter& c) {
   c.set("max_window_layers", m.n_layer);
 }
 
+void write_qwen3_attention(const char* model_type, const ModelConfig& m, HfConfigWriter& c) {
+  write_llama_family(model_type, m, c);
+  c.set("head_dim", head_size(m));
+  c.set("attention_bias", false);
+  c.set("use_sliding_window", false);
+  c.set_null("sliding_window");
+}
+
+void write_qwen3_config(const ModelConfig& m, HfConfigWriter& c) { write_qwen3_attention("qwen3", m, c); }
+
+void write_moe(const ModelConfig& m, HfConfigWriter& c) {
+  c.set("num_experts_per_tok", m.moe.top_k);
+  c.set("router_aux_loss_coef", m.moe.aux_loss_coef);
+  c.set("output_router_logits", false);
+}
+
+void write_qwen3_moe_config(const ModelConfig& m, HfConfigWriter& c) {
+  write_qwen3_attention("qwen3_moe", m, c);
+  c.set("num_experts", m.moe.num_experts);
+  write_moe(m, c);
+  c.set("moe_intermediate_size", m.moe.expert_ffn_hidden);
+  c.set("norm_topk_prob", m.moe.norm_topk_prob);
+  c.set("decoder_sparse_step", m.moe.sparse_step);
+  c.set_list("mlp_only_layers", m.moe.dense_layers);
+}
+
+void write_mixtral_config(const ModelConfig& m, HfConfigWriter& c) {
+  write_llama_family("mixtral", m, c);
+  c.set("intermediate_size", m.moe.expert_ffn_hidden);  // Mixtral's experts' width; no dense layer
+  c.set("num_local_experts", m.moe.num_experts);
+  write_moe(m, c);
+  c.set_null("sliding_window");
+}
+
+// Stacked experts (nn/moe.hpp): fsdpp's "layers.3.mlp.experts.gate_proj.weight" holds Hugging Face's
+// "model.layers.3.mlp.experts.<e>.gate_proj.weight" for every expert e (Mixtral: block_sparse_moe.experts.<e>.w1).
+constexpr const char* kExperts = ".experts.";
+
+std::string hf_expert_key_of(const std::string& fsdpp_name, int expert) {
+  const std::size_t at = fsdpp_name.find(kExperts);
+  if (at == std::string::npos) return "";
+  const std::size_t tail = at + std::strlen(kExperts);
+  return "model." + fsdpp_name.substr(0, tail) + std::to_string(expert) + "." + fsdpp_name.substr(tail);
+}
+
+std::optional<std::pair<std::string, int>> stacked_of_hf_key(const std::string& hf_key) {
+  const std::size_t at = hf_key.find(kExperts);
+  if (at == std::string::npos || hf_key.rfind("model.", 0) != 0) return std::nullopt;
+  const std::size_t first = at + std::strlen(kExperts);
+  std::size_t end = first;
+  while (end < hf_key.size() && std::isdigit(static_cast<unsigned char>(hf_key[end]))) ++end;
+  if (end == first || end >= hf_key.size() || hf_key[end] != '.' || end - first > 6) return std::nullopt;
+  return std::make_pair(hf_key.substr(6, first - 6) + hf_key.substr(end + 1), std::stoi(hf_key.substr(first, end - first)));
+}
+
 }  // namespace
 
 std::optional<std::string> fsdpp_name_of_hf_llama_key(const std::string& hf_key) {
@@ -161,10 +274,30 @@ const HfNaming& hf_qwen2_naming() {
   return naming;
 }
 
+const HfNaming& hf_qwen3_naming() {
+  static const HfNaming naming{"Qwen3", "qwen3", "Qwen3ForCausalLM", ModelArch::qwen3, fsdpp_name_of_hf_llama_key,
+                               hf_llama_key_of, never_transposed, false, read_qwen3_config, write_qwen3_config,
+                               nullptr, nullptr};
+  return naming;
+}
+
+const HfNaming& hf_qwen3_moe_naming() {
+  static const HfNaming naming{"Qwen3-MoE", "qwen3_moe", "Qwen3MoeForCausalLM", ModelArch::qwen3_moe,
+                               fsdpp_name_of_hf_llama_key, hf_llama_key_of, never_transposed, false,
+                               read_qwen3_moe_config, write_qwen3_moe_config, hf_expert_key_of, stacked_of_hf_key};
+  return naming;
+}
+
+const HfNaming& hf_mixtral_naming() {
+  static const HfNaming naming{"Mixtral", "mixtral", "MixtralForCausalLM", ModelArch::mixtral,
+                               fsdpp_name_of_hf_llama_key, hf_llama_key_of, never_transposed, false,
+                               read_mixtral_config, write_mixtral_config, hf_expert_key_of, stacked_of_hf_key};
+  return naming;
+}
+
 void import_hf_llama(const std::string& safetensors, const std::string& out, const ModelConfig& config) {
   // On meta: names and shapes only.
-  const std::unique_ptr<CausalLM> model = config.arch == ModelArch::qwen2 ? std::unique_ptr<CausalLM>(new Qwen2(config))
-                                                                          : std::unique_ptr<CausalLM>(new Llama(config));
+  const std::unique_ptr<LanguageModel> model = make_model(config);
   ShapeMap expected;
   for (Parameter* p : model->parameters()) expected[p->name()] = p->shape();
   import_hf(safetensors, out, expected);

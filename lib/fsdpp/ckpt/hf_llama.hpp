@@ -24,8 +24,13 @@ const HfNaming& hf_llama_naming();
 
 // Qwen2's names are Llama's, plus the q/k/v biases (nn/qwen2.hpp): the same mapping, under its own name.
 const HfNaming& hf_qwen2_naming();
+// Qwen3 (q/k norms, head_dim), Qwen3-MoE and Mixtral (stacked experts, one Hub tensor per expert: nn/moe.hpp).
+const HfNaming& hf_qwen3_naming();
+const HfNaming& hf_qwen3_moe_naming();
+const HfNaming& hf_mixtral_naming();
 
-// `fsdpp ckpt import` for a Llama or Qwen2 deck: every tensor checked against `config` (model.arch llama or qwen2),
+// `fsdpp ckpt import` for a Llama-family deck: every tensor checked against `config` (llama, qwen2, qwen3,
+// qwen3_moe, mixtral),
 // every mismatch listed. Serial.
 void import_hf_llama(const std::string& safetensors, const std::string& out, const ModelConfig& config);
 

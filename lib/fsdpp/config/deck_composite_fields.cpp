@@ -2,6 +2,7 @@
 // also take a file, mesh sizes, lists of maps. Their kinds and helpers: deck_field_kinds.hpp.
 #include "fsdpp/config/deck_field_kinds.hpp"
 
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 namespace fsdpp::deck_detail {
@@ -330,6 +331,121 @@ Field data_sources() {
                          format_real(s.weight));
     return out.empty() ? out : out + "]";
   };
+  return f;
+}
+
+}  // namespace fsdpp::deck_detail
+
+namespace fsdpp::deck_detail {
+
+// ---- model.moe.*: the keys of ModelConfig::moe, read by the mixture-of-experts architectures only ----
+
+namespace {
+
+// A key only qwen3_moe and mixtral read: refused elsewhere (deck_parse.cpp), left out of other decks' echo.
+Field moe_only(Field f) {
+  for (const auto& arch : kArchs)
+    if (is_moe_arch(arch.value)) f.archs.push_back(arch.value);
+  f.family = "mixture-of-experts";
+  const auto get = f.get;
+  f.get = [get](const Deck& d) { return is_moe_arch(d.model.arch) ? get(d) : std::string(); };
+  return f;
+}
+
+template <class T, class Read, class Show>
+Field moe_key(const std::string& name, T MoeConfig::*member, std::string type, std::string doc, Read read, Show show) {
+  Field f = base("model.moe." + name, std::move(doc));
+  f.type = std::move(type);
+  f.set = [=](Deck& d, const YAML::Node& v, const std::string& where) { d.model.moe.*member = read(v, where); };
+  f.get = [=](const Deck& d) { return show(d.model.moe.*member); };
+  return moe_only(f);
+}
+
+Field moe_integer(const std::string& name, int MoeConfig::*member, int lo, std::string doc) {
+  const std::string range = int_range_text(lo, kNoMax);
+  return moe_key(
+      name, member, "integer " + range, std::move(doc),
+      [=](const YAML::Node& v, const std::string& where) {
+        return static_cast<int>(read_int(v, where, lo, std::numeric_limits<int>::max(), range));
+      },
+      [](int v) { return std::to_string(v); });
+}
+
+Field moe_real(const std::string& name, double MoeConfig::*member, RealRange range, std::string doc) {
+  return moe_key(
+      name, member, "number " + range.text(), std::move(doc),
+      [=](const YAML::Node& v, const std::string& where) {
+        const std::string text = scalar_or_fail(v, where, "a number");
+        double x = 0;
+        if (!parse_real(text, x)) fail(where, fmt::format("expected a number, got '{}'", text));
+        if (!range.contains(x)) fail(where, fmt::format("expected a number {}, got {}", range.text(), text));
+        return x;
+      },
+      [](double v) { return format_real(v); });
+}
+
+}  // namespace
+
+std::vector<Field> moe_fields() {
+  std::vector<Field> f;
+  f.push_back(moe_integer("num_experts", &MoeConfig::num_experts, 1,
+                          "Experts E in each sparse layer (HF num_experts / num_local_experts)."));
+  f.push_back(moe_integer("top_k", &MoeConfig::top_k, 1,
+                          "Experts each token is sent to, at most num_experts (HF num_experts_per_tok)."));
+  f.push_back(moe_integer("expert_ffn_hidden", &MoeConfig::expert_ffn_hidden, 1,
+                          "Each expert's SwiGLU width (HF moe_intermediate_size; Mixtral's intermediate_size). "
+                          "Required."));
+  f.back().default_doc = "required";
+  f.push_back(moe_key(
+      "norm_topk_prob", &MoeConfig::norm_topk_prob, "true|false",
+      "Divide the top-k routing probabilities by their sum (Qwen3-MoE's norm_topk_prob; Mixtral always does).",
+      [](const YAML::Node& v, const std::string& where) {
+        const std::string text = scalar_or_fail(v, where, "true or false");
+        bool b = false;
+        if (!parse_bool(text, b)) fail(where, fmt::format("expected true or false, got '{}'", text));
+        return b;
+      },
+      [](bool b) { return std::string(b ? "true" : "false"); }));
+  f.push_back(moe_key(
+      "balance", &MoeConfig::balance, enum_choices(kMoeBalances),
+      "How the router's load is kept even: aux_loss (transformers' load-balancing loss, weighted by aux_loss_coef), "
+      "bias (DeepSeek-V3's aux-loss-free per-expert routing bias), none.",
+      [](const YAML::Node& v, const std::string& where) { return read_enum(v, where, kMoeBalances); },
+      [](MoeBalance b) { return std::string(name_of(kMoeBalances, b)); }));
+  f.push_back(moe_real("aux_loss_coef", &MoeConfig::aux_loss_coef, kNonNegative,
+                       "The load-balancing loss's weight in the training loss (HF router_aux_loss_coef)."));
+  f.push_back(moe_real("router_z_loss_coef", &MoeConfig::router_z_loss_coef, kNonNegative,
+                       "ST-MoE's router z-loss weight: mean over routed rows of logsumexp(router logits)^2."));
+  f.push_back(moe_real("bias_update_rate", &MoeConfig::bias_update_rate, kNonNegative,
+                       "balance: bias: each optimizer step moves an expert's bias by this towards the mean load "
+                       "(DeepSeek-V3's gamma)."));
+  f.push_back(moe_integer("sparse_step", &MoeConfig::sparse_step, 1,
+                          "Layer l (from 0) is sparse when (l + 1) is a multiple of it (HF decoder_sparse_step)."));
+  f.push_back(moe_key(
+      "dense_layers", &MoeConfig::dense_layers, "list of layer indices",
+      "Layers (from 0) kept dense whatever sparse_step says (HF mlp_only_layers); their MLP is model.ffn_hidden wide.",
+      [](const YAML::Node& given, const std::string& where) {
+        std::vector<int> layers;
+        YAML::Node v = given;
+        if (v.IsScalar()) {  // an override's text, or a model folder's: "[0, 3]"
+          try {
+            v = YAML::Load(v.Scalar());
+          } catch (const YAML::Exception&) {
+            fail(where, fmt::format("expected a list of layer indices such as [0, 3], got '{}'", given.Scalar()));
+          }
+        }
+        if (is_null_value(v)) return layers;
+        if (!v.IsSequence())
+          fail(where, fmt::format("expected a list of layer indices such as [0, 3], got {}", describe_node(given)));
+        for (std::size_t i = 0; i < v.size(); ++i)
+          layers.push_back(static_cast<int>(read_int(v[i], where, 0, std::numeric_limits<int>::max(), ">= 0")));
+        return layers;
+      },
+      [](const std::vector<int>& layers) { return fmt::format("[{}]", fmt::join(layers, ", ")); }));
+  f.back().default_doc = "[]";
+  f.push_back(moe_real("capacity_factor", &MoeConfig::capacity_factor, kNonNegative,
+                       "0: dropless. c > 0: each expert takes at most ceil(c x rows x top_k / num_experts) rows of a "
+                       "micro-batch, the first by token order; the rest are dropped (counted in the log)."));
   return f;
 }
 

@@ -98,15 +98,26 @@ std::string scalar_key(const YAML::Node& key, const std::string& file) {
   return key.Scalar();
 }
 
-void read_section(ParseState& st, const std::string& section, const YAML::Node& body) {
+// Keys of a section that share a prefix ("moe.num_experts", "moe.top_k" in model) may be written as a map under it.
+bool has_subsection(const std::string& section, const std::string& prefix) {
+  for (const Field& f : deck_fields())
+    if (f.section == section && f.key.rfind(prefix + ".", 0) == 0) return true;
+  return false;
+}
+
+void read_section(ParseState& st, const std::string& section, const YAML::Node& body, const std::string& prefix = "") {
   if (body.IsNull()) return;  // "train:" with nothing under it: all defaults
   if (!body.IsMap())
     reject("{}: section '{}': expected a map of keys, got {}", at(st.file, body.Mark()), section,
            deck_detail::describe_node(body));
   std::map<std::string, int> first_line;
   for (auto it = body.begin(); it != body.end(); ++it) {
-    const std::string key = scalar_key(it->first, st.file);
+    const std::string key = prefix + scalar_key(it->first, st.file);
     const std::string key_at = at(st.file, it->first.Mark());
+    if (it->second.IsMap() && !find_field(section, key) && has_subsection(section, key)) {
+      read_section(st, section, it->second, key + ".");  // model: {moe: {num_experts: 8}} is model.moe.num_experts
+      continue;
+    }
     const Field* field = find_field(section, key);
     if (!field) reject("{}: {}", key_at, unknown_key(section, key));
     const auto [seen, fresh] = first_line.emplace(key, it->first.Mark().line + 1);

@@ -24,7 +24,9 @@ void check_llama_family_shape(const ModelConfig& m) {
     broken({"model.n_kv_head", "model.n_head"},
            "model.n_kv_head ({}) must divide model.n_head ({}): each key/value head serves n_head / n_kv_head query "
            "heads", m.n_kv_head, m.n_head);
-  if ((m.n_embd / m.n_head) % 2 != 0)
+  if (m.head_dim > 0 && m.head_dim % 2 != 0)
+    broken({"model.head_dim"}, "model.head_dim ({}) must be even: RoPE rotates channel pairs", m.head_dim);
+  if (m.head_dim == 0 && (m.n_embd / m.n_head) % 2 != 0)
     broken({"model.n_embd", "model.n_head"},
            "the head size model.n_embd / model.n_head ({} / {} = {}) must be even: RoPE rotates channel pairs",
            m.n_embd, m.n_head, m.n_embd / m.n_head);
@@ -62,14 +64,49 @@ void check_model_shape(const ModelConfig& m) {
                                    {"model.n_layer", m.n_layer}, {"model.n_head", m.n_head},
                                    {"model.n_embd", m.n_embd}})
     if (value < 1) broken({key}, "{} ({}) must be at least 1", key, value);
-  if (m.n_embd % m.n_head != 0)
+  if (m.head_dim == 0 && m.n_embd % m.n_head != 0)
     broken({"model.n_embd", "model.n_head"}, "model.n_embd ({}) must be a multiple of model.n_head ({})", m.n_embd,
            m.n_head);
   if (is_llama_family(m.arch)) check_llama_family_shape(m);
+  if (is_moe_arch(m.arch)) check_moe(m);
+}
+
+// model.moe: the experts, the router's top-k, and which layers are sparse.
+void check_moe(const ModelConfig& m) {
+  const MoeConfig& e = m.moe;
+  if (e.top_k > e.num_experts)
+    broken({"model.moe.top_k", "model.moe.num_experts"},
+           "model.moe.top_k ({}) must be at most model.moe.num_experts ({}): a token goes to top_k different experts",
+           e.top_k, e.num_experts);
+  if (e.expert_ffn_hidden < 1)
+    broken({"model.moe.expert_ffn_hidden", "model.arch"},
+           "model.moe.expert_ffn_hidden is required for model.arch {}: each expert's SwiGLU width (HF "
+           "moe_intermediate_size; Mixtral's intermediate_size)", to_string(m.arch));
+  for (int layer : e.dense_layers)
+    if (layer >= m.n_layer)
+      broken({"model.moe.dense_layers", "model.n_layer"},
+             "model.moe.dense_layers names layer {}, but the model has layers 0 to {} (model.n_layer {})", layer,
+             m.n_layer - 1, m.n_layer);
+  if (m.arch == ModelArch::mixtral && !e.norm_topk_prob)
+    broken({"model.moe.norm_topk_prob", "model.arch"},
+           "model.moe.norm_topk_prob is false, but Mixtral's router always renormalises its top-k probabilities: "
+           "remove the key, or use model.arch qwen3_moe");
+  bool sparse = false;
+  for (int l = 0; l < m.n_layer; ++l) sparse = sparse || is_moe_layer(m, l);
+  if (!sparse)
+    broken({"model.moe.dense_layers", "model.moe.sparse_step"},
+           "no layer of this {} model is sparse (model.moe.sparse_step {} and dense_layers leave every layer dense): "
+           "use model.arch {} for a dense model", to_string(m.arch), e.sparse_step,
+           m.arch == ModelArch::mixtral ? "llama" : "qwen3");
 }
 
 void check_tensor_parallel(const ModelConfig& m, int tp) {
   if (tp <= 1) return;
+  if (is_moe_arch(m.arch) || has_qk_norm(m.arch))
+    broken({"mesh.tp", "model.arch"},
+           "mesh.tp ({}) with model.arch {}: tensor parallelism does not split {} yet; use mesh.tp 1 (fully_shard "
+           "shards them with the other weights)", tp, to_string(m.arch),
+           is_moe_arch(m.arch) ? "mixture-of-experts blocks" : "Qwen3's q/k norms");
   if (!is_llama_family(m.arch)) {
     if (m.n_head % tp != 0)  // GPT-2's MLP width 4C then splits too: C is a multiple of n_head
       broken({"mesh.tp", "model.n_head"},

@@ -49,6 +49,8 @@ class DeckRuleError : public UsageError {
 // qwen2): n_kv_head divides n_head, an even head size (RoPE rotates channel pairs), a positive ffn_hidden,
 // rope_theta and norm_eps, and RoPE scaling with factor >= 1 and high_freq_factor > low_freq_factor > 0.
 void check_model_shape(const ModelConfig& model);
+// model.moe (qwen3_moe, mixtral): top_k <= num_experts, expert_ffn_hidden given, dense_layers in range, some layer sparse.
+void check_moe(const ModelConfig& model);
 
 // ---- tensor and sequence parallelism (mesh.tp) ----------------------------------------------------------
 // tp > 1 splits whole heads (n_head; and n_kv_head for the Llama family), the MLP width (ffn_hidden for the

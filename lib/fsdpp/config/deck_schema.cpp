@@ -35,8 +35,11 @@ std::vector<Field> model_fields() {
                      "gpt2: GPT-2 (LayerNorm, learned positions, GELU MLP, biases); llama: Llama 2/3 (RMSNorm, "
                      "RoPE, grouped-query attention, SwiGLU MLP, no biases, untied lm_head unless "
                      "model.tie_embeddings is set); qwen2: Qwen2 / Qwen2.5 (Llama's block plus q/k/v biases; "
-                     "rope_theta 1e6 and norm_eps 1e-6 unless set). The model.* keys marked 'llama only' apply "
-                     "to llama and qwen2 and are refused for gpt2."));
+                     "rope_theta 1e6 and norm_eps 1e-6 unless set); qwen3: Qwen3 (Llama's block plus per-head "
+                     "q/k RMSNorm, model.head_dim; Qwen's defaults); qwen3_moe: Qwen3-MoE (Qwen3's attention, "
+                     "model.moe's mixture-of-experts MLPs); mixtral: Mixtral (Llama's attention, model.moe's "
+                     "MLPs, rope_theta 1e6). The model.* keys marked 'llama only' apply to every architecture "
+                     "but gpt2; model.moe.* to qwen3_moe and mixtral."));
   f.push_back(text("model.from_hf", &Deck::model, &ModelConfig::from_hf,
                    "A Hugging Face model folder: its config.json gives every model.* key it determines (fsdpp ckpt "
                    "deck <folder> prints them); a model.* key the deck sets as well must agree with it. A config "
@@ -91,6 +94,10 @@ std::vector<Field> model_fields() {
                                  "llama only: rope_scaling.original_max_position_embeddings."), "8192"));
   f.push_back(llama_only(real("model.norm_eps", &Deck::model, &ModelConfig::norm_eps, kPositive,
                               "llama only: RMSNorm epsilon (Llama 2: 1e-5 or 1e-6, Llama 3: 1e-5, Qwen2: 1e-6)."), "1e-05 (qwen2: 1e-06)"));
+  f.push_back(llama_only(integer("model.head_dim", &Deck::model, &ModelConfig::head_dim, 0,
+                                 "llama only: attention head width hs; 0 is n_embd / n_head. Qwen3 sets its own "
+                                 "(Qwen3-30B-A3B: C 2048, NH 32, hs 128), even for RoPE."), "0 (n_embd / n_head)"));
+  for (Field& moe : moe_fields()) f.push_back(std::move(moe));
   return f;
 }
 
@@ -335,7 +342,8 @@ std::vector<Field> make_fields() {
 const std::vector<Section>& deck_sections() {
   static const std::vector<Section> sections = {
       {"run", "Name, seed and output folder of the run."},
-      {"model", "The architecture (model.arch: gpt2, llama or qwen2) and its shape; the defaults are GPT-2 small (124M)."},
+      {"model", "The architecture (model.arch: gpt2, llama, qwen2, qwen3, qwen3_moe or mixtral) and its shape; the "
+                "defaults are GPT-2 small (124M). model.moe.* may be written as a map under model: moe: {...}."},
       {"data", "Training tokens."},
       {"optim", "Optimizer."},
       {"schedule", "Learning-rate schedule."},

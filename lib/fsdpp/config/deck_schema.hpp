@@ -77,6 +77,7 @@ template <class E> struct EnumName {
 template <class E> using EnumNames = std::vector<EnumName<E>>;
 
 extern const EnumNames<ModelArch> kArchs;
+extern const EnumNames<MoeBalance> kMoeBalances;
 extern const EnumNames<AttentionKind> kAttentions;
 extern const EnumNames<OptimizerKind> kOptimizers;
 extern const EnumNames<ScheduleKind> kSchedules;

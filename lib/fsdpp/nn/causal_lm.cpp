@@ -48,6 +48,17 @@ void CausalLM::require_shape(const ModelConfig& c, ModelArch arch) {
   check_model_shape(c);  // the deck's rules, written once in config/deck_rules.cpp
 }
 
+void CausalLM::number_sparse_blocks() {
+  int sparse = 0;
+  bool dense = false;
+  for (auto& block : blocks_) {
+    if (block->moe()) block->sparse_index_ = sparse++;
+    else dense = true;
+  }
+  context_->dense_mlp = dense;
+  if (sparse > 0) context_->router = std::make_shared<RouterStatistics>(config_.moe, sparse);
+}
+
 std::vector<DecoderBlock*> CausalLM::decoder_blocks() const {
   std::vector<DecoderBlock*> out;
   for (const auto& b : blocks_) out.push_back(b.get());
@@ -125,13 +136,17 @@ BufferTable CausalLM::head_table(Head& h, int B, int T) const {
 
 std::int64_t CausalLM::activation_bytes() const {
   std::int64_t total = head_buffers_.bytes() + context_->scratch.buffers.bytes() + context_->recomputed.bytes() +
-                       context_->rotary.buffers.bytes();
+                       context_->rotary.buffers.bytes() + context_->moe_scratch.buffers.bytes() +
+                       context_->recomputed_moe.bytes();
   for (const auto& b : blocks_) total += b->activation_bytes();
   return total;
 }
 
 // From the same tables, for a shape not run yet: every block's output, one activation set per block that keeps
 // its own plus one shared by the `recomputing_blocks`, the shared scratch, the head's buffers and RoPE's tables.
+// Sparse blocks add their routed rows' sets the same way (one shared by those that recompute) and the experts'
+// scratch once. Which blocks recompute: the blocks' own flags when they are `recomputing_blocks` many (a model
+// parallelize has set), else the first `recomputing_blocks` (the same count for a model of one kind of block).
 std::int64_t CausalLM::activation_bytes_for(int B, int T, int recomputing_blocks) const {
   const DecoderBlock& block = *blocks_.front();
   BlockActivations acts;
@@ -139,8 +154,33 @@ std::int64_t CausalLM::activation_bytes_for(int B, int T, int recomputing_blocks
   Head head;
   RotaryTables rotary = context_->rotary;
   const std::int64_t sets = config_.n_layer - recomputing_blocks + (recomputing_blocks > 0 ? 1 : 0);
-  return config_.n_layer * block.output_bytes(B, T) + sets * block.activation_table(acts, B, T).bytes() +
-         block.scratch_table(scratch, B, T).bytes() + head_table(head, B, T).bytes() + rotary.table().bytes();
+  std::int64_t total = config_.n_layer * block.output_bytes(B, T) + sets * block.activation_table(acts, B, T).bytes() +
+                       block.scratch_table(scratch, B, T).bytes() + head_table(head, B, T).bytes() +
+                       rotary.table().bytes();
+  const bool use_flags = recomputing_blocks == recomputing_blocks_now();
+  bool shared_moe = false, any_moe = false;
+  const int N = B * T;
+  for (std::size_t l = 0; l < blocks_.size(); ++l) {
+    const MoeFeedForward* moe = blocks_[l]->moe();
+    if (!moe) continue;
+    MoeActivations moe_acts;
+    const std::int64_t set = moe->activation_table(moe_acts, N).bytes();
+    const bool recomputes = use_flags ? blocks_[l]->recomputes_in_backward() : static_cast<int>(l) < recomputing_blocks;
+    if (!recomputes) total += set;
+    if (recomputes && !shared_moe) total += set, shared_moe = true;
+    if (!any_moe) {
+      MoeScratch moe_scratch;
+      total += moe->scratch_table(moe_scratch, N).bytes();
+      any_moe = true;
+    }
+  }
+  return total;
+}
+
+int CausalLM::recomputing_blocks_now() const {
+  int n = 0;
+  for (const auto& b : blocks_) n += b->recomputes_in_backward() ? 1 : 0;
+  return n;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -198,7 +238,11 @@ void CausalLM::forward(Flow& flow) {
   }
   embed(flow, N);
   flow.x = head_.x0;
+  RouterStatistics* router = flow.training ? context_->router.get() : nullptr;
+  if (router) router->begin();
+  context_->recording = router;
   for (auto& block : blocks_) (*block)(flow);
+  context_->recording = nullptr;
   final_x_ = flow.x;
   const std::size_t local = sz(std::int64_t{Nl} * C);
   final_norm.forward(sp ? tp.own_block(head_.lnf, local) : head_.lnf, head_.lnf_stats, final_x_, Nl, C);
@@ -215,6 +259,10 @@ void CausalLM::forward(Flow& flow) {
   else
     crossentropy_forward<float>(head_.losses, head_.logits, flow.targets, N, V);
   flow.loss = mean_loss(head_.losses, N);
+  if (router) {  // every layer has routed: the balancing losses over them all, before any backward reads them
+    router->finish(flow.loss_scale);
+    flow.loss += router->weighted_loss();
+  }
 }
 
 void CausalLM::backward(Flow& flow) {
@@ -275,7 +323,15 @@ std::int64_t CausalLM::kv_cache_bytes_for(int sequences, int capacity) const {
 std::int64_t CausalLM::decode_buffer_bytes_for(int sequences, int capacity, int rows) const {
   DecodeBuffers blocks;
   DecodeHead head;
-  return blocks_.front()->decode_table(blocks, rows, capacity).bytes() + decode_head_table(head, rows, sequences).bytes();
+  std::int64_t total =
+      blocks_.front()->decode_table(blocks, rows, capacity).bytes() + decode_head_table(head, rows, sequences).bytes();
+  for (const auto& b : blocks_)
+    if (const MoeFeedForward* moe = b->moe()) {  // the sparse blocks' one decode set and the experts' scratch
+      MoeActivations acts;
+      MoeScratch scratch;
+      return total + moe->activation_table(acts, rows).bytes() + moe->scratch_table(scratch, rows).bytes();
+    }
+  return total;
 }
 
 void CausalLM::decode_forward(Flow& flow) {

@@ -22,6 +22,7 @@
 #include "fsdpp/nn/layers.hpp"
 
 #include <memory>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -84,17 +85,28 @@ class CausalLM : public LanguageModel {
   // On "meta": shapes and init rules only, no storage. `dims`: the blocks' (for the RoPE head size).
   CausalLM(const ModelConfig& config, LmLayout layout, const BlockDims& dims);
   // L blocks of type Block, each built as Block(config, dims, context), under "<block_prefix><l>".
+  // A Block constructible with the layer index as a fourth argument gets it (sparse or dense: is_moe_layer).
   template <class Block> void add_blocks() {
     for (int l = 0; l < config_.n_layer; ++l) {
-      blocks_.push_back(std::make_unique<Block>(config_, dims_, context_));
+      if constexpr (std::is_constructible_v<Block, const ModelConfig&, const BlockDims&, std::shared_ptr<BlockContext>, int>)
+        blocks_.push_back(std::make_unique<Block>(config_, dims_, context_, l));
+      else
+        blocks_.push_back(std::make_unique<Block>(config_, dims_, context_));
       blocks_.back()->index_ = l;
       add_child(*blocks_.back(), layout_.block_prefix + std::to_string(l));
     }
+    number_sparse_blocks();
   }
   void forward(Flow& flow) override;
   void backward(Flow& flow) override;
 
+ public:
+  // Mixture-of-experts models: the router's statistics of the last training forward (nullptr for dense models).
+  const RouterStatistics* router_statistics() const { return context_->router.get(); }
+
  private:
+  void number_sparse_blocks();
+  int recomputing_blocks_now() const;  // after add_blocks: each sparse block's index among them, and the statistics
   struct Head {  // the model's own buffers (see head_table)
     View1<float> x0, lnf, logits, losses, dlnf, dx, dlnf_local, norm_grads, ce_stats;
     NormStats lnf_stats;

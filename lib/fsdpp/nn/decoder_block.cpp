@@ -3,6 +3,7 @@
 #include "fsdpp/nn/attention_dispatch.hpp"
 #include "fsdpp/nn/kernels/decode.hpp"
 #include "fsdpp/nn/kernels/linear.hpp"
+#include "fsdpp/nn/kernels/qk_norm.hpp"
 #include "fsdpp/nn/kernels/residual.hpp"
 #include "fsdpp/nn/kernels/rope.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -57,16 +58,21 @@ BufferTable DecoderBlock::activation_table(BlockActivations& a, int B, int T) co
   BufferTable t;
   t.add("ln1", sz(N * C), a.ln1);  // norm1's output, gathered: the qkv projections' input
   parts_.attention_norm->add_stats(t, "ln1", sz(Nl), a.ln1_stats);
-  t.add("qkv", sz(N * l.qkv_width), a.qkv);  // [q | k | v], q and k rotated
+  t.add("qkv", sz(N * l.qkv_width), a.qkv);  // [q | k | v], q and k rotated (and normed first under q/k norms)
+  const std::int64_t qk_heads = parts_.q_norm ? l.heads + l.kv_heads : 0;
+  t.add("qk_raw", sz(N * qk_heads * l.head_size), a.qk_raw);  // q and k before their norms
+  t.add("qk_rstd", sz(N * qk_heads), a.qk_rstd);
   // The attention probabilities (B,NHl,T,T), or the fused kernels' logsumexp (B,NHl,T).
   t.add("att", sz(std::int64_t{B} * l.heads * T * attention_row_floats(context_->attention, T)), a.att);
   t.add("atty", sz(N * l.attention_width), a.atty);  // attention output, Wo's input
   t.add("res2", sz(Nl * C), a.res2);                 // residual after attention
   t.add("ln2", sz(N * C), a.ln2);
   parts_.mlp_norm->add_stats(t, "ln2", sz(Nl), a.ln2_stats);
-  for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i)
-    t.add("branch" + std::to_string(i), sz(N * l.mlp_width), a.branches[i]);  // branch outputs, act()'s inputs
-  t.add("h", sz(N * l.mlp_width), a.h);  // act(branches): Wd's input
+  const std::int64_t F = dense_mlp_table_width();
+  for (std::size_t i = 0; i < kMaxMlpBranches; ++i)  // branch outputs, act()'s inputs (a model's blocks have
+    if (i < parts_.mlp_in.size() || parts_.moe)      // one or two; sparse blocks size them for the dense ones)
+      t.add("branch" + std::to_string(i), sz(N * F), a.branches[i]);
+  t.add("h", sz(N * F), a.h);  // act(branches): Wd's input
   return t;
 }
 
@@ -80,9 +86,10 @@ BufferTable DecoderBlock::scratch_table(BlockScratch& s, int B, int T) const {
   t.add("datty", sz(N * l.attention_width), s.datty);
   // (B,NHl,T,T) probability gradients; fused: (B,NHl,T), the row term D
   t.add("datt", sz(std::int64_t{B} * l.heads * T * attention_row_floats(context_->attention, T)), s.datt);
-  t.add("dh", sz(N * l.mlp_width), s.dh);
-  for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i)
-    t.add("dbranch" + std::to_string(i), sz(N * l.mlp_width), s.dbranches[i]);
+  const std::int64_t F = dense_mlp_table_width();
+  t.add("dh", sz(N * F), s.dh);
+  for (std::size_t i = 0; i < kMaxMlpBranches; ++i)
+    if (i < parts_.mlp_in.size() || parts_.moe) t.add("dbranch" + std::to_string(i), sz(N * F), s.dbranches[i]);
   // model.attention batched: the batched kernels' workspace; empty otherwise
   t.add("workspace", sz(attention_workspace_floats(context_->attention, B, T, l.qkv_width, l.attention_width)),
         s.workspace);
@@ -109,23 +116,32 @@ BufferTable DecoderBlock::decode_table(DecodeBuffers& d, int N, int capacity) co
   t.add("res2", sz(N * C), d.res2);
   t.add("ln2", sz(N * C), d.ln2);
   parts_.mlp_norm->add_stats(t, "ln2", sz(N), d.ln2_stats);
-  for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i)
-    t.add("branch" + std::to_string(i), sz(std::int64_t{N} * l.mlp_width), d.branches[i]);
-  t.add("h", sz(std::int64_t{N} * l.mlp_width), d.h);
+  const std::int64_t F = dense_mlp_table_width();
+  for (std::size_t i = 0; i < kMaxMlpBranches; ++i)
+    if (i < parts_.mlp_in.size() || parts_.moe) t.add("branch" + std::to_string(i), sz(N * F), d.branches[i]);
+  t.add("h", sz(N * F), d.h);
   return t;
 }
+
+int DecoderBlock::dense_mlp_table_width() const { return context_->dense_mlp ? local().mlp_width : 0; }
 
 std::int64_t DecoderBlock::output_bytes(int B, int T) const {
   return 4 * std::int64_t{context_->tp->local_rows(B * T)} * dims_.C;
 }
 
 std::int64_t DecoderBlock::activation_bytes() const {
-  return acts_.own_bytes() + static_cast<std::int64_t>(out_.extent(0)) * 4;
+  return acts_.own_bytes() + moe_acts_.own_bytes() + static_cast<std::int64_t>(out_.extent(0)) * 4;
 }
 
 BlockScratch& DecoderBlock::scratch_for(int B, int T) {
   BlockScratch& s = context_->scratch;
   s.buffers.ensure("block_scratch", B, T, [&] { return scratch_table(s, B, T); });
+  return s;
+}
+
+MoeScratch& DecoderBlock::moe_scratch_for(int N) {
+  MoeScratch& s = context_->moe_scratch;
+  s.buffers.ensure("moe_scratch", N, 1, [&] { return parts_.moe->scratch_table(s, N); });
   return s;
 }
 
@@ -140,13 +156,15 @@ void DecoderBlock::ensure_output(int B, int T) {
 
 DecoderBlock::DecoderBlock(std::string type_name, const BlockDims& dims, std::shared_ptr<BlockContext> context)
     : Module(std::move(type_name)), dims_(dims), context_(std::move(context)), acts_(
-          std::shared_ptr<BlockActivations>(context_, &context_->recomputed)) {}
+          std::shared_ptr<BlockActivations>(context_, &context_->recomputed)),
+      moe_acts_(std::shared_ptr<MoeActivations>(context_, &context_->recomputed_moe)) {}
 
 void DecoderBlock::assemble(BlockParts parts) {
-  FSDPP_CHECK(parts.attention_norm && parts.attention_out && parts.mlp_norm && parts.mlp_out && !parts.qkv.empty() &&
-                  !parts.mlp_in.empty() && parts.mlp_in.size() <= kMaxMlpBranches,
-              "{}: a block needs two norms, qkv projections, 1 to {} MLP branches and two output projections",
-              type_name(), kMaxMlpBranches);
+  const bool dense = parts.mlp_out && !parts.mlp_in.empty() && parts.mlp_in.size() <= kMaxMlpBranches && !parts.moe;
+  const bool sparse = parts.moe && !parts.mlp_out && parts.mlp_in.empty();
+  FSDPP_CHECK(parts.attention_norm && parts.attention_out && parts.mlp_norm && !parts.qkv.empty() && (dense || sparse),
+              "{}: a block needs two norms, qkv projections, an attention output projection and either 1 to {} MLP "
+              "branches and an output projection or a mixture of experts", type_name(), kMaxMlpBranches);
   parts_ = std::move(parts);
 }
 
@@ -157,6 +175,9 @@ void DecoderBlock::apply_tensor_parallel(const TensorParallelGroup& tp) {
   };
   for (const QkvProjection& p : parts_.qkv) column_parallel(*p.linear, p.tp_blocks);
   for (const Linear* l : parts_.mlp_in) column_parallel(*l, 1);
+  FSDPP_REQUIRE(!parts_.moe, "{}: tensor parallelism does not split mixture-of-experts blocks yet: use mesh.tp 1 "
+                "(experts are sharded by fully_shard)", path());
+  FSDPP_REQUIRE(!parts_.q_norm, "{}: tensor parallelism does not split Qwen3's q/k norms yet: use mesh.tp 1", path());
   for (const Linear* l : {parts_.attention_out, parts_.mlp_out}) l->weight.set_tensor_parallel(tp.shard(1));
 }
 
@@ -212,6 +233,9 @@ void DecoderBlock::forward(Flow& flow) {
     linear_forward<float>(a.qkv, a.ln1, q.weight.value(), q.bias_value(), N, C, width, W, at);
     at += width;
   }
+  if (parts_.q_norm)
+    qk_norm_forward<float>(a.qkv, a.qk_raw, a.qk_rstd, parts_.q_norm->weight.value(), parts_.k_norm->weight.value(), N,
+                           W, l.heads, l.kv_heads, l.head_size, parts_.q_norm->eps());
   const RotaryTables& rope = context_->rotary;
   if (rope.enabled)
     rope_forward<float>(a.qkv, rope.cos, rope.sin, B, T, W, l.heads + l.kv_heads, l.head_size, context_->rope_starts());
@@ -228,8 +252,17 @@ void DecoderBlock::forward(Flow& flow) {
   row_parallel_forward(proj, a.atty, *parts_.attention_out, N, l.attention_width);
   residual_forward<float>(a.res2, in_, proj, std::int64_t{Nl} * C);
 
-  // MLP: out = res2 + Wd act(branches(norm2(res2)))
+  // MLP: out = res2 + Wd act(branches(norm2(res2))), or res2 + experts(norm2(res2))
   norm_forward(*parts_.mlp_norm, a.ln2, a.ln2_stats, a.res2, N);
+  if (parts_.moe) {  // a replay writes the output to the scratch d(res2), as Wo's above
+    const View1<float> moe_out = is_recomputing() ? s.dres2 : out_;
+    parts_.moe->forward(moe_out, a.ln2, N, moe_acts_.get(*this, *parts_.moe, N), moe_scratch_for(N),
+                        is_recomputing() ? nullptr : context_->recording, sparse_index_);
+    if (is_recomputing()) return;
+    residual_forward<float>(out_, a.res2, out_, std::int64_t{Nl} * C);
+    flow.x = out_;
+    return;
+  }
   for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i) {
     const Linear& b = *parts_.mlp_in[i];
     linear_forward<float>(a.branches[i], a.ln2, b.weight.value(), b.bias_value(), N, C, l.mlp_width);
@@ -268,6 +301,9 @@ void DecoderBlock::decode_forward(Flow& flow) {
     linear_forward<float>(d.qkv, d.ln1, q.weight.value(), q.bias_value(), N, C, width, W, at);
     at += width;
   }
+  if (parts_.q_norm)
+    qk_norm_forward<float>(d.qkv, View1<float>(), View1<float>(), parts_.q_norm->weight.value(),
+                           parts_.k_norm->weight.value(), N, W, l.heads, l.kv_heads, l.head_size, parts_.q_norm->eps());
   const RotaryTables& rope = context_->rotary;
   if (rope.enabled) rope_forward_at<float>(d.qkv, rope.cos, rope.sin, step.position, N, W, l.heads + l.kv_heads, l.head_size);
   kv_cache_append<float>(cache.k(index_), cache.v(index_), d.qkv, step.sequence, step.position, N, l.attention_width,
@@ -277,8 +313,15 @@ void DecoderBlock::decode_forward(Flow& flow) {
   row_parallel(out, d.atty, *parts_.attention_out, l.attention_width);
   residual_forward<float>(d.res2, in, out, std::int64_t{N} * C);
 
-  // MLP: out = res2 + Wd act(branches(norm2(res2)))
+  // MLP: out = res2 + Wd act(branches(norm2(res2))), or res2 + experts(norm2(res2))
   parts_.mlp_norm->forward(d.ln2, d.ln2_stats, d.res2, N, C);
+  if (parts_.moe) {
+    context_->decode_moe.ensure("decode", *parts_.moe, N);
+    parts_.moe->forward(out, d.ln2, N, context_->decode_moe, moe_scratch_for(N), nullptr, sparse_index_);
+    residual_forward<float>(out, d.res2, out, std::int64_t{N} * C);
+    flow.x = out;
+    return;
+  }
   for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i) {
     const Linear& b = *parts_.mlp_in[i];
     linear_forward<float>(d.branches[i], d.ln2, b.weight.value(), b.bias_value(), N, C, l.mlp_width);
@@ -306,25 +349,31 @@ void DecoderBlock::backward(Flow& flow) {
   const View1<float>& dout = flow.dx;
   if (sp) Kokkos::deep_copy(s.norm_grads, 0.0f);
 
-  // MLP: out = res2 + Wd act(branches(norm2(res2)))
-  const Linear& down = *parts_.mlp_out;
-  const View1<float> dout_rows = tp.gather_rows(dout, s.gathered, N, C);  // (N,C): Wd's output gradient
-  Kokkos::deep_copy(s.dh, 0.0f);
-  linear_backward_input<float>(s.dh, dout_rows, down.weight.value(), N, l.mlp_width, C);
-  mlp_activation_backward(s.dbranches, s.dh, a.branches, std::int64_t{N} * l.mlp_width);
-  Kokkos::deep_copy(s.dln, 0.0f);
-  for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i)
-    linear_backward_input<float>(s.dln, s.dbranches[i], parts_.mlp_in[i]->weight.value(), N, C, l.mlp_width);
+  // MLP: out = res2 + Wd act(branches(norm2(res2))), or res2 + experts(norm2(res2))
   const auto mlp_in_weight_gradients = [&] {
     for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i) {
       const Linear& b = *parts_.mlp_in[i];
       linear_backward_weight<float>(b.weight.grad(), b.bias_grad(), s.dbranches[i], a.ln2, N, C, l.mlp_width);
     }
   };
-  TpPending reduction = tp.reduce_region_gradient_async(s.dln, s.dln_local, N, C);  // every rank's features fed it
-  linear_backward_weight<float>(down.weight.grad(), down.bias_grad(), dout_rows, a.h, N, l.mlp_width, C);
-  if (!sp) mlp_in_weight_gradients();  // under sp, they overlap the all-gather below
-  const View1<float> dln2 = tp.wait(reduction);
+  View1<float> dln2 = s.dln;
+  Kokkos::deep_copy(s.dln, 0.0f);
+  if (parts_.moe) {  // no tensor parallelism (apply_tensor_parallel refuses it): every row here
+    parts_.moe->backward(s.dln, dout, a.ln2, N, moe_acts_.get(*this, *parts_.moe, N), moe_scratch_for(N),
+                         context_->router.get(), flow.loss_scale);
+  } else {
+    const Linear& down = *parts_.mlp_out;
+    const View1<float> dout_rows = tp.gather_rows(dout, s.gathered, N, C);  // (N,C): Wd's output gradient
+    Kokkos::deep_copy(s.dh, 0.0f);
+    linear_backward_input<float>(s.dh, dout_rows, down.weight.value(), N, l.mlp_width, C);
+    mlp_activation_backward(s.dbranches, s.dh, a.branches, std::int64_t{N} * l.mlp_width);
+    for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i)
+      linear_backward_input<float>(s.dln, s.dbranches[i], parts_.mlp_in[i]->weight.value(), N, C, l.mlp_width);
+    TpPending reduction = tp.reduce_region_gradient_async(s.dln, s.dln_local, N, C);  // every rank's features fed it
+    linear_backward_weight<float>(down.weight.grad(), down.bias_grad(), dout_rows, a.h, N, l.mlp_width, C);
+    if (!sp) mlp_in_weight_gradients();  // under sp, they overlap the all-gather below
+    dln2 = tp.wait(reduction);
+  }
   const View1<float> dres2 = sp ? tp.own_block(s.dres2, local) : s.dres2;  // this rank's rows (all without sp)
   Kokkos::deep_copy(dres2, dout);  // the residual path
   const int mlp_norm_slot = static_cast<int>(parts_.attention_norm->parameters().size());
@@ -347,6 +396,10 @@ void DecoderBlock::backward(Flow& flow) {
   if (rope.enabled)
     rope_backward<float>(s.dqkv, rope.cos, rope.sin, B, T, W, l.heads + l.kv_heads, l.head_size,
                          context_->rope_starts());
+  if (parts_.q_norm)
+    qk_norm_backward<float>(s.dqkv, parts_.q_norm->weight.grad(), parts_.k_norm->weight.grad(), a.qk_raw, a.qk_rstd,
+                            parts_.q_norm->weight.value(), parts_.k_norm->weight.value(), N, W, l.heads, l.kv_heads,
+                            l.head_size);
   const auto each_qkv = [&](const auto& f) {  // f(projection, its width, its first column in the packed row)
     int at = 0;
     for (const QkvProjection& p : parts_.qkv) {
@@ -359,7 +412,7 @@ void DecoderBlock::backward(Flow& flow) {
   each_qkv([&](const Linear& q, int width, int at) {
     linear_backward_input<float>(s.dln, s.dqkv, q.weight.value(), N, C, width, W, at);
   });
-  reduction = tp.reduce_region_gradient_async(s.dln, s.dln_local, N, C);
+  TpPending reduction = tp.reduce_region_gradient_async(s.dln, s.dln_local, N, C);
   linear_backward_weight<float>(wo.weight.grad(), wo.bias_grad(), s.dres2, a.atty, N, l.attention_width, C);
   each_qkv([&](const Linear& q, int width, int at) {
     linear_backward_weight<float>(q.weight.grad(), q.bias_grad(), s.dqkv, a.ln1, N, C, width, W, at);

@@ -23,6 +23,7 @@
 #include "fsdpp/nn/kv_cache.hpp"
 #include "fsdpp/nn/layers.hpp"
 #include "fsdpp/nn/module.hpp"
+#include "fsdpp/nn/moe.hpp"
 #include "fsdpp/nn/tensor_parallel.hpp"
 
 #include <array>
@@ -49,6 +50,7 @@ inline constexpr int kMaxMlpBranches = 2;
 // checkpointing"): a block's own, or, for blocks that recompute in backward, one set the model shares. Grow-only.
 struct BlockActivations {
   View1<float> ln1, qkv, att, atty, res2, ln2, h;  // see DecoderBlock::activation_table for shapes
+  View1<float> qk_raw, qk_rstd;  // Qwen3's q/k norms' input and statistics (empty without them)
   NormStats ln1_stats, ln2_stats;
   std::array<View1<float>, kMaxMlpBranches> branches;
   Buffers buffers{Growth::grow_only};
@@ -102,6 +104,16 @@ struct BlockContext {
   // set by it before the blocks run (empty without data.document_mask); reset_positions: RoPE reads them too.
   View1<std::int32_t> document_starts;
   bool reset_positions = false;
+  // Mixture-of-experts blocks (moe.hpp). dense_mlp: some block has a dense MLP, whose rows the shared tables
+  // (scratch, recomputation, decode) then hold; a model of sparse blocks only leaves them out. router: the
+  // balancing losses of a forward over every sparse block; recording: set by the model during a training
+  // forward, so the blocks record into it (a recomputation, an evaluation or a decode does not).
+  bool dense_mlp = true;
+  std::shared_ptr<RouterStatistics> router;
+  RouterStatistics* recording = nullptr;
+  MoeScratch moe_scratch;
+  MoeActivations recomputed_moe;  // the set of the sparse blocks that recompute in backward
+  MoeActivations decode_moe;
   const std::int32_t* attention_starts() const {
     return document_starts.extent(0) ? document_starts.data() : nullptr;
   }
@@ -123,8 +135,11 @@ struct BlockParts {
   Norm* mlp_norm = nullptr;
   std::vector<Linear*> mlp_in;      // column-parallel branches, their outputs into act()
   Linear* mlp_out = nullptr;        // row-parallel
+  MoeFeedForward* moe = nullptr;    // instead of the three above: a mixture of experts (moe.hpp)
+  // Qwen3: RMSNorm over each head's hs channels of q and of k, before RoPE (one weight (hs) per norm).
+  Norm* q_norm = nullptr;
+  Norm* k_norm = nullptr;
 };
-
 class DecoderBlock : public Module {
  public:
   // This rank's widths (tensor parallelism divides the heads and the MLP width).
@@ -136,13 +151,18 @@ class DecoderBlock : public Module {
   const BlockParts& parts() const { return parts_; }
   // Backward's replay of forward (activation checkpointing) stops before this layer: it and the residual add after
   // it only make the block's output, which backward does not read (forward() in decoder_block.cpp).
+  // (A sparse block's replay runs its experts too: the combine weights' gradient reads their outputs.)
   const Linear& recompute_stops_before() const { return *parts_.mlp_out; }
+  MoeFeedForward* moe() const { return parts_.moe; }
+  int sparse_index() const { return sparse_index_; }  // among the model's sparse blocks; -1: dense
 
   // The tables: what each buffer is, for a batch of B sequences of T tokens (allocated by ensure, counted by
   // the planner from the same rows).
   BufferTable activation_table(BlockActivations& a, int B, int T) const;
   BufferTable scratch_table(BlockScratch& s, int B, int T) const;
   BufferTable decode_table(DecodeBuffers& d, int N, int capacity) const;
+  // The dense MLP's width in the tables above: this rank's F when some block of the model is dense, else 0.
+  int dense_mlp_table_width() const;
   std::int64_t output_bytes(int B, int T) const;  // the block's output, kept for the next block
   // Held by this block now: its output and, unless it recomputes, its own activation set.
   std::int64_t activation_bytes() const;
@@ -176,6 +196,7 @@ class DecoderBlock : public Module {
   // Flow::decode set: the rows' keys and values into the cache, attention over it (kv_cache.hpp).
   void decode_forward(Flow& flow);
   BlockScratch& scratch_for(int B, int T);
+  MoeScratch& moe_scratch_for(int N);
   void ensure_output(int B, int T);
   // out = inp @ W^T (+ b) for a Linear whose input features are split over tp: the partial products summed over
   // tp (reduce_row_parallel), then the replicated bias added once.
@@ -188,6 +209,8 @@ class DecoderBlock : public Module {
   BlockParts parts_;
   std::shared_ptr<BlockContext> context_;
   RecomputableActivations<BlockActivations> acts_;
+  RecomputableActivations<MoeActivations> moe_acts_;
+  int sparse_index_ = -1;
   int B_ = 0, T_ = 0;
   View1<float> in_;   // (Nl,C) residual input (the previous module's output, not a copy)
   View1<float> out_;  // (Nl,C) block output, the next block's input (also holds Wo's output before the residual)

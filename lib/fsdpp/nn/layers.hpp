@@ -34,6 +34,7 @@ class Norm {
   Norm(Module& owner, const std::string& name, NormKind kind, int C, double eps);
 
   NormKind kind() const { return kind_; }
+  double eps() const { return eps_; }  // RMSNorm's
   Parameter& weight;
   Parameter* bias;  // LayerNorm's; nullptr for RMSNorm
   // weight, then bias: the order of their slots when sequence parallelism sums partial gradients.

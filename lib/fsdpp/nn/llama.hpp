@@ -18,26 +18,39 @@
 // RoPE uses Hugging Face's half-split convention (kernels/rope.hpp), so q_proj and k_proj rows are stored exactly
 // as Hugging Face stores them. Qwen2 (qwen2.hpp) is this block with q/k/v biases.
 #include "fsdpp/nn/causal_lm.hpp"
+#include "fsdpp/nn/moe.hpp"
+
+#include <optional>
 
 namespace fsdpp {
+
+// What a Llama-family block adds to Llama's: q/k/v biases (Qwen2), Qwen3's per-head RMSNorm on q and k, and a
+// mixture-of-experts MLP instead of the dense one (qwen3_moe, mixtral: nn/moe.hpp) with its parameter names.
+struct LlamaBlockKind {
+  bool qkv_bias = false;
+  bool qk_norm = false;
+  bool sparse = false;
+  MoeNames moe_names = MoeNames::qwen3_moe();
+};
 
 class LlamaBlock : public DecoderBlock {
  public:
   LlamaBlock(const ModelConfig& config, const BlockDims& dims, std::shared_ptr<BlockContext> context)
-      : LlamaBlock("LlamaBlock", config, dims, std::move(context), false) {}
+      : LlamaBlock("LlamaBlock", config, dims, std::move(context), LlamaBlockKind{}) {}
 
   Norm input_layernorm;
   Linear q_proj, k_proj, v_proj;  // self_attn.*: column slices of the packed [q | k | v] row
   Linear o_proj;
+  std::optional<Norm> q_norm, k_norm;  // self_attn.q_norm, k_norm (hs): Qwen3's, shared by the heads
   Norm post_attention_layernorm;
-  Linear gate_proj, up_proj;      // mlp.*: the two SwiGLU branches
-  Linear down_proj;
+  std::optional<Linear> gate_proj, up_proj;  // mlp.*: the two SwiGLU branches (a dense block)
+  std::optional<Linear> down_proj;
+  std::unique_ptr<MoeFeedForward> experts;   // a sparse block's MLP
   const char* mlp_activation_name() const override { return "swiglu"; }
 
  protected:
-  // `qkv_bias`: q_proj, k_proj and v_proj with biases (Qwen2; Hugging Face's LlamaConfig.attention_bias).
   LlamaBlock(std::string type_name, const ModelConfig& config, const BlockDims& dims,
-             std::shared_ptr<BlockContext> context, bool qkv_bias);
+             std::shared_ptr<BlockContext> context, const LlamaBlockKind& kind);
   void mlp_activation(const View1<float>& h, const Branches& branches, std::int64_t n) const override;
   void mlp_activation_backward(const Branches& dbranches, const View1<float>& dh, const Branches& branches,
                                std::int64_t n) const override;

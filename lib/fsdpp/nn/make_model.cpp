@@ -2,7 +2,9 @@
 
 #include "fsdpp/nn/gpt.hpp"
 #include "fsdpp/nn/llama.hpp"
+#include "fsdpp/nn/mixtral.hpp"
 #include "fsdpp/nn/qwen2.hpp"
+#include "fsdpp/nn/qwen3.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 namespace fsdpp {
@@ -13,8 +15,8 @@ std::unique_ptr<LanguageModel> make_model(const ModelConfig& m) {
     case ModelArch::llama: return std::make_unique<Llama>(m);
     case ModelArch::qwen2: return std::make_unique<Qwen2>(m);
     case ModelArch::qwen3:
-    case ModelArch::qwen3_moe:
-    case ModelArch::mixtral: break;  // issue 37: being built
+    case ModelArch::qwen3_moe: return std::make_unique<Qwen3>(m);
+    case ModelArch::mixtral: return std::make_unique<Mixtral>(m);
   }
   throw UsageError(fmt::format("model.arch {} is not a model fsdpp builds", static_cast<int>(m.arch)));
 }

@@ -11,7 +11,7 @@ namespace fsdpp {
 class Qwen2Block final : public LlamaBlock {
  public:
   Qwen2Block(const ModelConfig& config, const BlockDims& dims, std::shared_ptr<BlockContext> context)
-      : LlamaBlock("Qwen2Block", config, dims, std::move(context), /*qkv_bias=*/true) {}
+      : LlamaBlock("Qwen2Block", config, dims, std::move(context), LlamaBlockKind{/*qkv_bias=*/true}) {}
 };
 
 class Qwen2 final : public CausalLM {

@@ -1,0 +1,143 @@
+#pragma once
+// The mixture-of-experts feed-forward of qwen3_moe and mixtral blocks (Switch / GShard / Mixtral routing with
+// Hugging Face's exact choices), forward and backward side by side:
+//
+//   logits = x Wr^T                         Wr: router (E, C)         x (N, C): the block's normed rows
+//   p      = softmax(logits)                                             (N, E)
+//   top-k of p (+ bias under balance: bias), weights w = those p (/ their sum under norm_topk_prob)    (N, k)
+//   route:  the (token, choice) pairs sorted by expert (stable: token order inside an expert), R <= N k rows
+//   xs     = x[token of each slot]                                      (R, C)
+//   for each expert e, its rows [o_e, o_e + n_e):                       grouped GEMMs, no copies
+//     g = xs We_gate^T, u = xs We_up^T   (n_e, F)     We_gate, We_up: (E, F, C) stacked, expert e at e F C
+//     h = silu(g) * u                    (n_e, F)
+//     ys = h We_down^T                   (n_e, C)     We_down: (E, C, F)
+//   out[t] = sum_j w[t, j] ys[slot(t, j)]                                (N, C)
+//
+// Dropless by default: every pair is routed. model.moe.capacity_factor c > 0 keeps at most ceil(c N k / E) rows
+// per expert (the first by token order) and counts the rest as dropped; a dropped pair adds nothing.
+//
+// The route is computed on the host from the (N, k) expert ids (one small device-to-host copy per layer, as
+// Megatron's grouped GEMM reads its per-expert counts on the host): the counting sort fixes the slot order, the
+// counts bound the grouped GEMM's loop, and they are what expert parallelism exchanges first. Buffers are sized
+// for the worst case, N k rows, so a step allocates nothing however the router routes.
+//
+// Load balancing (model.moe.balance): aux_loss adds aux_loss_coef x transformers' load_balancing_loss_func over
+// all sparse layers of a forward (RouterStatistics); bias adds DeepSeek-V3's per-expert bias to the scores the
+// top-k chooses by (not to the combine weights), moved after each optimizer step towards the mean load; none.
+// router_z_loss_coef adds ST-MoE's z-loss, mean over routed rows of logsumexp(logits)^2.
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/nn/buffers.hpp"
+#include "fsdpp/nn/module.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fsdpp {
+
+// What the router did in one training forward, over every sparse layer, and the balancing losses it gives. The
+// layers record into it during the model's forward; finish() totals them before the first backward reads the
+// gradient. Like the cross-entropy, the losses are those of the forward's own rows (one micro-batch of one rank,
+// as transformers computes them for the batch it is given): a deck's micro_batch fixes which rows share a loss,
+// so the training does not depend on the rank count.
+class RouterStatistics {
+ public:
+  RouterStatistics(const MoeConfig& config, int sparse_layers);
+
+  void begin();  // a training forward starts
+  // Sparse layer `layer` (0-based among the sparse ones) routed `rows` rows: per expert its top-k selections,
+  // the sum of its probabilities, and the sum of the rows' logsumexp^2.
+  void record(int layer, const std::vector<std::int64_t>& selections, const std::vector<double>& probability_sums,
+              double lse_squared_sum, std::int64_t rows);
+  // Totals the forward: the losses, and d(loss)/d(p_e) of every routed row (aux_grad) and the z-loss scale, for
+  // a loss whose gradient is scaled by `loss_scale` (the micro-batch's share, Flow::loss_scale).
+  void finish(float loss_scale);
+
+  double aux_loss() const { return aux_loss_; }  // transformers' load_balancing_loss_func, before its coefficient
+  double z_loss() const { return z_loss_; }
+  double weighted_loss() const;  // aux_loss_coef x aux + router_z_loss_coef x z: what the training loss adds
+  const View1<float>& aux_grad() const { return aux_grad_; }  // (E); empty unless balance is aux_loss
+  float z_scale() const { return z_scale_; }
+  // The tokens per expert of each sparse layer in the last forward: max over mean.
+  std::vector<double> load_imbalance() const;
+  const std::vector<std::int64_t>& selections() const { return selections_; }  // (layers, E), totalled
+  int layers() const { return layers_; }
+
+ private:
+  MoeConfig config_;
+  int layers_;
+  std::vector<std::int64_t> selections_;  // (layers, E)
+  std::vector<double> probability_sums_;  // (layers, E)
+  double lse_squared_sum_ = 0;
+  std::int64_t rows_ = 0;
+  double aux_loss_ = 0, z_loss_ = 0;
+  float z_scale_ = 0;
+  View1<float> aux_grad_;
+  bool recorded_ = false;
+};
+
+// Parameter names: Qwen3-MoE's "mlp.gate.weight", "mlp.experts.gate_proj.weight", ...; Mixtral's
+// "block_sparse_moe.gate.weight", "block_sparse_moe.experts.w1.weight" (w1 gate, w3 up, w2 down).
+struct MoeNames {
+  std::string prefix, router, gate, up, down;
+  static MoeNames qwen3_moe() { return {"mlp.", "gate", "gate_proj", "up_proj", "down_proj"}; }
+  static MoeNames mixtral() { return {"block_sparse_moe.", "gate", "w1", "w3", "w2"}; }
+};
+
+// The routed rows' buffers (table()), for N token rows. Forward's (kept for backward, or rebuilt by a block that
+// recomputes) and backward's scratch are separate tables so the planner counts them as the blocks' are.
+class MoeFeedForward;
+struct MoeActivations {
+  View1<float> logits, probs, lse, weights, xs, gate, up, h, ys;
+  View1<std::int32_t> selected, slot_token, slot_pair, token_slot;
+  Buffers buffers{Growth::grow_only};
+
+  void ensure(const std::string& label, const MoeFeedForward& moe, int N);
+  std::int64_t bytes() const { return buffers.bytes(); }
+};
+struct MoeScratch {
+  View1<float> dys, dweights, dh, dgate, dup, dxs, dlogits, probability_sums;
+  Buffers buffers{Growth::exact};
+};
+
+class MoeFeedForward {
+ public:
+  // Registers the router and the stacked experts on `owner` (init: router and gate/up normal(std), down
+  // normal(down_std), as the dense MLP's projections).
+  MoeFeedForward(Module& owner, const ModelConfig& config, const MoeNames& names, float std, float down_std);
+
+  Parameter& router;  // (E, C)
+  Parameter& gate;    // (E, F, C)
+  Parameter& up;      // (E, F, C)
+  Parameter& down;    // (E, C, F)
+
+  int experts() const { return E_; }
+  BufferTable activation_table(MoeActivations& a, int N) const;
+  BufferTable scratch_table(MoeScratch& s, int N) const;
+  // Statistics are recorded into `stats` as sparse layer `layer` (nullptr: not recorded, as in a recomputation,
+  // an evaluation or a decode forward).
+  void forward(const View1<float>& out, const View1<float>& x, int N, MoeActivations& a, MoeScratch& s,
+               RouterStatistics* stats, int layer);
+  // dx += d(out)/d(x) dout; every parameter's gradient +=. `stats`: the balancing losses' gradients (nullptr: none).
+  void backward(const View1<float>& dx, const View1<float>& dout, const View1<float>& x, int N, MoeActivations& a,
+                MoeScratch& s, const RouterStatistics* stats, float loss_scale);
+  // Rows each expert got in the last forward (after drops), and the pairs dropped.
+  const std::vector<std::int64_t>& expert_rows() const { return counts_; }
+  std::int64_t dropped() const { return dropped_; }
+
+ private:
+  // The counting sort of the (N, k) choices by expert into the slot tables (host, then to the device).
+  void route(MoeActivations& a, int N);
+  template <class F> void for_each_expert(const F& f) const;  // f(e, first row, rows) for experts with rows
+
+  int C_, E_, k_, F_;
+  bool normalize_;
+  double capacity_factor_;
+  MoeBalance balance_;
+  View1<float> bias_;  // balance: bias, (E); empty otherwise
+  std::vector<std::int64_t> counts_, offsets_;
+  std::int64_t routed_ = 0, dropped_ = 0;
+  HostView1<std::int32_t> host_selected_, host_slot_token_, host_slot_pair_, host_token_slot_;
+};
+
+}  // namespace fsdpp
