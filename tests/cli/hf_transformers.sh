@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hf_transformers.sh FSDPP MPIEXEC ROOT WORK: fsdpp's Hugging Face model folders against transformers itself
 # (tests/reference/hf_reference.py; installed by tests/reference/ensure-transformers, or skipped with exit 77).
-#   - tiny GPT-2, Llama (grouped-query, untied; and tied) and Qwen2 models, trained by fsdpp so that their choices
+#   - tiny GPT-2, Llama (grouped-query, untied; and tied), Qwen2, Qwen3 (q/k norms, head_dim), Qwen3-MoE and
+#     Mixtral (experts in the Hub's one-tensor-per-expert layout) models, trained by fsdpp so that their choices
 #     are clear, exported with ckpt export --hf: from_pretrained gives fsdpp's next-token logits within 1e-5
 #     (float32), and greedy generate of 48 tokens gives exactly fsdpp's ids;
 #   - a folder written by transformers' save_pretrained in several shards (and transformers 5's config fields)
@@ -41,6 +42,9 @@ compare gpt2 tiny.yaml
 compare llama-gqa llama-tiny.yaml
 compare llama-tied llama-tiny.yaml model.tie_embeddings=true
 compare qwen2 qwen2-tiny.yaml
+compare qwen3 qwen3-tiny.yaml
+compare qwen3-moe qwen3-moe-tiny.yaml
+compare mixtral mixtral-tiny.yaml
 
 # Document masks: packed documents (each ended by id 63) through fsdpp eval --all with data.document_mask, against
 # transformers with the explicit block-diagonal causal 4D mask and per-document position_ids, in float64. The loss
@@ -60,7 +64,7 @@ done
 
 # transformers' own folders, in shards: import, generate (bitwise the logits of the folder they came from),
 # start a 2-rank run from them.
-for name in llama-gqa qwen2; do
+for name in llama-gqa qwen2 qwen3-moe mixtral; do
   "$py" "$ref/hf_reference.py" shard "$work/$name/hf" "$work/$name/sharded" 100KB
   "$fsdpp" ckpt import "$work/$name/sharded" "$work/$name/imported.h5"
   "$fsdpp" generate "$work/$name/sharded" --prompt-ids "$prompt" --max-new-tokens 1 --logits "$work/$name/sharded.f32" >/dev/null
@@ -84,4 +88,4 @@ done
 "$fsdpp" ckpt export "$work/tok/ck/step_00000002.h5" "$work/tok/hf" --hf --tokenizer "$work/tokenizer.json" | tail -n 1
 "$py" "$ref/hf_reference.py" tokenize "$work/tok/hf" "$work/tokenizer.json" "Hello, wörld: 12345 tokens"
 "$fsdpp" generate "$work/tok/hf" --prompt "Hello" --max-new-tokens 4 | grep -E "^---- continuation \(4 tokens\)"
-echo "hf_transformers: GPT-2, Llama (GQA untied, tied) and Qwen2 folders agree with transformers"
+echo "hf_transformers: GPT-2, Llama (GQA untied, tied), Qwen2, Qwen3, Qwen3-MoE and Mixtral folders agree with transformers"

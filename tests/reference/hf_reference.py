@@ -21,6 +21,15 @@ from_pretrained, in float32 on the CPU, with one thread.
                                                        against fsdpp eval --all's loss with data.document_mask
   hf_reference.py bench FOLDER PROMPT_LEN NEW BATCH    transformers' greedy generate: prefill and decode tokens/s
                                                        (one JSON line)
+  hf_reference.py corpus OUT.u32 VOCAB N               N ids of a seeded Markov chain (something to learn), raw uint32
+  hf_reference.py train FOLDER TOKENS T GLOBAL MICRO LR CLIP METRICS TOL
+                                                       training from FOLDER's weights in float64, AdamW (fsdpp's
+                                                       defaults, no weight decay) at a constant LR, global-norm
+                                                       clipping, the batches of data.order: sequential (sequence i
+                                                       of the stream starts at (i mod W) T), each micro-batch's loss
+                                                       the mean cross-entropy plus router_aux_loss_coef x transformers'
+                                                       aux_loss for mixture-of-experts models; its per-step losses
+                                                       against fsdpp's METRICS (metrics.jsonl), relative TOL
 """
 import json
 import sys
@@ -149,6 +158,58 @@ def packed(out, vocab, lengths):
     print(f"{out}: {len(ids)} ids in {len(ids_of(lengths))} documents ended by {eot}")
 
 
+def corpus(out, vocab, n):
+    import numpy as np
+    rng = np.random.default_rng(11)
+    vocab, n = int(vocab), int(n)
+    nxt = rng.integers(0, vocab, size=(vocab, 3))  # each id is followed by one of 3 ids
+    ids = [0]
+    for _ in range(n - 1):
+        ids.append(int(nxt[ids[-1], rng.integers(0, 3)]))
+    np.asarray(ids, dtype="<u4").tofile(out)
+    print(f"{out}: {n} ids of a Markov chain over {vocab}")
+
+
+def train(folder, tokens, T, global_batch, micro, lr, clip, metrics, tol):
+    import numpy as np
+    torch, transformers = torch_and_transformers()
+    # The experts' loop (eager): transformers' grouped_mm kernel takes no float64.
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64,
+                                                              experts_implementation="eager")
+    model.train()
+    T, G, M, lr, clip, tol = int(T), int(global_batch), int(micro), float(lr), float(clip), float(tol)
+    ids = np.fromfile(tokens, dtype="<u4").astype(np.int64)
+    windows = max(1, (len(ids) - 1) // T)  # data.val_fraction 0: every window before the end
+    moe = getattr(model.config, "num_experts", None) or getattr(model.config, "num_local_experts", None)
+    coef = model.config.router_aux_loss_coef if moe else 0.0
+    ours = [json.loads(line) for line in open(metrics)]
+    ours = {r["step"]: r["loss"] for r in ours if "loss" in r}
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
+    worst = 0.0
+    for step in range(1, len(ours) + 1):
+        opt.zero_grad()
+        total = 0.0
+        for first in range(0, G, M):
+            seqs = [((step - 1) * G + first + b) % windows * T for b in range(M)]
+            x = torch.tensor(np.stack([ids[o:o + T] for o in seqs]))
+            y = torch.tensor(np.stack([ids[o + 1:o + T + 1] for o in seqs]))
+            out = model(x, output_router_logits=bool(moe))
+            loss = torch.nn.functional.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))
+            if moe:
+                loss = loss + coef * out.aux_loss
+            (loss * (M / G)).backward()
+            total += loss.item() * M / G
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        rel = abs(ours[step] - total) / abs(total)
+        worst = max(worst, rel)
+        print(f"step {step}: fsdpp {ours[step]:.10f} transformers (float64) {total:.10f} relative {rel:.2e}")
+    if worst > tol:
+        sys.exit(f"FAIL: {folder}: fsdpp's training losses differ from transformers' by {worst:.2e} > {tol}")
+    print(f"{folder}: {len(ours)} training steps within {worst:.2e} relative of transformers in float64 (tolerance {tol})")
+
+
 def masked_loss(folder, tokens, eot, reset, fsdpp_loss, tol):
     import numpy as np
     torch, model = load(folder)
@@ -179,7 +240,7 @@ def masked_loss(folder, tokens, eot, reset, fsdpp_loss, tol):
 if __name__ == "__main__":
     commands = {"logits": logits, "generate": generate, "shard": shard, "parameters": parameters,
                 "tokenizer": tokenizer, "tokenize": tokenize, "bench": bench, "packed": packed,
-                "masked_loss": masked_loss}
+                "masked_loss": masked_loss, "corpus": corpus, "train": train}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         sys.exit(__doc__)
     commands[sys.argv[1]](*sys.argv[2:])

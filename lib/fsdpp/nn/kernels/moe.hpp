@@ -15,7 +15,8 @@
 namespace fsdpp::kernels {
 
 // Per row t: probs = softmax(logits), lse = logsumexp(logits); the k largest of probs + bias (bias empty: none;
-// DeepSeek-V3's balancing bias chooses, it does not weigh), ties to the lower expert index as torch.topk on CPU;
+// DeepSeek-V3's balancing bias chooses, it does not weigh), ties to the lower expert index (torch.topk leaves
+// the order of ties unspecified: exact ties do not occur with trained routers);
 // their probabilities into weights, divided by their sum when `normalize` (norm_topk_prob).
 template <class T>
 void router_topk(const View1<T>& probs,                // probs (N,E)
