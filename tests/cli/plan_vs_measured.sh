@@ -4,7 +4,7 @@
 # named llama-*: input/llama-tiny.yaml widened, so that activations, not the sgemm peak measurement's 12 MiB of
 # matrices, set the peak) on 1 rank, HSDP 2x2 on 4 and with activation checkpointing on 2, a Qwen2 of that size
 # (qwen2-*: input/qwen2-tiny.yaml widened alike) with activation checkpointing on 2, and with
-# model.attention fused (no B*NH*T^2 buffers) and batched (a workspace) for both, and train.reproducible (units of 1
+# model.attention fused (no B*NH*T^2 buffers), Qwen3-MoE and Mixtral of that size (moe-*, mixtral-*: 8 experts), and batched (a workspace) for both, and train.reproducible (units of 1
 # with a word accumulator on 2 ranks; HSDP 2x2 with one unit per rank, converted as it arrives),
 # the planned per-rank total must be within 1% of the peak the trainer measures (Views counted by
 # MemoryAccounting, largest over ranks). The plan runs fully_shard's own schedule dry, so it should agree to
@@ -15,6 +15,9 @@ rm -rf "$dir"; mkdir -p "$dir"
 args=(train.micro_batch=2)  # 8 sequences per step: 4, 2 and 1 micro-batches per rank on 1, 2 and 4 ranks
 llama=(model.vocab_size=4096 model.context_length=256 model.n_embd=256 model.n_layer=4 model.n_head=8
        model.n_kv_head=2 train.global_batch=8)
+# Mixture-of-experts layouts (moe-*: input/qwen3-moe-tiny.yaml, a dense first layer; mixtral-*: every layer
+# sparse) widened alike: 8 experts, the top 2, their routed rows' buffers sized for the worst case.
+moe=(model.head_dim=32 model.ffn_hidden=512 model.moe.num_experts=8 model.moe.expert_ffn_hidden=256)
 status=0
 printf '%-6s %-9s %12s %14s %9s %20s %20s\n' ranks layout plan_MiB measured_MiB error plan_sharded_MiB plan_unsharded_MiB
 for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
@@ -26,12 +29,16 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
             "1 fused model.attention=fused" "1 batched model.attention=batched" \
             "2 llama-fused model.attention=fused" "1 llama-batched model.attention=batched" \
             "2 repro train.reproducible=true" \
-            "4 repro_hsdp fsdp.strategy=hybrid_shard mesh.dp_replicate=2 train.reproducible=true train.reproducible_unit=2"; do
+            "4 repro_hsdp fsdp.strategy=hybrid_shard mesh.dp_replicate=2 train.reproducible=true train.reproducible_unit=2" \
+            "1 moe-fsdp" "2 moe-ac_every2 train.activation_checkpointing=every_2" \
+            "4 mixtral-hsdp fsdp.strategy=hybrid_shard mesh.dp_replicate=2"; do
   read -r n layout extra <<<"$spec"
   read -r -a more <<<"${extra:-}"
   case "$layout" in
     llama-*) deck="$root/input/llama-tiny.yaml"; more+=("${llama[@]}") ;;
     qwen2-*) deck="$root/input/qwen2-tiny.yaml"; more+=("${llama[@]}") ;;
+    moe-*) deck="$root/input/qwen3-moe-tiny.yaml"; more+=("${llama[@]}" "${moe[@]}") ;;
+    mixtral-*) deck="$root/input/mixtral-tiny.yaml"; more+=("${llama[@]}" "${moe[@]}") ;;
     *) deck="$root/input/small.yaml" ;;
   esac
   json=$("$fsdpp" plan "$deck" "${args[@]}" "${more[@]}" --ranks "$n" --json) || { echo "FAIL: fsdpp plan --ranks $n $extra"; exit 1; }
@@ -51,4 +58,4 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
   case "$line" in *OUT) status=1 ;; esac
 done
 [ "$status" = 0 ] || { echo "FAIL: fsdpp plan is more than 1% from the measured peak"; exit 1; }
-echo "plan_vs_measured: within 1% on 1, 2 and 4 ranks, no_shard, HSDP, GPT-2, Llama and Qwen2, and activation checkpointing"
+echo "plan_vs_measured: within 1% on 1, 2 and 4 ranks, no_shard, HSDP, GPT-2, Llama, Qwen2, Qwen3-MoE and Mixtral, and activation checkpointing"

@@ -90,11 +90,19 @@ std::int64_t CausalLM::parameter_count() const {
 // (forward 2, backward 4 per weight: the projections, the head, biases and norm weights) — all but the lookup
 // tables (the position table, and the token embedding when the head has its own weight) — plus 12 x L x T x C for
 // the attention score and value products (forward 4 L T C, backward twice that), without the causal saving.
+// A sparse block's experts multiply only top_k of every E of their weights per token: the active parameters count,
+// as MoE papers quote MFU. The attention term uses the heads' width NH hs (C unless model.head_dim sets it).
 double CausalLM::flops_per_token(int T) const {
   double multiplying = static_cast<double>(parameter_count());
   if (position_table) multiplying -= static_cast<double>(position_table->global_numel());
   if (lm_head) multiplying -= static_cast<double>(token_embedding.global_numel());
-  return 6.0 * multiplying + 12.0 * config_.n_layer * static_cast<double>(T) * config_.n_embd;
+  for (const auto& block : blocks_)
+    if (const MoeFeedForward* moe = block->moe()) {
+      const double experts = static_cast<double>(moe->gate.global_numel() + moe->up.global_numel() +
+                                                 moe->down.global_numel());
+      multiplying -= experts * (1.0 - static_cast<double>(moe->top_k()) / moe->experts());
+    }
+  return 6.0 * multiplying + 12.0 * config_.n_layer * static_cast<double>(T) * dims_.heads * dims_.head_size;
 }
 
 void CausalLM::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {

@@ -269,7 +269,7 @@ void DecoderBlock::forward(Flow& flow) {
   }
   mlp_activation(a.h, a.branches, std::int64_t{N} * l.mlp_width);
   if (is_recomputing()) return;  // the replay ends here, before recompute_stops_before() (the time model reads it)
-  row_parallel_forward(out_, a.h, recompute_stops_before(), N, l.mlp_width);
+  row_parallel_forward(out_, a.h, *recompute_stops_before(), N, l.mlp_width);
   residual_forward<float>(out_, a.res2, out_, std::int64_t{Nl} * C);
   flow.x = out_;
 }

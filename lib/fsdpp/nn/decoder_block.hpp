@@ -151,8 +151,8 @@ class DecoderBlock : public Module {
   const BlockParts& parts() const { return parts_; }
   // Backward's replay of forward (activation checkpointing) stops before this layer: it and the residual add after
   // it only make the block's output, which backward does not read (forward() in decoder_block.cpp).
-  // (A sparse block's replay runs its experts too: the combine weights' gradient reads their outputs.)
-  const Linear& recompute_stops_before() const { return *parts_.mlp_out; }
+  // A sparse block's replay runs its experts too (the combine weights' gradient reads their outputs): nullptr.
+  const Linear* recompute_stops_before() const { return parts_.mlp_out; }
   MoeFeedForward* moe() const { return parts_.moe; }
   int sparse_index() const { return sparse_index_; }  // among the model's sparse blocks; -1: dense
 

@@ -112,6 +112,8 @@ class MoeFeedForward {
   Parameter& down;    // (E, C, F)
 
   int experts() const { return E_; }
+  int top_k() const { return k_; }
+  int ffn_hidden() const { return F_; }
   BufferTable activation_table(MoeActivations& a, int N) const;
   BufferTable scratch_table(MoeScratch& s, int N) const;
   // Statistics are recorded into `stats` as sparse layer `layer` (nullptr: not recorded, as in a recomputation,

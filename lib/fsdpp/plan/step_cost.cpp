@@ -140,15 +140,24 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit, bool recompute)
   }
   double outputs = 0;  // elements the region's GEMMs write: each gets a pass (kPassBytesPerOutput)
   const int local_heads = std::max(1, p_.n_head / p_.tp);
-  const std::int64_t head_size = p_.C / p_.n_head;
-  bool products_placed = false;
   const auto* block = dynamic_cast<const DecoderBlock*>(&unit);
-  const Linear* skipped = recompute && block ? &block->recompute_stops_before() : nullptr;
+  const std::int64_t head_size = block ? block->local().head_size : p_.C / p_.n_head;
+  const MoeFeedForward* moe = block ? block->moe() : nullptr;
+  // A sparse block's experts: a grouped GEMM of N k routed rows, priced as E GEMMs of N k / E rows (balanced).
+  const std::int64_t routed_rows_per_expert = moe ? (N() * moe->top_k() + moe->experts() - 1) / moe->experts() : 0;
+  bool products_placed = false;
+  const Linear* skipped = recompute && block ? block->recompute_stops_before() : nullptr;
   for (const Parameter* q : const_cast<Module&>(unit).parameters(true)) {
     Region& r = regions.back();
     if (skipped && (q == &skipped->weight || q == skipped->bias)) continue;
     if (q->local_shape().size() == 1) {
       r.elementwise_flops += 2 * rows_outside * static_cast<double>(q->numel());
+      continue;
+    }
+    if (q->local_shape().size() == 3) {  // stacked experts (E, out, in)
+      const auto& e = q->local_shape();
+      r.weights.push_back({routed_rows_per_expert, e[1], e[2], e[0]});
+      outputs += static_cast<double>(routed_rows_per_expert * e[0] * e[1]);
       continue;
     }
     r.weights.push_back({N(), q->local_shape()[0], q->local_shape()[1]});
@@ -187,11 +196,19 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit, bool recompute)
   }
   if (block) {
     // The MLP's activation is its own kernel family, in place of the pass each of its input branches got above.
-    const double elements = n * block->local().mlp_width;
+    // A sparse block's: over the N k routed rows of F_e, after its gate and up projections; its routed rows are
+    // gathered (read and written), combined (read) and the router's probabilities written and read.
+    const double elements = moe ? static_cast<double>(routed_rows_per_expert * moe->experts() * moe->ffn_hidden())
+                                : n * block->local().mlp_width;
     const std::string family = block->mlp_activation_name();
     Region& mlp = regions.back();
-    mlp.bytes -= kPassBytesPerOutput * elements * static_cast<double>(block->parts().mlp_in.size());
+    mlp.bytes -= kPassBytesPerOutput * elements * static_cast<double>(moe ? 2 : block->parts().mlp_in.size());
     mlp.family_bytes[family] += kernel_family_bytes_per_element(family) * elements;
+    if (moe) {
+      const double routed = static_cast<double>(routed_rows_per_expert * moe->experts());
+      mlp.bytes += 4 * (3 * routed * C + 2 * n * moe->experts());
+      mlp.kernels += 4 + moe->experts();
+    }
   }
   // The softmax over B x heads x T x T scores, unless the fused kernel keeps them on chip.
   if (p_.scores_materialized)
