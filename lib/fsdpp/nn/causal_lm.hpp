@@ -102,7 +102,7 @@ class CausalLM : public LanguageModel {
 
  public:
   // Mixture-of-experts models: the router's statistics of the last training forward (nullptr for dense models).
-  const RouterStatistics* router_statistics() const { return context_->router.get(); }
+  const RouterStatistics* router_statistics() const override { return context_->router.get(); }
 
  private:
   void number_sparse_blocks();

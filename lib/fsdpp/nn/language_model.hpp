@@ -26,6 +26,8 @@ inline double mfu(double model_flops_per_s_per_device, double peak_flops_per_s) 
   return peak_flops_per_s > 0 ? model_flops_per_s_per_device / peak_flops_per_s : 0;
 }
 
+class RouterStatistics;
+
 class LanguageModel : public Module {
  public:
   using Module::Module;
@@ -55,6 +57,8 @@ class LanguageModel : public Module {
   // attention products), the convention MFU is quoted in.
   virtual double flops_per_token(int T) const = 0;
   virtual int vocab_size() const = 0;
+  // Mixture-of-experts models: what the router did in the last training forward (nn/moe.hpp); nullptr otherwise.
+  virtual const RouterStatistics* router_statistics() const { return nullptr; }
   virtual int context_length() const = 0;
   // One line for banners and plans, e.g. "GPT-2, V 50257 T 1024 C 768 L 12 NH 12 (tied embeddings)".
   virtual std::string describe() const = 0;

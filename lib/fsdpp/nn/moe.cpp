@@ -26,11 +26,13 @@ void RouterStatistics::begin() {
   std::fill(probability_sums_.begin(), probability_sums_.end(), 0.0);
   lse_squared_sum_ = 0;
   rows_ = 0;
+  dropped_ = 0;
   recorded_ = false;
 }
 
 void RouterStatistics::record(int layer, const std::vector<std::int64_t>& selections,
-                              const std::vector<double>& probability_sums, double lse_squared_sum, std::int64_t rows) {
+                              const std::vector<double>& probability_sums, double lse_squared_sum, std::int64_t rows,
+                              std::int64_t dropped) {
   const int E = config_.num_experts;
   for (int e = 0; e < E; ++e) {
     selections_[sz(std::int64_t{layer} * E + e)] = selections[sz(e)];
@@ -38,6 +40,7 @@ void RouterStatistics::record(int layer, const std::vector<std::int64_t>& select
   }
   lse_squared_sum_ += lse_squared_sum;
   rows_ += rows;
+  dropped_ += dropped;
   recorded_ = true;
 }
 
@@ -240,7 +243,7 @@ void MoeFeedForward::forward(const View1<float>& out, const View1<float>& x, int
   for (int e = 0; e < E; ++e) probability_sums[sz(e)] = sums(sz(e));
   double lse_squared = 0;
   for (int t = 0; t < N; ++t) lse_squared += double{lse(sz(t))} * lse(sz(t));
-  stats->record(layer, selections, probability_sums, lse_squared, N);
+  stats->record(layer, selections, probability_sums, lse_squared, N, dropped_);
 }
 
 void MoeFeedForward::backward(const View1<float>& dx, const View1<float>& dout, const View1<float>& x, int N,

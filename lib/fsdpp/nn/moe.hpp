@@ -48,7 +48,7 @@ class RouterStatistics {
   // Sparse layer `layer` (0-based among the sparse ones) routed `rows` rows: per expert its top-k selections,
   // the sum of its probabilities, and the sum of the rows' logsumexp^2.
   void record(int layer, const std::vector<std::int64_t>& selections, const std::vector<double>& probability_sums,
-              double lse_squared_sum, std::int64_t rows);
+              double lse_squared_sum, std::int64_t rows, std::int64_t dropped);
   // Totals the forward: the losses, and d(loss)/d(p_e) of every routed row (aux_grad) and the z-loss scale, for
   // a loss whose gradient is scaled by `loss_scale` (the micro-batch's share, Flow::loss_scale).
   void finish(float loss_scale);
@@ -62,6 +62,7 @@ class RouterStatistics {
   std::vector<double> load_imbalance() const;
   const std::vector<std::int64_t>& selections() const { return selections_; }  // (layers, E), totalled
   int layers() const { return layers_; }
+  std::int64_t dropped() const { return dropped_; }  // (token, choice) pairs a capacity dropped, all layers
 
  private:
   MoeConfig config_;
@@ -69,7 +70,7 @@ class RouterStatistics {
   std::vector<std::int64_t> selections_;  // (layers, E)
   std::vector<double> probability_sums_;  // (layers, E)
   double lse_squared_sum_ = 0;
-  std::int64_t rows_ = 0;
+  std::int64_t rows_ = 0, dropped_ = 0;
   double aux_loss_ = 0, z_loss_ = 0;
   float z_scale_ = 0;
   View1<float> aux_grad_;

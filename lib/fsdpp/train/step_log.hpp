@@ -21,6 +21,8 @@ struct StepRecord {
   std::int64_t max_peak_mem_bytes = 0;  // the largest over all ranks
   double exposed_comm_ms = 0;           // per step: time compute waited on collectives
   std::optional<double> predicted_ms_per_step;  // run.machine set: fsdpp plan --machine's prediction
+  std::optional<double> aux_loss, expert_load;  // mixture-of-experts models (StepResult)
+  std::optional<std::int64_t> dropped;
 };
 
 class StepLog {

@@ -176,6 +176,9 @@ void StepMetrics::after_step(std::int64_t done, const StepResult& r, const FsdpS
   rec.val_loss = val;
   rec.lr = lr;
   rec.grad_norm = r.grad_norm;
+  rec.aux_loss = r.aux_loss;
+  rec.expert_load = r.expert_load;
+  rec.dropped = r.dropped;
   rec.ms_per_step = 1000.0 * seconds / steps;
   rec.tokens_per_s = tokens_per_step_ * steps / seconds;
   rec.mfu = mfu(rec.tokens_per_s * summary_.flops_per_token / ranks_, summary_.sgemm_gflops * 1e9);

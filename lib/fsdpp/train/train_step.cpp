@@ -1,10 +1,12 @@
 #include "fsdpp/train/train_step.hpp"
 
+#include "fsdpp/nn/moe.hpp"
 #include "fsdpp/observe/timeline.hpp"
 #include "fsdpp/optim/grad_norm.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/train/nonfinite.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace fsdpp {
@@ -22,7 +24,7 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
   model_.zero_grad();
   reset_fsdp_stats(model_);
   model_.tensor_parallel().reset_stats();
-  double loss = 0;
+  double loss = 0, aux = 0, load = 0, dropped = 0;
   for (int a = 0; a < accum; ++a) {
     {
       const TimelineScope span(timeline_names::data);
@@ -41,6 +43,11 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
     timers_.mark(kBackward);
     loss += flow_.loss;
     if (exact) exact_loss_.add(flow_.loss);
+    if (const RouterStatistics* router = model_.router_statistics()) {
+      aux += router->aux_loss();
+      dropped += static_cast<double>(router->dropped());
+      for (double l : router->load_imbalance()) load = std::max(load, l);
+    }
   }
   StepResult r;
   {
@@ -55,6 +62,11 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
     stats_.all_reduces += static_cast<int>(tp.all_reduces);
     stats_.all_reduce_s += tp.seconds;
     r.loss = exact ? exact_loss_.mean(comm_, units, parallel_.layout().tp) : parallel_.mean_over_ranks(loss / accum);
+    if (model_.router_statistics()) {  // every rank holds the same model: all take part or none
+      r.aux_loss = parallel_.mean_over_ranks(aux / accum);
+      r.expert_load = parallel_.max_over_ranks(load);
+      r.dropped = static_cast<std::int64_t>(std::llround(parallel_.mean_over_ranks(dropped) * parallel_.mesh().size()));
+    }
     timers_.mark(kGradSync);
   }
   const TimelineScope optimizer_span(timeline_names::optimizer);

@@ -31,6 +31,11 @@ struct StepResult {
   double grad_norm = 0;  // before clipping
   bool skipped = false;  // non-finite, and train.on_nonfinite is skip: the weights were not updated
   std::string nonfinite; // skipped: why, for the log ("loss nan, gradient norm nan, first non-finite ...")
+  // Mixture-of-experts models (nn/moe.hpp): the load-balancing loss before its coefficient (mean over the global
+  // batch's micro-batches), the busiest expert's rows over the mean (the largest over layers, micro-batches and
+  // ranks), and the (token, choice) pairs a capacity dropped (summed).
+  std::optional<double> aux_loss, expert_load;
+  std::optional<std::int64_t> dropped;
 };
 
 class TrainStep {
