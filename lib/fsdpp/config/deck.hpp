@@ -69,7 +69,6 @@ struct MoeConfig {
   MoeBalance balance = MoeBalance::aux_loss;
   double aux_loss_coef = 0.001;  // [router_aux_loss_coef]: the load-balancing loss's weight in the training loss
   double router_z_loss_coef = 0.0;  // ST-MoE's z-loss, mean(logsumexp(router logits)^2), its weight
-  double bias_update_rate = 0.001;  // balance: bias, DeepSeek-V3's gamma: each step's bias change per expert
   int sparse_step = 1;           // [decoder_sparse_step]: layer l is sparse when (l + 1) % sparse_step == 0
   std::vector<int> dense_layers; // [mlp_only_layers]: layers kept dense whatever sparse_step says
   double capacity_factor = 0.0;  // 0: dropless; c > 0: each expert takes at most ceil(c * N * top_k / E) tokens

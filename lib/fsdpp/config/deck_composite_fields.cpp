@@ -358,6 +358,7 @@ Field moe_key(const std::string& name, T MoeConfig::*member, std::string type, s
   f.type = std::move(type);
   f.set = [=](Deck& d, const YAML::Node& v, const std::string& where) { d.model.moe.*member = read(v, where); };
   f.get = [=](const Deck& d) { return show(d.model.moe.*member); };
+  f.default_doc = show(MoeConfig{}.*member);  // the help's: a gpt2 deck (the defaults') echoes no model.moe key
   return moe_only(f);
 }
 
@@ -395,7 +396,7 @@ std::vector<Field> moe_fields() {
   f.push_back(moe_integer("expert_ffn_hidden", &MoeConfig::expert_ffn_hidden, 1,
                           "Each expert's SwiGLU width (HF moe_intermediate_size; Mixtral's intermediate_size). "
                           "Required."));
-  f.back().default_doc = "required";
+  f.back().default_doc = "required";  // (after moe_key's)
   f.push_back(moe_key(
       "norm_topk_prob", &MoeConfig::norm_topk_prob, "true|false",
       "Divide the top-k routing probabilities by their sum (Qwen3-MoE's norm_topk_prob; Mixtral always does).",
@@ -408,17 +409,14 @@ std::vector<Field> moe_fields() {
       [](bool b) { return std::string(b ? "true" : "false"); }));
   f.push_back(moe_key(
       "balance", &MoeConfig::balance, enum_choices(kMoeBalances),
-      "How the router's load is kept even: aux_loss (transformers' load-balancing loss, weighted by aux_loss_coef), "
-      "bias (DeepSeek-V3's aux-loss-free per-expert routing bias), none.",
+      "How the router's load is kept even: aux_loss (transformers' load-balancing loss, weighted by aux_loss_coef) "
+      "or none. (bias, DeepSeek-V3's aux-loss-free routing bias, is refused: not implemented yet.)",
       [](const YAML::Node& v, const std::string& where) { return read_enum(v, where, kMoeBalances); },
       [](MoeBalance b) { return std::string(name_of(kMoeBalances, b)); }));
   f.push_back(moe_real("aux_loss_coef", &MoeConfig::aux_loss_coef, kNonNegative,
                        "The load-balancing loss's weight in the training loss (HF router_aux_loss_coef)."));
   f.push_back(moe_real("router_z_loss_coef", &MoeConfig::router_z_loss_coef, kNonNegative,
                        "ST-MoE's router z-loss weight: mean over routed rows of logsumexp(router logits)^2."));
-  f.push_back(moe_real("bias_update_rate", &MoeConfig::bias_update_rate, kNonNegative,
-                       "balance: bias: each optimizer step moves an expert's bias by this towards the mean load "
-                       "(DeepSeek-V3's gamma)."));
   f.push_back(moe_integer("sparse_step", &MoeConfig::sparse_step, 1,
                           "Layer l (from 0) is sparse when (l + 1) is a multiple of it (HF decoder_sparse_step)."));
   f.push_back(moe_key(
@@ -442,7 +440,6 @@ std::vector<Field> moe_fields() {
         return layers;
       },
       [](const std::vector<int>& layers) { return fmt::format("[{}]", fmt::join(layers, ", ")); }));
-  f.back().default_doc = "[]";
   f.push_back(moe_real("capacity_factor", &MoeConfig::capacity_factor, kNonNegative,
                        "0: dropless. c > 0: each expert takes at most ceil(c x rows x top_k / num_experts) rows of a "
                        "micro-batch, the first by token order; the rest are dropped (counted in the log)."));

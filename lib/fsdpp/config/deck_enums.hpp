@@ -10,7 +10,7 @@ namespace fsdpp {
 // head_dim; qwen3_moe: Qwen3's attention with mixture-of-experts MLPs; mixtral: Llama's attention with them.
 enum class ModelArch { gpt2, llama, qwen2, qwen3, qwen3_moe, mixtral };
 // model.moe.balance: how the router's load is kept even (nn/moe.hpp): Switch/HF's auxiliary loss, DeepSeek-V3's
-// per-expert routing bias updated from each step's load (aux-loss-free), or nothing.
+// per-expert routing bias updated from each step's load (aux-loss-free; refused until implemented), or nothing.
 enum class MoeBalance { aux_loss, bias, none };
 enum class OptimizerKind { adamw, sgd };
 enum class ScheduleKind { constant, cosine };

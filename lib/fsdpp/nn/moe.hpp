@@ -22,8 +22,8 @@
 // for the worst case, N k rows, so a step allocates nothing however the router routes.
 //
 // Load balancing (model.moe.balance): aux_loss adds aux_loss_coef x transformers' load_balancing_loss_func over
-// all sparse layers of a forward (RouterStatistics); bias adds DeepSeek-V3's per-expert bias to the scores the
-// top-k chooses by (not to the combine weights), moved after each optimizer step towards the mean load; none.
+// all sparse layers of a forward (RouterStatistics); none adds nothing. (The kernels take DeepSeek-V3's per-expert
+// choice bias; the bias and its update are not implemented yet, and the deck refuses balance: bias.)
 // router_z_loss_coef adds ST-MoE's z-loss, mean over routed rows of logsumexp(logits)^2.
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/nn/buffers.hpp"
