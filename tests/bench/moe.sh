@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# tests/bench/run moe: a mixture of experts against the dense model with the same active parameters, then one JSON
+# line. A Qwen3-MoE of 8 experts (the top 2, each 256 wide) and a Qwen3 whose MLP is 512 wide (the two active
+# experts' width): the same attention, the same FLOPs per token but the router's and the dispatch's. Both train
+# input/qwen3-moe-tiny.yaml widened (V 4096, T 256, C 256, L 4, NH 8, NKV 2, hs 32, 8 sequences a step) on 1 rank
+# and on 2 (data parallel; expert parallelism is not built yet, so no all-to-all is measured), 1 BLAS thread each.
+# Reported: tokens/s, ms/step (median of the logged intervals, rounds interleaved), the MoE/dense step-time ratio,
+# and the busiest expert's rows over the mean at the end (metrics.jsonl).
+# Options: --steps N (default 40), --rounds R (default 3).
+set -euo pipefail
+steps=40 rounds=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --steps) steps=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    *) echo "usage: tests/bench/run moe [--steps N] [--rounds R]" >&2; exit 2 ;;
+  esac
+done
+work=build/bench-moe
+rm -rf "$work" && mkdir -p "$work"
+shape=(model.vocab_size=4096 model.context_length=256 model.n_embd=256 model.n_layer=4 model.n_head=8
+       model.n_kv_head=2 model.head_dim=32 train.global_batch=8 train.micro_batch=4 train.eval_interval=0
+       checkpoint.interval=0 "train.steps=$steps" log.interval=5)
+moe=(model.moe.num_experts=8 model.moe.top_k=2 model.moe.expert_ffn_hidden=256 "model.moe.dense_layers=[]")
+dense_deck=$work/dense.yaml
+# The dense twin: the same deck without its model.moe section, as a qwen3 of the active width.
+sed -e 's/^  arch: qwen3_moe/  arch: qwen3/' -e '/^  moe:/,/^  [a-z_]*:.*#.*HF mlp_only_layers/d' input/qwen3-moe-tiny.yaml >"$dense_deck"
+run() {  # name ranks deck overrides...: ms/step (median over logged intervals after the first) and tokens/s
+  local name=$1 n=$2 deck=$3; shift 3
+  mpiexec --oversubscribe -n "$n" build/bin/fsdpp train "$deck" "${shape[@]}" "$@" "run.output=$work/$name" >"$work/$name.log" 2>&1 ||
+    { tail -20 "$work/$name.log"; echo "error: $name failed" >&2; exit 1; }
+  python3 - "$work/$name/metrics.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][1:]
+print(statistics.median(r["ms_per_step"] for r in rows), statistics.median(r["tokens_per_s"] for r in rows),
+      rows[-1].get("expert_load_max_over_mean", 0))
+PY
+}
+declare -A ms tok load
+for r in $(seq "$rounds"); do
+  for n in 1 2; do
+    read -r m t l < <(run "moe-$n-$r" "$n" input/qwen3-moe-tiny.yaml "${moe[@]}"); ms[moe,$n]+="$m "; tok[moe,$n]+="$t "; load[$n]=$l
+    read -r m t l < <(run "dense-$n-$r" "$n" "$dense_deck" model.ffn_hidden=512); ms[dense,$n]+="$m "; tok[dense,$n]+="$t "
+  done
+done
+median() { python3 -c "import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))" $1; }
+printf '%-8s %-6s %12s %12s %14s\n' model ranks ms/step tokens/s max/mean_load
+for n in 1 2; do
+  printf '%-8s %-6s %12.2f %12.0f %14.2f\n' moe "$n" "$(median "${ms[moe,$n]}")" "$(median "${tok[moe,$n]}")" "${load[$n]}"
+  printf '%-8s %-6s %12.2f %12.0f %14s\n' dense "$n" "$(median "${ms[dense,$n]}")" "$(median "${tok[dense,$n]}")" -
+done
+ratio1=$(python3 -c "print(round($(median "${ms[moe,1]}") / $(median "${ms[dense,1]}"), 3))")
+ratio2=$(python3 -c "print(round($(median "${ms[moe,2]}") / $(median "${ms[dense,2]}"), 3))")
+echo "MoE/dense step time: $ratio1 on 1 rank, $ratio2 on 2 (target <= 1.3 on 1 rank); medians of $rounds rounds"
+printf '{"bench":"moe","moe_over_dense_1rank":%s,"moe_over_dense_2ranks":%s,"moe_tokens_per_s_1rank":%s,"dense_tokens_per_s_1rank":%s,"moe_tokens_per_s_2ranks":%s,"expert_load_max_over_mean":%s,"ep2_tokens_per_s":null,"alltoall_bytes_error":null}\n' \
+  "$ratio1" "$ratio2" "$(median "${tok[moe,1]}")" "$(median "${tok[dense,1]}")" "$(median "${tok[moe,2]}")" "${load[1]}"
