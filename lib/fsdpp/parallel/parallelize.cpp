@@ -69,6 +69,8 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   layout.exact_reduction = deck.train.reproducible;
   if (layout.exact_reduction) layout.sync_every_micro_batch = true;
   const int shard_ranks = layout.mesh.back().size;  // before tp joins the mesh
+  check_expert_parallel(deck.model, deck.mesh, shard_ranks);  // ep divides the resolved dp_shard
+  layout.ep = deck.mesh.ep;
   if (layout.tp > 1) layout.mesh.push_back({"tp", layout.tp});
 
   FullyShardOptions& block = layout.block_options;

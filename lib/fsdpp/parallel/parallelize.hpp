@@ -41,6 +41,7 @@ struct ParallelLayout {
   std::vector<MeshDim> mesh;       // resolved sizes, outermost first; tp, when above 1, last
   int tp = 1;                      // tensor-parallel ranks (mesh.tp)
   bool sequence_parallel = false;  // mesh.tp_sequence_parallel (with tp > 1)
+  int ep = 1;                      // expert-parallel ranks (mesh.ep), inside the dp_shard dimension
   CommBackend backend = CommBackend::mpi;
   FullyShardOptions block_options, root_options;
   // fsdp.forward_prefetch / backward_prefetch: the depths are in the options; explicit per-unit lists are
