@@ -170,7 +170,18 @@ TEST_CASE("deck rules: expert parallelism needs experts to split, and divides th
   Deck d = parse_deck("train: {steps: 5}\nmodel: {arch: mixtral}\nmesh: {ep: 4}\n", "deck.yaml");
   CHECK_THROWS_WITH_AS(fsdpp::parallel_layout(d, 6), doctest::Contains("mesh.ep (4) must divide mesh.dp_shard (6)"),
                        DeckRuleError);
-  CHECK(fsdpp::parallel_layout(d, 8).ep == 4);
+  const fsdpp::ParallelLayout layout = fsdpp::parallel_layout(d, 8);
+  CHECK(layout.ep == 4);
+  // Parallelism builds the expert groups over the layout's mesh (here a planning one, seen from world rank 5).
+  fsdpp::Parallelism par(layout, std::make_unique<fsdpp::DeviceMesh>(fsdpp::DeviceMesh::planning(layout.mesh, 8, 5)),
+                         MPI_COMM_NULL);
+  REQUIRE(par.expert_parallel_group() != nullptr);
+  CHECK(par.expert_parallel_group()->size() == 4);
+  CHECK(par.expert_parallel_group()->rank() == 1);
+  CHECK(par.expert_data_parallel_group()->size() == 2);
+  CHECK(par.describe_expert_groups() ==
+        "expert parallel over ep=4 (world ranks 4,5,6,7: consecutive ranks of dp_shard, outside tp); experts' data "
+        "parallel dp_shard_mod_ep=2 (world ranks 1,5: the ranks holding the same experts)");
 }
 
 TEST_CASE("deck rules: strategy and mesh combinations are refused in the deck and by parallel_layout alike") {

@@ -5,6 +5,7 @@
 #include "fsdpp/runtime/error.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace fsdpp {
 
@@ -124,10 +125,21 @@ Parallelism::Parallelism(ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh
   for (int d = 0; d < mesh_->ndim(); ++d)
     if (mesh_->name(d) != "tp") dp.push_back(mesh_->name(d));
   dp_mesh_ = std::make_unique<DeviceMesh>(mesh_->slice(dp));
+  // Collective over the world (every rank reads the same deck): after the dimensions' own communicators.
+  if (layout_.ep > 1)
+    ep_mesh_ = std::make_unique<DeviceMesh>(mesh_->split("dp_shard", layout_.ep, "dp_shard_mod_ep", "ep"));
   if (world != MPI_COMM_NULL) {
     host_world_ = std::make_unique<MpiCommunicator>(world);
     host_world_->set_label("the job's ranks (host scalars)");
   }
+}
+
+std::string Parallelism::describe_expert_groups() const {
+  if (!ep_mesh_) return "";
+  return fmt::format("expert parallel over ep={} (world ranks {}: consecutive ranks of dp_shard, outside tp); "
+                     "experts' data parallel dp_shard_mod_ep={} (world ranks {}: the ranks holding the same experts)",
+                     ep_mesh_->dim_size(1), fmt::join(ep_mesh_->group_world_ranks(1), ","), ep_mesh_->dim_size(0),
+                     fmt::join(ep_mesh_->group_world_ranks(0), ","));
 }
 
 Parallelism::~Parallelism() {
