@@ -173,9 +173,21 @@ void check_all_to_all(Communicator& comm, int trial, bool asynchronous) {
     for (std::size_t i = 0; i < sc[p]; ++i) send[sd[p] + i] = static_cast<T>(exchanged_value(r, p, i));
   const AllToAllCounts counts{sc.data(), sd.data(), rc.data(), rd.data()};
   const std::uint64_t issued = comm.issued();
+  auto entry = [&] {
+    for (const CommEntry& e : FlightRecorder::comms())
+      if (e.id == comm.flight_id()) return e;
+    return CommEntry{};
+  };
+  const CommEntry before = entry();
   if (asynchronous) comm.all_to_all_v_async(send.data(), recv.data(), counts, dtype_of_v<T>)->wait();
   else comm.all_to_all_v(send.data(), recv.data(), counts);
   CHECK(comm.issued() == issued + 1);
+  // The traffic counters: this rank's payload (all it sends) and the bytes that leave it (to the other ranks).
+  const CommEntry after = entry();
+  std::size_t to_others = 0;
+  for (int p = 0; p < n; ++p) to_others += p == r ? 0 : sc[p];
+  CHECK(after.payload_bytes - before.payload_bytes == (send_total - n) * sizeof(T));
+  CHECK(after.ring_bytes_out - before.ring_bytes_out == to_others * sizeof(T));
   int wrong = 0;
   for (int p = 0; p < n; ++p)
     for (std::size_t i = 0; i < rc[p]; ++i) wrong += static_cast<double>(recv[rd[p] + i]) != exchanged_value(p, r, i);
