@@ -12,6 +12,21 @@ namespace {
 
 constexpr int kVerdict = 4;  // per rank: rows received, rows sent, the local expert receiving most, its rows
 
+// The rows of each block of `blocks` (staging row, received row, rows) from one layout to the other: a team per
+// block, its threads over the block's floats. (A free function: CUDA's device lambdas cannot live in a private
+// member function.)
+void copy_blocks(const View1<const std::int64_t>& blocks, int nblocks, std::int64_t C, const View1<const float>& from,
+                 const View1<float>& to, bool to_staging) {
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  Kokkos::parallel_for(
+      "ep_permute", Policy(nblocks, Kokkos::AUTO), KOKKOS_LAMBDA(const Policy::member_type& team) {
+        const std::int64_t b = team.league_rank();
+        const std::int64_t staging = blocks(3 * b), received = blocks(3 * b + 1), n = blocks(3 * b + 2);
+        const std::int64_t src = (to_staging ? received : staging) * C, dst = (to_staging ? staging : received) * C;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * C), [&](std::int64_t i) { to(dst + i) = from(src + i); });
+      });
+}
+
 }  // namespace
 
 ExpertParallelGroup::ExpertParallelGroup(Communicator* comm, int num_experts, int width, std::int64_t capacity_rows,
@@ -159,17 +174,7 @@ void ExpertParallelGroup::plan_blocks(ExpertRouting& r) const {
 
 void ExpertParallelGroup::permute(const ExpertRouting& r, const View1<const float>& from, const View1<float>& to,
                                   bool to_staging) const {
-  using Policy = Kokkos::TeamPolicy<ExecSpace>;
-  const View1<const std::int64_t> blocks = r.blocks;
-  const std::int64_t C = width_;
-  const int nblocks = static_cast<int>(r.rows_from.size());
-  Kokkos::parallel_for(
-      "ep_permute", Policy(nblocks, Kokkos::AUTO), KOKKOS_LAMBDA(const Policy::member_type& team) {
-        const std::int64_t b = team.league_rank();
-        const std::int64_t staging = blocks(3 * b), received = blocks(3 * b + 1), n = blocks(3 * b + 2);
-        const std::int64_t src = (to_staging ? received : staging) * C, dst = (to_staging ? staging : received) * C;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * C), [&](std::int64_t i) { to(dst + i) = from(src + i); });
-      });
+  copy_blocks(r.blocks, static_cast<int>(r.rows_from.size()), width_, from, to, to_staging);
 }
 
 View1<float> ExpertParallelGroup::exchange_rows_in(const ExpertRouting& r, const View1<const float>& rows) {
