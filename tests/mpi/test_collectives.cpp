@@ -138,6 +138,82 @@ FSDPP_COLLECTIVES_AT(2)
 FSDPP_COLLECTIVES_AT(3)
 FSDPP_COLLECTIVES_AT(4)
 
+namespace {
+
+// all_to_all_v: how many elements rank `from` sends rank `to` in `trial`, known to every rank without asking:
+// a hash, so the counts are irregular, with zeros (a third of them), and in trial 0 every rank sends only to
+// rank 0 (so the others receive nothing).
+std::size_t exchanged(int trial, int from, int to) {
+  if (trial == 0) return to == 0 ? 37 + 5 * from : 0;
+  const unsigned h = static_cast<unsigned>(trial * 7919 + from * 104729 + to * 1299709) * 2654435761u;
+  return (h >> 7) % 3 == 0 ? 0 : (h >> 11) % 300;
+}
+// The value of element i of the block `from` sends `to`: exact in f32 and i64, and different for every element.
+double exchanged_value(int from, int to, std::size_t i) { return from * 1000000.0 + to * 100000.0 + double(i); }
+
+template <class T>
+void check_all_to_all(Communicator& comm, int trial, bool asynchronous) {
+  const int n = comm.size(), r = comm.rank();
+  // Send blocks in peer order with a one-element gap after each (displacements are honoured, not assumed
+  // contiguous); receive blocks in reverse peer order.
+  std::vector<std::size_t> sc(n), sd(n), rc(n), rd(n);
+  std::size_t send_total = 0, recv_total = 0;
+  for (int p = 0; p < n; ++p) {
+    sc[p] = exchanged(trial, r, p);
+    sd[p] = send_total;
+    send_total += sc[p] + 1;
+    rc[p] = exchanged(trial, p, r);
+  }
+  for (int p = n - 1; p >= 0; --p) {
+    rd[p] = recv_total;
+    recv_total += rc[p];
+  }
+  std::vector<T> send(send_total, T(-1)), recv(recv_total, T(-7));
+  for (int p = 0; p < n; ++p)
+    for (std::size_t i = 0; i < sc[p]; ++i) send[sd[p] + i] = static_cast<T>(exchanged_value(r, p, i));
+  const AllToAllCounts counts{sc.data(), sd.data(), rc.data(), rd.data()};
+  const std::uint64_t issued = comm.issued();
+  auto entry = [&] {
+    for (const CommEntry& e : FlightRecorder::comms())
+      if (e.id == comm.flight_id()) return e;
+    return CommEntry{};
+  };
+  const CommEntry before = entry();
+  if (asynchronous) comm.all_to_all_v_async(send.data(), recv.data(), counts, dtype_of_v<T>)->wait();
+  else comm.all_to_all_v(send.data(), recv.data(), counts);
+  CHECK(comm.issued() == issued + 1);
+  // The traffic counters: this rank's payload (all it sends) and the bytes that leave it (to the other ranks).
+  const CommEntry after = entry();
+  std::size_t to_others = 0;
+  for (int p = 0; p < n; ++p) to_others += p == r ? 0 : sc[p];
+  CHECK(after.payload_bytes - before.payload_bytes == (send_total - n) * sizeof(T));
+  CHECK(after.ring_bytes_out - before.ring_bytes_out == to_others * sizeof(T));
+  int wrong = 0;
+  for (int p = 0; p < n; ++p)
+    for (std::size_t i = 0; i < rc[p]; ++i) wrong += static_cast<double>(recv[rd[p] + i]) != exchanged_value(p, r, i);
+  CHECK(wrong == 0);
+}
+
+}  // namespace
+
+#define FSDPP_ALL_TO_ALL_AT(NP)                                                                          \
+  MPI_TEST_CASE("collectives: all_to_all_v on " #NP " rank(s), irregular counts with zeros", NP) {       \
+    MpiCommunicator comm(test_comm);                                                                     \
+    for (const auto& c : algorithm_cases()) {                                                            \
+      CAPTURE(c.name);                                                                                   \
+      comm.set_algorithms(c.algorithms);                                                                 \
+      for (int trial = 0; trial < 4; ++trial) {                                                          \
+        CAPTURE(trial);                                                                                  \
+        check_all_to_all<float>(comm, trial, trial % 2 == 1);                                            \
+        check_all_to_all<std::int64_t>(comm, trial, trial % 2 == 0);                                     \
+      }                                                                                                  \
+    }                                                                                                    \
+  }
+FSDPP_ALL_TO_ALL_AT(1)
+FSDPP_ALL_TO_ALL_AT(2)
+FSDPP_ALL_TO_ALL_AT(3)
+FSDPP_ALL_TO_ALL_AT(4)
+
 MPI_TEST_CASE("collectives: raw bytes gather and broadcast; reducing them is refused", 2) {
   MpiCommunicator comm(test_comm);
   std::string mine = test_rank == 0 ? "abc" : "xyz";

@@ -100,6 +100,36 @@ MPI_TEST_CASE("mesh: 3-D on 4 ranks, and flattening non-adjacent dimensions", 4)
   check_groups_are_real(deep, test_rank);
 }
 
+MPI_TEST_CASE("mesh: expert parallelism cuts dp_shard into (dp_shard / ep) x ep, ep consecutive and outside tp", 4) {
+  // dp_shard 4, ep 2: ep groups {0,1} {2,3}; the ranks holding the same experts {0,2} {1,3}.
+  DeviceMesh flat(test_comm, {{"dp_shard", 4}});
+  DeviceMesh ep = flat.split("dp_shard", 2, "dp_shard_mod_ep", "ep");
+  CHECK(ep.ndim() == 2);
+  CHECK(ep.name(0) == "dp_shard_mod_ep");
+  CHECK(ep.describe() == "dp_shard_mod_ep=2 x ep=2 (4 ranks, mpi)");
+  CHECK(ep.group_world_ranks(1) == (test_rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}));
+  CHECK(ep.group_world_ranks(0) == (test_rank % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3}));
+  check_groups_are_real(ep, test_rank);
+  CHECK(ep.comm("ep").label() == "ep");
+  // With tp inside: dp_shard 2 x tp 2; dp_shard's group of rank 0 is {0, 2}, which ep 2 takes whole.
+  DeviceMesh with_tp(test_comm, {{"dp_shard", 2}, {"tp", 2}});
+  DeviceMesh ep_tp = with_tp.split("dp_shard", 2, "dp_shard_mod_ep", "ep");
+  CHECK(ep_tp.group_world_ranks(1) == (test_rank % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3}));
+  CHECK(ep_tp.group_world_ranks(0) == std::vector<int>{test_rank});
+  check_groups_are_real(ep_tp, test_rank);
+  // HSDP: replicate 2 x shard 2, ep 2 inside each shard group.
+  DeviceMesh hsdp(test_comm, {{"dp_replicate", 2}, {"dp_shard", 2}});
+  DeviceMesh ep_hsdp = hsdp.split("dp_shard", 2, "dp_shard_mod_ep", "ep");
+  CHECK(ep_hsdp.group_world_ranks(1) == hsdp.group_world_ranks(1));
+  check_groups_are_real(ep_hsdp, test_rank);
+  CHECK_THROWS_WITH_AS(flat.split("dp_shard", 3, "dp_shard_mod_ep", "ep"),
+                       doctest::Contains("dp_shard (4) cannot be cut into groups of 3 consecutive ranks"), UsageError);
+  // The planning mesh gives the same groups without MPI.
+  DeviceMesh planned = DeviceMesh::planning({{"dp_shard", 4}}, 4, 3).split("dp_shard", 2, "dp_shard_mod_ep", "ep");
+  CHECK(planned.group_world_ranks(1) == std::vector<int>{2, 3});
+  CHECK(planned.coordinate(1) == 1);
+}
+
 MPI_TEST_CASE("mesh: 3-D on 2 ranks", 2) {
   DeviceMesh mesh(test_comm, {{"x", 1}, {"y", -1}, {"z", 1}});
   CHECK(mesh.dim_size(1) == 2);

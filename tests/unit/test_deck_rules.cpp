@@ -131,6 +131,59 @@ TEST_CASE("deck rules: tensor parallelism splits whole heads, the MLP width and 
             .rfind("override 'train.micro_batch=1': mesh.tp_sequence_parallel splits", 0) == 0);
 }
 
+TEST_CASE("deck rules: expert parallelism needs experts to split, and divides them and the shard group") {
+  fsdpp::ModelConfig moe = llama(4, 2, 176);
+  moe.arch = fsdpp::ModelArch::qwen3_moe;
+  moe.moe.num_experts = 8;
+  fsdpp::MeshConfig mesh;
+  mesh.ep = 4;
+  fsdpp::check_expert_parallel(moe, mesh, 8);   // sound: 8 experts, 2 per rank; dp_shard 8 = 2 x 4
+  fsdpp::check_expert_parallel(moe, mesh, -1);  // dp_shard inferred: checked at launch
+  CHECK(broken([&] { fsdpp::check_expert_parallel(moe, mesh, 6); }) ==
+        std::pair<std::vector<std::string>, std::string>{
+            {"mesh.ep", "mesh.dp_shard"},
+            "mesh.ep (4) must divide mesh.dp_shard (6): expert parallelism splits the shard group into dp_shard / ep "
+            "groups of ep consecutive ranks"});
+  moe.moe.num_experts = 6;
+  CHECK(broken([&] { fsdpp::check_expert_parallel(moe, mesh, 8); }) ==
+        std::pair<std::vector<std::string>, std::string>{
+            {"mesh.ep", "model.moe.num_experts"},
+            "mesh.ep (4) must divide model.moe.num_experts (6): each expert-parallel rank holds the same number of "
+            "whole experts"});
+  CHECK(broken([&] { fsdpp::check_expert_parallel(llama(4, 2, 176), mesh, 8); }).first ==
+        std::vector<std::string>{"mesh.ep", "model.arch"});
+  CHECK(broken([&] { fsdpp::check_expert_parallel(llama(4, 2, 176), mesh, 8); }).second ==
+        "mesh.ep (4) splits the experts of a mixture-of-experts model, but model.arch llama has none: use qwen3_moe "
+        "or mixtral, or remove mesh.ep");
+  mesh.ep = 0;
+  CHECK(broken([&] { fsdpp::check_expert_parallel(moe, mesh, 8); }).second ==
+        "mesh.ep (0) must be at least 1 (1: no expert parallelism)");
+  mesh.ep = 1;
+  fsdpp::check_expert_parallel(llama(4, 2, 176), mesh, 3);  // no expert parallelism: nothing to check
+  // In a deck, at file:line:col of the key set last.
+  CHECK(deck_error("train: {steps: 5}\nmesh: {dp_shard: 4, ep: 2}\n") ==
+        "deck.yaml:2:25: mesh.ep (2) splits the experts of a mixture-of-experts model, but model.arch gpt2 has none: "
+        "use qwen3_moe or mixtral, or remove mesh.ep");
+  CHECK(deck_error("train: {steps: 5}\nmodel: {arch: mixtral}\nmesh: {dp_shard: 6, ep: 4}\n")
+            .rfind("deck.yaml:3:25: mesh.ep (4) must divide mesh.dp_shard (6)", 0) == 0);
+  // The launch: dp_shard -1 resolved from the job size, by parallel_layout with the same words.
+  Deck d = parse_deck("train: {steps: 5}\nmodel: {arch: mixtral}\nmesh: {ep: 4}\n", "deck.yaml");
+  CHECK_THROWS_WITH_AS(fsdpp::parallel_layout(d, 6), doctest::Contains("mesh.ep (4) must divide mesh.dp_shard (6)"),
+                       DeckRuleError);
+  const fsdpp::ParallelLayout layout = fsdpp::parallel_layout(d, 8);
+  CHECK(layout.ep == 4);
+  // Parallelism builds the expert groups over the layout's mesh (here a planning one, seen from world rank 5).
+  fsdpp::Parallelism par(layout, std::make_unique<fsdpp::DeviceMesh>(fsdpp::DeviceMesh::planning(layout.mesh, 8, 5)),
+                         MPI_COMM_NULL);
+  REQUIRE(par.expert_parallel_group() != nullptr);
+  CHECK(par.expert_parallel_group()->size() == 4);
+  CHECK(par.expert_parallel_group()->rank() == 1);
+  CHECK(par.expert_data_parallel_group()->size() == 2);
+  CHECK(par.describe_expert_groups() ==
+        "expert parallel over ep=4 (world ranks 4,5,6,7: consecutive ranks of dp_shard, outside tp); experts' data "
+        "parallel dp_shard_mod_ep=2 (world ranks 1,5: the ranks holding the same experts)");
+}
+
 TEST_CASE("deck rules: strategy and mesh combinations are refused in the deck and by parallel_layout alike") {
   fsdpp::FsdpConfig fsdp;
   fsdpp::MeshConfig mesh;

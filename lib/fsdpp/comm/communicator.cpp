@@ -2,6 +2,7 @@
 
 #include "fsdpp/observe/collective_faults.hpp"
 #include "fsdpp/observe/timeline.hpp"
+#include "fsdpp/runtime/error.hpp"
 
 namespace fsdpp {
 
@@ -18,8 +19,22 @@ std::uint64_t ring_bytes_sent(CollectiveOp op, std::size_t count, DType dtype, i
     case CollectiveOp::all_reduce: return 2 * (n - 1) * bytes / n;
     case CollectiveOp::broadcast: return (rank + 1) % ranks == root ? 0 : bytes;
     case CollectiveOp::barrier: return 0;
+    case CollectiveOp::all_to_all: return 0;  // per-peer counts: all_to_all_bytes_to_peers
   }
   return 0;
+}
+
+std::size_t all_to_all_send_total(const AllToAllCounts& counts, int ranks) {
+  std::size_t total = 0;
+  for (int p = 0; p < ranks; ++p) total += counts.send_counts[p];
+  return total;
+}
+
+std::uint64_t all_to_all_bytes_to_peers(const AllToAllCounts& counts, int ranks, int rank, DType dtype) {
+  std::uint64_t elements = 0;
+  for (int p = 0; p < ranks; ++p)
+    if (p != rank) elements += counts.send_counts[p];
+  return elements * dtype_size(dtype);
 }
 
 namespace {
@@ -64,19 +79,21 @@ void Communicator::set_members(std::vector<int> world_ranks) {
   FlightRecorder::set_members(flight_id_, std::move(world_ranks), rank());
 }
 
-std::optional<CollectiveTicket> Communicator::issue(CollectiveOp op, std::size_t count, DType dtype, int root) {
+std::optional<CollectiveTicket> Communicator::issue(CollectiveOp op, std::size_t count, DType dtype, int root,
+                                                    std::optional<std::uint64_t> bytes_out) {
   const std::uint64_t seq = issued_.load(std::memory_order_relaxed) + 1;
   if (collective_fault_armed() && take_collective_skip(label_, seq)) return std::nullopt;
   issued_.store(seq, std::memory_order_relaxed);
   return FlightRecorder::issue(flight_id_, seq, op, count, dtype,
-                               ring_bytes_sent(op, count, dtype, size(), rank(), root, backend()));
+                               bytes_out ? *bytes_out : ring_bytes_sent(op, count, dtype, size(), rank(), root, backend()));
 }
 
 // A backend that throws before the collective starts (a bad argument) leaves a failed record, not one that
 // looks in flight forever.
 template <class Start>
-WorkHandle Communicator::issue_async(CollectiveOp op, std::size_t count, DType dtype, int root, Start&& start) {
-  const std::optional<CollectiveTicket> ticket = issue(op, count, dtype, root);
+WorkHandle Communicator::issue_async(CollectiveOp op, std::size_t count, DType dtype, int root, Start&& start,
+                                     std::optional<std::uint64_t> bytes_out) {
+  const std::optional<CollectiveTicket> ticket = issue(op, count, dtype, root, bytes_out);
   if (!ticket) return std::make_unique<SkippedWork>();
   try {
     WorkHandle work = start(*ticket);
@@ -89,8 +106,9 @@ WorkHandle Communicator::issue_async(CollectiveOp op, std::size_t count, DType d
 }
 
 template <class Run>
-void Communicator::issue_blocking(CollectiveOp op, std::size_t count, DType dtype, int root, Run&& run) {
-  const std::optional<CollectiveTicket> ticket = issue(op, count, dtype, root);
+void Communicator::issue_blocking(CollectiveOp op, std::size_t count, DType dtype, int root, Run&& run,
+                                  std::optional<std::uint64_t> bytes_out) {
+  const std::optional<CollectiveTicket> ticket = issue(op, count, dtype, root, bytes_out);
   if (!ticket) return;
   const bool timed = Timeline::recording();
   const double t0 = timed ? FlightRecorder::now_s() : 0;
@@ -153,6 +171,29 @@ void Communicator::broadcast(void* buf, std::size_t count, DType dtype, int root
 
 void Communicator::barrier() {
   issue_blocking(CollectiveOp::barrier, 0, DType::bytes, -1, [&](const CollectiveTicket& t) { run_barrier(t); });
+}
+
+WorkHandle Communicator::all_to_all_v_async(const void* send, void* recv, const AllToAllCounts& counts, DType dtype) {
+  FSDPP_CHECK(counts.send_counts && counts.send_displs && counts.recv_counts && counts.recv_displs,
+              "all_to_all_v on {}: every per-peer array (send/recv counts and displacements) must be given", label_);
+  return issue_async(
+      CollectiveOp::all_to_all, all_to_all_send_total(counts, size()), dtype, -1,
+      [&](const CollectiveTicket& t) { return start_all_to_all_v(send, recv, counts, dtype, t); },
+      all_to_all_bytes_to_peers(counts, size(), rank(), dtype));
+}
+
+void Communicator::all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype) {
+  FSDPP_CHECK(counts.send_counts && counts.send_displs && counts.recv_counts && counts.recv_displs,
+              "all_to_all_v on {}: every per-peer array (send/recv counts and displacements) must be given", label_);
+  issue_blocking(
+      CollectiveOp::all_to_all, all_to_all_send_total(counts, size()), dtype, -1,
+      [&](const CollectiveTicket& t) { run_all_to_all_v(send, recv, counts, dtype, t); },
+      all_to_all_bytes_to_peers(counts, size(), rank(), dtype));
+}
+
+WorkHandle Communicator::start_all_to_all_v(const void*, void*, const AllToAllCounts&, DType, const CollectiveTicket&) {
+  throw Error(fmt::format("all_to_all_v: the {} communicator of {} has no all-to-all ({})",
+                          comm_backend_name(backend()), label_, describe()));
 }
 
 }  // namespace fsdpp

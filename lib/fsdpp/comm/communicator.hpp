@@ -10,6 +10,9 @@
 //                   In place when send == recv + rank() * count.
 //   reduce_scatter: send [n * count] -> recv [count], block rank() of the reduction over ranks.
 //   all_reduce:     buf [count], in place.   broadcast: buf [count], in place, from `root`.
+//   all_to_all_v:   per peer p, send [send_counts[p]] from send + send_displs[p] to p, and recv
+//                   [recv_counts[p]] from p into recv + recv_displs[p] (elements; AllToAllCounts below). Not in
+//                   place. Every rank's recv_counts[p] must equal peer p's send_counts[rank()].
 //
 // The public operations are not virtual: each one first goes through issue(), which numbers it on this
 // communicator, counts its traffic and records it in the flight recorder (observe/flight_recorder.hpp), and only
@@ -50,6 +53,21 @@ struct ReduceScatterOptions {
   double post_scale = 1.0;
 };
 
+// The per-peer layout of one all_to_all_v: four arrays of size() elements each, owned by the caller, which must
+// keep them alive (and unchanged) until the collective completes: an asynchronous MPI exchange reads them on the
+// communication thread. Pointers rather than vectors so a caller that exchanges every step allocates nothing.
+struct AllToAllCounts {
+  const std::size_t* send_counts = nullptr;
+  const std::size_t* send_displs = nullptr;
+  const std::size_t* recv_counts = nullptr;
+  const std::size_t* recv_displs = nullptr;
+};
+
+// Elements this rank sends in all, and bytes it sends to the other ranks (what the traffic counters add up for
+// an all_to_all_v: each peer's block goes straight to that peer, not around a ring).
+std::size_t all_to_all_send_total(const AllToAllCounts& counts, int ranks);
+std::uint64_t all_to_all_bytes_to_peers(const AllToAllCounts& counts, int ranks, int rank, DType dtype);
+
 // A started collective. wait() returns once the result may be used (on the host for MPI; by work issued
 // afterwards on the compute stream for NCCL) and rethrows the collective's error, if it failed.
 // Destroying a handle that was not waited on waits, so buffers never outlive their collective.
@@ -88,12 +106,14 @@ class Communicator {
   WorkHandle all_reduce_async(void* buf, std::size_t count, DType dtype, ReduceOp op);
   WorkHandle broadcast_async(void* buf, std::size_t count, DType dtype, int root);
   WorkHandle barrier_async();
+  WorkHandle all_to_all_v_async(const void* send, void* recv, const AllToAllCounts& counts, DType dtype);
 
   void all_gather(const void* send, void* recv, std::size_t count, DType dtype);
   void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceScatterOptions options = {});
   void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op);
   void broadcast(void* buf, std::size_t count, DType dtype, int root);
   void barrier();
+  void all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype);
 
   // Typed conveniences: the dtype follows from the element type.
   template <class T> void all_gather(const T* send, T* recv, std::size_t count) {
@@ -107,6 +127,9 @@ class Communicator {
   }
   template <class T> void broadcast(T* buf, std::size_t count, int root) {
     broadcast(buf, count, dtype_of_v<T>, root);
+  }
+  template <class T> void all_to_all_v(const T* send, T* recv, const AllToAllCounts& counts) {
+    all_to_all_v(send, recv, counts, dtype_of_v<T>);
   }
 
  protected:
@@ -128,6 +151,9 @@ class Communicator {
   virtual WorkHandle start_broadcast(void* buf, std::size_t count, DType dtype, int root,
                                      const CollectiveTicket& ticket) = 0;
   virtual WorkHandle start_barrier(const CollectiveTicket& ticket) = 0;
+  // Backends without an all-to-all (a planning mesh) keep this default, which refuses.
+  virtual WorkHandle start_all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype,
+                                        const CollectiveTicket& ticket);
   virtual void run_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
                               const CollectiveTicket& ticket) {
     start_all_gather(send, recv, count, dtype, ticket)->wait();
@@ -143,13 +169,23 @@ class Communicator {
     start_broadcast(buf, count, dtype, root, ticket)->wait();
   }
   virtual void run_barrier(const CollectiveTicket& ticket) { start_barrier(ticket)->wait(); }
+  virtual void run_all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype,
+                                const CollectiveTicket& ticket) {
+    start_all_to_all_v(send, recv, counts, dtype, ticket)->wait();
+  }
 
  private:
   // Numbers, counts and records one collective; nullopt when a test's fault switch makes this rank skip it
   // (observe/collective_faults.hpp).
-  std::optional<CollectiveTicket> issue(CollectiveOp op, std::size_t count, DType dtype, int root = -1);
-  template <class Start> WorkHandle issue_async(CollectiveOp op, std::size_t count, DType dtype, int root, Start&& start);
-  template <class Run> void issue_blocking(CollectiveOp op, std::size_t count, DType dtype, int root, Run&& run);
+  // `bytes_out`: the bytes counted as sent to other ranks; by default ring_bytes_sent.
+  std::optional<CollectiveTicket> issue(CollectiveOp op, std::size_t count, DType dtype, int root,
+                                        std::optional<std::uint64_t> bytes_out);
+  template <class Start>
+  WorkHandle issue_async(CollectiveOp op, std::size_t count, DType dtype, int root, Start&& start,
+                         std::optional<std::uint64_t> bytes_out = std::nullopt);
+  template <class Run>
+  void issue_blocking(CollectiveOp op, std::size_t count, DType dtype, int root, Run&& run,
+                      std::optional<std::uint64_t> bytes_out = std::nullopt);
 
   std::string label_ = "a group";
   std::uint32_t flight_id_ = 0;

@@ -1,10 +1,12 @@
 #include "fsdpp/comm/mpi_communicator.hpp"
 
 #include "fsdpp/comm/group_members.hpp"
+#include "fsdpp/comm/large_count.hpp"
 #include "fsdpp/comm/mpi_algorithms.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/observe/watchdog.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -210,6 +212,71 @@ WorkHandle MpiCommunicator::start_barrier(const CollectiveTicket& t) {
 }
 void MpiCommunicator::run_barrier(const CollectiveTicket& t) {
   executor_.run_inline([&] { do_barrier(t); });
+}
+
+// One exchange per peer: MPI_Alltoallv when its int counts can say it, else the pieces of each block posted as
+// nonblocking sends and receives (one tag, matched in order: MPI keeps the order of messages between two ranks).
+void MpiCommunicator::do_all_to_all_v(const void* send, void* recv, const AllToAllCounts& k, DType dtype,
+                                      const CollectiveTicket& t) {
+  const CollectiveWatchdog::Scope watched(t);
+  const std::size_t limit = std::min<std::size_t>(algorithms_.max_message_elements, INT_MAX);
+  bool fits = true;
+  for (int p = 0; p < size_; ++p)
+    fits = fits && k.send_counts[p] <= limit && k.send_displs[p] <= limit && k.recv_counts[p] <= limit &&
+           k.recv_displs[p] <= limit;
+  const MPI_Datatype type = mpi_algorithms::wire_type(dtype);
+  if (fits) {
+    alltoall_ints_.resize(4 * static_cast<std::size_t>(size_));
+    int* sc = alltoall_ints_.data();
+    int *sd = sc + size_, *rc = sd + size_, *rd = rc + size_;
+    for (int p = 0; p < size_; ++p) {
+      sc[p] = static_cast<int>(k.send_counts[p]);
+      sd[p] = static_cast<int>(k.send_displs[p]);
+      rc[p] = static_cast<int>(k.recv_counts[p]);
+      rd[p] = static_cast<int>(k.recv_displs[p]);
+    }
+    FSDPP_MPI_CHECK(MPI_Alltoallv(send, sc, sd, type, recv, rc, rd, type, comm_));
+    return;
+  }
+  const std::size_t elem = dtype_size(dtype);
+  constexpr int kTag = 37;
+  alltoall_requests_.clear();
+  for (int p = 0; p < size_; ++p) {
+    unsigned char* in = static_cast<unsigned char*>(recv) + k.recv_displs[p] * elem;
+    PiecePlan(k.recv_counts[p], limit).for_each([&](Piece piece) {
+      alltoall_requests_.emplace_back();
+      FSDPP_MPI_CHECK(MPI_Irecv(in + piece.offset * elem, piece.count, type, p, kTag, comm_, &alltoall_requests_.back()));
+    });
+  }
+  for (int p = 0; p < size_; ++p) {
+    const unsigned char* out = static_cast<const unsigned char*>(send) + k.send_displs[p] * elem;
+    PiecePlan(k.send_counts[p], limit).for_each([&](Piece piece) {
+      alltoall_requests_.emplace_back();
+      FSDPP_MPI_CHECK(
+          MPI_Isend(out + piece.offset * elem, piece.count, type, p, kTag, comm_, &alltoall_requests_.back()));
+    });
+  }
+  FSDPP_MPI_CHECK(MPI_Waitall(static_cast<int>(alltoall_requests_.size()), alltoall_requests_.data(),
+                              MPI_STATUSES_IGNORE));
+}
+
+// The task reads the caller's count arrays on the communication thread: they must live until wait()
+// (AllToAllCounts, communicator.hpp).
+#define FSDPP_CHECK_ALL_TO_ALL()                                                                         \
+  for (int p = 0; p < size_; ++p) {                                                                      \
+    check_buffer(send, counts.send_counts[p], "send", "all_to_all_v");                                  \
+    check_buffer(recv, counts.recv_counts[p], "recv", "all_to_all_v");                                  \
+  }
+
+WorkHandle MpiCommunicator::start_all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype,
+                                               const CollectiveTicket& t) {
+  FSDPP_CHECK_ALL_TO_ALL();
+  return start([this, send, recv, counts, dtype, t] { do_all_to_all_v(send, recv, counts, dtype, t); });
+}
+void MpiCommunicator::run_all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype,
+                                       const CollectiveTicket& t) {
+  FSDPP_CHECK_ALL_TO_ALL();
+  executor_.run_inline([&] { do_all_to_all_v(send, recv, counts, dtype, t); });
 }
 
 }  // namespace fsdpp

@@ -12,6 +12,8 @@
 //                  ring_all_reduce_min_bytes (measured: at 64 MiB MPI_Allreduce ran 2.5 GB/s, the ring 7; at 32 MiB and
 //                  below MPI_Allreduce was as fast or faster once the runtime's malloc tuning recycles its buffers)
 //                  | native: MPI_Allreduce (max always uses it)
+//   all_to_all_v   MPI_Alltoallv when every count and displacement fits an int (and max_message_elements);
+//                  otherwise every peer's block as MPI_Isend/Irecv pieces of at most max_message_elements
 // Environment: FSDPP_MPI_ALLGATHER=native|ring, FSDPP_MPI_REDUCE_SCATTER=ring|native,
 //              FSDPP_MPI_ALLREDUCE=ring|native, FSDPP_MPI_ALLREDUCE_RING_MIN_BYTES=<bytes>,
 //              FSDPP_MPI_SEGMENT_BYTES=<bytes of one ring message>.
@@ -63,6 +65,8 @@ class MpiCommunicator final : public Communicator {
                               const CollectiveTicket& ticket) override;
   WorkHandle start_broadcast(void* buf, std::size_t count, DType dtype, int root, const CollectiveTicket& ticket) override;
   WorkHandle start_barrier(const CollectiveTicket& ticket) override;
+  WorkHandle start_all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype,
+                                const CollectiveTicket& ticket) override;
 
   void run_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
                       const CollectiveTicket& ticket) override;
@@ -71,6 +75,8 @@ class MpiCommunicator final : public Communicator {
   void run_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op, const CollectiveTicket& ticket) override;
   void run_broadcast(void* buf, std::size_t count, DType dtype, int root, const CollectiveTicket& ticket) override;
   void run_barrier(const CollectiveTicket& ticket) override;
+  void run_all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype,
+                        const CollectiveTicket& ticket) override;
 
  private:
   // Run on whichever thread executes the collective, inside a CollectiveWatchdog::Scope (start, end, watchdog).
@@ -80,6 +86,8 @@ class MpiCommunicator final : public Communicator {
   void do_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op, const CollectiveTicket& t);
   void do_broadcast(void* buf, std::size_t count, DType dtype, int root, const CollectiveTicket& t);
   void do_barrier(const CollectiveTicket& t);
+  void do_all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype,
+                       const CollectiveTicket& t);
   WorkHandle start(std::function<void()> task);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -88,6 +96,8 @@ class MpiCommunicator final : public Communicator {
   // Scratch reused across calls (only the executing collective touches it): allocating tens of MiB per call
   // would cost page faults comparable to the transfer itself.
   std::vector<unsigned char> scratch_;
+  std::vector<int> alltoall_ints_;            // MPI_Alltoallv's int counts and displacements, 4 x size
+  std::vector<MPI_Request> alltoall_requests_;  // the pieces of a large all_to_all_v
   OrderedExecutor executor_;
 };
 

@@ -357,6 +357,35 @@ WorkHandle NcclCommunicator::start_barrier(const CollectiveTicket& ticket) {
   });
 }
 
+// NCCL reads the counts while enqueuing, so the caller's arrays need only outlive this call. Zero-count peers
+// post nothing; NCCL matches each pair's send and receive inside the group, self included.
+WorkHandle NcclCommunicator::start_all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype,
+                                                const CollectiveTicket& ticket) {
+  const std::size_t elem = dtype_size(dtype);
+  std::size_t received = 0;
+  for (int p = 0; p < size_; ++p) received += counts.recv_counts[p];
+  require_device_memory(send, all_to_all_send_total(counts, size_), "all_to_all_v", "send buffer");
+  require_device_memory(recv, received, "all_to_all_v", "receive buffer");
+  const ncclDataType_t type = nccl_type(dtype);
+  return launch(ticket, [&] {
+    NCCL_CHECK(ncclGroupStart());
+    for (int p = 0; p < size_; ++p) {
+      if (counts.send_counts[p] > 0)
+        NCCL_CHECK(ncclSend(static_cast<const unsigned char*>(send) + counts.send_displs[p] * elem,
+                            counts.send_counts[p], type, p, comm_, stream_));
+      if (counts.recv_counts[p] > 0)
+        NCCL_CHECK(ncclRecv(static_cast<unsigned char*>(recv) + counts.recv_displs[p] * elem, counts.recv_counts[p],
+                            type, p, comm_, stream_));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
+void NcclCommunicator::run_all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype,
+                                        const CollectiveTicket& ticket) {
+  wait_on_host(start_all_to_all_v(send, recv, counts, dtype, ticket));
+}
+
 void NcclCommunicator::run_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
                                       const CollectiveTicket& ticket) {
   wait_on_host(start_all_gather(send, recv, count, dtype, ticket));

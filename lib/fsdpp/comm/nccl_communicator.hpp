@@ -55,6 +55,9 @@ class NcclCommunicator final : public Communicator {
                               const CollectiveTicket& ticket) override;
   WorkHandle start_broadcast(void* buf, std::size_t count, DType dtype, int root, const CollectiveTicket& ticket) override;
   WorkHandle start_barrier(const CollectiveTicket& ticket) override;
+  // A grouped ncclSend/ncclRecv per peer (ncclGroupStart/End), on the communicator's stream.
+  WorkHandle start_all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype,
+                                const CollectiveTicket& ticket) override;
 
   void run_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
                       const CollectiveTicket& ticket) override;
@@ -63,6 +66,8 @@ class NcclCommunicator final : public Communicator {
   void run_all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op, const CollectiveTicket& ticket) override;
   void run_broadcast(void* buf, std::size_t count, DType dtype, int root, const CollectiveTicket& ticket) override;
   void run_barrier(const CollectiveTicket& ticket) override;
+  void run_all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype,
+                        const CollectiveTicket& ticket) override;
 
  private:
   template <class Enqueue> WorkHandle launch(const CollectiveTicket& ticket, Enqueue&& enqueue);

@@ -209,6 +209,10 @@ struct MeshConfig {
   // Sequence parallelism (Megatron-SP): between the tensor-parallel regions the B*T token rows are split over
   // tp (norms, residual adds and the block outputs hold 1/tp of them); all-gather before, reduce-scatter after.
   bool tp_sequence_parallel = false;
+  // Expert parallelism (MoE models): each expert lives on one of ep ranks, which exchange tokens all-to-all.
+  // Borrowed from dp_shard as torchtitan does: dp_shard = (dp_shard / ep) x ep, ep the inner (consecutive)
+  // part; the dp_shard / ep ranks holding the same experts shard them (the experts' data parallelism). 1: none.
+  int ep = 1;
 };
 
 // The precision of every float GEMM (tensor/matmul.hpp); master weights, gradient reduction and optimizer

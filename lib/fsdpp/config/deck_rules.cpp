@@ -128,6 +128,27 @@ void check_tensor_parallel(const ModelConfig& m, int tp) {
   check_vocabulary_split(m.vocab_size, tp);
 }
 
+void check_expert_parallel(const ModelConfig& m, const MeshConfig& mesh, int shard_ranks) {
+  if (mesh.ep < 1) broken({"mesh.ep"}, "mesh.ep ({}) must be at least 1 (1: no expert parallelism)", mesh.ep);
+  if (mesh.ep == 1) return;
+  if (!is_moe_arch(m.arch))
+    broken({"mesh.ep", "model.arch"},
+           "mesh.ep ({}) splits the experts of a mixture-of-experts model, but model.arch {} has none: use qwen3_moe "
+           "or mixtral, or remove mesh.ep", mesh.ep, to_string(m.arch));
+  if (m.moe.num_experts % mesh.ep != 0)
+    broken({"mesh.ep", "model.moe.num_experts"},
+           "mesh.ep ({}) must divide model.moe.num_experts ({}): each expert-parallel rank holds the same number of "
+           "whole experts", mesh.ep, m.moe.num_experts);
+  if (mesh.dp_shard == 0)
+    broken({"mesh.ep", "mesh.dp_shard"},
+           "mesh.ep ({}) is taken from the mesh.dp_shard dimension, which this mesh lacks: set mesh.dp_shard to a "
+           "multiple of {} (or -1)", mesh.ep, mesh.ep);
+  if (shard_ranks > 0 && shard_ranks % mesh.ep != 0)
+    broken({"mesh.ep", "mesh.dp_shard"},
+           "mesh.ep ({}) must divide mesh.dp_shard ({}): expert parallelism splits the shard group into "
+           "dp_shard / ep groups of ep consecutive ranks", mesh.ep, shard_ranks);
+}
+
 void check_vocabulary_split(int vocab_size, int tp) {
   // torch.chunk: ceil(V / tp) rows per rank, so the trailing ranks may get fewer rows, or none.
   const std::int64_t per_rank = (std::int64_t{vocab_size} + tp - 1) / tp;

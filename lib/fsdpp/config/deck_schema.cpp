@@ -282,6 +282,12 @@ std::vector<Field> mesh_fields() {
                       "hold 1/tp of the micro-batch's B*T tokens (contiguous rows; the sequence when B is 1); an "
                       "all-gather enters and a reduce-scatter leaves each tensor-parallel region instead of one "
                       "all-reduce. B*T must be a multiple of mesh.tp."));
+  f.push_back(integer("mesh.ep", &Deck::mesh, &MeshConfig::ep, 1,
+                      "Expert parallelism (MoE architectures): the routed experts of every sparse layer are split "
+                      "over ep ranks, which send each token to its experts' ranks and back (all-to-all). ep is "
+                      "taken from mesh.dp_shard, as torchtitan does: dp_shard = (dp_shard / ep) x ep with ep the "
+                      "inner, consecutive ranks; the dp_shard / ep ranks that hold the same experts shard them. "
+                      "Must divide mesh.dp_shard and model.moe.num_experts. 1: none."));
   return f;
 }
 

@@ -348,6 +348,57 @@ DeviceMesh DeviceMesh::flatten(const std::vector<std::string>& names, const std:
   return flat;
 }
 
+DeviceMesh DeviceMesh::split(std::string_view name, int inner_size, const std::string& outer_name,
+                             const std::string& inner_name) const {
+  const auto& root_dims = root_->dims;
+  const int d = root_dim_of_[static_cast<std::size_t>(dim_index(name))];
+  FSDPP_REQUIRE(d >= 0, "split: '{}' is a flattened dimension; split an original one", name);
+  const int size = root_dims[static_cast<std::size_t>(d)].size;
+  FSDPP_REQUIRE(inner_size >= 1 && size % inner_size == 0,
+                "split: {} ({}) cannot be cut into groups of {} consecutive ranks; {} must divide {}", name, size,
+                inner_size, inner_name, size);
+  for (const auto& n : {outer_name, inner_name}) {
+    FSDPP_REQUIRE(valid_name(n), "split: new dimension name '{}' must be letters, digits or '_'", n);
+    for (const auto& existing : root_dims)
+      FSDPP_REQUIRE(existing.name != n, "split: '{}' already names a mesh dimension; choose another name", n);
+  }
+  // The root mesh with dimension d cut in two: (..., outer, inner, ...), row-major as ever.
+  std::vector<MeshDim> cut = root_dims;
+  cut[static_cast<std::size_t>(d)] = {outer_name, size / inner_size};
+  cut.insert(cut.begin() + d + 1, MeshDim{inner_name, inner_size});
+  std::vector<int> coords = root_->coords;
+  const int c = coords[static_cast<std::size_t>(d)];
+  coords[static_cast<std::size_t>(d)] = c / inner_size;
+  coords.insert(coords.begin() + d + 1, c % inner_size);
+
+  DeviceMesh out;
+  out.root_ = root_;
+  out.backend_ = backend_;
+  for (std::size_t part : {static_cast<std::size_t>(d), static_cast<std::size_t>(d) + 1}) {
+    auto group = std::make_shared<Group>();
+    group->name = cut[part].name;
+    group->size = cut[part].size;
+    group->coord = coords[part];
+    std::vector<bool> others(cut.size(), true);
+    others[part] = false;
+    std::vector<int> k = coords;
+    for (int i = 0; i < group->size; ++i) {
+      k[part] = i;
+      group->world_ranks.push_back(ravel(k, cut));
+    }
+    if (is_planning()) {
+      group->communicator = std::make_unique<PlanningCommunicator>(group->size, group->coord);
+    } else {
+      FSDPP_MPI_CHECK(MPI_Comm_split(root_->world, linear_index(coords, cut, others), group->coord, &group->comm));
+      group->communicator = make_communicator(backend_, group->comm);
+      group->communicator->set_label(group->name);
+    }
+    out.dims_.push_back(group);
+    out.root_dim_of_.push_back(-1);
+  }
+  return out;
+}
+
 std::string DeviceMesh::describe() const {
   std::string out;
   for (const auto& g : dims_) out += fmt::format("{}{}={}", out.empty() ? "" : " x ", g->name, g->size);

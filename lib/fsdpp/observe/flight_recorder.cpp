@@ -73,6 +73,7 @@ const char* collective_op_name(CollectiveOp op) {
     case CollectiveOp::all_reduce: return "all_reduce";
     case CollectiveOp::broadcast: return "broadcast";
     case CollectiveOp::barrier: return "barrier";
+    case CollectiveOp::all_to_all: return "all_to_all";
   }
   return "?";
 }

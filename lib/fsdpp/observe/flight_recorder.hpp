@@ -18,7 +18,7 @@
 
 namespace fsdpp {
 
-enum class CollectiveOp : std::uint8_t { all_gather, reduce_scatter, all_reduce, broadcast, barrier };
+enum class CollectiveOp : std::uint8_t { all_gather, reduce_scatter, all_reduce, broadcast, barrier, all_to_all };
 const char* collective_op_name(CollectiveOp op);
 
 enum class RecordState : std::uint8_t { issued, started, completed, failed };
@@ -39,7 +39,7 @@ struct FlightRecord {
   CollectiveOp op = CollectiveOp::barrier;
   DType dtype = DType::bytes;
   RecordState state = RecordState::issued;
-  std::uint64_t count = 0;         // elements per rank (all_gather: sent; reduce_scatter: received)
+  std::uint64_t count = 0;         // elements per rank (all_gather: sent; reduce_scatter: received; all_to_all: sent)
   std::int64_t step = 0;           // the optimizer step running when it was issued (0: none)
   const std::string* site = nullptr;  // interned: "h.1 forward all-gather", "h.1 backward (tensor parallel)"
   double issued_s = -1, started_s = -1, completed_s = -1;  // seconds since the recorder's epoch; -1: not yet

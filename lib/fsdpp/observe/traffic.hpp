@@ -5,7 +5,8 @@
 // two ends are on different hosts. That is what the inter-node links must carry, payload only, when the
 // collectives run as rings: fsdpp's own MPI rings (FSDPP_MPI_ALLGATHER=ring, reduce-scatter by default), NCCL's
 // rings, and any algorithm on a group of two ranks. tests/cluster/ compares it with the bytes counted on the
-// virtual nodes' links.
+// virtual nodes' links. An all_to_all (expert parallelism) sends each peer its block directly, not around a ring: it
+// counts every byte that leaves the rank, attributed to the ring edge, so its crossing share is an estimate.
 #include "fsdpp/observe/flight_recorder.hpp"
 
 #include <mpi.h>

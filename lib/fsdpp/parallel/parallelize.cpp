@@ -5,6 +5,7 @@
 #include "fsdpp/runtime/error.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace fsdpp {
 
@@ -69,6 +70,8 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   layout.exact_reduction = deck.train.reproducible;
   if (layout.exact_reduction) layout.sync_every_micro_batch = true;
   const int shard_ranks = layout.mesh.back().size;  // before tp joins the mesh
+  check_expert_parallel(deck.model, deck.mesh, shard_ranks);  // ep divides the resolved dp_shard
+  layout.ep = deck.mesh.ep;
   if (layout.tp > 1) layout.mesh.push_back({"tp", layout.tp});
 
   FullyShardOptions& block = layout.block_options;
@@ -122,10 +125,21 @@ Parallelism::Parallelism(ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh
   for (int d = 0; d < mesh_->ndim(); ++d)
     if (mesh_->name(d) != "tp") dp.push_back(mesh_->name(d));
   dp_mesh_ = std::make_unique<DeviceMesh>(mesh_->slice(dp));
+  // Collective over the world (every rank reads the same deck): after the dimensions' own communicators.
+  if (layout_.ep > 1)
+    ep_mesh_ = std::make_unique<DeviceMesh>(mesh_->split("dp_shard", layout_.ep, "dp_shard_mod_ep", "ep"));
   if (world != MPI_COMM_NULL) {
     host_world_ = std::make_unique<MpiCommunicator>(world);
     host_world_->set_label("the job's ranks (host scalars)");
   }
+}
+
+std::string Parallelism::describe_expert_groups() const {
+  if (!ep_mesh_) return "";
+  return fmt::format("expert parallel over ep={} (world ranks {}: consecutive ranks of dp_shard, outside tp); "
+                     "experts' data parallel dp_shard_mod_ep={} (world ranks {}: the ranks holding the same experts)",
+                     ep_mesh_->dim_size(1), fmt::join(ep_mesh_->group_world_ranks(1), ","), ep_mesh_->dim_size(0),
+                     fmt::join(ep_mesh_->group_world_ranks(0), ","));
 }
 
 Parallelism::~Parallelism() {

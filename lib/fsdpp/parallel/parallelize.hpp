@@ -41,6 +41,7 @@ struct ParallelLayout {
   std::vector<MeshDim> mesh;       // resolved sizes, outermost first; tp, when above 1, last
   int tp = 1;                      // tensor-parallel ranks (mesh.tp)
   bool sequence_parallel = false;  // mesh.tp_sequence_parallel (with tp > 1)
+  int ep = 1;                      // expert-parallel ranks (mesh.ep), inside the dp_shard dimension
   CommBackend backend = CommBackend::mpi;
   FullyShardOptions block_options, root_options;
   // fsdp.forward_prefetch / backward_prefetch: the depths are in the options; explicit per-unit lists are
@@ -100,6 +101,15 @@ class Parallelism {
   Communicator* tensor_parallel_group() const { return layout_.tp > 1 ? &mesh_->comm("tp") : nullptr; }
   FsdpGroup& root() const { return *root_; }
   std::string describe() const { return mesh_->describe(); }  // "dp_shard=4 (4 ranks, mpi)"
+  // With mesh.ep > 1, the expert groups as this rank sees them (world ranks): "expert parallel over ep=2 (world
+  // ranks 0,1) inside dp_shard; experts' data parallel dp_shard_mod_ep=2 (world ranks 0,2)"; "" without.
+  std::string describe_expert_groups() const;
+  // Expert parallelism (mesh.ep > 1; else null): the ep group (ep consecutive ranks of dp_shard, which split the
+  // experts and exchange tokens) and the experts' data-parallel group (the dp_shard / ep ranks holding the same
+  // experts, which shard their weights). dp_replicate, under HSDP, replicates the experts as it does the rest.
+  Communicator* expert_parallel_group() const { return ep_mesh_ ? &ep_mesh_->comm("ep") : nullptr; }
+  Communicator* expert_data_parallel_group() const { return ep_mesh_ ? &ep_mesh_->comm("dp_shard_mod_ep") : nullptr; }
+  const DeviceMesh* expert_mesh() const { return ep_mesh_.get(); }
 
   // Data parallelism: every rank of the data-parallel mesh takes its own sequences of each global batch; the
   // tp ranks of one data-parallel rank take the same ones.
@@ -136,6 +146,7 @@ class Parallelism {
   ParallelLayout layout_;
   std::unique_ptr<DeviceMesh> mesh_;
   std::unique_ptr<DeviceMesh> dp_mesh_;
+  std::unique_ptr<DeviceMesh> ep_mesh_;  // {dp_shard_mod_ep, ep} when mesh.ep > 1
   std::unique_ptr<MpiCommunicator> host_world_;  // host scalars; null on a planning mesh
   Module* model_ = nullptr;
   FsdpGroup* root_ = nullptr;

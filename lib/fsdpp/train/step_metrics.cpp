@@ -67,6 +67,7 @@ std::vector<std::string> parallelism_lines(const Parallelism& parallel, const st
                                 "row-parallel, vocabulary-parallel embedding and loss{}); fully_shard over {}",
                                 layout.tp, layout.sequence_parallel ? "; sequence parallel: norms and residuals "
                                 "hold 1/tp of the tokens" : "", parallel.data_parallel_mesh().describe()));
+  if (layout.ep > 1) lines.push_back(parallel.describe_expert_groups());
   lines.push_back(fmt::format("shards live in {} memory", parallel.root().parameters().front()->placement()->memory));
   const bool overlap = layout.block_options.overlap_reduction;
   int thread_level = MPI_THREAD_MULTIPLE;
