@@ -164,10 +164,10 @@ TEST_CASE("deck rules: expert parallelism needs experts to split, and divides th
   CHECK(deck_error("train: {steps: 5}\nmesh: {dp_shard: 4, ep: 2}\n") ==
         "deck.yaml:2:25: mesh.ep (2) splits the experts of a mixture-of-experts model, but model.arch gpt2 has none: "
         "use qwen3_moe or mixtral, or remove mesh.ep");
-  CHECK(deck_error("train: {steps: 5}\nmodel: {arch: mixtral}\nmesh: {dp_shard: 6, ep: 4}\n")
+  CHECK(deck_error("train: {steps: 5}\nmodel: {arch: mixtral, moe: {expert_ffn_hidden: 8}}\nmesh: {dp_shard: 6, ep: 4}\n")
             .rfind("deck.yaml:3:25: mesh.ep (4) must divide mesh.dp_shard (6)", 0) == 0);
   // The launch: dp_shard -1 resolved from the job size, by parallel_layout with the same words.
-  Deck d = parse_deck("train: {steps: 5}\nmodel: {arch: mixtral}\nmesh: {ep: 4}\n", "deck.yaml");
+  Deck d = parse_deck("train: {steps: 5}\nmodel: {arch: mixtral, moe: {expert_ffn_hidden: 8}}\nmesh: {ep: 4}\n", "deck.yaml");
   CHECK_THROWS_WITH_AS(fsdpp::parallel_layout(d, 6), doctest::Contains("mesh.ep (4) must divide mesh.dp_shard (6)"),
                        DeckRuleError);
   const fsdpp::ParallelLayout layout = fsdpp::parallel_layout(d, 8);

@@ -224,6 +224,11 @@ void apply_prefetch_lists(LanguageModel& model, const PrefetchSetting& setting, 
 
 std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, ParallelLayout layout,
                                    std::unique_ptr<DeviceMesh> mesh, MPI_Comm world) {
+  // The same verdict on every rank, before any collective: the groups exist (Parallelism, ExpertParallelGroup),
+  // but the mixture-of-experts layers do not yet dispatch their rows over them.
+  FSDPP_REQUIRE(layout.ep == 1, "mesh.ep ({}): the expert-parallel groups are built, but the mixture-of-experts "
+                "layers do not dispatch over them yet; use mesh.ep 1 (fully_shard then shards the experts over "
+                "dp_shard with the other weights)", layout.ep);
   auto par = std::make_unique<Parallelism>(std::move(layout), std::move(mesh), world);
   const ParallelLayout& l = par->layout();
   // Tensor parallelism first, then activation checkpointing, then FSDP, in torchtitan's order: the TP plan
