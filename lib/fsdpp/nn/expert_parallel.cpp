@@ -19,7 +19,7 @@ void copy_blocks(const View1<const std::int64_t>& blocks, int nblocks, std::int6
                  const View1<float>& to, bool to_staging) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   Kokkos::parallel_for(
-      "ep_permute", Policy(nblocks, Kokkos::AUTO), KOKKOS_LAMBDA(const Policy::member_type& team) {
+      "fsdpp::expert_parallel_permute", Policy(nblocks, Kokkos::AUTO), KOKKOS_LAMBDA(const Policy::member_type& team) {
         const std::int64_t b = team.league_rank();
         const std::int64_t staging = blocks(3 * b), received = blocks(3 * b + 1), n = blocks(3 * b + 2);
         const std::int64_t src = (to_staging ? received : staging) * C, dst = (to_staging ? staging : received) * C;

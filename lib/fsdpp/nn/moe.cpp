@@ -231,7 +231,7 @@ void MoeFeedForward::forward(const View1<float>& out, const View1<float>& x, int
     linear_forward<float>(rows_of(a.ys, first, n, C), rows_of(a.h, first, n, F), expert_of(down.value(), e, C, F),
                           View1<float>(), static_cast<int>(n), F, C);
   });
-  combine_routed_rows<float>(out, a.ys, a.token_slot, a.weights, N, C, k_);
+  sum_routed_rows<float>(out, a.ys, a.token_slot, a.weights, N, C, k_, /*accumulate=*/false);
   if (!stats) return;
   // Selections count every pair the router chose (dropped ones too), as transformers' loss does.
   std::vector<std::int64_t> selections(sz(E), 0);
@@ -278,7 +278,7 @@ void MoeFeedForward::backward(const View1<float>& dx, const View1<float>& dout, 
     linear_backward_weight<float>(expert_of(up.grad(), e, F, C), View1<float>(), du, xs, rows, C, F);
   });
   // xs = x[slot_token]
-  scatter_add_routed_rows<float>(dx, s.dxs, a.token_slot, N, C, k_);
+  sum_routed_rows<float>(dx, s.dxs, a.token_slot, View1<float>(), N, C, k_, /*accumulate=*/true);
   // The router: top-k weights, the balancing losses, the softmax; logits = x Wr^T
   const View1<float> aux_grad = stats ? stats->aux_grad() : View1<float>();
   router_backward<float>(s.dlogits, a.probs, a.lse, a.selected, a.weights, s.dweights, aux_grad,

@@ -80,23 +80,25 @@ void gather_routed_rows(const View1<T>& xs,                       // xs (R,C)
       });
 }
 
-// out[t] = sum_j weights[t,j] * ys[token_slot[t,j]] (dropped pairs add nothing), j in order.
+// out[t] (=, or += when `accumulate`) sum_j weights[t,j] * rows[token_slot[t,j]], j in order; a dropped pair adds
+// nothing, and empty weights are ones. The combine (weighted, into the block's output) and the gather's backward
+// (unweighted, into d(x)) are this one sum.
 template <class T>
-void combine_routed_rows(const View1<T>& out,                        // out (N,C), overwritten
-                         const View1<const T>& ys,                   // ys (R,C)
-                         const View1<const std::int32_t>& token_slot,  // (N,k)
-                         const View1<const T>& weights,              // (N,k)
-                         int N, int C, int k) {
+void sum_routed_rows(const View1<T>& out,                        // out (N,C)
+                     const View1<const T>& rows,                 // rows (R,C), expert order
+                     const View1<const std::int32_t>& token_slot,  // (N,k)
+                     const View1<const T>& weights,              // (N,k), or empty
+                     int N, int C, int k, bool accumulate) {
+  const bool weighted = weights.extent(0) != 0;
   Kokkos::parallel_for(
-      "fsdpp::combine_routed_rows", Kokkos::RangePolicy<ExecSpace>(0, std::int64_t{N} * C),
-      KOKKOS_LAMBDA(const std::int64_t i) {
+      "fsdpp::sum_routed_rows", Kokkos::RangePolicy<ExecSpace>(0, std::int64_t{N} * C), KOKKOS_LAMBDA(const std::int64_t i) {
         const std::int64_t t = i / C, c = i % C;
         T acc = 0;
         for (int j = 0; j < k; ++j) {
           const std::int32_t s = token_slot(t * k + j);
-          if (s >= 0) acc += weights(t * k + j) * ys(std::int64_t{s} * C + c);
+          if (s >= 0) acc += (weighted ? weights(t * k + j) : T(1)) * rows(std::int64_t{s} * C + c);
         }
-        out(i) = acc;
+        out(i) = accumulate ? out(i) + acc : acc;
       });
 }
 
@@ -125,25 +127,6 @@ void combine_routed_rows_backward(const View1<T>& dys,                       // 
         if (s >= 0)
           for (int c = 0; c < C; ++c) acc += dout(pair / k * C + c) * ys(std::int64_t{s} * C + c);
         dweights(pair) = acc;
-      });
-}
-
-// The gather's backward: dx[t] += sum_j dxs[token_slot[t,j]], j in order.
-template <class T>
-void scatter_add_routed_rows(const View1<T>& dx,                         // dx (N,C), +=
-                             const View1<const T>& dxs,                  // dxs (R,C)
-                             const View1<const std::int32_t>& token_slot,  // (N,k)
-                             int N, int C, int k) {
-  Kokkos::parallel_for(
-      "fsdpp::scatter_add_routed_rows", Kokkos::RangePolicy<ExecSpace>(0, std::int64_t{N} * C),
-      KOKKOS_LAMBDA(const std::int64_t i) {
-        const std::int64_t t = i / C, c = i % C;
-        T acc = 0;
-        for (int j = 0; j < k; ++j) {
-          const std::int32_t s = token_slot(t * k + j);
-          if (s >= 0) acc += dxs(std::int64_t{s} * C + c);
-        }
-        dx(i) += acc;
       });
 }
 
