@@ -8,7 +8,7 @@
 // buffers the blocks share (decoder_block.hpp) and the head's own, all declared in tables that both allocate them
 // and count them for `fsdpp plan`.
 //
-// A model (gpt.hpp, llama.hpp, qwen2.hpp) derives from it: it names the embedding, the position table (if any)
+// A model (gpt.hpp, llama.hpp, qwen2.hpp, qwen3.hpp, mixtral.hpp) derives from it: it names the embedding, the position table (if any)
 // and the final norm in an LmLayout, says how positions enter (a learned table, or RoPE in the blocks), adds its
 // blocks with add_blocks, and describes itself. Its one immutable ModelConfig is the deck's; tensor-parallel
 // shapes come from the tensor-parallel group (TensorParallelGroup), never from a copy of the config.

@@ -10,7 +10,8 @@
 // parallelism around it (tensor_parallel.hpp); activation checkpointing (module.hpp); and its activation and
 // scratch buffers, declared once in tables (buffers.hpp) that both allocate them and count them for the planner.
 //
-// A model's block (gpt.hpp, llama.hpp, qwen2.hpp) supplies its parameters in its own names and order, handing
+// A model's block (gpt.hpp, llama.hpp, qwen2.hpp, qwen3.hpp, mixtral.hpp) supplies its parameters in its own names
+// and order (a sparse block's MLP is a MoeFeedForward, moe.hpp), handing
 // them over with assemble(), and the MLP's nonlinearity: mlp_activation and its backward. Whether q and k are
 // rotated is the model's choice of positions (causal_lm.hpp), taken by the context the blocks share.
 //
