@@ -5,8 +5,9 @@
 # the same sequential batches of a token file, and holds fsdpp's per-step losses (metrics.jsonl; for the
 # mixture-of-experts models the cross-entropy plus aux_loss_coef x transformers' load-balancing loss) within 1e-5
 # relative of transformers' in float64. The cases: Qwen3, Qwen3-MoE (a dense layer between sparse ones) and
-# Mixtral, on 1 to 4 ranks, with accumulation, activation checkpointing, HSDP and the edge cases of routing
-# (every expert for every token; a router that sends every token to one expert).
+# Mixtral, on 1 to 4 ranks, with expert parallelism (ep 2 and 4, ep x dp_shard_mod_ep, ep inside HSDP replicas),
+# accumulation, activation checkpointing, HSDP and the edge cases of routing (every expert for every token; sparse
+# layers between dense ones). Runs that differ only in ranks and mesh share one transformers run.
 set -euo pipefail
 fsdpp=$1 mpiexec=$2 root=$3 work=$4
 ref=$root/tests/reference
@@ -18,27 +19,64 @@ train=(train.steps=10 model.context_length=$T data.source=$work/tokens.u32 data.
        train.eval_interval=0 checkpoint.interval=0 optim.lr=$lr optim.weight_decay=0 schedule.kind=constant
        schedule.warmup_steps=0 train.grad_clip=$clip log.interval=1)
 
-# name ranks deck global micro [overrides...]: one case. The initial weights depend on the deck's model alone, so
-# the seed file of 1 rank starts every rank count.
-case_() {
+# run NAME RANKS DECK GLOBAL MICRO [overrides...]: one fsdpp training run. The initial weights depend on the deck's
+# model alone, so the seed file of 1 rank starts every rank count and mesh.
+run() {
   local name=$1 ranks=$2 deck=$3 global=$4 micro=$5; shift 5
   local dir=$work/$name
   mkdir -p "$dir"
-  local model=()
-  for o in "$@"; do [[ $o == model.* ]] && model+=("$o"); done
   "$mpiexec" -n "$ranks" "$fsdpp" train "$root/input/$deck" "${train[@]}" train.global_batch=$global \
     train.micro_batch=$micro "$@" "run.output=$dir/run" >"$dir/train.log"
-  "$fsdpp" init "$root/input/$deck" "${model[@]}" --out "$dir/seed.h5" >/dev/null
-  "$fsdpp" ckpt export "$dir/seed.h5" "$dir/hf" --hf --deck "$dir/run/deck.resolved.yaml" >/dev/null
-  "$py" "$ref/hf_reference.py" train "$dir/hf" "$work/tokens.u32" $T $global $micro $lr $clip "$dir/run/metrics.jsonl" 1e-5 |
-    tail -n 1 | sed "s|^$dir/hf|$name, $ranks rank(s)|"
 }
+# compare NAME...: transformers trains once, from the initial weights of the first run's model (its model.*
+# overrides), on the batches every one of the runs took (the same global and micro batches: the balancing loss is
+# per micro-batch), and holds each run's losses to it. The runs differ only in ranks and mesh.
+compare() {
+  local first=$work/$1 deck global micro model=() metrics=()
+  read -r _ deck global micro < <(head -n 1 "$first/case")
+  mapfile -t model < <(tail -n +2 "$first/case")
+  "$fsdpp" init "$root/input/$deck" "${model[@]}" --out "$first/seed.h5" >/dev/null
+  "$fsdpp" ckpt export "$first/seed.h5" "$first/hf" --hf --deck "$first/run/deck.resolved.yaml" >/dev/null
+  for name in "$@"; do metrics+=("$work/$name/run/metrics.jsonl"); done
+  "$py" "$ref/hf_reference.py" train "$first/hf" "$work/tokens.u32" $T $global $micro $lr $clip \
+    "$(IFS=,; echo "${metrics[*]}")" 1e-5 | grep "training steps within" | sed "s|^$work/\([^/]*\)/run/metrics.jsonl|\1|"
+}
+# case NAME RANKS DECK GLOBAL MICRO [overrides...]: a run, remembered for compare (its model.* overrides).
+case_() {
+  run "$@"
+  local dir=$work/$1
+  echo "$1 $3 $4 $5" >"$dir/case"
+  shift 5
+  for o in "$@"; do [[ $o == model.* ]] && echo "$o" >>"$dir/case"; done
+  true
+}
+
+# Dense Qwen3.
 case_ qwen3 1 qwen3-tiny.yaml 8 8
+compare qwen3
+# Qwen3-MoE (a dense layer before the sparse ones), micro-batches of 4: 1 and 2 ranks, and ep 2 (each rank holds 4
+# of the 8 experts and sends its rows to the other's).
 case_ qwen3-moe 1 qwen3-moe-tiny.yaml 8 4
 case_ qwen3-moe-ranks2 2 qwen3-moe-tiny.yaml 8 4
-case_ mixtral-ranks3 3 mixtral-tiny.yaml 9 3
+case_ qwen3-moe-ep2 2 qwen3-moe-tiny.yaml 8 4 mesh.ep=2
+compare qwen3-moe qwen3-moe-ranks2 qwen3-moe-ep2
+# Micro-batches of 2: activation checkpointing on 4 ranks; ep 2 x dp_shard_mod_ep 2 and ep 4 on 4 ranks; ep 2 with
+# accumulation (2 micro-batches per rank), checkpointing and clipping on 2 ranks.
 case_ qwen3-moe-ranks4-checkpointing 4 qwen3-moe-tiny.yaml 8 2 train.activation_checkpointing=full
+case_ qwen3-moe-ep2-dp2 4 qwen3-moe-tiny.yaml 8 2 mesh.ep=2
+case_ qwen3-moe-ep4 4 qwen3-moe-tiny.yaml 8 2 mesh.ep=4
+case_ qwen3-moe-ep2-accumulation-checkpointing 2 qwen3-moe-tiny.yaml 8 2 mesh.ep=2 train.activation_checkpointing=full
+compare qwen3-moe-ranks4-checkpointing qwen3-moe-ep2-dp2 qwen3-moe-ep4 qwen3-moe-ep2-accumulation-checkpointing
+# Mixtral (4 experts): 3 ranks; HSDP, with and without ep 2 inside each replica; ep 4 (one expert per rank).
+case_ mixtral-ranks3 3 mixtral-tiny.yaml 9 3
+compare mixtral-ranks3
 case_ mixtral-hsdp 4 mixtral-tiny.yaml 8 2 fsdp.strategy=hybrid_shard mesh.dp_replicate=2
+case_ mixtral-hsdp-ep2 4 mixtral-tiny.yaml 8 2 fsdp.strategy=hybrid_shard mesh.dp_replicate=2 mesh.ep=2
+case_ mixtral-ep4 4 mixtral-tiny.yaml 8 2 mesh.ep=4
+compare mixtral-hsdp mixtral-hsdp-ep2 mixtral-ep4
+# Edge cases of routing: every expert for every token; sparse layers every other layer, unnormalised weights.
 case_ mixtral-every-expert 2 mixtral-tiny.yaml 8 4 model.moe.top_k=4
+compare mixtral-every-expert
 case_ qwen3-moe-sparse-step 1 qwen3-moe-tiny.yaml 8 8 model.moe.dense_layers=[] model.moe.sparse_step=2 \
   model.moe.norm_topk_prob=false
+compare qwen3-moe-sparse-step

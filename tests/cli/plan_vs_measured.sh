@@ -4,7 +4,8 @@
 # named llama-*: input/llama-tiny.yaml widened, so that activations, not the sgemm peak measurement's 12 MiB of
 # matrices, set the peak) on 1 rank, HSDP 2x2 on 4 and with activation checkpointing on 2, a Qwen2 of that size
 # (qwen2-*: input/qwen2-tiny.yaml widened alike) with activation checkpointing on 2, and with
-# model.attention fused (no B*NH*T^2 buffers), Qwen3-MoE and Mixtral of that size (moe-*, mixtral-*: 8 experts), and batched (a workspace) for both, and train.reproducible (units of 1
+# model.attention fused (no B*NH*T^2 buffers), Qwen3-MoE and Mixtral of that size (moe-*, mixtral-*: 8 experts; expert parallelism
+# ep 2 on 2 ranks and inside HSDP 2x2: the exchange's staging and the received rows' buffers at their worst case), and batched (a workspace) for both, and train.reproducible (units of 1
 # with a word accumulator on 2 ranks; HSDP 2x2 with one unit per rank, converted as it arrives),
 # the planned per-rank total must be within 1% of the peak the trainer measures (Views counted by
 # MemoryAccounting, largest over ranks). The plan runs fully_shard's own schedule dry, so it should agree to
@@ -31,7 +32,8 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
             "2 repro train.reproducible=true" \
             "4 repro_hsdp fsdp.strategy=hybrid_shard mesh.dp_replicate=2 train.reproducible=true train.reproducible_unit=2" \
             "1 moe-fsdp" "2 moe-ac_every2 train.activation_checkpointing=every_2" \
-            "4 mixtral-hsdp fsdp.strategy=hybrid_shard mesh.dp_replicate=2"; do
+            "4 mixtral-hsdp fsdp.strategy=hybrid_shard mesh.dp_replicate=2" "2 moe-ep2 mesh.ep=2" \
+            "4 mixtral-hsdp-ep2 fsdp.strategy=hybrid_shard mesh.dp_replicate=2 mesh.ep=2"; do
   read -r n layout extra <<<"$spec"
   read -r -a more <<<"${extra:-}"
   case "$layout" in
@@ -58,4 +60,4 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
   case "$line" in *OUT) status=1 ;; esac
 done
 [ "$status" = 0 ] || { echo "FAIL: fsdpp plan is more than 1% from the measured peak"; exit 1; }
-echo "plan_vs_measured: within 1% on 1, 2 and 4 ranks, no_shard, HSDP, GPT-2, Llama, Qwen2, Qwen3-MoE and Mixtral, and activation checkpointing"
+echo "plan_vs_measured: within 1% on 1, 2 and 4 ranks, no_shard, HSDP, GPT-2, Llama, Qwen2, Qwen3-MoE and Mixtral (with expert parallelism), and activation checkpointing"

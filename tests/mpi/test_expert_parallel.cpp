@@ -68,7 +68,8 @@ void check_round_trip(ExpertParallelGroup& group, Routing routing, int trial) {
   const int n = group.ranks(), r = group.rank(), E = group.num_experts(), L = E / n;
   ExpertRouting route = group.make_routing("h.1.mlp");
   const Sent sent = rows_of(routing, trial, r, E);
-  const std::vector<float> received = to_host(group.dispatch(route, sent.rows, sent.counts));
+  View1<float> into("into", sz(group.capacity_rows()) * kWidth);
+  const std::vector<float> received = to_host(group.dispatch(route, sent.rows, sent.counts, into));
   // The serial reference: local expert j, then source rank q ascending, then q's own order.
   std::vector<float> expected;
   for (int j = 0; j < L; ++j)
@@ -87,13 +88,13 @@ void check_round_trip(ExpertParallelGroup& group, Routing routing, int trial) {
   std::vector<float> doubled = received;
   for (float& v : doubled) v *= 2;
   Kokkos::deep_copy(expert_out, HostView1<float>(doubled.data(), doubled.size()));
-  const std::vector<float> home = to_host(group.combine(route, expert_out));
+  const std::vector<float> home = to_host(group.combine(route, expert_out, into));
   std::vector<float> twice = sent.host;
   for (float& v : twice) v *= 2;
   CHECK(home == twice);
   // Backward: combine's backward moves gradients like dispatch; dispatch's backward like combine.
-  CHECK(to_host(group.combine_backward(route, sent.rows)) == expected);
-  CHECK(to_host(group.dispatch_backward(route, expert_out)) == twice);
+  CHECK(to_host(group.combine_backward(route, sent.rows, into)) == expected);
+  CHECK(to_host(group.dispatch_backward(route, expert_out, into)) == twice);
 }
 
 void check_overflow(ExpertParallelGroup& group) {
@@ -108,7 +109,8 @@ void check_overflow(ExpertParallelGroup& group) {
   Kokkos::deep_copy(k, HostView1<std::int64_t>(counts.data(), counts.size()));
   std::string message = "(no error)";
   try {
-    group.dispatch(route, r, k);
+    View1<float> into("into", sz(group.capacity_rows()) * kWidth);
+    group.dispatch(route, r, k, into);
   } catch (const UsageError& e) {
     message = e.what();
   }

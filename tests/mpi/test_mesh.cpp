@@ -114,13 +114,19 @@ MPI_TEST_CASE("mesh: expert parallelism cuts dp_shard into (dp_shard / ep) x ep,
   // With tp inside: dp_shard 2 x tp 2; dp_shard's group of rank 0 is {0, 2}, which ep 2 takes whole.
   DeviceMesh with_tp(test_comm, {{"dp_shard", 2}, {"tp", 2}});
   DeviceMesh ep_tp = with_tp.split("dp_shard", 2, "dp_shard_mod_ep", "ep");
+  CHECK(ep_tp.describe() == "dp_shard_mod_ep=1 x ep=2 x tp=2 (4 ranks, mpi)");
   CHECK(ep_tp.group_world_ranks(1) == (test_rank % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3}));
   CHECK(ep_tp.group_world_ranks(0) == std::vector<int>{test_rank});
+  CHECK(ep_tp.group_world_ranks(2) == with_tp.group_world_ranks(1));  // tp keeps its group
   check_groups_are_real(ep_tp, test_rank);
   // HSDP: replicate 2 x shard 2, ep 2 inside each shard group.
   DeviceMesh hsdp(test_comm, {{"dp_replicate", 2}, {"dp_shard", 2}});
   DeviceMesh ep_hsdp = hsdp.split("dp_shard", 2, "dp_shard_mod_ep", "ep");
-  CHECK(ep_hsdp.group_world_ranks(1) == hsdp.group_world_ranks(1));
+  CHECK(ep_hsdp.describe() == "dp_replicate=2 x dp_shard_mod_ep=1 x ep=2 (4 ranks, mpi)");
+  CHECK(ep_hsdp.group_world_ranks(2) == hsdp.group_world_ranks(1));
+  CHECK(ep_hsdp.group_world_ranks(0) == hsdp.group_world_ranks(0));  // the replicas keep theirs
+  // The experts' FSDP mesh under HSDP: replicate x the ranks holding the same experts.
+  CHECK(ep_hsdp.slice({"dp_replicate", "dp_shard_mod_ep"}).size() == 2);
   check_groups_are_real(ep_hsdp, test_rank);
   CHECK_THROWS_WITH_AS(flat.split("dp_shard", 3, "dp_shard_mod_ep", "ep"),
                        doctest::Contains("dp_shard (4) cannot be cut into groups of 3 consecutive ranks"), UsageError);

@@ -111,11 +111,12 @@ MPI_TEST_CASE("nccl: on a GPU, all_to_all_v (grouped send/recv) and an expert di
   View1<std::int64_t> counts_d("counts", 3);
   Kokkos::deep_copy(rows_d, HostView1<float>(rows.data(), rows.size()));
   Kokkos::deep_copy(counts_d, HostView1<std::int64_t>(counts.data(), counts.size()));
-  const View1<float> received = group.dispatch(route, rows_d, counts_d);
+  View1<float> received_d("received", 64 * 4), home_d("home", 64 * 4);
+  const View1<float> received = group.dispatch(route, rows_d, counts_d, received_d);
   std::vector<float> back(rows.size());
   Kokkos::deep_copy(HostView1<float>(back.data(), back.size()), received);
   CHECK(back == rows);
-  const View1<float> home = group.combine(route, received);
+  const View1<float> home = group.combine(route, received, home_d);
   Kokkos::deep_copy(HostView1<float>(back.data(), back.size()), home);
   CHECK(back == rows);
 }

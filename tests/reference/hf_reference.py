@@ -171,6 +171,8 @@ def corpus(out, vocab, n):
 
 
 def train(folder, tokens, T, global_batch, micro, lr, clip, metrics, tol):
+    """Trains the folder's model in float64 and holds the losses of every metrics.jsonl in `metrics` (comma-separated:
+    fsdpp runs of the same batches on other meshes) to its losses."""
     import numpy as np
     torch, transformers = torch_and_transformers()
     # The experts' loop (eager): transformers' grouped_mm kernel takes no float64.
@@ -182,11 +184,14 @@ def train(folder, tokens, T, global_batch, micro, lr, clip, metrics, tol):
     windows = max(1, (len(ids) - 1) // T)  # data.val_fraction 0: every window before the end
     moe = getattr(model.config, "num_experts", None) or getattr(model.config, "num_local_experts", None)
     coef = model.config.router_aux_loss_coef if moe else 0.0
-    ours = [json.loads(line) for line in open(metrics)]
-    ours = {r["step"]: r["loss"] for r in ours if "loss" in r}
+    runs = {}
+    for path in metrics.split(","):
+        records = [json.loads(line) for line in open(path)]
+        runs[path] = {r["step"]: r["loss"] for r in records if "loss" in r}
+    steps = max(len(losses) for losses in runs.values())
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
-    worst = 0.0
-    for step in range(1, len(ours) + 1):
+    worst = {path: 0.0 for path in runs}
+    for step in range(1, steps + 1):
         opt.zero_grad()
         total = 0.0
         for first in range(0, G, M):
@@ -202,12 +207,19 @@ def train(folder, tokens, T, global_batch, micro, lr, clip, metrics, tol):
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
-        rel = abs(ours[step] - total) / abs(total)
-        worst = max(worst, rel)
-        print(f"step {step}: fsdpp {ours[step]:.10f} transformers (float64) {total:.10f} relative {rel:.2e}")
-    if worst > tol:
-        sys.exit(f"FAIL: {folder}: fsdpp's training losses differ from transformers' by {worst:.2e} > {tol}")
-    print(f"{folder}: {len(ours)} training steps within {worst:.2e} relative of transformers in float64 (tolerance {tol})")
+        for path, losses in runs.items():
+            if step not in losses:
+                sys.exit(f"FAIL: {path} has no loss for step {step}")
+            rel = abs(losses[step] - total) / abs(total)
+            worst[path] = max(worst[path], rel)
+            print(f"step {step}: {path}: fsdpp {losses[step]:.10f} transformers (float64) {total:.10f} "
+                  f"relative {rel:.2e}")
+    for path in runs:
+        print(f"{path}: {steps} training steps within {worst[path]:.2e} relative of transformers in float64 "
+              f"(tolerance {tol})")
+    failed = [path for path in runs if worst[path] > tol]
+    if failed:
+        sys.exit(f"FAIL: {', '.join(failed)}: fsdpp's training losses differ from transformers' by more than {tol}")
 
 
 def masked_loss(folder, tokens, eot, reset, fsdpp_loss, tol):

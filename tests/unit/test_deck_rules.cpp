@@ -155,6 +155,9 @@ TEST_CASE("deck rules: expert parallelism needs experts to split, and divides th
   CHECK(broken([&] { fsdpp::check_expert_parallel(llama(4, 2, 176), mesh, 8); }).second ==
         "mesh.ep (4) splits the experts of a mixture-of-experts model, but model.arch llama has none: use qwen3_moe "
         "or mixtral, or remove mesh.ep");
+  moe.moe.num_experts = 8;
+  CHECK(broken([&] { fsdpp::check_expert_parallel(moe, mesh, 8, /*reproducible=*/true); }).first ==
+        std::vector<std::string>{"mesh.ep", "train.reproducible"});
   mesh.ep = 0;
   CHECK(broken([&] { fsdpp::check_expert_parallel(moe, mesh, 8); }).second ==
         "mesh.ep (0) must be at least 1 (1: no expert parallelism)");
@@ -181,7 +184,9 @@ TEST_CASE("deck rules: expert parallelism needs experts to split, and divides th
   CHECK(par.expert_data_parallel_group()->size() == 2);
   CHECK(par.describe_expert_groups() ==
         "expert parallel over ep=4 (world ranks 4,5,6,7: consecutive ranks of dp_shard, outside tp); experts' data "
-        "parallel dp_shard_mod_ep=2 (world ranks 1,5: the ranks holding the same experts)");
+        "parallel dp_shard_mod_ep=2 (world ranks 1,5: the ranks holding the same experts; the experts' fully_shard "
+        "mesh: dp_shard_mod_ep=2 (2 ranks, mpi))");
+  CHECK(par.describe() == "dp_shard=8 (8 ranks, mpi); experts over dp_shard_mod_ep=2 x ep=4");
 }
 
 TEST_CASE("deck rules: strategy and mesh combinations are refused in the deck and by parallel_layout alike") {

@@ -97,7 +97,9 @@ Reference reference(const Case& c, const Weights& w) {
 // A module to own the layer's parameters.
 class Owner : public Module {
  public:
-  Owner(const ModelConfig& c) : Module("Owner"), moe(*this, c, MoeNames::qwen3_moe(), 0.3f, 0.3f) {}
+  Owner(const ModelConfig& c) : Module("Owner"), moe(*this, c, MoeNames::qwen3_moe(), 0.3f, 0.3f) {
+    add_child(moe.experts, "mlp.experts");
+  }
   MoeFeedForward moe;
 
  protected:
@@ -157,8 +159,8 @@ MPI_TEST_CASE("moe: the layer against a double-precision loop over tokens, forwa
     if (c.zero_router) std::fill(w.router.begin(), w.router.end(), 0.0);
     const std::vector<double> R = draw(sz(N * C));  // J = sum(out * R) + the losses
     MoeFeedForward& moe = owner.moe;
-    set(moe.router.value(), w.router), set(moe.gate.value(), w.gate), set(moe.up.value(), w.up);
-    set(moe.down.value(), w.down);
+    set(moe.router.value(), w.router), set(moe.experts.gate.value(), w.gate), set(moe.experts.up.value(), w.up);
+    set(moe.experts.down.value(), w.down);
     View1<float> x("x", sz(N * C)), out("out", sz(N * C)), dout("dout", sz(N * C)), dx("dx", sz(N * C));
     set(x, w.x), set(dout, R);
     MoeActivations a;
@@ -198,9 +200,9 @@ MPI_TEST_CASE("moe: the layer against a double-precision loop over tokens, forwa
       return g;
     };
     CHECK(max_relative(host_of(dx), differences(&Weights::x)) < 1e-4);
-    CHECK(max_relative(host_of(moe.gate.grad()), differences(&Weights::gate)) < 1e-4);
-    CHECK(max_relative(host_of(moe.up.grad()), differences(&Weights::up)) < 1e-4);
-    CHECK(max_relative(host_of(moe.down.grad()), differences(&Weights::down)) < 1e-4);
+    CHECK(max_relative(host_of(moe.experts.gate.grad()), differences(&Weights::gate)) < 1e-4);
+    CHECK(max_relative(host_of(moe.experts.up.grad()), differences(&Weights::up)) < 1e-4);
+    CHECK(max_relative(host_of(moe.experts.down.grad()), differences(&Weights::down)) < 1e-4);
     // Moving a router of exact ties changes which experts win: its differences are not a gradient.
     if (!c.zero_router) CHECK(max_relative(host_of(moe.router.grad()), differences(&Weights::router)) < 1e-4);
   }

@@ -399,6 +399,8 @@ void FsdpGroup::reshard() {
 // ---------------------------------------------------------------------------------------------------------
 // The hooks around each pass.
 
+bool FsdpGroup::replaying_forward() const { return !is_root_ && context_ && context_->in_backward; }
+
 void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
   Timeline::enter(pass == Pass::forward ? forward_region_ : backward_region_);  // left at the end of after()
   if (!initialized_) lazy_init();
@@ -411,8 +413,9 @@ void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
     }
     wait_for_unshard();
     if (!is_root_ && options_.mp_policy.cast_forward_inputs && !dry_) round_to(flow.x, options_.mp_policy.param_dtype);
-    // Prefetch: the next group's all-gather runs on the communication thread while this module computes.
-    prefetch(forward_prefetch_, context_->groups, +1);
+    // Prefetch: the next group's all-gather runs on the communication thread while this module computes. Not in
+    // a replay (replaying_forward): the units after this one have already run their backward.
+    if (!replaying_forward()) prefetch(forward_prefetch_, context_->groups, +1);
     schedule_pass(FsdpScheduleEvent::Kind::pass_begin, pass);
     return;
   }
@@ -456,8 +459,9 @@ void FsdpGroup::after(Module&, Pass pass, Flow& flow) {
   FlightSite::leave_unit(module_.display_name(), pass != Pass::forward);
   schedule_pass(FsdpScheduleEvent::Kind::pass_end, pass);
   if (pass == Pass::forward) {
-    context_->forward_order.push_back(this);
     if (!is_root_ && !dry_) round_to(flow.x, options_.mp_policy.output_dtype);
+    if (replaying_forward()) return;  // its backward comes next: the parameters stay whole for it
+    context_->forward_order.push_back(this);
     if (post_forward_mesh_) keep_post_forward_slice();
     if (*options_.reshard_after_forward) reshard();
     return;

@@ -184,6 +184,11 @@ class FsdpGroup final : public ModuleHooks {
   void schedule_wait(int id);
 
   void lazy_init();
+  // A forward during the root's backward: a checkpointed ancestor replays its forward (module.hpp, activation
+  // checkpointing), and this group, a unit inside it (a block's experts), runs its forward hooks again. It gathers
+  // as in forward, but neither prefetches nor records the forward order, and keeps its parameters whole for the
+  // backward that follows.
+  bool replaying_forward() const;
   template <class T> PieceBatch<T, float>& copy_in();   // f32 tensors -> T buffers
   template <class T> PieceBatch<float, T>& copy_out();  // T buffers -> f32 tensors
   void start_all_gather();

@@ -371,30 +371,39 @@ DeviceMesh DeviceMesh::split(std::string_view name, int inner_size, const std::s
   coords[static_cast<std::size_t>(d)] = c / inner_size;
   coords.insert(coords.begin() + d + 1, c % inner_size);
 
+  // This mesh's dimensions, `name` replaced by the two parts; the others keep their groups (the ranks that differ
+  // only in another coordinate are the same before and after the cut).
   DeviceMesh out;
   out.root_ = root_;
   out.backend_ = backend_;
-  for (std::size_t part : {static_cast<std::size_t>(d), static_cast<std::size_t>(d) + 1}) {
-    auto group = std::make_shared<Group>();
-    group->name = cut[part].name;
-    group->size = cut[part].size;
-    group->coord = coords[part];
-    std::vector<bool> others(cut.size(), true);
-    others[part] = false;
-    std::vector<int> k = coords;
-    for (int i = 0; i < group->size; ++i) {
-      k[part] = i;
-      group->world_ranks.push_back(ravel(k, cut));
+  for (std::size_t i = 0; i < dims_.size(); ++i) {
+    if (root_dim_of_[i] != d) {
+      out.dims_.push_back(dims_[i]);
+      out.root_dim_of_.push_back(root_dim_of_[i]);
+      continue;
     }
-    if (is_planning()) {
-      group->communicator = std::make_unique<PlanningCommunicator>(group->size, group->coord);
-    } else {
-      FSDPP_MPI_CHECK(MPI_Comm_split(root_->world, linear_index(coords, cut, others), group->coord, &group->comm));
-      group->communicator = make_communicator(backend_, group->comm);
-      group->communicator->set_label(group->name);
+    for (std::size_t part : {static_cast<std::size_t>(d), static_cast<std::size_t>(d) + 1}) {
+      auto group = std::make_shared<Group>();
+      group->name = cut[part].name;
+      group->size = cut[part].size;
+      group->coord = coords[part];
+      std::vector<bool> others(cut.size(), true);
+      others[part] = false;
+      std::vector<int> k = coords;
+      for (int r = 0; r < group->size; ++r) {
+        k[part] = r;
+        group->world_ranks.push_back(ravel(k, cut));
+      }
+      if (is_planning()) {
+        group->communicator = std::make_unique<PlanningCommunicator>(group->size, group->coord);
+      } else {
+        FSDPP_MPI_CHECK(MPI_Comm_split(root_->world, linear_index(coords, cut, others), group->coord, &group->comm));
+        group->communicator = make_communicator(backend_, group->comm);
+        group->communicator->set_label(group->name);
+      }
+      out.dims_.push_back(group);
+      out.root_dim_of_.push_back(-1);
     }
-    out.dims_.push_back(group);
-    out.root_dim_of_.push_back(-1);
   }
   return out;
 }

@@ -63,11 +63,12 @@ class DeviceMesh {
   // A 1-D mesh named `new_name` over the product of `names`. Collective over the whole world: every rank
   // must flatten the same dimensions in the same order.
   DeviceMesh flatten(const std::vector<std::string>& names, const std::string& new_name) const;
-  // The 2-D mesh {outer_name, inner_name} that dimension `name` (of size s) becomes when cut into
-  // (s / inner_size) x inner_size, the inner part taking consecutive coordinates: torchtitan's expert
-  // parallelism, dp_shard -> dp_shard_mod_ep x ep. Each part gets its own group and communicator (the backend's,
-  // created like every dimension's). Collective over the whole world like flatten (a planning mesh: none).
-  // UsageError when inner_size does not divide s.
+  // This mesh with dimension `name` (of size s) cut into two, {outer_name: s / inner_size, inner_name:
+  // inner_size}, the inner part taking consecutive coordinates: torchtitan's expert parallelism, dp_shard ->
+  // dp_shard_mod_ep x ep ({dp_replicate, dp_shard, tp} becomes {dp_replicate, dp_shard_mod_ep, ep, tp}). The two
+  // parts get their own groups and communicators (the backend's, created like every dimension's); the other
+  // dimensions keep theirs. Collective over the whole world like flatten (a planning mesh: none). UsageError
+  // when inner_size does not divide s.
   DeviceMesh split(std::string_view name, int inner_size, const std::string& outer_name,
                    const std::string& inner_name) const;
 

@@ -2,6 +2,7 @@
 
 #include "fsdpp/config/deck_rules.hpp"
 
+#include "fsdpp/nn/expert_parallel.hpp"
 #include "fsdpp/nn/kernels/crossentropy.hpp"
 #include "fsdpp/nn/kernels/decode.hpp"
 #include "fsdpp/nn/kernels/document.hpp"
@@ -98,9 +99,9 @@ double CausalLM::flops_per_token(int T) const {
   if (lm_head) multiplying -= static_cast<double>(token_embedding.global_numel());
   for (const auto& block : blocks_)
     if (const MoeFeedForward* moe = block->moe()) {
-      const double experts = static_cast<double>(moe->gate.global_numel() + moe->up.global_numel() +
-                                                 moe->down.global_numel());
-      multiplying -= experts * (1.0 - static_cast<double>(moe->top_k()) / moe->experts());
+      const double experts = static_cast<double>(moe->experts.gate.global_numel() + moe->experts.up.global_numel() +
+                                                 moe->experts.down.global_numel());
+      multiplying -= experts * (1.0 - static_cast<double>(moe->top_k()) / moe->num_experts());
     }
   return 6.0 * multiplying + 12.0 * config_.n_layer * static_cast<double>(T) * dims_.heads * dims_.head_size;
 }
@@ -113,6 +114,18 @@ void CausalLM::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
   token_embedding.set_tensor_parallel(group.shard(0));  // the vocabulary: embedding rows and logits columns
   if (lm_head) lm_head->set_tensor_parallel(group.shard(0));
   for (auto& block : blocks_) block->apply_tensor_parallel(group);
+}
+
+std::vector<Module*> CausalLM::apply_expert_parallel(std::shared_ptr<ExpertParallelGroup> ep) {
+  context_->ep = std::move(ep);
+  std::vector<Module*> experts;
+  for (auto& block : blocks_)
+    if (MoeFeedForward* moe = block->moe()) {
+      moe->use_expert_parallel(*context_->ep, block->display_name() + " experts");
+      experts.push_back(&moe->experts);
+    }
+  FSDPP_REQUIRE(!experts.empty(), "mesh.ep ({}): {} has no sparse layers to split", context_->ep->ranks(), describe());
+  return experts;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -145,15 +158,15 @@ BufferTable CausalLM::head_table(Head& h, int B, int T) const {
 std::int64_t CausalLM::activation_bytes() const {
   std::int64_t total = head_buffers_.bytes() + context_->scratch.buffers.bytes() + context_->recomputed.bytes() +
                        context_->rotary.buffers.bytes() + context_->moe_scratch.buffers.bytes() +
-                       context_->recomputed_moe.bytes();
+                       context_->recomputed_moe.bytes() + (context_->ep ? context_->ep->buffer_bytes() : 0);
   for (const auto& b : blocks_) total += b->activation_bytes();
   return total;
 }
 
 // From the same tables, for a shape not run yet: every block's output, one activation set per block that keeps
 // its own plus one shared by the `recomputing_blocks`, the shared scratch, the head's buffers and RoPE's tables.
-// Sparse blocks add their routed rows' sets the same way (one shared by those that recompute) and the experts'
-// scratch once. Which blocks recompute: the blocks' own flags when they are `recomputing_blocks` many (a model
+// Sparse blocks add their routed rows' sets the same way (one shared by those that recompute), the experts'
+// scratch once, and under expert parallelism the exchange's staging buffer. Which blocks recompute: the blocks' own flags when they are `recomputing_blocks` many (a model
 // parallelize has set), else the first `recomputing_blocks` (the same count for a model of one kind of block).
 std::int64_t CausalLM::activation_bytes_for(int B, int T, int recomputing_blocks) const {
   const DecoderBlock& block = *blocks_.front();
@@ -182,6 +195,7 @@ std::int64_t CausalLM::activation_bytes_for(int B, int T, int recomputing_blocks
       any_moe = true;
     }
   }
+  if (context_->ep) total += context_->ep->buffer_bytes();
   return total;
 }
 

@@ -112,6 +112,7 @@ struct BlockContext {
   bool dense_mlp = true;
   std::shared_ptr<RouterStatistics> router;
   RouterStatistics* recording = nullptr;
+  std::shared_ptr<ExpertParallelGroup> ep;  // mesh.ep > 1: the sparse blocks' exchange (expert_parallel.hpp)
   MoeScratch moe_scratch;
   MoeActivations recomputed_moe;  // the set of the sparse blocks that recompute in backward
   MoeActivations decode_moe;

@@ -1,5 +1,7 @@
 #include "fsdpp/nn/expert_parallel.hpp"
 
+#include "fsdpp/nn/language_model.hpp"
+
 #include "fsdpp/runtime/error.hpp"
 
 #include <fmt/format.h>
@@ -36,15 +38,6 @@ ExpertParallelGroup::ExpertParallelGroup(Communicator* comm, int num_experts, in
   FSDPP_REQUIRE(width >= 1 && capacity_rows >= 0, "expert parallelism over {}: the row width ({}) must be at least 1 "
                 "and the capacity ({} rows) not negative", mesh_dim_, width, capacity_rows);
   const int L = experts_per_rank(num_experts);
-  const std::size_t floats = sz(capacity_rows) * sz(width);
-  staging_ = uninitialized<float>("ep staging", floats);
-  received_ = uninitialized<float>("ep received", floats);
-  returned_ = uninitialized<float>("ep returned", floats);
-  counts_in_ = View1<std::int64_t>("ep counts in", sz(ranks_) * sz(L));
-  counts_in_host_ = Kokkos::create_mirror_view(counts_in_);
-  counts_host_ = HostView1<std::int64_t>("ep counts", sz(num_experts));
-  verdicts_ = View1<std::int64_t>("ep verdicts", sz(ranks_) * kVerdict);
-  verdicts_host_ = Kokkos::create_mirror_view(verdicts_);
   for (int q = 0; q < ranks_; ++q) {
     per_peer_counts_.push_back(sz(L));
     per_peer_displs_.push_back(sz(q) * sz(L));
@@ -58,6 +51,19 @@ int ExpertParallelGroup::experts_per_rank(int num_experts) const {
   return num_experts / ranks_;
 }
 
+// At the first exchange, not at construction: `fsdpp plan` builds the group on a planning mesh, where Kokkos
+// never starts, and counts these bytes with buffer_bytes().
+void ExpertParallelGroup::ensure_buffers() {
+  if (staging_.extent(0) > 0 || capacity_ == 0) return;
+  const int L = experts_per_rank(num_experts_);
+  staging_ = uninitialized<float>("ep staging", sz(capacity_) * sz(width_));
+  counts_in_ = View1<std::int64_t>("ep counts in", sz(ranks_) * sz(L));
+  counts_in_host_ = Kokkos::create_mirror_view(counts_in_);
+  counts_host_ = HostView1<std::int64_t>("ep counts", sz(num_experts_));
+  verdicts_ = View1<std::int64_t>("ep verdicts", sz(ranks_) * kVerdict);
+  verdicts_host_ = Kokkos::create_mirror_view(verdicts_);
+}
+
 ExpertRouting ExpertParallelGroup::make_routing(std::string label) const {
   const int L = experts_per_rank(num_experts_);
   ExpertRouting r;
@@ -65,8 +71,6 @@ ExpertRouting ExpertParallelGroup::make_routing(std::string label) const {
   for (auto* v : {&r.send_counts, &r.send_displs, &r.recv_counts, &r.recv_displs}) v->assign(sz(ranks_), 0);
   r.rows_from.assign(sz(ranks_) * sz(L), 0);
   r.expert_rows.assign(sz(L), 0);
-  r.blocks = View1<std::int64_t>("ep blocks " + r.label, 3 * sz(ranks_) * sz(L));
-  r.blocks_host = Kokkos::create_mirror_view(r.blocks);
   return r;
 }
 
@@ -151,6 +155,10 @@ void ExpertParallelGroup::agree_on_capacity(const ExpertRouting& r) {
 // q sent local expert j, at `staging row` in staging and `received row` in the received order.
 void ExpertParallelGroup::plan_blocks(ExpertRouting& r) const {
   const int L = experts_per_rank(num_experts_);
+  if (r.blocks.extent(0) == 0) {  // once per layer, at its first dispatch
+    r.blocks = View1<std::int64_t>("ep blocks " + r.label, 3 * sz(ranks_) * sz(L));
+    r.blocks_host = Kokkos::create_mirror_view(r.blocks);
+  }
   std::vector<std::int64_t> expert_cursor(sz(L), 0);
   std::int64_t offset = 0;
   for (int j = 0; j < L; ++j) {
@@ -177,40 +185,75 @@ void ExpertParallelGroup::permute(const ExpertRouting& r, const View1<const floa
   copy_blocks(r.blocks, static_cast<int>(r.rows_from.size()), width_, from, to, to_staging);
 }
 
-View1<float> ExpertParallelGroup::exchange_rows_in(const ExpertRouting& r, const View1<const float>& rows) {
+namespace {
+void require_room(const std::string& label, const char* what, const View1<float>& into, std::int64_t rows,
+                  std::size_t C) {
+  FSDPP_CHECK(into.extent(0) >= sz(rows) * C, "{}: {} writes {} rows of {} floats into a buffer of {} floats", label,
+              what, rows, C, into.extent(0));
+}
+View1<float> front(const View1<float>& v, std::int64_t rows, std::size_t C) {
+  return Kokkos::subview(v, std::make_pair(std::size_t{0}, sz(rows) * C));
+}
+}  // namespace
+
+View1<float> ExpertParallelGroup::exchange_rows_in(const ExpertRouting& r, const View1<const float>& rows,
+                                                   const View1<float>& into) {
   const std::size_t C = sz(width_);
   FSDPP_REQUIRE(rows.extent(0) >= sz(r.sent_rows) * C, "{}: {} rows of {} floats to send, but the buffer holds {} "
                 "floats", r.label, r.sent_rows, C, rows.extent(0));
+  require_room(r.label, "an exchange to the experts", into, r.received_rows, C);
   all_to_all(rows.data(), staging_.data(), r.send_counts.data(), r.send_displs.data(), r.recv_counts.data(),
              r.recv_displs.data());
-  permute(r, staging_, received_, false);
-  return Kokkos::subview(received_, std::make_pair(std::size_t{0}, sz(r.received_rows) * C));
+  permute(r, staging_, into, false);
+  return front(into, r.received_rows, C);
 }
 
 View1<float> ExpertParallelGroup::dispatch(ExpertRouting& r, const View1<const float>& rows,
-                                           const View1<const std::int64_t>& counts) {
+                                           const View1<const std::int64_t>& counts, const View1<float>& into) {
+  ensure_buffers();
   exchange_counts(r, counts);
   agree_on_capacity(r);
   plan_blocks(r);
   r.dispatched = true;
-  return exchange_rows_in(r, rows);
+  return exchange_rows_in(r, rows, into);
 }
 
-View1<float> ExpertParallelGroup::combine_backward(const ExpertRouting& r, const View1<const float>& grad_combined) {
+View1<float> ExpertParallelGroup::combine_backward(const ExpertRouting& r, const View1<const float>& grad_combined,
+                                                   const View1<float>& into) {
   FSDPP_REQUIRE(r.dispatched, "{}: combine_backward before any dispatch: there is no routing to follow", r.label);
-  return exchange_rows_in(r, grad_combined);
+  return exchange_rows_in(r, grad_combined, into);
 }
 
-View1<float> ExpertParallelGroup::combine(const ExpertRouting& r, const View1<const float>& expert_out) {
+View1<float> ExpertParallelGroup::combine(const ExpertRouting& r, const View1<const float>& expert_out,
+                                          const View1<float>& into) {
   FSDPP_REQUIRE(r.dispatched, "{}: combine before any dispatch: there is no routing to follow", r.label);
   const std::size_t C = sz(width_);
   FSDPP_REQUIRE(expert_out.extent(0) >= sz(r.received_rows) * C, "{}: combine needs the {} received rows of {} "
                 "floats, but the buffer holds {} floats", r.label, r.received_rows, C, expert_out.extent(0));
+  require_room(r.label, "combine", into, r.sent_rows, C);
   permute(r, expert_out, staging_, true);
   // The reverse exchange: what each peer sent comes back to it, where it came from.
-  all_to_all(staging_.data(), returned_.data(), r.recv_counts.data(), r.recv_displs.data(), r.send_counts.data(),
+  all_to_all(staging_.data(), into.data(), r.recv_counts.data(), r.recv_displs.data(), r.send_counts.data(),
              r.send_displs.data());
-  return Kokkos::subview(returned_, std::make_pair(std::size_t{0}, sz(r.sent_rows) * C));
+  return front(into, r.sent_rows, C);
+}
+
+std::vector<Module*> LanguageModel::apply_expert_parallel(std::shared_ptr<ExpertParallelGroup> ep) {
+  throw UsageError(fmt::format("mesh.ep ({}): {} has no mixture-of-experts layers to split; use mesh.ep 1",
+                               ep ? ep->ranks() : 1, describe()));
+}
+
+std::int64_t ExpertParallelGroup::buffer_bytes() const {
+  const std::int64_t L = num_experts_ / ranks_;
+  return capacity_ * width_ * static_cast<std::int64_t>(sizeof(float)) +
+         (ranks_ * L + ranks_ * kVerdict) * static_cast<std::int64_t>(sizeof(std::int64_t));
+}
+
+std::int64_t ExpertParallelGroup::worst_case_rows(int ranks, int experts_per_rank, std::int64_t rows_per_rank,
+                                                  std::int64_t expert_capacity) {
+  const std::int64_t dropless = std::int64_t{ranks} * rows_per_rank;
+  if (expert_capacity <= 0) return dropless;
+  return std::min(dropless, std::int64_t{ranks} * experts_per_rank * expert_capacity);
 }
 
 }  // namespace fsdpp

@@ -22,10 +22,11 @@
 //             dispatch of the gradients of the combined rows, both with the routing of the forward dispatch
 //             (kept in the layer's ExpertRouting): dispatch_backward and combine_backward.
 //
-// No allocation per step: the row buffers are sized at construction from the capacity (a plan's worst case,
-// rows received per rank), the routing's arrays when the layer makes its ExpertRouting. The views handed back
-// are slices of the group's buffers: valid until the next exchange on this group (a layer keeps what it needs).
-// With ep 1 (or no group) every exchange is a copy-free identity: the rows are already home.
+// No allocation per step: the group's one staging buffer (the rows per source rank, as the all-to-all moves
+// them) is sized from the capacity (the worst case, rows received per rank: worst_case_rows) and allocated at the
+// first dispatch, a layer's copy table at its first dispatch; the rows land in buffers the layer owns (`into`),
+// which it keeps for its backward, so one group serves every layer. A group of one rank (ep 1, no communicator)
+// exchanges by copying; the layers skip the exchange altogether without a group.
 #include "fsdpp/comm/communicator.hpp"
 #include "fsdpp/tensor/types.hpp"
 
@@ -71,27 +72,39 @@ class ExpertParallelGroup {
   ExpertRouting make_routing(std::string label) const;
 
   // Collective over the group. `rows` (sent_rows, C) by global expert, `counts` (E, on the device) rows per
-  // global expert. Returns (received_rows, C) in the received order (above); routing.expert_rows says where
-  // each local expert's rows are. UsageError on every rank when some rank's receive exceeds the capacity.
-  View1<float> dispatch(ExpertRouting& routing, const View1<const float>& rows, const View1<const std::int64_t>& counts);
-  // Collective: `expert_out` (received_rows, C) in the received order back home; returns (sent_rows, C) in the
-  // order dispatch was given the rows.
-  View1<float> combine(const ExpertRouting& routing, const View1<const float>& expert_out);
+  // global expert. Writes the (received_rows, C) rows in the received order (above) to the front of `into`
+  // (capacity rows) and returns that part; routing.expert_rows says where each local expert's rows are.
+  // UsageError on every rank when some rank's receive exceeds the capacity.
+  View1<float> dispatch(ExpertRouting& routing, const View1<const float>& rows, const View1<const std::int64_t>& counts,
+                        const View1<float>& into);
+  // Collective: `expert_out` (received_rows, C) in the received order back home, into the front of `into`
+  // (sent_rows, C) in the order dispatch was given the rows; returns that part.
+  View1<float> combine(const ExpertRouting& routing, const View1<const float>& expert_out, const View1<float>& into);
   // Backward: gradients (received_rows, C) of dispatch's result -> gradients (sent_rows, C) of its input.
-  View1<float> dispatch_backward(const ExpertRouting& routing, const View1<const float>& grad_received) {
-    return combine(routing, grad_received);
+  View1<float> dispatch_backward(const ExpertRouting& routing, const View1<const float>& grad_received,
+                                 const View1<float>& into) {
+    return combine(routing, grad_received, into);
   }
   // Backward: gradients (sent_rows, C) of combine's result -> gradients (received_rows, C) of expert_out.
-  View1<float> combine_backward(const ExpertRouting& routing, const View1<const float>& grad_combined);
+  View1<float> combine_backward(const ExpertRouting& routing, const View1<const float>& grad_combined,
+                                const View1<float>& into);
+  // The group's own buffers, in bytes, allocated at its first dispatch (what the planner adds for it).
+  std::int64_t buffer_bytes() const;
+  // Rows this rank's experts may receive at most from a dispatch of `rows_per_rank` (token, choice) pairs per
+  // rank: every rank's pairs, dropless; under a capacity of `expert_capacity` rows per expert and source rank,
+  // no more than that per local expert and source. The one formula the layers and the planner size with.
+  static std::int64_t worst_case_rows(int ranks, int experts_per_rank, std::int64_t rows_per_rank,
+                                      std::int64_t expert_capacity = 0);
 
  private:
+  void ensure_buffers();
   void exchange_counts(ExpertRouting& routing, const View1<const std::int64_t>& counts);
   void agree_on_capacity(const ExpertRouting& routing);
   void plan_blocks(ExpertRouting& routing) const;
   // Rows in the received order -> per source rank (to_staging) or the reverse, by the routing's block table.
   void permute(const ExpertRouting& routing, const View1<const float>& from, const View1<float>& to,
                bool to_staging) const;
-  View1<float> exchange_rows_in(const ExpertRouting& routing, const View1<const float>& rows);
+  View1<float> exchange_rows_in(const ExpertRouting& routing, const View1<const float>& rows, const View1<float>& into);
   // all_to_all_v of floats or int64s over the group (a copy of the one block on one rank).
   template <class T>
   void all_to_all(const T* send, T* recv, const std::size_t* send_counts, const std::size_t* send_displs,
@@ -102,7 +115,7 @@ class ExpertParallelGroup {
   std::int64_t capacity_ = 0;
   std::string mesh_dim_ = "ep";
   Communicator* comm_ = nullptr;
-  View1<float> staging_, received_, returned_;    // (capacity, C) each
+  View1<float> staging_;                          // (capacity, C): rows per source rank
   View1<std::int64_t> counts_in_;                 // (ranks x L): rows each peer sends each local expert
   HostView1<std::int64_t> counts_host_, counts_in_host_;
   View1<std::int64_t> verdicts_;                  // (ranks x 4): what each rank received, for the capacity check

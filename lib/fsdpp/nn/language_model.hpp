@@ -27,6 +27,7 @@ inline double mfu(double model_flops_per_s_per_device, double peak_flops_per_s) 
 }
 
 class RouterStatistics;
+class ExpertParallelGroup;
 
 class LanguageModel : public Module {
  public:
@@ -69,6 +70,11 @@ class LanguageModel : public Module {
   virtual void apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp);
   // The group applied (a group of one rank when none was).
   virtual TensorParallelGroup& tensor_parallel() { return no_tensor_parallel_; }
+  // Expert parallelism (expert_parallel.hpp): every sparse block keeps its share of the experts and exchanges its
+  // routed rows over `ep`. On meta, before fully_shard; parallelize calls it for mesh.ep > 1 and gives each module
+  // returned (a block's routed experts) a group of its own on the experts' data-parallel ranks. UsageError for a
+  // model without experts.
+  virtual std::vector<Module*> apply_expert_parallel(std::shared_ptr<ExpertParallelGroup> ep);
 
  private:
   TensorParallelGroup no_tensor_parallel_;

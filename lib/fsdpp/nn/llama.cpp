@@ -51,6 +51,7 @@ LlamaBlock::LlamaBlock(std::string type_name, const ModelConfig& c, const BlockD
   BlockParts parts{&input_layernorm, {{&q_proj}, {&k_proj}, {&v_proj}}, &o_proj, &post_attention_layernorm, {}, nullptr};
   if (kind.sparse) {
     experts = std::make_unique<MoeFeedForward>(*this, c, kind.moe_names, kInitStd, down_std);
+    add_child(experts->experts, kind.moe_names.prefix + "experts");  // "mlp.experts": a module of its own
     parts.moe = experts.get();
   } else {
     gate_proj.emplace(Linear::add(*this, "mlp.gate_proj", d.mlp_width, d.C, InitRule::normal(kInitStd), false));

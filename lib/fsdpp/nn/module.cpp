@@ -67,6 +67,7 @@ Parameter& Module::add_parameter(const std::string& local_name, std::vector<std:
 
 void Module::add_child(Module& child, const std::string& name) {
   child.parent_ = this;
+  child.name_in_parent_ = name;
   children_.push_back(&child);
   child.set_path(path_.empty() ? name : path_ + "." + name);
 }
@@ -74,12 +75,9 @@ void Module::add_child(Module& child, const std::string& name) {
 void Module::set_path(const std::string& path) {
   path_ = path;
   for (auto& p : parameters_) p.name_ = path_.empty() ? p.local_name_ : path_ + "." + p.local_name_;
-  // A child's path is its own last component under the new prefix.
-  for (Module* child : children_) {
-    const std::string& old = child->path_;
-    const std::string leaf = old.substr(old.rfind('.') == std::string::npos ? 0 : old.rfind('.') + 1);
-    child->set_path(path_.empty() ? leaf : path_ + "." + leaf);
-  }
+  // A child's path is the name it was added with (which may itself be dotted: "mlp.experts") under the new prefix.
+  for (Module* child : children_)
+    child->set_path(path_.empty() ? child->name_in_parent_ : path_ + "." + child->name_in_parent_);
 }
 
 std::vector<Parameter*> Module::parameters(bool recurse) {

@@ -134,6 +134,7 @@ class Module {
 
   std::string type_name_;
   std::string path_;
+  std::string name_in_parent_;  // add_child's name: the part of path_ this module's parent does not give
   Module* parent_ = nullptr;
   std::deque<Parameter> parameters_;  // deque: parameter addresses stay valid as more are added
   std::vector<Module*> children_;

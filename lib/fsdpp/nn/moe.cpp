@@ -1,5 +1,7 @@
 #include "fsdpp/nn/moe.hpp"
 
+#include "fsdpp/nn/expert_parallel.hpp"
+
 #include "fsdpp/nn/kernels/linear.hpp"
 #include "fsdpp/nn/kernels/moe.hpp"
 #include "fsdpp/nn/kernels/swiglu.hpp"
@@ -90,21 +92,29 @@ std::vector<double> RouterStatistics::load_imbalance() const {
   return out;
 }
 
+std::int64_t expert_capacity_rows(double capacity_factor, std::int64_t pairs, int experts) {
+  return capacity_factor > 0 ? static_cast<std::int64_t>(std::ceil(capacity_factor * static_cast<double>(pairs) / experts))
+                             : 0;
+}
+
 // ---------------------------------------------------------------------------------------------------------
-// MoeFeedForward: parameters and buffers
+// RoutedExperts and MoeFeedForward: parameters and buffers
+
+RoutedExperts::RoutedExperts(const ModelConfig& c, const MoeNames& n, float std, float down_std)
+    : Module("RoutedExperts"),
+      gate(add_parameter(n.gate + ".weight", {c.moe.num_experts, c.moe.expert_ffn_hidden, c.n_embd},
+                         InitRule::normal(std), ParamRole::weight)),
+      up(add_parameter(n.up + ".weight", {c.moe.num_experts, c.moe.expert_ffn_hidden, c.n_embd}, InitRule::normal(std),
+                       ParamRole::weight)),
+      down(add_parameter(n.down + ".weight", {c.moe.num_experts, c.n_embd, c.moe.expert_ffn_hidden},
+                         InitRule::normal(down_std), ParamRole::weight)),
+      C_(c.n_embd),
+      F_(c.moe.expert_ffn_hidden) {}
 
 MoeFeedForward::MoeFeedForward(Module& owner, const ModelConfig& c, const MoeNames& n, float std, float down_std)
     : router(owner.add_parameter(n.prefix + n.router + ".weight", {c.moe.num_experts, c.n_embd}, InitRule::normal(std),
                                  ParamRole::weight)),
-      gate(owner.add_parameter(n.prefix + "experts." + n.gate + ".weight",
-                               {c.moe.num_experts, c.moe.expert_ffn_hidden, c.n_embd}, InitRule::normal(std),
-                               ParamRole::weight)),
-      up(owner.add_parameter(n.prefix + "experts." + n.up + ".weight",
-                             {c.moe.num_experts, c.moe.expert_ffn_hidden, c.n_embd}, InitRule::normal(std),
-                             ParamRole::weight)),
-      down(owner.add_parameter(n.prefix + "experts." + n.down + ".weight",
-                               {c.moe.num_experts, c.n_embd, c.moe.expert_ffn_hidden}, InitRule::normal(down_std),
-                               ParamRole::weight)),
+      experts(c, n, std, down_std),
       C_(c.n_embd),
       E_(c.moe.num_experts),
       k_(c.moe.top_k),
@@ -115,13 +125,32 @@ MoeFeedForward::MoeFeedForward(Module& owner, const ModelConfig& c, const MoeNam
       counts_(sz(E_)),
       offsets_(sz(E_) + 1) {}
 
+MoeFeedForward::~MoeFeedForward() = default;
+
+void MoeFeedForward::use_expert_parallel(ExpertParallelGroup& group, const std::string& label) {
+  const int L = group.experts_per_rank(E_);
+  FSDPP_REQUIRE(group.width() == C_, "{}: the expert-parallel group moves rows of {} floats, but this layer's are {}",
+                label, group.width(), C_);
+  for (Parameter* p : {&experts.gate, &experts.up, &experts.down})
+    p->set_tensor_parallel(TensorParallelPlacement{0, group.ranks(), group.rank(), 1, group.mesh_dim()});
+  FSDPP_CHECK(experts.local_experts() == L, "{}: {} local experts after the split, expected {}", label,
+              experts.local_experts(), L);
+  ep_ = &group;
+  routing_ = std::make_unique<ExpertRouting>(group.make_routing(label));
+}
+
+std::int64_t MoeFeedForward::expert_rows_capacity(int N) const {
+  return ep_ ? ep_->capacity_rows() : std::int64_t{N} * k_;
+}
+
 void MoeActivations::ensure(const std::string& label, const MoeFeedForward& moe, int N) {
   buffers.ensure(label + ".moe", N, 1, [&] { return moe.activation_table(*this, N); });
 }
 
-// Forward's buffers for N rows; R = N k routed rows at most (dropless), so the worst case is the size.
+// Forward's buffers for N rows; R = N k routed rows at most (dropless), so the worst case is the size. The experts'
+// rows: R, or under ep the most this rank may receive (Re), in received_x / received_out.
 BufferTable MoeFeedForward::activation_table(MoeActivations& a, int N) const {
-  const std::int64_t R = std::int64_t{N} * k_;
+  const std::int64_t R = std::int64_t{N} * k_, Re = expert_rows_capacity(N);
   BufferTable t;
   t.add("router_logits", sz(std::int64_t{N} * E_), a.logits);
   t.add("router_probs", sz(std::int64_t{N} * E_), a.probs);
@@ -132,30 +161,48 @@ BufferTable MoeFeedForward::activation_table(MoeActivations& a, int N) const {
   t.add("slot_pair", sz(R), a.slot_pair);
   t.add("token_slot", sz(R), a.token_slot);
   t.add("routed_x", sz(R * C_), a.xs);          // the routed rows in expert order
-  t.add("expert_gate", sz(R * F_), a.gate);
-  t.add("expert_up", sz(R * F_), a.up);
-  t.add("expert_h", sz(R * F_), a.h);           // silu(gate) * up: the down projections' input
-  t.add("expert_out", sz(R * C_), a.ys);        // the experts' outputs, before the combine
+  t.add("routed_out", sz(R * C_), a.ys);        // the experts' outputs, back in that order, before the combine
+  if (ep_) {
+    t.add("received_x", sz(Re * C_), a.xr);     // the rows this rank's experts received
+    t.add("received_out", sz(Re * C_), a.yr);   // their outputs, before they go home
+  }
+  t.add("expert_gate", sz(Re * F_), a.gate);
+  t.add("expert_up", sz(Re * F_), a.up);
+  t.add("expert_h", sz(Re * F_), a.h);          // silu(gate) * up: the down projections' input
   return t;
 }
 
 BufferTable MoeFeedForward::scratch_table(MoeScratch& s, int N) const {
-  const std::int64_t R = std::int64_t{N} * k_;
+  const std::int64_t R = std::int64_t{N} * k_, Re = expert_rows_capacity(N);
   BufferTable t;
-  t.add("dexpert_out", sz(R * C_), s.dys);
+  t.add("drouted_out", sz(R * C_), s.dys);
   t.add("drouter_weights", sz(R), s.dweights);
-  t.add("dexpert_h", sz(R * F_), s.dh);
-  t.add("dexpert_gate", sz(R * F_), s.dgate);
-  t.add("dexpert_up", sz(R * F_), s.dup);
+  if (ep_) {
+    t.add("dreceived_out", sz(Re * C_), s.dyr);
+    t.add("dreceived_x", sz(Re * C_), s.dxr);
+  }
+  t.add("dexpert_h", sz(Re * F_), s.dh);
+  t.add("dexpert_gate", sz(Re * F_), s.dgate);
+  t.add("dexpert_up", sz(Re * F_), s.dup);
   t.add("drouted_x", sz(R * C_), s.dxs);
   t.add("drouter_logits", sz(std::int64_t{N} * E_), s.dlogits);
   t.add("router_probability_sums", sz(E_), s.probability_sums);
   return t;
 }
 
-template <class F> void MoeFeedForward::for_each_expert(const F& f) const {
-  for (int e = 0; e < E_; ++e)
-    if (counts_[sz(e)] > 0) f(e, offsets_[sz(e)], counts_[sz(e)]);
+template <class F> void RoutedExperts::for_each_expert(const F& f) const {
+  std::int64_t first = 0;
+  for (std::size_t j = 0; j < batch_.rows->size(); ++j) {
+    const std::int64_t n = (*batch_.rows)[j];
+    if (n > 0) f(static_cast<int>(j), first, n);
+    first += n;
+  }
+}
+
+std::int64_t RoutedExperts::total_rows() const {
+  std::int64_t n = 0;
+  for (std::int64_t r : *batch_.rows) n += r;
+  return n;
 }
 
 // The counting sort: the pairs (t, j) by expert, token order inside each (the fixed order every later sum
@@ -172,9 +219,8 @@ void MoeFeedForward::route(MoeActivations& a, int N) {
                     Kokkos::subview(a.selected, std::make_pair(std::int64_t{0}, pairs)));
   std::vector<std::int64_t> wanted(sz(E_), 0);
   for (std::int64_t p = 0; p < pairs; ++p) ++wanted[sz(host_selected_(sz(p)))];
-  const std::int64_t capacity =
-      capacity_factor_ > 0 ? static_cast<std::int64_t>(std::ceil(capacity_factor_ * static_cast<double>(pairs) / E_))
-                           : pairs;
+  const std::int64_t kept = expert_capacity_rows(capacity_factor_, pairs, E_);
+  const std::int64_t capacity = kept > 0 ? kept : pairs;
   offsets_[0] = 0;
   for (int e = 0; e < E_; ++e) {
     counts_[sz(e)] = std::min(wanted[sz(e)], capacity);
@@ -212,25 +258,93 @@ View1<float> expert_of(const View1<float>& stacked, int e, std::int64_t rows, st
 // ---------------------------------------------------------------------------------------------------------
 // Forward and backward, side by side
 
+// The experts: for each local expert j, its rows [o_j, o_j + n_j): g = x Wg^T, u = x Wu^T; h = silu(g) * u;
+// y = h Wd^T. Grouped GEMMs on subviews, no copies.
+void RoutedExperts::forward(Flow& flow) {
+  const int C = C_, F = F_;
+  const View1<float> x = flow.x;
+  for_each_expert([&](int j, std::int64_t first, std::int64_t n) {
+    const int rows = static_cast<int>(n);
+    linear_forward<float>(rows_of(batch_.gate, first, n, F), rows_of(x, first, n, C), expert_of(gate.value(), j, F, C),
+                          View1<float>(), rows, C, F);
+    linear_forward<float>(rows_of(batch_.up, first, n, F), rows_of(x, first, n, C), expert_of(up.value(), j, F, C),
+                          View1<float>(), rows, C, F);
+  });
+  const std::int64_t R = total_rows();
+  swiglu_forward<float>(batch_.h, batch_.gate, batch_.up, R * F);
+  for_each_expert([&](int j, std::int64_t first, std::int64_t n) {
+    linear_forward<float>(rows_of(batch_.y, first, n, C), rows_of(batch_.h, first, n, F), expert_of(down.value(), j, C, F),
+                          View1<float>(), static_cast<int>(n), F, C);
+  });
+  flow.x = rows_of(batch_.y, 0, R, C);
+}
+
+void RoutedExperts::backward(Flow& flow) {
+  const int C = C_, F = F_;
+  const View1<float> dy = flow.dx;
+  // y = h Wd^T per expert
+  Kokkos::deep_copy(batch_.dh, 0.0f);
+  for_each_expert([&](int j, std::int64_t first, std::int64_t n) {
+    const int rows = static_cast<int>(n);
+    const View1<float> dys = rows_of(dy, first, n, C);
+    linear_backward_input<float>(rows_of(batch_.dh, first, n, F), dys, expert_of(down.value(), j, C, F), rows, F, C);
+    linear_backward_weight<float>(expert_of(down.grad(), j, C, F), View1<float>(), dys, rows_of(batch_.h, first, n, F),
+                                  rows, F, C);
+  });
+  // h = silu(g) * u
+  const std::int64_t R = total_rows();
+  Kokkos::deep_copy(batch_.dgate, 0.0f);
+  Kokkos::deep_copy(batch_.dup, 0.0f);
+  swiglu_backward<float>(batch_.dgate, batch_.dup, batch_.dh, batch_.gate, batch_.up, R * F);
+  // g = x Wg^T, u = x Wu^T per expert
+  Kokkos::deep_copy(batch_.dx, 0.0f);
+  for_each_expert([&](int j, std::int64_t first, std::int64_t n) {
+    const int rows = static_cast<int>(n);
+    const View1<float> dx = rows_of(batch_.dx, first, n, C), x = rows_of(batch_.x, first, n, C);
+    const View1<float> dg = rows_of(batch_.dgate, first, n, F), du = rows_of(batch_.dup, first, n, F);
+    linear_backward_input<float>(dx, dg, expert_of(gate.value(), j, F, C), rows, C, F);
+    linear_backward_input<float>(dx, du, expert_of(up.value(), j, F, C), rows, C, F);
+    linear_backward_weight<float>(expert_of(gate.grad(), j, F, C), View1<float>(), dg, x, rows, C, F);
+    linear_backward_weight<float>(expert_of(up.grad(), j, F, C), View1<float>(), du, x, rows, C, F);
+  });
+  flow.dx = rows_of(batch_.dx, 0, R, C);
+}
+
+RoutedExperts::Batch MoeFeedForward::batch(MoeActivations& a, MoeScratch& s) const {
+  RoutedExperts::Batch b;
+  b.rows = ep_ ? &local_rows_ : &counts_;
+  b.x = ep_ ? a.xr : a.xs;
+  b.y = ep_ ? a.yr : a.ys;
+  b.gate = a.gate, b.up = a.up, b.h = a.h;
+  b.dgate = s.dgate, b.dup = s.dup, b.dh = s.dh;
+  b.dx = ep_ ? s.dxr : s.dxs;
+  return b;
+}
+
+// Routed rows (by global expert) -> their experts -> back in the same order. Under expert parallelism the rows
+// travel to the experts' ranks and back (dispatch, combine); the experts compute on what their rank received.
 void MoeFeedForward::forward(const View1<float>& out, const View1<float>& x, int N, MoeActivations& a, MoeScratch& s,
                              RouterStatistics* stats, int layer) {
-  const int C = C_, E = E_, F = F_;
+  const int C = C_, E = E_;
   linear_forward<float>(a.logits, x, router.value(), View1<float>(), N, C, E);
   router_topk<float>(a.probs, a.lse, a.selected, a.weights, a.logits, bias_, N, E, k_, normalize_);
   route(a, N);
   gather_routed_rows<float>(a.xs, x, a.slot_token, routed_, C);
-  for_each_expert([&](int e, std::int64_t first, std::int64_t n) {
-    const int rows = static_cast<int>(n);
-    linear_forward<float>(rows_of(a.gate, first, n, F), rows_of(a.xs, first, n, C), expert_of(gate.value(), e, F, C),
-                          View1<float>(), rows, C, F);
-    linear_forward<float>(rows_of(a.up, first, n, F), rows_of(a.xs, first, n, C), expert_of(up.value(), e, F, C),
-                          View1<float>(), rows, C, F);
-  });
-  swiglu_forward<float>(a.h, a.gate, a.up, routed_ * F);
-  for_each_expert([&](int e, std::int64_t first, std::int64_t n) {
-    linear_forward<float>(rows_of(a.ys, first, n, C), rows_of(a.h, first, n, F), expert_of(down.value(), e, C, F),
-                          View1<float>(), static_cast<int>(n), F, C);
-  });
+  Flow rows;
+  rows.x = rows_of(a.xs, 0, routed_, C);
+  if (ep_) {
+    if (counts_device_.extent(0) == 0) {  // at the first forward (a planned model never runs one)
+      counts_device_ = View1<std::int64_t>("moe.counts " + routing_->label, sz(E));
+      counts_host_ = Kokkos::create_mirror_view(counts_device_);
+    }
+    for (int e = 0; e < E; ++e) counts_host_(sz(e)) = counts_[sz(e)];
+    Kokkos::deep_copy(counts_device_, counts_host_);
+    rows.x = ep_->dispatch(*routing_, rows.x, counts_device_, a.xr);
+    local_rows_ = routing_->expert_rows;
+  }
+  experts.bind(batch(a, s));
+  experts(rows);
+  if (ep_) ep_->combine(*routing_, rows.x, a.ys);
   sum_routed_rows<float>(out, a.ys, a.token_slot, a.weights, N, C, k_, /*accumulate=*/false);
   if (!stats) return;
   // Selections count every pair the router chose (dropped ones too), as transformers' loss does.
@@ -249,34 +363,17 @@ void MoeFeedForward::forward(const View1<float>& out, const View1<float>& x, int
 void MoeFeedForward::backward(const View1<float>& dx, const View1<float>& dout, const View1<float>& x, int N,
                               MoeActivations& a, MoeScratch& s, const RouterStatistics* stats, float loss_scale) {
   (void)loss_scale;  // the balancing losses' scales are in `stats` (RouterStatistics::finish)
-  const int C = C_, E = E_, F = F_;
+  const int C = C_, E = E_;
   // out = combine(ys, w): d(ys) per slot, d(w) per pair
   combine_routed_rows_backward<float>(s.dys, s.dweights, dout, a.ys, a.slot_pair, a.token_slot, a.weights, routed_, N,
                                       C, k_);
-  // ys = h Wd^T per expert
-  Kokkos::deep_copy(s.dh, 0.0f);
-  for_each_expert([&](int e, std::int64_t first, std::int64_t n) {
-    const int rows = static_cast<int>(n);
-    const View1<float> dys = rows_of(s.dys, first, n, C);
-    linear_backward_input<float>(rows_of(s.dh, first, n, F), dys, expert_of(down.value(), e, C, F), rows, F, C);
-    linear_backward_weight<float>(expert_of(down.grad(), e, C, F), View1<float>(), dys, rows_of(a.h, first, n, F),
-                                  rows, F, C);
-  });
-  // h = silu(g) * u
-  Kokkos::deep_copy(s.dgate, 0.0f);
-  Kokkos::deep_copy(s.dup, 0.0f);
-  swiglu_backward<float>(s.dgate, s.dup, s.dh, a.gate, a.up, routed_ * F);
-  // g = xs Wg^T, u = xs Wu^T per expert
-  Kokkos::deep_copy(s.dxs, 0.0f);
-  for_each_expert([&](int e, std::int64_t first, std::int64_t n) {
-    const int rows = static_cast<int>(n);
-    const View1<float> dxs = rows_of(s.dxs, first, n, C), xs = rows_of(a.xs, first, n, C);
-    const View1<float> dg = rows_of(s.dgate, first, n, F), du = rows_of(s.dup, first, n, F);
-    linear_backward_input<float>(dxs, dg, expert_of(gate.value(), e, F, C), rows, C, F);
-    linear_backward_input<float>(dxs, du, expert_of(up.value(), e, F, C), rows, C, F);
-    linear_backward_weight<float>(expert_of(gate.grad(), e, F, C), View1<float>(), dg, xs, rows, C, F);
-    linear_backward_weight<float>(expert_of(up.grad(), e, F, C), View1<float>(), du, xs, rows, C, F);
-  });
+  // The experts, on their rows: under ep the gradients travel as the rows did (combine's backward), and back.
+  Flow rows;
+  rows.dx = rows_of(s.dys, 0, routed_, C);
+  if (ep_) rows.dx = ep_->combine_backward(*routing_, rows.dx, s.dyr);
+  experts.bind(batch(a, s));
+  experts(rows, Pass::backward);
+  if (ep_) ep_->dispatch_backward(*routing_, rows.dx, s.dxs);
   // xs = x[slot_token]
   sum_routed_rows<float>(dx, s.dxs, a.token_slot, View1<float>(), N, C, k_, /*accumulate=*/true);
   // The router: top-k weights, the balancing losses, the softmax; logits = x Wr^T

@@ -77,6 +77,10 @@ class RouterStatistics {
   bool recorded_ = false;
 };
 
+// model.moe.capacity_factor c over `pairs` (token, choice) pairs of one forward: at most ceil(c pairs / E) rows
+// per expert; 0 when c is 0 (dropless).
+std::int64_t expert_capacity_rows(double capacity_factor, std::int64_t pairs, int experts);
+
 // Parameter names: Qwen3-MoE's "mlp.gate.weight", "mlp.experts.gate_proj.weight", ...; Mixtral's
 // "block_sparse_moe.gate.weight", "block_sparse_moe.experts.w1.weight" (w1 gate, w3 up, w2 down).
 struct MoeNames {
@@ -86,10 +90,12 @@ struct MoeNames {
 };
 
 // The routed rows' buffers (table()), for N token rows. Forward's (kept for backward, or rebuilt by a block that
-// recomputes) and backward's scratch are separate tables so the planner counts them as the blocks' are.
+// recomputes) and backward's scratch are separate tables so the planner counts them as the blocks' are. Under
+// expert parallelism the experts compute on the rows they received (xr, yr: up to the group's worst case), and
+// gate/up/h are sized for those; otherwise on the routed rows themselves (xs, ys).
 class MoeFeedForward;
 struct MoeActivations {
-  View1<float> logits, probs, lse, weights, xs, gate, up, h, ys;
+  View1<float> logits, probs, lse, weights, xs, ys, xr, yr, gate, up, h;
   View1<std::int32_t> selected, slot_token, slot_pair, token_slot;
   Buffers buffers{Growth::grow_only};
 
@@ -97,24 +103,72 @@ struct MoeActivations {
   std::int64_t bytes() const { return buffers.bytes(); }
 };
 struct MoeScratch {
-  View1<float> dys, dweights, dh, dgate, dup, dxs, dlogits, probability_sums;
+  View1<float> dys, dyr, dweights, dh, dgate, dup, dxr, dxs, dlogits, probability_sums;
   Buffers buffers{Growth::exact};
 };
 
+// The routed experts of a sparse layer: the stacked SwiGLU weights, a Module of their own (torchtitan's
+// moe.experts) so that under expert parallelism fully_shard gives them their own group, on the ranks that hold
+// the same experts. With mesh.ep > 1 a rank holds experts [first, first + E/ep): their parameters are Shard(0)
+// over ep (Parameter::set_tensor_parallel with mesh_dim "ep"), local shape (E/ep, F, C).
+//
+// Its passes compute on the rows the layer binds (grouped by local expert: rows[j] of them for local expert j,
+// contiguous), not on the residual stream. In forward the flow's x is the input rows (the output rows after);
+// in backward dx is the output rows' gradient (the input rows' after). Going through the Module door is what
+// runs fully_shard's hooks: the all-gather before each pass, the reduce-scatter after backward.
+class RoutedExperts : public Module {
+ public:
+  RoutedExperts(const ModelConfig& config, const MoeNames& names, float std, float down_std);
+
+  Parameter& gate;  // (E, F, C); this rank's (E/ep, F, C)
+  Parameter& up;    // (E, F, C)
+  Parameter& down;  // (E, C, F)
+
+  // What the next pass computes on, set by the layer before calling (*this)(flow, pass).
+  struct Batch {
+    const std::vector<std::int64_t>* rows = nullptr;  // per local expert
+    View1<float> x;                // (rows, C): the input rows (what forward's flow.x is)
+    View1<float> gate, up, h, y;   // forward: (rows, F) x 3 kept for backward, and the output (rows, C)
+    View1<float> dgate, dup, dh, dx;  // backward's scratch, and the input rows' gradient (rows, C)
+  };
+  void bind(const Batch& batch) { batch_ = batch; }
+  int local_experts() const { return static_cast<int>(gate.rows()); }
+
+ protected:
+  void forward(Flow& flow) override;
+  void backward(Flow& flow) override;
+
+ private:
+  template <class F> void for_each_expert(const F& f) const;  // f(local expert, first row, rows) with rows > 0
+  std::int64_t total_rows() const;
+  int C_, F_;
+  Batch batch_;
+};
+
+class ExpertParallelGroup;
+struct ExpertRouting;
+
 class MoeFeedForward {
  public:
-  // Registers the router and the stacked experts on `owner` (init: router and gate/up normal(std), down
-  // normal(down_std), as the dense MLP's projections).
+  // Registers the router on `owner` and makes the experts, a module the owner adds as its child `names.prefix +
+  // "experts"` (init: router and gate/up normal(std), down normal(down_std), as the dense MLP's projections).
   MoeFeedForward(Module& owner, const ModelConfig& config, const MoeNames& names, float std, float down_std);
+  ~MoeFeedForward();
 
-  Parameter& router;  // (E, C)
-  Parameter& gate;    // (E, F, C)
-  Parameter& up;      // (E, F, C)
-  Parameter& down;    // (E, C, F)
+  Parameter& router;       // (E, C)
+  RoutedExperts experts;   // gate, up (E, F, C), down (E, C, F)
 
-  int experts() const { return E_; }
+  // Expert parallelism, on meta before fully_shard: this rank keeps its E / group.ranks() experts, and every
+  // forward dispatches the routed rows to their experts' ranks and combines the results (nn/expert_parallel.hpp).
+  // `label`: the layer, for errors ("layers.3.mlp").
+  void use_expert_parallel(ExpertParallelGroup& group, const std::string& label);
+  const ExpertParallelGroup* expert_parallel() const { return ep_; }
+
+  int num_experts() const { return E_; }
   int top_k() const { return k_; }
   int ffn_hidden() const { return F_; }
+  // Rows this rank's experts may compute on in a forward of N rows: N k, or the group's worst case under ep.
+  std::int64_t expert_rows_capacity(int N) const;
   BufferTable activation_table(MoeActivations& a, int N) const;
   BufferTable scratch_table(MoeScratch& s, int N) const;
   // Statistics are recorded into `stats` as sparse layer `layer` (nullptr: not recorded, as in a recomputation,
@@ -124,14 +178,14 @@ class MoeFeedForward {
   // dx += d(out)/d(x) dout; every parameter's gradient +=. `stats`: the balancing losses' gradients (nullptr: none).
   void backward(const View1<float>& dx, const View1<float>& dout, const View1<float>& x, int N, MoeActivations& a,
                 MoeScratch& s, const RouterStatistics* stats, float loss_scale);
-  // Rows each expert got in the last forward (after drops), and the pairs dropped.
+  // Rows each (global) expert got from this rank in the last forward (after drops), and the pairs dropped.
   const std::vector<std::int64_t>& expert_rows() const { return counts_; }
   std::int64_t dropped() const { return dropped_; }
 
  private:
   // The counting sort of the (N, k) choices by expert into the slot tables (host, then to the device).
   void route(MoeActivations& a, int N);
-  template <class F> void for_each_expert(const F& f) const;  // f(e, first row, rows) for experts with rows
+  RoutedExperts::Batch batch(MoeActivations& a, MoeScratch& s) const;
 
   int C_, E_, k_, F_;
   bool normalize_;
@@ -141,6 +195,13 @@ class MoeFeedForward {
   std::vector<std::int64_t> counts_, offsets_;
   std::int64_t routed_ = 0, dropped_ = 0;
   HostView1<std::int32_t> host_selected_, host_slot_token_, host_slot_pair_, host_token_slot_;
+  // Expert parallelism: the group, this layer's routing, the per-expert counts on the device (what dispatch
+  // exchanges), and the rows each local expert received.
+  ExpertParallelGroup* ep_ = nullptr;
+  std::unique_ptr<ExpertRouting> routing_;
+  View1<std::int64_t> counts_device_;
+  HostView1<std::int64_t> counts_host_;
+  std::vector<std::int64_t> local_rows_;
 };
 
 }  // namespace fsdpp

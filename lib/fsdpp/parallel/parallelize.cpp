@@ -2,6 +2,8 @@
 
 #include "fsdpp/comm/make_communicator.hpp"
 #include "fsdpp/config/deck_rules.hpp"
+#include "fsdpp/nn/expert_parallel.hpp"
+#include "fsdpp/nn/moe.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <fmt/format.h>
@@ -70,7 +72,7 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   layout.exact_reduction = deck.train.reproducible;
   if (layout.exact_reduction) layout.sync_every_micro_batch = true;
   const int shard_ranks = layout.mesh.back().size;  // before tp joins the mesh
-  check_expert_parallel(deck.model, deck.mesh, shard_ranks);  // ep divides the resolved dp_shard
+  check_expert_parallel(deck.model, deck.mesh, shard_ranks, deck.train.reproducible);  // ep divides the resolved dp_shard
   layout.ep = deck.mesh.ep;
   if (layout.tp > 1) layout.mesh.push_back({"tp", layout.tp});
 
@@ -126,20 +128,35 @@ Parallelism::Parallelism(ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh
     if (mesh_->name(d) != "tp") dp.push_back(mesh_->name(d));
   dp_mesh_ = std::make_unique<DeviceMesh>(mesh_->slice(dp));
   // Collective over the world (every rank reads the same deck): after the dimensions' own communicators.
-  if (layout_.ep > 1)
+  if (layout_.ep > 1) {
     ep_mesh_ = std::make_unique<DeviceMesh>(mesh_->split("dp_shard", layout_.ep, "dp_shard_mod_ep", "ep"));
+    std::vector<std::string> experts_dp;
+    for (int d = 0; d < ep_mesh_->ndim(); ++d)
+      if (ep_mesh_->name(d) != "tp" && ep_mesh_->name(d) != "ep") experts_dp.push_back(ep_mesh_->name(d));
+    expert_dp_mesh_ = std::make_unique<DeviceMesh>(ep_mesh_->slice(experts_dp));
+  }
   if (world != MPI_COMM_NULL) {
     host_world_ = std::make_unique<MpiCommunicator>(world);
     host_world_->set_label("the job's ranks (host scalars)");
   }
 }
 
+std::string Parallelism::describe() const {
+  if (!ep_mesh_) return mesh_->describe();
+  const int ep = ep_mesh_->dim_index("ep"), experts_dp = ep_mesh_->dim_index("dp_shard_mod_ep");
+  return fmt::format("{}; experts over dp_shard_mod_ep={} x ep={}", mesh_->describe(), ep_mesh_->dim_size(experts_dp),
+                     ep_mesh_->dim_size(ep));
+}
+
 std::string Parallelism::describe_expert_groups() const {
   if (!ep_mesh_) return "";
+  const int ep = ep_mesh_->dim_index("ep"), experts_dp = ep_mesh_->dim_index("dp_shard_mod_ep");
   return fmt::format("expert parallel over ep={} (world ranks {}: consecutive ranks of dp_shard, outside tp); "
-                     "experts' data parallel dp_shard_mod_ep={} (world ranks {}: the ranks holding the same experts)",
-                     ep_mesh_->dim_size(1), fmt::join(ep_mesh_->group_world_ranks(1), ","), ep_mesh_->dim_size(0),
-                     fmt::join(ep_mesh_->group_world_ranks(0), ","));
+                     "experts' data parallel dp_shard_mod_ep={} (world ranks {}: the ranks holding the same experts; "
+                     "the experts' fully_shard mesh: {})",
+                     ep_mesh_->dim_size(ep), fmt::join(ep_mesh_->group_world_ranks(ep), ","),
+                     ep_mesh_->dim_size(experts_dp), fmt::join(ep_mesh_->group_world_ranks(experts_dp), ","),
+                     expert_dp_mesh_->describe());
 }
 
 Parallelism::~Parallelism() {
@@ -224,11 +241,6 @@ void apply_prefetch_lists(LanguageModel& model, const PrefetchSetting& setting, 
 
 std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, ParallelLayout layout,
                                    std::unique_ptr<DeviceMesh> mesh, MPI_Comm world) {
-  // The same verdict on every rank, before any collective: the groups exist (Parallelism, ExpertParallelGroup),
-  // but the mixture-of-experts layers do not yet dispatch their rows over them.
-  FSDPP_REQUIRE(layout.ep == 1, "mesh.ep ({}): the expert-parallel groups are built, but the mixture-of-experts "
-                "layers do not dispatch over them yet; use mesh.ep 1 (fully_shard then shards the experts over "
-                "dp_shard with the other weights)", layout.ep);
   auto par = std::make_unique<Parallelism>(std::move(layout), std::move(mesh), world);
   const ParallelLayout& l = par->layout();
   // Tensor parallelism first, then activation checkpointing, then FSDP, in torchtitan's order: the TP plan
@@ -243,6 +255,21 @@ std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, Paral
   // AC before fully_shard, as torchtitan applies AC before FSDP: recomputation happens inside each block's
   // backward, after fully_shard's pre-backward all-gather.
   apply_activation_checkpointing(model, deck.train.activation_checkpointing);
+  // Expert parallelism: each sparse block keeps E / ep experts, and its experts get a group of their own on the
+  // ranks that hold the same ones (torchtitan's edp mesh), sharded before the block as a child must be. Their
+  // gradients sum the rows of the whole ep group, so they are averaged over every data-parallel rank, not only
+  // over the experts' group.
+  if (l.ep > 1) {
+    const std::int64_t pairs = std::int64_t{training_forward_batch(deck.train)} * deck.model.context_length *
+                               deck.model.moe.top_k;
+    const int E = deck.model.moe.num_experts;
+    const std::int64_t rows = ExpertParallelGroup::worst_case_rows(
+        l.ep, E / l.ep, pairs, expert_capacity_rows(deck.model.moe.capacity_factor, pairs, E));
+    auto group = std::make_shared<ExpertParallelGroup>(par->expert_parallel_group(), E, deck.model.n_embd, rows);
+    for (Module* experts : model.apply_expert_parallel(std::move(group)))
+      fully_shard(*experts, *par->expert_data_parallel_mesh(), l.block_options)
+          .set_gradient_divide_factor(par->data_parallel_size());
+  }
   for (Module* block : model.block_modules()) fully_shard(*block, par->data_parallel_mesh(), l.block_options);
   FsdpGroup& root = fully_shard(model, par->data_parallel_mesh(), l.root_options);
   if (l.gradient_divide_factor > 0)

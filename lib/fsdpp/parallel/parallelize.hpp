@@ -100,7 +100,8 @@ class Parallelism {
   // The tp dimension's group, or null without tensor parallelism.
   Communicator* tensor_parallel_group() const { return layout_.tp > 1 ? &mesh_->comm("tp") : nullptr; }
   FsdpGroup& root() const { return *root_; }
-  std::string describe() const { return mesh_->describe(); }  // "dp_shard=4 (4 ranks, mpi)"
+  // "dp_shard=4 (4 ranks, mpi)"; with mesh.ep > 1 "dp_shard=4 (4 ranks, mpi); experts over dp_shard_mod_ep=2 x ep=2"
+  std::string describe() const;
   // With mesh.ep > 1, the expert groups as this rank sees them (world ranks): "expert parallel over ep=2 (world
   // ranks 0,1) inside dp_shard; experts' data parallel dp_shard_mod_ep=2 (world ranks 0,2)"; "" without.
   std::string describe_expert_groups() const;
@@ -110,6 +111,8 @@ class Parallelism {
   Communicator* expert_parallel_group() const { return ep_mesh_ ? &ep_mesh_->comm("ep") : nullptr; }
   Communicator* expert_data_parallel_group() const { return ep_mesh_ ? &ep_mesh_->comm("dp_shard_mod_ep") : nullptr; }
   const DeviceMesh* expert_mesh() const { return ep_mesh_.get(); }
+  // What the experts' fully_shard groups shard over: (dp_replicate x) dp_shard_mod_ep; null without mesh.ep > 1.
+  const DeviceMesh* expert_data_parallel_mesh() const { return expert_dp_mesh_.get(); }
 
   // Data parallelism: every rank of the data-parallel mesh takes its own sequences of each global batch; the
   // tp ranks of one data-parallel rank take the same ones.
@@ -146,7 +149,8 @@ class Parallelism {
   ParallelLayout layout_;
   std::unique_ptr<DeviceMesh> mesh_;
   std::unique_ptr<DeviceMesh> dp_mesh_;
-  std::unique_ptr<DeviceMesh> ep_mesh_;  // {dp_shard_mod_ep, ep} when mesh.ep > 1
+  std::unique_ptr<DeviceMesh> ep_mesh_;  // the whole mesh with dp_shard cut into {dp_shard_mod_ep, ep}, mesh.ep > 1
+  std::unique_ptr<DeviceMesh> expert_dp_mesh_;  // its (dp_replicate x) dp_shard_mod_ep
   std::unique_ptr<MpiCommunicator> host_world_;  // host scalars; null on a planning mesh
   Module* model_ = nullptr;
   FsdpGroup* root_ = nullptr;

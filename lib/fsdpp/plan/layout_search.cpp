@@ -18,19 +18,28 @@ std::vector<int> divisors(int n) {
 }
 
 // The data-parallel meshes of `dp` ranks: full_shard over all of them, and HSDP with the shard groups filling
-// whole nodes' worth of data-parallel ranks (and twice that), as HSDP is used.
-std::vector<std::vector<std::string>> data_parallel_meshes(int dp, int dp_per_node) {
-  std::vector<std::vector<std::string>> out = {{"fsdp.strategy=full_shard", "mesh.dp_shard=-1"}};
+// whole nodes' worth of data-parallel ranks (and twice that), as HSDP is used. A mixture of `experts` experts
+// (0: dense) takes each expert-parallel size that divides both the shard group and the experts (mesh.ep).
+std::vector<std::vector<std::string>> data_parallel_meshes(int dp, int dp_per_node, int experts) {
+  std::vector<std::pair<std::vector<std::string>, int>> meshes = {{{"fsdp.strategy=full_shard", "mesh.dp_shard=-1"}, dp}};
   for (int shard : {dp_per_node, 2 * dp_per_node})
     if (shard > 1 && shard < dp && dp % shard == 0)
-      out.push_back({"fsdp.strategy=hybrid_shard", fmt::format("mesh.dp_replicate={}", dp / shard),
-                     fmt::format("mesh.dp_shard={}", shard)});
+      meshes.push_back({{"fsdp.strategy=hybrid_shard", fmt::format("mesh.dp_replicate={}", dp / shard),
+                         fmt::format("mesh.dp_shard={}", shard)}, shard});
+  std::vector<std::vector<std::string>> out;
+  for (const auto& [mesh, shard] : meshes)
+    for (int ep : divisors(shard)) {
+      if (ep > 1 && (experts == 0 || experts % ep != 0)) continue;
+      out.push_back(mesh);
+      out.back().push_back(fmt::format("mesh.ep={}", ep));
+    }
   return out;
 }
 
 std::string layout_line(const Deck& d, const StepPlan& p) {
   std::string mesh;
   for (const MeshDim& m : p.memory.mesh) mesh += fmt::format("{}{} {}", mesh.empty() ? "" : " x ", m.name, m.size);
+  if (d.mesh.ep > 1) mesh += fmt::format(" (ep {})", d.mesh.ep);
   return fmt::format("{}, {}, reshard {}, ac {}, mb {} x {}, {}", mesh, to_string(d.fsdp.strategy),
                      to_string(d.fsdp.reshard_after_forward), to_string(d.train.activation_checkpointing),
                      p.memory.micro_batch, p.memory.accum_steps, dtype_name(d.fsdp.param_dtype));
@@ -49,7 +58,8 @@ std::vector<Candidate> search_layouts(const DeckWith& deck_with, int ranks, cons
     std::vector<int> micro_batches;
     for (int b : divisors(per_rank))
       if ((b & (b - 1)) == 0 || b == per_rank) micro_batches.push_back(b);  // powers of two, and all at once
-    for (const auto& mesh : data_parallel_meshes(dp, std::max(1, machine.devices_per_node / tp)))
+    const int experts = is_moe_arch(base.model.arch) ? base.model.moe.num_experts : 0;
+    for (const auto& mesh : data_parallel_meshes(dp, std::max(1, machine.devices_per_node / tp), experts))
       for (const char* reshard : {"true", "false"})
         for (const char* ac : {"none", "full"})
           for (int b : micro_batches)

@@ -385,8 +385,12 @@ double collective_seconds(const Machine& m, CollectiveOp op, std::int64_t bytes,
                           int per_node) {
   if (ranks <= 1) return 0;
   const LinkClass& c = spans_nodes ? m.inter_node : m.intra_node;
+  // An all-to-all moves (n-1)/n of its payload off each rank, as an all-gather does of its output: priced with
+  // the all-gather's figures (a ring's n-1 latency steps are an upper bound for its concurrent sends).
   const std::optional<LinkFigures>& measured =
-      op == CollectiveOp::all_gather ? c.all_gather : op == CollectiveOp::reduce_scatter ? c.reduce_scatter : c.all_reduce;
+      op == CollectiveOp::all_gather || op == CollectiveOp::all_to_all ? c.all_gather
+      : op == CollectiveOp::reduce_scatter                             ? c.reduce_scatter
+                                                                       : c.all_reduce;
   // Across nodes a group with fewer ranks on each node than the node has gets their share of the node's links:
   // the other ranks' groups cross the same links at the same time. Calibrate fits its measured figures per node
   // (calibrate_collectives.cpp), so the share applies to them as to ring and tree.

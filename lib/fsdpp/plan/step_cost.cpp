@@ -40,6 +40,7 @@ struct Region {
   double forward_only_bytes = 0;  // part of `bytes` that backward does not pass over again (the logits)
   bool reduces_output = true;   // under tp, forward ends the region with its output's reduction
   double elementwise_flops = 0; // forward FLOPs of multiplying parameters outside GEMMs (norms, biases)
+  std::int64_t exchanged_bytes = 0;  // expert parallelism: the rows each exchange moves (routed experts' unit)
 };
 
 // The shapes and machine a step is priced with.
@@ -47,6 +48,7 @@ struct Pricing {
   const Machine* machine = nullptr;
   std::string precision;
   int B = 1, T = 1, C = 1, n_head = 1, tp = 1;
+  int experts = 0, top_k = 0, ep = 1;  // model.moe and mesh.ep
   bool sequence_parallel = false, overlap = true, scores_materialized = true;
   std::map<std::string, int> stride;  // mesh dimension -> distance in ranks between neighbours of its groups
 };
@@ -61,6 +63,7 @@ class StepRecorder final : public FsdpMemoryListener {
   double priced_flops = 0;  // forward and backward, recomputation excluded (the MFU convention)
   double model_flops = 0;   // the trainer's formula for the tokens priced
   std::map<std::string, std::string> link_of;
+  std::map<std::string, double> bytes_of;  // per communicator: the payload issued (this rank's, per step)
 
  private:
   using Kind = FsdpScheduleEvent::Kind;
@@ -78,6 +81,9 @@ class StepRecorder final : public FsdpMemoryListener {
   // A unit's regions as forward runs them, or as backward's replay of forward does (`recompute`).
   std::vector<Region> regions_of(const Module& unit, bool recompute = false) const;
   void tp_blocking(CollectiveOp op) { if (p_.tp > 1) wait(issue(op, N() * p_.C * 4, p_.tp, "tp")); }
+  // Expert parallelism: a dispatch (the counts, the capacity verdicts, then the rows) or a combine (the rows), each
+  // blocking, as ExpertParallelGroup issues them.
+  void exchange_rows(const Region& r, bool with_counts);
   void forward(const std::vector<Region>& regions, const std::string& what, bool count);
   void backward(const std::vector<Region>& regions, bool count);
 
@@ -89,10 +95,28 @@ int StepRecorder::issue(CollectiveOp op, std::int64_t bytes, int ranks, const st
   const int stride = p_.stride.count(group) ? p_.stride.at(group) : 1;
   const bool spans = group_spans_nodes(*p_.machine, 0, stride, ranks);
   if (ranks > 1) link_of[group] = spans ? "inter-node" : "intra-node";
+  bytes_of[group] += static_cast<double>(bytes);
   const int id = next_id_++;
   push_collective(collective_seconds(*p_.machine, op, bytes, ranks, spans, group_ranks_per_node(*p_.machine, stride, ranks)),
                   group, id, spans);
   return id;
+}
+
+void StepRecorder::exchange_rows(const Region& r, bool with_counts) {
+  if (r.exchanged_bytes == 0) return;
+  if (with_counts) {
+    wait(issue(CollectiveOp::all_to_all, std::int64_t{p_.experts} * 8, p_.ep, "ep"));  // E / ep counts per peer
+    wait(issue(CollectiveOp::all_gather, 4 * 8, p_.ep, "ep"));                        // the capacity verdicts
+  }
+  wait(issue(CollectiveOp::all_to_all, r.exchanged_bytes, p_.ep, "ep"));
+}
+
+// The parameters a unit's own passes compute with: its own and those of descendants without a group of their own
+// (a block's routed experts are its own under ep 1, a unit of their own under ep > 1).
+void unit_parameters(const Module& unit, std::vector<const Parameter*>& out) {
+  for (const Parameter* q : const_cast<Module&>(unit).local_parameters()) out.push_back(q);
+  for (Module* child : unit.children())
+    if (!fsdp_group(*child)) unit_parameters(*child, out);
 }
 
 double StepRecorder::gemms_seconds(const std::vector<Gemm>& gemms) const {
@@ -138,16 +162,38 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit, bool recompute)
       if (q->local_shape().size() == 1) r.elementwise_flops += 2 * rows_outside * static_cast<double>(q->numel());
     return regions;
   }
+  if (const auto* experts = dynamic_cast<const RoutedExperts*>(&unit)) {
+    // Under ep the rank's E / ep experts get the rows of the ep ranks routed to them: balanced, ep N k / E each,
+    // N k rows in all, which each exchange moves (dispatch and combine in forward, their backwards in backward).
+    Region& r = regions.front();
+    const std::int64_t rows = (std::int64_t{p_.ep} * N() * p_.top_k + p_.experts - 1) / p_.experts;
+    const int L = experts->local_experts();
+    double outputs = 0;
+    for (const Parameter* q : const_cast<RoutedExperts*>(experts)->local_parameters()) {
+      const auto& e = q->local_shape();
+      r.weights.push_back({rows, e[1], e[2], e[0]});
+      outputs += static_cast<double>(rows * e[0] * e[1]);
+    }
+    const double elements = static_cast<double>(rows) * L * experts->gate.local_shape()[1];
+    r.bytes = kPassBytesPerOutput * (outputs - 2 * elements);  // the down projection's pass; gate and up: swiglu's
+    r.family_bytes["swiglu"] += kernel_family_bytes_per_element("swiglu") * elements;
+    r.kernels = 3 * L + 2;
+    r.exchanged_bytes = N() * p_.top_k * p_.C * 4;
+    return regions;
+  }
   double outputs = 0;  // elements the region's GEMMs write: each gets a pass (kPassBytesPerOutput)
   const int local_heads = std::max(1, p_.n_head / p_.tp);
   const auto* block = dynamic_cast<const DecoderBlock*>(&unit);
   const std::int64_t head_size = block ? block->local().head_size : p_.C / p_.n_head;
   const MoeFeedForward* moe = block ? block->moe() : nullptr;
+  const bool experts_here = moe && !fsdp_group(const_cast<RoutedExperts&>(moe->experts));  // else their own unit
   // A sparse block's experts: a grouped GEMM of N k routed rows, priced as E GEMMs of N k / E rows (balanced).
-  const std::int64_t routed_rows_per_expert = moe ? (N() * moe->top_k() + moe->experts() - 1) / moe->experts() : 0;
+  const std::int64_t routed_rows_per_expert = moe ? (N() * moe->top_k() + moe->num_experts() - 1) / moe->num_experts() : 0;
   bool products_placed = false;
   const Linear* skipped = recompute && block ? block->recompute_stops_before() : nullptr;
-  for (const Parameter* q : const_cast<Module&>(unit).parameters(true)) {
+  std::vector<const Parameter*> params;
+  unit_parameters(unit, params);
+  for (const Parameter* q : params) {
     Region& r = regions.back();
     if (skipped && (q == &skipped->weight || q == skipped->bias)) continue;
     if (q->local_shape().size() == 1) {
@@ -198,16 +244,19 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit, bool recompute)
     // The MLP's activation is its own kernel family, in place of the pass each of its input branches got above.
     // A sparse block's: over the N k routed rows of F_e, after its gate and up projections; its routed rows are
     // gathered (read and written), combined (read) and the router's probabilities written and read.
-    const double elements = moe ? static_cast<double>(routed_rows_per_expert * moe->experts() * moe->ffn_hidden())
+    // (Under ep the experts' unit prices their activation; the block keeps the router, the gather and the combine.)
+    const double elements = moe ? static_cast<double>(routed_rows_per_expert * moe->num_experts() * moe->ffn_hidden())
                                 : n * block->local().mlp_width;
     const std::string family = block->mlp_activation_name();
     Region& mlp = regions.back();
-    mlp.bytes -= kPassBytesPerOutput * elements * static_cast<double>(moe ? 2 : block->parts().mlp_in.size());
-    mlp.family_bytes[family] += kernel_family_bytes_per_element(family) * elements;
+    if (!moe || experts_here) {
+      mlp.bytes -= kPassBytesPerOutput * elements * static_cast<double>(moe ? 2 : block->parts().mlp_in.size());
+      mlp.family_bytes[family] += kernel_family_bytes_per_element(family) * elements;
+    }
     if (moe) {
-      const double routed = static_cast<double>(routed_rows_per_expert * moe->experts());
-      mlp.bytes += 4 * (3 * routed * C + 2 * n * moe->experts());
-      mlp.kernels += 4 + moe->experts();
+      const double routed = static_cast<double>(routed_rows_per_expert * moe->num_experts());
+      mlp.bytes += 4 * (3 * routed * C + 2 * n * moe->num_experts());
+      mlp.kernels += 4 + moe->num_experts();
     }
   }
   // The softmax over B x heads x T x T scores, unless the fused kernel keeps them on chip.
@@ -221,7 +270,9 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit, bool recompute)
 void StepRecorder::forward(const std::vector<Region>& regions, const std::string& what, bool count) {
   for (const Region& r : regions) {
     if (p_.sequence_parallel) tp_blocking(CollectiveOp::all_gather);
+    exchange_rows(r, true);  // dispatch
     compute(gemms_seconds(r.weights) + gemms_seconds(r.products) + elementwise_seconds(r, false), what);
+    exchange_rows(r, false);  // combine
     if (r.reduces_output) tp_blocking(p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce);
     if (!count) continue;
     for (const Gemm& g : r.weights) priced_flops += g.flops();
@@ -242,6 +293,7 @@ void StepRecorder::backward(const std::vector<Region>& regions, bool count) {
       dw.push_back({g.n, g.k, g.m, g.count});
     }
     for (const Gemm& g : r.products) dx.push_back(g), dx.push_back(g);
+    exchange_rows(r, false);  // combine's backward brings the outputs' gradients to the experts
     compute(gemms_seconds(dx) + elementwise_seconds(r, true), "backward");
     int reduction = -1;
     if (p_.tp > 1) {
@@ -250,6 +302,7 @@ void StepRecorder::backward(const std::vector<Region>& regions, bool count) {
       if (!p_.overlap) wait(reduction);
     }
     compute(gemms_seconds(dw), "backward");
+    exchange_rows(r, false);  // dispatch's backward takes the inputs' gradients home
     if (reduction >= 0 && p_.overlap) wait(reduction);
     if (!count) continue;
     for (const Gemm& g : dx) priced_flops += g.flops();
@@ -277,6 +330,7 @@ void StepRecorder::on_schedule(const FsdpScheduleEvent& e) {
       const int stride = p_.stride.count(e.group) ? p_.stride.at(e.group) : 1;
       const bool spans = group_spans_nodes(*p_.machine, 0, stride, e.ranks);
       if (e.ranks > 1) link_of[e.group] = spans ? "inter-node" : "intra-node";
+      bytes_of[e.group] += static_cast<double>(e.bytes);
       const int per_node = group_ranks_per_node(*p_.machine, stride, e.ranks);
       push_collective(collective_seconds(*p_.machine, e.op, e.bytes, e.ranks, spans, per_node), e.group, e.id, spans);
       break;
@@ -315,6 +369,9 @@ Pricing pricing_for(const Deck& deck, const Machine& machine) {
   p.tp = std::max(1, deck.mesh.tp);
   p.sequence_parallel = deck.mesh.tp_sequence_parallel && p.tp > 1;
   p.overlap = deck.comm.overlap;
+  p.experts = deck.model.moe.num_experts;
+  p.top_k = deck.model.moe.top_k;
+  p.ep = std::max(1, deck.mesh.ep);
   // automatic is what the kernels of the machine would run: the presets are GPU nodes, where it means fused; a
   // calibrated description is the machine at hand, where it means what this build runs.
   const AttentionKind attention = deck.model.attention == AttentionKind::automatic && machine.source == "spec-sheet"
@@ -335,6 +392,7 @@ StepPlan plan_step(const Deck& deck, int ranks, const Machine& machine) {
   for (auto d = shape.mesh.rbegin(); d != shape.mesh.rend(); ++d) {
     pricing.stride[d->name] = stride;
     if (d->name == "dp_shard") pricing.stride["post_forward"] = stride;  // k consecutive ranks of a shard group
+    if (d->name == "dp_shard") pricing.stride["ep"] = stride;  // ep consecutive ranks of a shard group
     stride *= std::max(1, d->size);
   }
   auto recorder = std::make_shared<StepRecorder>(pricing);
@@ -354,6 +412,7 @@ StepPlan plan_step(const Deck& deck, int ranks, const Machine& machine) {
   for (const auto& [stream, s] : sim.exposed_s) t.exposed_comm_ms[stream] = s * 1e3;
   for (const auto& [what, s] : sim.compute_by_what) t.compute_ms_by_what[what] = s * 1e3;
   t.link_of = recorder->link_of;
+  t.comm_bytes = recorder->bytes_of;
   const std::string critical = sim.critical_resource();
   t.critical_resource = critical == "compute" || !t.link_of.count(critical)
                             ? critical : fmt::format("{} ({})", critical, t.link_of.at(critical));
@@ -380,8 +439,9 @@ std::string format_step_time(const StepTime& t) {
   line(fmt::format("  {:<40} {:>12.2f}   ({})", "compute ms", t.compute_ms, parts));
   for (const auto& [dim, ms] : t.busy_comm_ms) {
     const double exposed = t.exposed_comm_ms.count(dim) ? t.exposed_comm_ms.at(dim) : 0.0;
-    line(fmt::format("  {:<40} {:>12.2f}   exposed {:.2f}", fmt::format("communication ms, {} ({})", dim,
-                     t.link_of.count(dim) ? t.link_of.at(dim) : "one rank"), ms, exposed));
+    const double mib = t.comm_bytes.count(dim) ? t.comm_bytes.at(dim) / 1048576.0 : 0.0;
+    line(fmt::format("  {:<40} {:>12.2f}   exposed {:.2f}, {:.2f} MiB issued", fmt::format("communication ms, {} ({})",
+                     dim, t.link_of.count(dim) ? t.link_of.at(dim) : "one rank"), ms, exposed, mib));
   }
   line(fmt::format("  critical resource: {}", t.critical_resource));
   return out;
