@@ -1,5 +1,6 @@
-// fsdpp report <run-folder>: report.png (loss and validation loss, tokens/s, grad norm against step) and a short
-// text summary, from <run>/metrics.jsonl. The plot is drawn by gnuplot (Debian's gnuplot-nox), run as an
+// fsdpp report <run-folder>: report.png (loss and validation loss, tokens/s, grad norm against step; for a mixture
+// of experts also the expert load, the busiest expert's tokens over the mean, per sparse layer) and a short text
+// summary, from <run>/metrics.jsonl. The plot is drawn by gnuplot (Debian's gnuplot-nox), run as an
 // external program on a data file and a script written next to the report.
 // --trace: the timeline of run.trace instead (observe/trace_analysis.hpp): <run>/trace/merged.json, a table of
 // communication per unit, operation and mesh dimension, and trace.png (one row per rank and track); --json
@@ -9,12 +10,14 @@
 #include "fsdpp/observe/trace_analysis.hpp"
 #include "fsdpp/runtime/error.hpp"
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <vector>
 
 namespace fsdpp::app {
 namespace {
@@ -22,21 +25,29 @@ namespace {
 struct MetricsRow {
   double step, loss, tokens_per_s, grad_norm;
   std::optional<double> val;
+  std::vector<double> expert_load;  // per sparse layer (expert_load_per_layer); empty for a dense model
 };
 
-std::string plot_script(const std::string& data, const std::string& png, const std::string& title) {
+// Columns of the data file: step, loss, tokens/s, grad norm, validation loss (-1: none), then the expert load of
+// each of `sparse_layers` layers.
+std::string plot_script(const std::string& data, const std::string& png, const std::string& title, int sparse_layers) {
+  std::string load;
+  for (int l = 0; l < sparse_layers; ++l)
+    load += fmt::format("{}'{}' using 1:{} with lines title 'sparse layer {}'", l ? ", " : "", data, 6 + l, l);
   return fmt::format(
-      "set terminal pngcairo size 1200,900 font ',10'\n"
+      "set terminal pngcairo size 1200,{} font ',10'\n"
       "set output '{}'\n"
-      "set multiplot layout 3,1 title '{}'\n"
+      "set multiplot layout {},1 title '{}'\n"
       "set xlabel 'step'\nset grid\n"
       "set ylabel 'loss'\n"
       "plot '{}' using 1:2 with lines title 'train loss', '' using 1:($5 == -1 ? NaN : $5) with linespoints "
       "title 'validation loss'\n"
       "set ylabel 'tokens/s'\nplot '{}' using 1:3 with lines title 'tokens/s'\n"
       "set ylabel 'grad norm'\nplot '{}' using 1:4 with lines title 'grad norm'\n"
+      "{}"
       "unset multiplot\n",
-      png, title, data, data, data);
+      sparse_layers ? 1200 : 900, png, sparse_layers ? 4 : 3, title, data, data, data,
+      sparse_layers ? fmt::format("set ylabel 'expert load (max / mean)'\nplot {}\n", load) : "");
 }
 
 // Text inside a gnuplot single-quoted string, where a quote is written twice.
@@ -126,8 +137,9 @@ Command add_report_command(CLI::App& app) {
               try {
                 j = nlohmann::json::parse(line);
                 MetricsRow r{j.at("step").get<double>(), j.at("loss").get<double>(), j.at("tokens_per_s").get<double>(),
-                      j.at("grad_norm").get<double>(), std::nullopt};
+                      j.at("grad_norm").get<double>(), std::nullopt, {}};
                 if (j.contains("val_loss")) r.val = j["val_loss"].get<double>();
+                if (j.contains("expert_load_per_layer")) r.expert_load = j["expert_load_per_layer"].get<std::vector<double>>();
                 rows.push_back(r);
               } catch (const std::exception& e) {
                 throw UsageError(fmt::format("{}:{}: not a metrics record: {}", metrics.string(), number, e.what()));
@@ -135,11 +147,16 @@ Command add_report_command(CLI::App& app) {
             }
             FSDPP_REQUIRE(!rows.empty(), "{} holds no steps yet", metrics.string());
             const fs::path data = folder / "report.dat", script = folder / "report.gp", png = folder / "report.png";
+            const int sparse_layers = static_cast<int>(rows.back().expert_load.size());
             {
               std::ofstream out(data);
-              for (const MetricsRow& r : rows)
-                out << fmt::format("{} {} {} {} {}\n", r.step, r.loss, r.tokens_per_s, r.grad_norm, r.val ? *r.val : -1.0);
-              std::ofstream(script) << plot_script(data.string(), png.string(), folder.filename().string());
+              for (const MetricsRow& r : rows) {
+                out << fmt::format("{} {} {} {} {}", r.step, r.loss, r.tokens_per_s, r.grad_norm, r.val ? *r.val : -1.0);
+                for (int l = 0; l < sparse_layers; ++l)
+                  out << ' ' << (l < static_cast<int>(r.expert_load.size()) ? r.expert_load[static_cast<std::size_t>(l)] : 0.0);
+                out << '\n';
+              }
+              std::ofstream(script) << plot_script(data.string(), png.string(), folder.filename().string(), sparse_layers);
             }
             run_gnuplot(folder, script, "report.log");
             double best_val = 1e300, tokens = 0;
@@ -147,10 +164,14 @@ Command add_report_command(CLI::App& app) {
               if (r.val) best_val = std::min(best_val, *r.val);
               tokens += r.tokens_per_s;
             }
+            std::string load;
+            if (sparse_layers > 0)
+              load = fmt::format(", expert load (max / mean) per sparse layer at the last step {:.2f}",
+                                 fmt::join(rows.back().expert_load, " "));
             Log::info("run {}: {} logged steps, last step {}, loss {:.4f} -> {:.4f}{}, mean {:.0f} tokens/s, last grad "
-                      "norm {:.3f}\nwrote {}", folder.string(), rows.size(), rows.back().step, rows.front().loss,
+                      "norm {:.3f}{}\nwrote {}", folder.string(), rows.size(), rows.back().step, rows.front().loss,
                       rows.back().loss, best_val < 1e300 ? fmt::format(", best validation loss {:.4f}", best_val) : "",
-                      tokens / rows.size(), rows.back().grad_norm, png.string());
+                      tokens / rows.size(), rows.back().grad_norm, load, png.string());
             return 0;
           },
           [] { return false; }};

@@ -84,7 +84,7 @@ int run_train(Runtime& rt, const TrainArgs& args) {
 }  // namespace
 
 Command add_train_command(CLI::App& app) {
-  auto* cli = app.add_subcommand("train", "Train a GPT-2, Llama or Qwen2 model (model.arch) from a YAML input deck "
+  auto* cli = app.add_subcommand("train", "Train a GPT-2, Llama, Qwen2, Qwen3, Qwen3-MoE or Mixtral model (model.arch) from a YAML input deck "
                                           "(default: the embedded tiny deck)");
   auto args = std::make_shared<TrainArgs>();
   cli->add_option("deck_and_overrides", args->words, "deck.yaml, then section.key=value overrides (train.steps=50)");

@@ -3,9 +3,11 @@
 # line. A Qwen3-MoE of 8 experts (the top 2, each 256 wide) and a Qwen3 whose MLP is 512 wide (the two active
 # experts' width): the same attention, the same FLOPs per token but the router's and the dispatch's. Both train
 # input/qwen3-moe-tiny.yaml widened (V 4096, T 256, C 256, L 4, NH 8, NKV 2, hs 32, 8 sequences a step) on 1 rank
-# and on 2 (data parallel; expert parallelism is not built yet, so no all-to-all is measured), 1 BLAS thread each.
-# Reported: tokens/s, ms/step (median of the logged intervals, rounds interleaved), the MoE/dense step-time ratio,
-# and the busiest expert's rows over the mean at the end (metrics.jsonl).
+# and on 2 (data parallel, each rank all 8 experts), and the MoE with expert parallelism ep 2 on 2 ranks (each rank 4
+# experts, the routed rows exchanged by all-to-all), 1 BLAS thread each. Reported: tokens/s, ms/step (median of
+# the logged intervals, rounds interleaved), the MoE/dense step-time ratio, the busiest expert's rows over the mean
+# at the end (metrics.jsonl), and the all-to-all bytes per rank and step over the ep dimension: measured (the log's
+# traffic table, every collective the ranks issued on ep) against `fsdpp plan --machine`'s prediction.
 # Options: --steps N (default 40), --rounds R (default 3).
 set -euo pipefail
 steps=40 rounds=3
@@ -42,15 +44,29 @@ for r in $(seq "$rounds"); do
     read -r m t l < <(run "moe-$n-$r" "$n" input/qwen3-moe-tiny.yaml "${moe[@]}"); ms[moe,$n]+="$m "; tok[moe,$n]+="$t "; load[$n]=$l
     read -r m t l < <(run "dense-$n-$r" "$n" "$dense_deck" model.ffn_hidden=512); ms[dense,$n]+="$m "; tok[dense,$n]+="$t "
   done
+  read -r m t l < <(run "ep2-$r" 2 input/qwen3-moe-tiny.yaml "${moe[@]}" mesh.ep=2); ms[ep2]+="$m "; tok[ep2]+="$t "
+  load[ep2]=$l
 done
+# All-to-all bytes over ep, per rank and step: the traffic table's payload (MiB, all ranks) over steps x 2 ranks,
+# and the plan's.
+measured=$(awk '$1 == "ep" { printf "%.0f\n", $3 * 1048576 / ('"$steps"' * 2) }' "$work/ep2-1.log")
+predicted=$(build/bin/fsdpp plan input/qwen3-moe-tiny.yaml "${shape[@]}" "${moe[@]}" mesh.ep=2 --ranks 2 \
+              --machine h100-sxm-8x --json | python3 -c "import json,sys; print(json.load(sys.stdin)['time']['comm_bytes_by_dim']['ep'])")
+[ -n "$measured" ] || { echo "error: no ep row in the traffic table of $work/ep2-1.log" >&2; exit 1; }
+a2a_error=$(python3 -c "print(f\"{($predicted - $measured) / $measured:.2e}\")")
 median() { python3 -c "import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))" $1; }
 printf '%-8s %-6s %12s %12s %14s\n' model ranks ms/step tokens/s max/mean_load
 for n in 1 2; do
   printf '%-8s %-6s %12.2f %12.0f %14.2f\n' moe "$n" "$(median "${ms[moe,$n]}")" "$(median "${tok[moe,$n]}")" "${load[$n]}"
   printf '%-8s %-6s %12.2f %12.0f %14s\n' dense "$n" "$(median "${ms[dense,$n]}")" "$(median "${tok[dense,$n]}")" -
 done
+printf '%-8s %-6s %12.2f %12.0f %14.2f\n' moe-ep2 2 "$(median "${ms[ep2]}")" "$(median "${tok[ep2]}")" "${load[ep2]}"
 ratio1=$(python3 -c "print(round($(median "${ms[moe,1]}") / $(median "${ms[dense,1]}"), 3))")
 ratio2=$(python3 -c "print(round($(median "${ms[moe,2]}") / $(median "${ms[dense,2]}"), 3))")
+ratio_ep=$(python3 -c "print(round($(median "${ms[ep2]}") / $(median "${ms[moe,2]}"), 3))")
 echo "MoE/dense step time: $ratio1 on 1 rank, $ratio2 on 2 (target <= 1.3 on 1 rank); medians of $rounds rounds"
-printf '{"bench":"moe","moe_over_dense_1rank":%s,"moe_over_dense_2ranks":%s,"moe_tokens_per_s_1rank":%s,"dense_tokens_per_s_1rank":%s,"moe_tokens_per_s_2ranks":%s,"expert_load_max_over_mean":%s,"ep2_tokens_per_s":null,"alltoall_bytes_error":null}\n' \
-  "$ratio1" "$ratio2" "$(median "${tok[moe,1]}")" "$(median "${tok[dense,1]}")" "$(median "${tok[moe,2]}")" "${load[1]}"
+echo "ep 2 over data parallel on 2 ranks, step time: $ratio_ep"
+echo "all-to-all over ep per rank and step: measured $measured B, planned $predicted B, error $a2a_error (target within 2%)"
+printf '{"bench":"moe","moe_over_dense_1rank":%s,"moe_over_dense_2ranks":%s,"moe_tokens_per_s_1rank":%s,"dense_tokens_per_s_1rank":%s,"moe_tokens_per_s_2ranks":%s,"expert_load_max_over_mean":%s,"ep2_tokens_per_s":%s,"ep2_over_dp_2ranks":%s,"alltoall_bytes_measured":%s,"alltoall_bytes_planned":%s,"alltoall_bytes_error":%s}\n' \
+  "$ratio1" "$ratio2" "$(median "${tok[moe,1]}")" "$(median "${tok[dense,1]}")" "$(median "${tok[moe,2]}")" "${load[1]}" \
+  "$(median "${tok[ep2]}")" "$ratio_ep" "$measured" "$predicted" "$a2a_error"

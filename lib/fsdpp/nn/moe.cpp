@@ -78,19 +78,17 @@ double RouterStatistics::weighted_loss() const {
          config_.router_z_loss_coef * z_loss_;
 }
 
-std::vector<double> RouterStatistics::load_imbalance() const {
-  const int E = config_.num_experts;
+std::vector<double> expert_load_per_layer(const std::vector<double>& selections, int layers) {
+  const std::size_t E = layers > 0 ? selections.size() / sz(layers) : 0;
   std::vector<double> out;
-  for (int l = 0; l < layers_; ++l) {
-    std::int64_t max = 0, sum = 0;
-    for (int e = 0; e < E; ++e) {
-      const std::int64_t n = selections_[sz(std::int64_t{l} * E + e)];
-      max = std::max(max, n), sum += n;
-    }
-    out.push_back(sum > 0 ? static_cast<double>(max) * E / static_cast<double>(sum) : 0.0);
+  for (std::size_t l = 0; l < sz(layers); ++l) {
+    double max = 0, sum = 0;
+    for (std::size_t e = 0; e < E; ++e) max = std::max(max, selections[l * E + e]), sum += selections[l * E + e];
+    out.push_back(sum > 0 ? max * static_cast<double>(E) / sum : 0.0);
   }
   return out;
 }
+
 
 std::int64_t expert_capacity_rows(double capacity_factor, std::int64_t pairs, int experts) {
   return capacity_factor > 0 ? static_cast<std::int64_t>(std::ceil(capacity_factor * static_cast<double>(pairs) / experts))

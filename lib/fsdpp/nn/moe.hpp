@@ -40,6 +40,10 @@ namespace fsdpp {
 // gradient. Like the cross-entropy, the losses are those of the forward's own rows (one micro-batch of one rank,
 // as transformers computes them for the batch it is given): a deck's micro_batch fixes which rows share a loss,
 // so the training does not depend on the rank count.
+// Per layer, the busiest expert's tokens over the mean, of (layers, E) token counts per expert; 0 for a layer that
+// routed nothing.
+std::vector<double> expert_load_per_layer(const std::vector<double>& selections, int layers);
+
 class RouterStatistics {
  public:
   RouterStatistics(const MoeConfig& config, int sparse_layers);
@@ -58,8 +62,6 @@ class RouterStatistics {
   double weighted_loss() const;  // aux_loss_coef x aux + router_z_loss_coef x z: what the training loss adds
   const View1<float>& aux_grad() const { return aux_grad_; }  // (E); empty unless balance is aux_loss
   float z_scale() const { return z_scale_; }
-  // The tokens per expert of each sparse layer in the last forward: max over mean.
-  std::vector<double> load_imbalance() const;
   const std::vector<std::int64_t>& selections() const { return selections_; }  // (layers, E), totalled
   int layers() const { return layers_; }
   std::int64_t dropped() const { return dropped_; }  // (token, choice) pairs a capacity dropped, all layers

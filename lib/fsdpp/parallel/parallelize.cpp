@@ -186,6 +186,11 @@ double Parallelism::max_over_ranks(double value) const {
   return value;
 }
 
+void Parallelism::sum_over_ranks(std::vector<double>& values) const {
+  FSDPP_CHECK(host_world_, "sum_over_ranks on a planning layout: there are no ranks to sum over");
+  host_world_->all_reduce(values.data(), values.size(), ReduceOp::sum);
+}
+
 std::vector<UnitSummary> Parallelism::units() const {
   std::vector<UnitSummary> out;
   for (Module* m : model_->modules()) {

@@ -136,6 +136,8 @@ class Parallelism {
   // The largest over every rank (a peak, a signal number). Both go through the host world communicator, so the
   // collective watchdog and the flight recorder see them: a rank lost at a step's end cannot hang the others.
   double max_over_ranks(double value) const;
+  // Element-wise sums over every rank of the job, in place (a mixture of experts' per-expert token counts).
+  void sum_over_ranks(std::vector<double>& values) const;
 
   // The units fully_shard made, blocks first and the root last (the order of the banner and the plan).
   std::vector<UnitSummary> units() const;

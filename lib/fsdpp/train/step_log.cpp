@@ -37,6 +37,7 @@ void StepLog::write(const StepRecord& r) {
   if (r.predicted_ms_per_step) j["predicted_ms_per_step"] = *r.predicted_ms_per_step;
   if (r.aux_loss) j["aux_loss"] = *r.aux_loss;
   if (r.expert_load) j["expert_load_max_over_mean"] = *r.expert_load;
+  if (!r.expert_load_per_layer.empty()) j["expert_load_per_layer"] = r.expert_load_per_layer;
   if (r.dropped) j["dropped_pairs"] = *r.dropped;
   metrics_ << j.dump() << '\n';
   metrics_.flush();  // a crashed run keeps every step it logged

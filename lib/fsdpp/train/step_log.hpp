@@ -5,6 +5,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace fsdpp {
 
@@ -22,6 +23,7 @@ struct StepRecord {
   double exposed_comm_ms = 0;           // per step: time compute waited on collectives
   std::optional<double> predicted_ms_per_step;  // run.machine set: fsdpp plan --machine's prediction
   std::optional<double> aux_loss, expert_load;  // mixture-of-experts models (StepResult)
+  std::vector<double> expert_load_per_layer;
   std::optional<std::int64_t> dropped;
 };
 

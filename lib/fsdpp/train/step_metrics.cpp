@@ -179,6 +179,7 @@ void StepMetrics::after_step(std::int64_t done, const StepResult& r, const FsdpS
   rec.grad_norm = r.grad_norm;
   rec.aux_loss = r.aux_loss;
   rec.expert_load = r.expert_load;
+  rec.expert_load_per_layer = r.expert_load_per_layer;
   rec.dropped = r.dropped;
   rec.ms_per_step = 1000.0 * seconds / steps;
   rec.tokens_per_s = tokens_per_step_ * steps / seconds;

@@ -24,7 +24,8 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
   model_.zero_grad();
   reset_fsdp_stats(model_);
   model_.tensor_parallel().reset_stats();
-  double loss = 0, aux = 0, load = 0, dropped = 0;
+  double loss = 0, aux = 0, dropped = 0;
+  std::vector<double> selections;  // (sparse layers, E): the step's tokens per expert, over its micro-batches
   for (int a = 0; a < accum; ++a) {
     {
       const TimelineScope span(timeline_names::data);
@@ -46,7 +47,8 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
     if (const RouterStatistics* router = model_.router_statistics()) {
       aux += router->aux_loss();
       dropped += static_cast<double>(router->dropped());
-      for (double l : router->load_imbalance()) load = std::max(load, l);
+      selections.resize(router->selections().size());
+      for (std::size_t i = 0; i < selections.size(); ++i) selections[i] += static_cast<double>(router->selections()[i]);
     }
   }
   StepResult r;
@@ -64,7 +66,12 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
     r.loss = exact ? exact_loss_.mean(comm_, units, parallel_.layout().tp) : parallel_.mean_over_ranks(loss / accum);
     if (model_.router_statistics()) {  // every rank holds the same model: all take part or none
       r.aux_loss = parallel_.mean_over_ranks(aux / accum);
-      r.expert_load = parallel_.max_over_ranks(load);
+      // The load over the step's tokens on every rank (what an expert's rank computes under ep): per layer the
+      // busiest expert's over the mean.
+      selections.resize(model_.router_statistics()->selections().size());
+      parallel_.sum_over_ranks(selections);
+      r.expert_load_per_layer = expert_load_per_layer(selections, model_.router_statistics()->layers());
+      r.expert_load = *std::max_element(r.expert_load_per_layer.begin(), r.expert_load_per_layer.end());
       r.dropped = static_cast<std::int64_t>(std::llround(parallel_.mean_over_ranks(dropped) * parallel_.mesh().size()));
     }
     timers_.mark(kGradSync);

@@ -35,6 +35,7 @@ struct StepResult {
   // batch's micro-batches), the busiest expert's rows over the mean (the largest over layers, micro-batches and
   // ranks), and the (token, choice) pairs a capacity dropped (summed).
   std::optional<double> aux_loss, expert_load;
+  std::vector<double> expert_load_per_layer;  // the busiest expert's tokens over the mean, per sparse layer
   std::optional<std::int64_t> dropped;
 };
 
