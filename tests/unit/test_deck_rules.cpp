@@ -274,7 +274,7 @@ TEST_CASE("deck rules: the model.moe keys are read by the mixture-of-experts arc
           "override '" + set + "': " + f.path() + " applies to mixture-of-experts models only, but model.arch is "
           "llama: remove " + f.path() + " or set model.arch: qwen3_moe (or mixtral)");
   }
-  CHECK(moe_keys == 10);
+  CHECK(moe_keys == 11);
   // The map form and the dotted form are one key; the rules point at the line that broke them.
   const Deck nested = parse_deck("train: {steps: 5}\nmodel:\n  arch: qwen3_moe\n  moe:\n    num_experts: 4\n"
                                  "    top_k: 3\n    expert_ffn_hidden: 8\n    dense_layers: [0, 5]\n  n_layer: 6\n",

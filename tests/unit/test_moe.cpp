@@ -207,3 +207,41 @@ MPI_TEST_CASE("moe: the layer against a double-precision loop over tokens, forwa
     if (!c.zero_router) CHECK(max_relative(host_of(moe.router.grad()), differences(&Weights::router)) < 1e-4);
   }
 }
+
+TEST_CASE("moe: balance bias moves the routing bias toward the mean load and steers the choice, not the weights") {
+  constexpr int N = 6, C = 4, F = 3, E = 4;
+  ModelConfig mc;
+  mc.arch = ModelArch::qwen3_moe;
+  mc.n_embd = C;
+  mc.moe.num_experts = E;
+  mc.moe.top_k = 1;
+  mc.moe.expert_ffn_hidden = F;
+  mc.moe.balance = MoeBalance::bias;
+  mc.moe.norm_topk_prob = false;  // the weight is the probability itself
+  Owner owner(mc);
+  owner.to_empty();
+  MoeFeedForward& moe = owner.moe;
+  REQUIRE(moe.routing_bias != nullptr);
+  CHECK(moe.routing_bias->name() == "mlp.gate.e_score_correction_bias");
+  CHECK_FALSE(moe.routing_bias->trainable());
+  // A router of zeros: every probability 1/E, ties go to expert 0.
+  View1<float> x("x", sz(N * C)), out("out", sz(N * C));
+  Kokkos::deep_copy(x, 1.0f);
+  MoeActivations a;
+  MoeScratch s;
+  a.ensure("test", moe, N);
+  s.buffers.ensure("test", N, 1, [&] { return moe.scratch_table(s, N); });
+  moe.forward(out, x, N, a, s, nullptr, 0);
+  CHECK(moe.expert_rows() == std::vector<std::int64_t>{N, 0, 0, 0});
+  // The step's load: expert 0 over the mean (down), 1 and 3 under (up), 2 at the mean (stays).
+  const std::vector<double> tokens = {10, 1, 4, 1};
+  moe.balance_load(tokens.data(), 0.25);
+  CHECK(host_of(moe.routing_bias->value()) == std::vector<double>{-0.25, 0.25, 0, 0.25});
+  moe.balance_load(tokens.data(), 0.25);
+  // Experts 1 and 3 now lead by 0.5 on every token: the first of them (1) wins, with its unbiased probability 1/E
+  // as its weight (the bias chooses, it does not weigh).
+  moe.forward(out, x, N, a, s, nullptr, 0);
+  CHECK(moe.expert_rows() == std::vector<std::int64_t>{0, N, 0, 0});
+  const std::vector<double> weights = host_of(Kokkos::subview(a.weights, std::make_pair(0, N)));
+  for (double w : weights) CHECK(w == 0.25);
+}

@@ -23,7 +23,8 @@ inline std::vector<TensorEntry> tensors_of(const CheckpointContents& c) {
   for (const Parameter* p : c.params) out.push_back({"/model/" + p->name(), p, p->value()});
   if (c.optimizer)
     for (const Parameter* p : c.params)
-      for (auto& [state, view] : c.optimizer->state_tensors(*p)) out.push_back({"/optim/" + p->name() + "/" + state, p, view});
+      if (p->trainable())  // the others have no optimizer state (Parameter::set_trainable)
+        for (auto& [state, view] : c.optimizer->state_tensors(*p)) out.push_back({"/optim/" + p->name() + "/" + state, p, view});
   return out;
 }
 

@@ -72,6 +72,7 @@ struct MoeConfig {
   int sparse_step = 1;           // [decoder_sparse_step]: layer l is sparse when (l + 1) % sparse_step == 0
   std::vector<int> dense_layers; // [mlp_only_layers]: layers kept dense whatever sparse_step says
   double capacity_factor = 0.0;  // 0: dropless; c > 0: each expert takes at most ceil(c * N * top_k / E) tokens
+  double bias_update_rate = 0.001;  // balance: bias, DeepSeek-V3's gamma: each step b_e += rate * sign(mean - load_e)
 };
 
 // Defaults are GPT-2 small (124M): the one architecture everyone can check against.

@@ -409,12 +409,17 @@ std::vector<Field> moe_fields() {
       [](bool b) { return std::string(b ? "true" : "false"); }));
   f.push_back(moe_key(
       "balance", &MoeConfig::balance, enum_choices(kMoeBalances),
-      "How the router's load is kept even: aux_loss (transformers' load-balancing loss, weighted by aux_loss_coef) "
-      "or none. (bias, DeepSeek-V3's aux-loss-free routing bias, is refused: not implemented yet.)",
+      "How the router's load is kept even: aux_loss (transformers' load-balancing loss, weighted by aux_loss_coef), "
+      "bias (DeepSeek-V3's aux-loss-free balancing: a per-expert bias on the routing scores, for the choice only, "
+      "moved by bias_update_rate after each step toward the mean load) or none.",
       [](const YAML::Node& v, const std::string& where) { return read_enum(v, where, kMoeBalances); },
       [](MoeBalance b) { return std::string(name_of(kMoeBalances, b)); }));
   f.push_back(moe_real("aux_loss_coef", &MoeConfig::aux_loss_coef, kNonNegative,
                        "The load-balancing loss's weight in the training loss (HF router_aux_loss_coef)."));
+  f.push_back(moe_real("bias_update_rate", &MoeConfig::bias_update_rate, kNonNegative,
+                       "balance: bias: after each step every expert's routing bias moves by this much toward the mean "
+                       "load (up when the expert got fewer tokens than the mean over the step's every rank, down when "
+                       "more; DeepSeek-V3's gamma)."));
   f.push_back(moe_real("router_z_loss_coef", &MoeConfig::router_z_loss_coef, kNonNegative,
                        "ST-MoE's router z-loss weight: mean over routed rows of logsumexp(router logits)^2."));
   f.push_back(moe_integer("sparse_step", &MoeConfig::sparse_step, 1,

@@ -87,9 +87,6 @@ void check_moe(const ModelConfig& m) {
       broken({"model.moe.dense_layers", "model.n_layer"},
              "model.moe.dense_layers names layer {}, but the model has layers 0 to {} (model.n_layer {})", layer,
              m.n_layer - 1, m.n_layer);
-  if (e.balance == MoeBalance::bias)
-    broken({"model.moe.balance"}, "model.moe.balance: bias (DeepSeek-V3's aux-loss-free balancing) is not implemented "
-           "yet; use aux_loss (transformers' load-balancing loss) or none");
   if (m.arch == ModelArch::mixtral && !e.norm_topk_prob)
     broken({"model.moe.norm_topk_prob", "model.arch"},
            "model.moe.norm_topk_prob is false, but Mixtral's router always renormalises its top-k probabilities: "

@@ -116,6 +116,17 @@ void CausalLM::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
   for (auto& block : blocks_) block->apply_tensor_parallel(group);
 }
 
+void CausalLM::balance_expert_load(const std::vector<double>& tokens) {
+  const std::size_t E = sz(config_.moe.num_experts);
+  std::size_t layer = 0;
+  for (auto& block : blocks_)
+    if (MoeFeedForward* moe = block->moe()) {
+      FSDPP_CHECK(tokens.size() >= (layer + 1) * E, "balance_expert_load: {} counts for {} experts x more layers",
+                  tokens.size(), E);
+      moe->balance_load(tokens.data() + layer++ * E, config_.moe.bias_update_rate);
+    }
+}
+
 std::vector<Module*> CausalLM::apply_expert_parallel(std::shared_ptr<ExpertParallelGroup> ep) {
   context_->ep = std::move(ep);
   std::vector<Module*> experts;

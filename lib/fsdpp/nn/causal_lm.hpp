@@ -104,6 +104,7 @@ class CausalLM : public LanguageModel {
  public:
   // Mixture-of-experts models: the router's statistics of the last training forward (nullptr for dense models).
   const RouterStatistics* router_statistics() const override { return context_->router.get(); }
+  void balance_expert_load(const std::vector<double>& tokens) override;
 
  private:
   void number_sparse_blocks();

@@ -60,6 +60,9 @@ class LanguageModel : public Module {
   virtual int vocab_size() const = 0;
   // Mixture-of-experts models: what the router did in the last training forward (nn/moe.hpp); nullptr otherwise.
   virtual const RouterStatistics* router_statistics() const { return nullptr; }
+  // model.moe.balance: bias, after an optimizer step: moves each sparse layer's routing bias toward an even load.
+  // `tokens`: (sparse layers, E), the step's tokens per expert over every rank (the same on every rank).
+  virtual void balance_expert_load(const std::vector<double>& tokens) { (void)tokens; }
   virtual int context_length() const = 0;
   // One line for banners and plans, e.g. "GPT-2, V 50257 T 1024 C 768 L 12 NH 12 (tied embeddings)".
   virtual std::string describe() const = 0;

@@ -121,9 +121,32 @@ MoeFeedForward::MoeFeedForward(Module& owner, const ModelConfig& c, const MoeNam
       capacity_factor_(c.moe.capacity_factor),
       balance_(c.moe.balance),
       counts_(sz(E_)),
-      offsets_(sz(E_) + 1) {}
+      offsets_(sz(E_) + 1) {
+  if (balance_ == MoeBalance::bias) {
+    routing_bias = &owner.add_parameter(n.prefix + n.router + ".e_score_correction_bias", {c.moe.num_experts},
+                                        InitRule::zeros(), ParamRole::bias);
+    routing_bias->set_trainable(false);
+  }
+}
 
 MoeFeedForward::~MoeFeedForward() = default;
+
+// Each rank moves the experts whose bias rows it holds (its shard, or the whole vector when unsharded): the step's
+// loads are the same everywhere, so the shards stay one vector. Integers summed in doubles: exact, so reproducible.
+void MoeFeedForward::balance_load(const double* tokens, double rate) {
+  if (!routing_bias) return;
+  double mean = 0;
+  for (int e = 0; e < E_; ++e) mean += tokens[e];
+  mean /= E_;
+  auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), routing_bias->value());
+  for (const GlobalPiece& piece : routing_bias->global_pieces())
+    for (std::int64_t r = 0; r < piece.rows; ++r) {
+      const double load = tokens[piece.global_row + r];
+      const float step = static_cast<float>(rate) * static_cast<float>((mean > load) - (mean < load));
+      host(sz(piece.local_row + r)) += step;
+    }
+  Kokkos::deep_copy(routing_bias->value(), host);
+}
 
 void MoeFeedForward::use_expert_parallel(ExpertParallelGroup& group, const std::string& label) {
   const int L = group.experts_per_rank(E_);
@@ -325,7 +348,8 @@ void MoeFeedForward::forward(const View1<float>& out, const View1<float>& x, int
                              RouterStatistics* stats, int layer) {
   const int C = C_, E = E_;
   linear_forward<float>(a.logits, x, router.value(), View1<float>(), N, C, E);
-  router_topk<float>(a.probs, a.lse, a.selected, a.weights, a.logits, bias_, N, E, k_, normalize_);
+  const View1<float> bias = routing_bias ? routing_bias->value() : View1<float>();
+  router_topk<float>(a.probs, a.lse, a.selected, a.weights, a.logits, bias, N, E, k_, normalize_);
   route(a, N);
   gather_routed_rows<float>(a.xs, x, a.slot_token, routed_, C);
   Flow rows;

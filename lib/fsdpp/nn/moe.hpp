@@ -22,8 +22,8 @@
 // for the worst case, N k rows, so a step allocates nothing however the router routes.
 //
 // Load balancing (model.moe.balance): aux_loss adds aux_loss_coef x transformers' load_balancing_loss_func over
-// all sparse layers of a forward (RouterStatistics); none adds nothing. (The kernels take DeepSeek-V3's per-expert
-// choice bias; the bias and its update are not implemented yet, and the deck refuses balance: bias.)
+// all sparse layers of a forward (RouterStatistics); bias is DeepSeek-V3's aux-loss-free balancing (routing_bias,
+// moved after each step by balance_load: no loss, no gradient); none adds nothing.
 // router_z_loss_coef adds ST-MoE's z-loss, mean over routed rows of logsumexp(logits)^2.
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/nn/buffers.hpp"
@@ -159,6 +159,14 @@ class MoeFeedForward {
 
   Parameter& router;       // (E, C)
   RoutedExperts experts;   // gate, up (E, F, C), down (E, C, F)
+  // balance: bias (DeepSeek-V3's "e_score_correction_bias", next to the router): (E), added to the routing
+  // probabilities for the choice of the top k only, never to the combine weights; not trained, moved by
+  // balance_load after each step. nullptr under the other balances.
+  Parameter* routing_bias = nullptr;
+
+  // balance: bias, after the optimizer step: b_e += rate * sign(mean - tokens[e]), `tokens` (E) the step's tokens
+  // per expert over every rank (the same on every rank, so every rank moves its shard of b alike).
+  void balance_load(const double* tokens, double rate);
 
   // Expert parallelism, on meta before fully_shard: this rank keeps its E / group.ranks() experts, and every
   // forward dispatches the routed rows to their experts' ranks and combines the results (nn/expert_parallel.hpp).
@@ -193,7 +201,6 @@ class MoeFeedForward {
   bool normalize_;
   double capacity_factor_;
   MoeBalance balance_;
-  View1<float> bias_;  // balance: bias, (E); empty otherwise
   std::vector<std::int64_t> counts_, offsets_;
   std::int64_t routed_ = 0, dropped_ = 0;
   HostView1<std::int32_t> host_selected_, host_slot_token_, host_slot_pair_, host_token_slot_;

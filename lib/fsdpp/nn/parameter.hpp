@@ -100,6 +100,10 @@ class Parameter {
   std::vector<GlobalPiece> global_pieces() const;
   const InitRule& init() const { return init_; }
   ParamRole role() const { return role_; }
+  // A parameter the optimizer leaves alone (torch's requires_grad=False; a buffer Hugging Face files hold, such as
+  // DeepSeek-V3's routing bias): sharded, checkpointed and exported like any other, updated by its own module.
+  void set_trainable(bool on) { trainable_ = on; }
+  bool trainable() const { return trainable_; }
   std::string shape_string() const;  // "[4096, 256]"
 
   // Storage; empty while the parameter is on "meta". Values (and gradients) are f32 master copies.
@@ -137,6 +141,7 @@ class Parameter {
   std::optional<ShardPlacement> placement_;
   std::optional<TensorParallelPlacement> tp_;
   bool unsharded_ = false;
+  bool trainable_ = true;
   std::string local_name_;
   std::string name_;
   std::vector<std::int64_t> shape_, local_shape_;

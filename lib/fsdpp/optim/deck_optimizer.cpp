@@ -5,7 +5,10 @@
 
 namespace fsdpp {
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& o, std::vector<Parameter*> params) {
+std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& o, std::vector<Parameter*> all) {
+  std::vector<Parameter*> params;  // what the optimizer updates: not the parameters their modules update
+  for (Parameter* p : all)
+    if (p->trainable()) params.push_back(p);
   if (o.name == OptimizerKind::sgd) {
     SgdConfig c;
     c.lr = static_cast<float>(o.lr);

@@ -85,7 +85,10 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
                                      : global_grad_norm(params, norm_group, norm, tp_group);
   r.nonfinite = guard(step, r);
   r.skipped = !r.nonfinite.empty();
-  if (!r.skipped) optimizer_.step(lr);
+  if (!r.skipped) {
+    optimizer_.step(lr);
+    if (!selections.empty()) model_.balance_expert_load(selections);  // model.moe.balance: bias
+  }
   data_.advance();
   Kokkos::fence();
   timers_.mark(kOptimizer);
