@@ -5,7 +5,8 @@
 # the same sequential batches of a token file, and holds fsdpp's per-step losses (metrics.jsonl; for the
 # mixture-of-experts models the cross-entropy plus aux_loss_coef x transformers' load-balancing loss) within 1e-5
 # relative of transformers' in float64. The cases: Qwen3, Qwen3-MoE (a dense layer between sparse ones) and
-# Mixtral, on 1 to 4 ranks, with expert parallelism (ep 2 and 4, ep x dp_shard_mod_ep, ep inside HSDP replicas),
+# Mixtral, on 1 to 4 ranks, with expert parallelism (ep 2 and 4, ep x dp_shard_mod_ep, ep inside HSDP replicas, tp 2 x
+# ep 2),
 # accumulation, activation checkpointing, HSDP and the edge cases of routing (every expert for every token; sparse
 # layers between dense ones). Runs that differ only in ranks and mesh share one transformers run.
 set -euo pipefail
@@ -67,13 +68,15 @@ case_ qwen3-moe-ep2-dp2 4 qwen3-moe-tiny.yaml 8 2 mesh.ep=2
 case_ qwen3-moe-ep4 4 qwen3-moe-tiny.yaml 8 2 mesh.ep=4
 case_ qwen3-moe-ep2-accumulation-checkpointing 2 qwen3-moe-tiny.yaml 8 2 mesh.ep=2 train.activation_checkpointing=full
 compare qwen3-moe-ranks4-checkpointing qwen3-moe-ep2-dp2 qwen3-moe-ep4 qwen3-moe-ep2-accumulation-checkpointing
-# Mixtral (4 experts): 3 ranks; HSDP, with and without ep 2 inside each replica; ep 4 (one expert per rank).
+# Mixtral (4 experts): 3 ranks; HSDP, with and without ep 2 inside each replica; ep 4 (one expert per rank); tensor
+# parallelism 2 on attention (the experts unsplit) with ep 2 over the data-parallel ranks.
 case_ mixtral-ranks3 3 mixtral-tiny.yaml 9 3
 compare mixtral-ranks3
 case_ mixtral-hsdp 4 mixtral-tiny.yaml 8 2 fsdp.strategy=hybrid_shard mesh.dp_replicate=2
 case_ mixtral-hsdp-ep2 4 mixtral-tiny.yaml 8 2 fsdp.strategy=hybrid_shard mesh.dp_replicate=2 mesh.ep=2
 case_ mixtral-ep4 4 mixtral-tiny.yaml 8 2 mesh.ep=4
-compare mixtral-hsdp mixtral-hsdp-ep2 mixtral-ep4
+case_ mixtral-tp2-ep2 4 mixtral-tiny.yaml 8 2 mesh.tp=2 mesh.ep=2
+compare mixtral-hsdp mixtral-hsdp-ep2 mixtral-ep4 mixtral-tp2-ep2
 # Edge cases of routing: every expert for every token; sparse layers every other layer, unnormalised weights.
 case_ mixtral-every-expert 2 mixtral-tiny.yaml 8 4 model.moe.top_k=4
 compare mixtral-every-expert

@@ -4,7 +4,7 @@
 #   - tiny GPT-2, Llama (grouped-query, untied; and tied), Qwen2, Qwen3 (q/k norms, head_dim), Qwen3-MoE and
 #     Mixtral (experts in the Hub's one-tensor-per-expert layout) models, trained by fsdpp so that their choices
 #     are clear, exported with ckpt export --hf: from_pretrained gives fsdpp's next-token logits within 1e-5
-#     (float32), and greedy generate of 48 tokens gives exactly fsdpp's ids;
+#     (float32), and greedy generate of 48 tokens gives exactly fsdpp's ids (Mixtral's on 2 ranks too);
 #   - a folder written by transformers' save_pretrained in several shards (and transformers 5's config fields)
 #     imports (ckpt import, generate, init_from) and trains, with bitwise the logits of the folder it came from;
 #   - fsdpp ckpt deck's model section parses back to the model transformers counts the parameters of;
@@ -45,6 +45,11 @@ compare qwen2 qwen2-tiny.yaml
 compare qwen3 qwen3-tiny.yaml
 compare qwen3-moe qwen3-moe-tiny.yaml
 compare mixtral mixtral-tiny.yaml
+# Mixtral generated on 2 ranks: tensor parallelism splits attention, every rank runs the experts whole; transformers'
+# greedy ids (checked above on 1 rank) exactly.
+ids=$("$mpiexec" -n 2 "$fsdpp" generate "$work/mixtral/hf" --prompt-ids "$prompt" --max-new-tokens 48 \
+      | sed -n 's/^continuation ids: //p')
+"$py" "$ref/hf_reference.py" generate "$work/mixtral/hf" "$prompt" 48 "$ids" | sed 's/^/2 ranks (mesh.tp 2): /'
 
 # Document masks: packed documents (each ended by id 63) through fsdpp eval --all with data.document_mask, against
 # transformers with the explicit block-diagonal causal 4D mask and per-document position_ids, in float64. The loss

@@ -5,7 +5,7 @@
 # matrices, set the peak) on 1 rank, HSDP 2x2 on 4 and with activation checkpointing on 2, a Qwen2 of that size
 # (qwen2-*: input/qwen2-tiny.yaml widened alike) with activation checkpointing on 2, and with
 # model.attention fused (no B*NH*T^2 buffers), Qwen3-MoE and Mixtral of that size (moe-*, mixtral-*: 8 experts; expert parallelism
-# ep 2 on 2 ranks and inside HSDP 2x2: the exchange's staging and the received rows' buffers at their worst case), and batched (a workspace) for both, and train.reproducible (units of 1
+# ep 2 on 2 ranks, inside HSDP 2x2 and beside tp 2: the exchange's staging and the received rows' buffers at their worst case), and batched (a workspace) for both, and train.reproducible (units of 1
 # with a word accumulator on 2 ranks; HSDP 2x2 with one unit per rank, converted as it arrives),
 # the planned per-rank total must be within 1% of the peak the trainer measures (Views counted by
 # MemoryAccounting, largest over ranks). The plan runs fully_shard's own schedule dry, so it should agree to
@@ -33,7 +33,8 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
             "4 repro_hsdp fsdp.strategy=hybrid_shard mesh.dp_replicate=2 train.reproducible=true train.reproducible_unit=2" \
             "1 moe-fsdp" "2 moe-ac_every2 train.activation_checkpointing=every_2" \
             "4 mixtral-hsdp fsdp.strategy=hybrid_shard mesh.dp_replicate=2" "2 moe-ep2 mesh.ep=2" \
-            "4 mixtral-hsdp-ep2 fsdp.strategy=hybrid_shard mesh.dp_replicate=2 mesh.ep=2"; do
+            "4 mixtral-hsdp-ep2 fsdp.strategy=hybrid_shard mesh.dp_replicate=2 mesh.ep=2" \
+            "4 mixtral-tp2-ep2 mesh.tp=2 mesh.ep=2"; do
   read -r n layout extra <<<"$spec"
   read -r -a more <<<"${extra:-}"
   case "$layout" in

@@ -108,6 +108,17 @@ TEST_CASE("deck rules: tensor parallelism splits whole heads, the MLP width and 
         "mesh.tp (2) must divide the MLP width model.ffn_hidden (175); set model.ffn_hidden (or model.ffn_multiple_of) "
         "to a multiple of 2");
   fsdpp::check_tensor_parallel(llama(4, 2, 176), 2);  // sound
+  // Mixtral: attention splits, the experts do not (every layer sparse, so no dense MLP width to divide); not with
+  // sequence parallelism. Qwen3's q/k norms are refused.
+  fsdpp::ModelConfig mixtral = llama(4, 2, 175);
+  mixtral.arch = fsdpp::ModelArch::mixtral;
+  fsdpp::check_tensor_parallel(mixtral, 2);
+  CHECK(broken([&] { fsdpp::check_tensor_parallel(mixtral, 2, /*sequence_parallel=*/true); }).first ==
+        std::vector<std::string>{"mesh.tp_sequence_parallel", "model.arch"});
+  mixtral.arch = fsdpp::ModelArch::qwen3_moe;
+  CHECK(broken([&] { fsdpp::check_tensor_parallel(mixtral, 2); }).second ==
+        "mesh.tp (2) with model.arch qwen3_moe: tensor parallelism does not split Qwen3's q/k norms yet; use mesh.tp 1 "
+        "(fully_shard shards them with the other weights)");
   fsdpp::check_tensor_parallel(llama(3, 3, 175), 1);  // no tensor parallelism: nothing to split
   CHECK(broken([] { fsdpp::check_vocabulary_split(5, 4); }).second ==
         "mesh.tp (4) splits model.vocab_size (5) like torch.chunk, which leaves the last tensor-parallel rank no "
@@ -296,9 +307,11 @@ TEST_CASE("deck rules: the model.moe keys are read by the mixture-of-experts arc
                               "model.moe.dense_layers=[0, 2]"}) ==
         "override 'model.moe.dense_layers=[0, 2]': model.moe.dense_layers names layer 2, but the model has layers 0 "
         "to 1 (model.n_layer 2)");
-  CHECK(deck_error(kMinimal, {"model.arch=mixtral", "model.moe.expert_ffn_hidden=8", "mesh.tp=2"}) ==
-        "override 'mesh.tp=2': mesh.tp (2) with model.arch mixtral: tensor parallelism does not split "
-        "mixture-of-experts blocks yet; use mesh.tp 1 (fully_shard shards them with the other weights)");
+  CHECK(deck_error(kMinimal, {"model.arch=mixtral", "model.moe.expert_ffn_hidden=8", "mesh.tp=2"}) == "(no error)");
+  CHECK(deck_error(kMinimal, {"model.arch=mixtral", "model.moe.expert_ffn_hidden=8", "mesh.tp=2",
+                              "mesh.tp_sequence_parallel=true"})
+            .rfind("override 'mesh.tp_sequence_parallel=true': mesh.tp_sequence_parallel with model.arch mixtral: the "
+                   "mixture-of-experts layers run on every row", 0) == 0);
 }
 
 TEST_CASE("deck rules: other frameworks' names point at ours, and ambiguous ones are refused") {

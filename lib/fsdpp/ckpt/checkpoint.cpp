@@ -267,9 +267,10 @@ CheckpointSnapshot stage_checkpoint(const CheckpointContents& contents, const Tr
     t.placements = placements_text(p);
     t.shards = file_shards(p);
     const auto& tp = p.tensor_parallel();
-    // Who writes: one replica (HSDP); of the tp ranks, each its own rows of a Shard(0) parameter, else tp rank 0.
+    // Who writes: one replica (HSDP); of the tp ranks, each its own rows of a Shard(0) parameter, else tp rank 0
+    // (experts split over ep are the same on every tp rank).
     const bool writer = contents.writes_shards && (p.placement() || rank == 0);
-    const bool split_rows = tp && tp->dim == 0;
+    const bool split_rows = tp && tp->dim == 0 && !tp->expert;
     const bool gathers_columns = tp && tp->dim == 1;
     if (writer && (split_rows || tp_rank == 0 || gathers_columns)) {
       for (const GlobalPiece& piece : p.global_pieces()) {

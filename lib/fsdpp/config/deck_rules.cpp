@@ -100,13 +100,17 @@ void check_moe(const ModelConfig& m) {
            m.arch == ModelArch::mixtral ? "llama" : "qwen3");
 }
 
-void check_tensor_parallel(const ModelConfig& m, int tp) {
+void check_tensor_parallel(const ModelConfig& m, int tp, bool sequence_parallel) {
   if (tp <= 1) return;
-  if (is_moe_arch(m.arch) || has_qk_norm(m.arch))
+  if (has_qk_norm(m.arch))
     broken({"mesh.tp", "model.arch"},
-           "mesh.tp ({}) with model.arch {}: tensor parallelism does not split {} yet; use mesh.tp 1 (fully_shard "
-           "shards them with the other weights)", tp, to_string(m.arch),
-           is_moe_arch(m.arch) ? "mixture-of-experts blocks" : "Qwen3's q/k norms");
+           "mesh.tp ({}) with model.arch {}: tensor parallelism does not split Qwen3's q/k norms yet; use mesh.tp 1 "
+           "(fully_shard shards them with the other weights)", tp, to_string(m.arch));
+  if (is_moe_arch(m.arch) && sequence_parallel)
+    broken({"mesh.tp_sequence_parallel", "model.arch"},
+           "mesh.tp_sequence_parallel with model.arch {}: the mixture-of-experts layers run on every row of each tp "
+           "rank (tp splits attention, not the experts), so they cannot take a 1/tp share of the rows; set "
+           "mesh.tp_sequence_parallel false", to_string(m.arch));
   if (!is_llama_family(m.arch)) {
     if (m.n_head % tp != 0)  // GPT-2's MLP width 4C then splits too: C is a multiple of n_head
       broken({"mesh.tp", "model.n_head"},
@@ -117,7 +121,9 @@ void check_tensor_parallel(const ModelConfig& m, int tp) {
       broken({"mesh.tp", "model.n_head", "model.n_kv_head"},
              "mesh.tp ({}) must divide model.n_head ({}) and model.n_kv_head ({}): each tensor-parallel rank computes "
              "whole query and key/value heads", tp, m.n_head, m.n_kv_head);
-    if (m.ffn_hidden % tp != 0)
+    bool dense_mlp = false;  // the MLP width splits only in the dense layers
+    for (int l = 0; l < m.n_layer; ++l) dense_mlp = dense_mlp || !is_moe_layer(m, l);
+    if (dense_mlp && m.ffn_hidden % tp != 0)
       broken({"mesh.tp", "model.ffn_hidden", "model.ffn_multiple_of", "model.ffn_multiplier"},
              "mesh.tp ({}) must divide the MLP width model.ffn_hidden ({}); set model.ffn_hidden (or "
              "model.ffn_multiple_of) to a multiple of {}", tp, m.ffn_hidden, tp);

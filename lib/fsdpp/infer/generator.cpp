@@ -51,6 +51,7 @@ Deck generation_layout(Deck deck, int ranks) {
   deck.mesh.dp_shard = 1;
   deck.mesh.tp = ranks;
   deck.mesh.tp_sequence_parallel = false;
+  deck.mesh.ep = 1;  // every rank decodes the same rows: the experts stay whole (unsplit by tp)
   return deck;
 }
 

@@ -108,7 +108,7 @@ double CausalLM::flops_per_token(int T) const {
 
 void CausalLM::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
   const int k = tp->ranks();
-  check_tensor_parallel(config_, k);  // heads, MLP width and vocabulary rows split whole over the tp ranks
+  check_tensor_parallel(config_, k, tp->sequence_parallel());  // heads, MLP width and vocabulary rows split whole over the tp ranks
   context_->tp = std::move(tp);
   const TensorParallelGroup& group = *context_->tp;
   token_embedding.set_tensor_parallel(group.shard(0));  // the vocabulary: embedding rows and logits columns

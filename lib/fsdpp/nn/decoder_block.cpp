@@ -175,10 +175,10 @@ void DecoderBlock::apply_tensor_parallel(const TensorParallelGroup& tp) {
   };
   for (const QkvProjection& p : parts_.qkv) column_parallel(*p.linear, p.tp_blocks);
   for (const Linear* l : parts_.mlp_in) column_parallel(*l, 1);
-  FSDPP_REQUIRE(!parts_.moe, "{}: tensor parallelism does not split mixture-of-experts blocks yet: use mesh.tp 1 "
-                "(experts are sharded by fully_shard)", path());
   FSDPP_REQUIRE(!parts_.q_norm, "{}: tensor parallelism does not split Qwen3's q/k norms yet: use mesh.tp 1", path());
-  for (const Linear* l : {parts_.attention_out, parts_.mlp_out}) l->weight.set_tensor_parallel(tp.shard(1));
+  // A mixture of experts is not split: its router and experts are replicated over tp (check_tensor_parallel).
+  parts_.attention_out->weight.set_tensor_parallel(tp.shard(1));
+  if (parts_.mlp_out) parts_.mlp_out->weight.set_tensor_parallel(tp.shard(1));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -358,7 +358,7 @@ void DecoderBlock::backward(Flow& flow) {
   };
   View1<float> dln2 = s.dln;
   Kokkos::deep_copy(s.dln, 0.0f);
-  if (parts_.moe) {  // no tensor parallelism (apply_tensor_parallel refuses it): every row here
+  if (parts_.moe) {  // not split by tp, no sequence parallelism: every row, every feature, the same on each tp rank
     parts_.moe->backward(s.dln, dout, a.ln2, N, moe_acts_.get(*this, *parts_.moe, N), moe_scratch_for(N),
                          context_->router.get(), flow.loss_scale);
   } else {

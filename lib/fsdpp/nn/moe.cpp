@@ -153,7 +153,7 @@ void MoeFeedForward::use_expert_parallel(ExpertParallelGroup& group, const std::
   FSDPP_REQUIRE(group.width() == C_, "{}: the expert-parallel group moves rows of {} floats, but this layer's are {}",
                 label, group.width(), C_);
   for (Parameter* p : {&experts.gate, &experts.up, &experts.down})
-    p->set_tensor_parallel(TensorParallelPlacement{0, group.ranks(), group.rank(), 1, group.mesh_dim()});
+    p->set_tensor_parallel(TensorParallelPlacement{0, group.ranks(), group.rank(), 1, group.mesh_dim(), true});
   FSDPP_CHECK(experts.local_experts() == L, "{}: {} local experts after the split, expected {}", label,
               experts.local_experts(), L);
   ep_ = &group;

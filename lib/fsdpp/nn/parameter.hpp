@@ -56,11 +56,14 @@ struct ShardPlacement {
 //   dim 0, blocks 1: rows split like torch.chunk (column-parallel Linear weights and biases, the vocabulary)
 //   dim 0, blocks b: dim 0 is b equal stacked parts, each split alike (c_attn's q, k, v: DTensor's _StridedShard)
 //   dim 1:           columns split (row-parallel Linear weights: the input features)
+// Expert parallelism places a mixture of experts' stacked experts the same way, Shard(0) over mesh.ep (`expert`):
+// then the tp ranks, if any, hold the same experts (replicated over tp).
 struct TensorParallelPlacement {
   int dim = 0;
   int ranks = 1, rank = 0;
   int blocks = 1;
   std::string mesh_dim = "tp";   // the mesh dimension the split is over (TensorParallelGroup's)
+  bool expert = false;           // over the expert-parallel ranks (ExpertParallelGroup's), not tp
   std::string describe() const;  // "Shard(0)", "Shard(1)", "StridedShard(0, blocks=3)"
 };
 

@@ -52,6 +52,10 @@ double grad_norm_squared_local(const std::vector<Parameter*>& params) {
 
 namespace {
 
+// A parameter whose shards differ across the tp ranks: its squares are summed over tp. The others are the same on
+// every tp rank (replicated, or split over ep: expert parallelism's shards are replicated over tp).
+bool split_over_tp(const Parameter& p) { return p.tensor_parallel() && !p.tensor_parallel()->expert; }
+
 double local_max_abs(const std::vector<Parameter*>& params) {
   double result = 0.0;
   for (const Parameter* p : params) {
@@ -111,7 +115,7 @@ double exact_grad_norm(const std::vector<Parameter*>& params, Communicator* sum_
   ExactSquares squared;
   if (tensor_parallel) {
     std::vector<Parameter*> split, replicated;
-    for (Parameter* p : params) (p->tensor_parallel() ? split : replicated).push_back(p);
+    for (Parameter* p : params) (split_over_tp(*p) ? split : replicated).push_back(p);
     squared = exact_squares_local(split);
     reduce_words(squared, *tensor_parallel);
     squared += exact_squares_local(replicated);
@@ -150,7 +154,7 @@ double global_grad_norm(const std::vector<Parameter*>& params, Communicator* sum
   double squared = 0.0;
   if (tensor_parallel) {
     std::vector<Parameter*> split, replicated;
-    for (Parameter* p : params) (p->tensor_parallel() ? split : replicated).push_back(p);
+    for (Parameter* p : params) (split_over_tp(*p) ? split : replicated).push_back(p);
     squared = reduce_scalar(grad_norm_squared_local(split), *tensor_parallel, ReduceOp::sum) +
               grad_norm_squared_local(replicated);
   } else {
