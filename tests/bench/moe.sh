@@ -7,7 +7,8 @@
 # experts, the routed rows exchanged by all-to-all), 1 BLAS thread each. Reported: tokens/s, ms/step (median of
 # the logged intervals, rounds interleaved), the MoE/dense step-time ratio, the busiest expert's rows over the mean
 # at the end (metrics.jsonl), and the all-to-all bytes per rank and step over the ep dimension: measured (the log's
-# traffic table, every collective the ranks issued on ep) against `fsdpp plan --machine`'s prediction.
+# traffic table, every collective the ranks issued on ep) against `fsdpp plan --machine`'s prediction, and the
+# exposed all-to-all time per step from a timeline of the ep 2 run (run.trace, fsdpp report --trace).
 # Options: --steps N (default 40), --rounds R (default 3).
 set -euo pipefail
 steps=40 rounds=3
@@ -54,6 +55,19 @@ predicted=$(build/bin/fsdpp plan input/qwen3-moe-tiny.yaml "${shape[@]}" "${moe[
               --machine h100-sxm-8x --json | python3 -c "import json,sys; print(json.load(sys.stdin)['time']['comm_bytes_by_dim']['ep'])")
 [ -n "$measured" ] || { echo "error: no ep row in the traffic table of $work/ep2-1.log" >&2; exit 1; }
 a2a_error=$(python3 -c "print(f\"{($predicted - $measured) / $measured:.2e}\")")
+# The exposed all-to-all time from a timeline (run.trace, steps 8-10 of 12): the ep dimension's waited ms per step,
+# against that run's ms/step.
+mpiexec --oversubscribe -n 2 build/bin/fsdpp train input/qwen3-moe-tiny.yaml "${shape[@]}" "${moe[@]}" mesh.ep=2 \
+  train.steps=12 schedule.warmup_steps=2 log.interval=1 run.trace=8-10 "run.output=$work/ep2-trace" >"$work/ep2-trace.log" 2>&1 ||
+  { tail -20 "$work/ep2-trace.log"; echo "error: the traced ep 2 run failed" >&2; exit 1; }
+read -r a2a_exposed_ms a2a_share < <(build/bin/fsdpp report "$work/ep2-trace" --trace --json | python3 -c "
+import json, statistics, sys
+d = json.load(sys.stdin)
+ep = next(r for r in d['by_dim'] if r['mesh dimension'] == 'ep')
+per_step = ep['waited_ms'] / (d['steps'][1] - d['steps'][0] + 1)
+rows = [json.loads(l) for l in open('$work/ep2-trace/metrics.jsonl') if '\"loss\"' in l]
+step_ms = statistics.median(r['ms_per_step'] for r in rows if 8 <= r['step'] <= 10)
+print(round(per_step, 3), round(per_step / step_ms, 4))")
 median() { python3 -c "import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))" $1; }
 printf '%-8s %-6s %12s %12s %14s\n' model ranks ms/step tokens/s max/mean_load
 for n in 1 2; do
@@ -67,6 +81,7 @@ ratio_ep=$(python3 -c "print(round($(median "${ms[ep2]}") / $(median "${ms[moe,2
 echo "MoE/dense step time: $ratio1 on 1 rank, $ratio2 on 2 (target <= 1.3 on 1 rank); medians of $rounds rounds"
 echo "ep 2 over data parallel on 2 ranks, step time: $ratio_ep"
 echo "all-to-all over ep per rank and step: measured $measured B, planned $predicted B, error $a2a_error (target within 2%)"
-printf '{"bench":"moe","moe_over_dense_1rank":%s,"moe_over_dense_2ranks":%s,"moe_tokens_per_s_1rank":%s,"dense_tokens_per_s_1rank":%s,"moe_tokens_per_s_2ranks":%s,"expert_load_max_over_mean":%s,"ep2_tokens_per_s":%s,"ep2_over_dp_2ranks":%s,"alltoall_bytes_measured":%s,"alltoall_bytes_planned":%s,"alltoall_bytes_error":%s}\n' \
+echo "exposed all-to-all (run.trace, ep dimension's waits): $a2a_exposed_ms ms per step, $a2a_share of the step"
+printf '{"bench":"moe","moe_over_dense_1rank":%s,"moe_over_dense_2ranks":%s,"moe_tokens_per_s_1rank":%s,"dense_tokens_per_s_1rank":%s,"moe_tokens_per_s_2ranks":%s,"expert_load_max_over_mean":%s,"ep2_tokens_per_s":%s,"ep2_over_dp_2ranks":%s,"alltoall_bytes_measured":%s,"alltoall_bytes_planned":%s,"alltoall_bytes_error":%s,"ep2_exposed_alltoall_ms_per_step":%s,"ep2_exposed_alltoall_share":%s}\n' \
   "$ratio1" "$ratio2" "$(median "${tok[moe,1]}")" "$(median "${tok[dense,1]}")" "$(median "${tok[moe,2]}")" "${load[1]}" \
-  "$(median "${tok[ep2]}")" "$ratio_ep" "$measured" "$predicted" "$a2a_error"
+  "$(median "${tok[ep2]}")" "$ratio_ep" "$measured" "$predicted" "$a2a_error" "$a2a_exposed_ms" "$a2a_share"
