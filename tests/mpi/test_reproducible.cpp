@@ -119,7 +119,7 @@ MPI_TEST_CASE("reproducible: Llama bitwise on 1-8 ranks, every strategy, split, 
 
 // A mixture of experts: the load-balancing loss is each forward's own (nn/moe.hpp), so a deck's micro_batch fixes
 // which sequences share one; at that size every layout gives the one-rank run bitwise (the routed rows summed in
-// their fixed expert-then-token order).
+// their fixed expert-then-token order), expert parallelism too.
 MPI_TEST_CASE("reproducible: Qwen3-MoE and Mixtral bitwise on 1-8 ranks at one micro-batch size, HSDP and checkpointing", 8) {
   for (const char* file : {"qwen3-moe-tiny.yaml", "mixtral-tiny.yaml"}) {
     CAPTURE(file);
@@ -131,7 +131,13 @@ MPI_TEST_CASE("reproducible: Qwen3-MoE and Mixtral bitwise on 1-8 ranks at one m
              {3, {"train.micro_batch=5"}},
              {8, {"train.micro_batch=5"}},
              {4, {"train.micro_batch=5", "fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2", "mesh.dp_shard=2"}},
-             {6, {"train.micro_batch=5", "train.activation_checkpointing=full"}}}) {
+             {6, {"train.micro_batch=5", "train.activation_checkpointing=full"}},
+             // Expert parallelism: each expert's gradient in pieces per source rank (MoeFeedForward per_source).
+             {2, {"train.micro_batch=5", "mesh.ep=2"}},
+             {4, {"train.micro_batch=5", "mesh.ep=4"}},
+             {8, {"train.micro_batch=5", "mesh.ep=2", "train.activation_checkpointing=full"}},
+             {4, {"train.micro_batch=5", "fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2", "mesh.dp_shard=2",
+                  "mesh.ep=2"}}}) {
       CAPTURE(layout.ranks);
       CAPTURE(layout.keys.back());
       check_bitwise_run(run_on(test_comm, test_rank, layout.ranks, deck_of(file, layout.keys)), one);
@@ -192,7 +198,7 @@ MPI_TEST_CASE("reproducible: the same training as the default mode, within the f
   }
 }
 
-MPI_TEST_CASE("reproducible: resumed from 4 ranks on 3, and from 2 on 6, bitwise as the uninterrupted run", 8) {
+MPI_TEST_CASE("reproducible: resumed from 4 ranks on 3, from 2 on 6, and from ep 2 at ep 4 and 1, bitwise as the uninterrupted run", 8) {
   const std::string dir = test::shared_temp_dir(test_comm, test_rank, "fsdpp-reproducible-resume");
   const std::vector<std::string> four_steps = {"train.steps=4"};
   auto deck = [&](const std::vector<std::string>& extra) { return deck_of("tiny.yaml", with(four_steps, extra)); };
@@ -209,6 +215,19 @@ MPI_TEST_CASE("reproducible: resumed from 4 ranks on 3, and from 2 on 6, bitwise
                     deck({r.from_batch, "checkpoint.interval=2", "checkpoint.dir=" + here}), 2);
     auto resumed = test::losses_on(test_comm, test_rank, r.to,
                                    deck({r.to_batch, "checkpoint.resume=true", "checkpoint.dir=" + here}));
+    resumed.resize(2);
+    test::check_bitwise(resumed, std::vector<double>(straight.begin() + 2, straight.end()), "loss after the resume");
+  }
+  // A mixture of experts saved at ep 2 on 4 ranks resumes at ep 4, and on 1 rank without ep, bitwise.
+  auto moe = [&](const std::vector<std::string>& extra) {
+    return deck_of("qwen3-moe-tiny.yaml", with(with(four_steps, {"train.micro_batch=5"}), extra));
+  };
+  const std::string here = dir + "/moe";
+  const auto straight = test::losses_on(test_comm, test_rank, 4, moe({"mesh.ep=2"}));
+  test::losses_on(test_comm, test_rank, 4, moe({"mesh.ep=2", "checkpoint.interval=2", "checkpoint.dir=" + here}), 2);
+  for (const auto& [ranks, ep] : std::vector<std::pair<int, std::string>>{{4, "mesh.ep=4"}, {1, "mesh.ep=1"}}) {
+    CAPTURE(ep);
+    auto resumed = test::losses_on(test_comm, test_rank, ranks, moe({ep, "checkpoint.resume=true", "checkpoint.dir=" + here}));
     resumed.resize(2);
     test::check_bitwise(resumed, std::vector<double>(straight.begin() + 2, straight.end()), "loss after the resume");
   }

@@ -131,7 +131,7 @@ void check_tensor_parallel(const ModelConfig& m, int tp, bool sequence_parallel)
   check_vocabulary_split(m.vocab_size, tp);
 }
 
-void check_expert_parallel(const ModelConfig& m, const MeshConfig& mesh, int shard_ranks, bool reproducible) {
+void check_expert_parallel(const ModelConfig& m, const MeshConfig& mesh, int shard_ranks) {
   if (mesh.ep < 1) broken({"mesh.ep"}, "mesh.ep ({}) must be at least 1 (1: no expert parallelism)", mesh.ep);
   if (mesh.ep == 1) return;
   if (!is_moe_arch(m.arch))
@@ -150,11 +150,6 @@ void check_expert_parallel(const ModelConfig& m, const MeshConfig& mesh, int sha
     broken({"mesh.ep", "mesh.dp_shard"},
            "mesh.ep ({}) must divide mesh.dp_shard ({}): expert parallelism splits the shard group into "
            "dp_shard / ep groups of ep consecutive ranks", mesh.ep, shard_ranks);
-  if (reproducible)
-    broken({"mesh.ep", "train.reproducible"},
-           "mesh.ep ({}) with train.reproducible: an expert's weight gradient is summed over the rows its rank "
-           "received, a split that depends on mesh.ep, so the bits would too; use mesh.ep 1 for reproducible runs",
-           mesh.ep);
 }
 
 void check_vocabulary_split(int vocab_size, int tp) {

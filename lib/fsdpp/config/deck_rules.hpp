@@ -61,9 +61,8 @@ void check_tensor_parallel(const ModelConfig& model, int tp, bool sequence_paral
 // ---- expert parallelism (mesh.ep) ------------------------------------------------------------------------
 // ep >= 1; ep > 1 only for a MoE architecture (is_moe_arch), with model.moe.num_experts a multiple of ep and a
 // dp_shard dimension that ep divides (ep is borrowed from it). A dp_shard of -1 (inferred from the job) is
-// checked at launch: `shard_ranks` is the resolved dp_shard size, or -1 when not known yet. Not with
-// train.reproducible (an expert's weight gradient sums the rows its rank received, a split that depends on ep).
-void check_expert_parallel(const ModelConfig& model, const MeshConfig& mesh, int shard_ranks, bool reproducible = false);
+// checked at launch: `shard_ranks` is the resolved dp_shard size, or -1 when not known yet.
+void check_expert_parallel(const ModelConfig& model, const MeshConfig& mesh, int shard_ranks);
 // torch.chunk's split of `vocab_size` rows over tp ranks leaves the last rank some rows.
 void check_vocabulary_split(int vocab_size, int tp);
 // Under mesh.tp_sequence_parallel a micro-batch's B x T token rows are split over tp: a multiple of tp.

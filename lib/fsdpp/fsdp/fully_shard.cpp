@@ -524,12 +524,14 @@ std::vector<float> gather_full_parameter(const Parameter& p, const DeviceMesh& m
     const std::int64_t piece = p.storage_numel();
     std::vector<float> shard(static_cast<std::size_t>(piece)), all(static_cast<std::size_t>(piece * p.placement()->ranks));
     Kokkos::deep_copy(HostView1<float>(shard.data(), shard.size()), p.value());
+    FSDPP_CHECK(mesh.dim_size(mesh.ndim() - 1) == p.placement()->ranks, "gather_full_parameter of '{}': it is sharded "
+                "over {}, not over {}", p.name(), p.placement()->mesh, mesh.describe());
     mesh.comm(mesh.ndim() - 1).all_gather(shard.data(), all.data(), shard.size());
     std::copy(all.begin(), all.begin() + p.numel(), out.begin());
   }
   if (p.tensor_parallel() && tensor_parallel) return gather_tensor_parallel(p, out, *tensor_parallel);
-  FSDPP_CHECK(!p.tensor_parallel(), "gather_full_parameter of '{}', which is split over tp, without the tp group",
-              p.name());
+  FSDPP_CHECK(!p.tensor_parallel(), "gather_full_parameter of '{}', which is split over {}, without its group",
+              p.name(), p.tensor_parallel()->mesh_dim);
   return out;
 }
 

@@ -127,12 +127,12 @@ void CausalLM::balance_expert_load(const std::vector<double>& tokens) {
     }
 }
 
-std::vector<Module*> CausalLM::apply_expert_parallel(std::shared_ptr<ExpertParallelGroup> ep) {
+std::vector<Module*> CausalLM::apply_expert_parallel(std::shared_ptr<ExpertParallelGroup> ep, bool per_source) {
   context_->ep = std::move(ep);
   std::vector<Module*> experts;
   for (auto& block : blocks_)
     if (MoeFeedForward* moe = block->moe()) {
-      moe->use_expert_parallel(*context_->ep, block->display_name() + " experts");
+      moe->use_expert_parallel(*context_->ep, block->display_name() + " experts", per_source);
       experts.push_back(&moe->experts);
     }
   FSDPP_REQUIRE(!experts.empty(), "mesh.ep ({}): {} has no sparse layers to split", context_->ep->ranks(), describe());

@@ -74,7 +74,7 @@ class CausalLM : public LanguageModel {
   int context_length() const override { return config_.context_length; }
   void apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) override;
   TensorParallelGroup& tensor_parallel() override { return *context_->tp; }
-  std::vector<Module*> apply_expert_parallel(std::shared_ptr<ExpertParallelGroup> ep) override;
+  std::vector<Module*> apply_expert_parallel(std::shared_ptr<ExpertParallelGroup> ep, bool per_source = false) override;
 
   // Decoding (kv_cache.hpp): a cache for `sequences` of up to `capacity` positions (at most context_length); what
   // it takes, and what a decode forward of up to `rows` rows adds, from their tables (`fsdpp plan --generate`).

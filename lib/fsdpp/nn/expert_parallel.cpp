@@ -238,7 +238,7 @@ View1<float> ExpertParallelGroup::combine(const ExpertRouting& r, const View1<co
   return front(into, r.sent_rows, C);
 }
 
-std::vector<Module*> LanguageModel::apply_expert_parallel(std::shared_ptr<ExpertParallelGroup> ep) {
+std::vector<Module*> LanguageModel::apply_expert_parallel(std::shared_ptr<ExpertParallelGroup> ep, bool) {
   throw UsageError(fmt::format("mesh.ep ({}): {} has no mixture-of-experts layers to split; use mesh.ep 1",
                                ep ? ep->ranks() : 1, describe()));
 }

@@ -76,8 +76,8 @@ class LanguageModel : public Module {
   // Expert parallelism (expert_parallel.hpp): every sparse block keeps its share of the experts and exchanges its
   // routed rows over `ep`. On meta, before fully_shard; parallelize calls it for mesh.ep > 1 and gives each module
   // returned (a block's routed experts) a group of its own on the experts' data-parallel ranks. UsageError for a
-  // model without experts.
-  virtual std::vector<Module*> apply_expert_parallel(std::shared_ptr<ExpertParallelGroup> ep);
+  // model without experts. `per_source`: reproducible mode (MoeFeedForward::use_expert_parallel).
+  virtual std::vector<Module*> apply_expert_parallel(std::shared_ptr<ExpertParallelGroup> ep, bool per_source = false);
 
  private:
   TensorParallelGroup no_tensor_parallel_;

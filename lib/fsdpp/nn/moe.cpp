@@ -148,7 +148,8 @@ void MoeFeedForward::balance_load(const double* tokens, double rate) {
   Kokkos::deep_copy(routing_bias->value(), host);
 }
 
-void MoeFeedForward::use_expert_parallel(ExpertParallelGroup& group, const std::string& label) {
+void MoeFeedForward::use_expert_parallel(ExpertParallelGroup& group, const std::string& label, bool per_source) {
+  per_source_ = per_source;
   const int L = group.experts_per_rank(E_);
   FSDPP_REQUIRE(group.width() == C_, "{}: the expert-parallel group moves rows of {} floats, but this layer's are {}",
                 label, group.width(), C_);
@@ -211,19 +212,28 @@ BufferTable MoeFeedForward::scratch_table(MoeScratch& s, int N) const {
   return t;
 }
 
-template <class F> void RoutedExperts::for_each_expert(const F& f) const {
-  std::int64_t first = 0;
-  for (std::size_t j = 0; j < batch_.rows->size(); ++j) {
-    const std::int64_t n = (*batch_.rows)[j];
-    if (n > 0) f(static_cast<int>(j), first, n);
-    first += n;
-  }
+template <class F> void RoutedExperts::for_each_block(const F& f) const {
+  for (const RowBlock& b : *batch_.blocks)
+    if (b.rows > 0) f(b.expert, b.first, b.rows);
 }
 
-std::int64_t RoutedExperts::total_rows() const {
-  std::int64_t n = 0;
-  for (std::int64_t r : *batch_.rows) n += r;
-  return n;
+// The blocks' rows as maximal contiguous spans: one span [0, R) when they tile it (forward, and every backward but
+// reproducible mode's per source rank).
+template <class F> void RoutedExperts::for_each_span(const F& f) const {
+  std::int64_t first = 0, n = 0;
+  for (const RowBlock& b : *batch_.blocks) {
+    if (b.rows == 0) continue;
+    if (n > 0 && b.first != first + n) f(first, n), n = 0;
+    if (n == 0) first = b.first;
+    n += b.rows;
+  }
+  if (n > 0) f(first, n);
+}
+
+std::int64_t RoutedExperts::end_row() const {
+  std::int64_t end = 0;
+  for (const RowBlock& b : *batch_.blocks) end = std::max(end, b.first + b.rows);
+  return end;
 }
 
 // The counting sort: the pairs (t, j) by expert, token order inside each (the fixed order every later sum
@@ -279,33 +289,36 @@ View1<float> expert_of(const View1<float>& stacked, int e, std::int64_t rows, st
 // ---------------------------------------------------------------------------------------------------------
 // Forward and backward, side by side
 
-// The experts: for each local expert j, its rows [o_j, o_j + n_j): g = x Wg^T, u = x Wu^T; h = silu(g) * u;
-// y = h Wd^T. Grouped GEMMs on subviews, no copies.
+// The experts: for each block of rows [first, first + n) of local expert j: g = x Wg^T, u = x Wu^T;
+// h = silu(g) * u; y = h Wd^T. Grouped GEMMs on subviews, no copies. A pass covers its blocks' rows only (the
+// elementwise kernels run once over [0, R) when the blocks tile it, as they do but in a per-source backward).
 void RoutedExperts::forward(Flow& flow) {
   const int C = C_, F = F_;
   const View1<float> x = flow.x;
-  for_each_expert([&](int j, std::int64_t first, std::int64_t n) {
+  for_each_block([&](int j, std::int64_t first, std::int64_t n) {
     const int rows = static_cast<int>(n);
     linear_forward<float>(rows_of(batch_.gate, first, n, F), rows_of(x, first, n, C), expert_of(gate.value(), j, F, C),
                           View1<float>(), rows, C, F);
     linear_forward<float>(rows_of(batch_.up, first, n, F), rows_of(x, first, n, C), expert_of(up.value(), j, F, C),
                           View1<float>(), rows, C, F);
   });
-  const std::int64_t R = total_rows();
-  swiglu_forward<float>(batch_.h, batch_.gate, batch_.up, R * F);
-  for_each_expert([&](int j, std::int64_t first, std::int64_t n) {
+  for_each_span([&](std::int64_t first, std::int64_t n) {
+    swiglu_forward<float>(rows_of(batch_.h, first, n, F), rows_of(batch_.gate, first, n, F),
+                          rows_of(batch_.up, first, n, F), n * F);
+  });
+  for_each_block([&](int j, std::int64_t first, std::int64_t n) {
     linear_forward<float>(rows_of(batch_.y, first, n, C), rows_of(batch_.h, first, n, F), expert_of(down.value(), j, C, F),
                           View1<float>(), static_cast<int>(n), F, C);
   });
-  flow.x = rows_of(batch_.y, 0, R, C);
+  flow.x = rows_of(batch_.y, 0, end_row(), C);
 }
 
 void RoutedExperts::backward(Flow& flow) {
   const int C = C_, F = F_;
   const View1<float> dy = flow.dx;
-  // y = h Wd^T per expert
-  Kokkos::deep_copy(batch_.dh, 0.0f);
-  for_each_expert([&](int j, std::int64_t first, std::int64_t n) {
+  // y = h Wd^T per block
+  for_each_span([&](std::int64_t first, std::int64_t n) { Kokkos::deep_copy(rows_of(batch_.dh, first, n, F), 0.0f); });
+  for_each_block([&](int j, std::int64_t first, std::int64_t n) {
     const int rows = static_cast<int>(n);
     const View1<float> dys = rows_of(dy, first, n, C);
     linear_backward_input<float>(rows_of(batch_.dh, first, n, F), dys, expert_of(down.value(), j, C, F), rows, F, C);
@@ -313,13 +326,16 @@ void RoutedExperts::backward(Flow& flow) {
                                   rows, F, C);
   });
   // h = silu(g) * u
-  const std::int64_t R = total_rows();
-  Kokkos::deep_copy(batch_.dgate, 0.0f);
-  Kokkos::deep_copy(batch_.dup, 0.0f);
-  swiglu_backward<float>(batch_.dgate, batch_.dup, batch_.dh, batch_.gate, batch_.up, R * F);
-  // g = x Wg^T, u = x Wu^T per expert
-  Kokkos::deep_copy(batch_.dx, 0.0f);
-  for_each_expert([&](int j, std::int64_t first, std::int64_t n) {
+  for_each_span([&](std::int64_t first, std::int64_t n) {
+    const View1<float> dg = rows_of(batch_.dgate, first, n, F), du = rows_of(batch_.dup, first, n, F);
+    Kokkos::deep_copy(dg, 0.0f);
+    Kokkos::deep_copy(du, 0.0f);
+    swiglu_backward<float>(dg, du, rows_of(batch_.dh, first, n, F), rows_of(batch_.gate, first, n, F),
+                           rows_of(batch_.up, first, n, F), n * F);
+    Kokkos::deep_copy(rows_of(batch_.dx, first, n, C), 0.0f);
+  });
+  // g = x Wg^T, u = x Wu^T per block
+  for_each_block([&](int j, std::int64_t first, std::int64_t n) {
     const int rows = static_cast<int>(n);
     const View1<float> dx = rows_of(batch_.dx, first, n, C), x = rows_of(batch_.x, first, n, C);
     const View1<float> dg = rows_of(batch_.dgate, first, n, F), du = rows_of(batch_.dup, first, n, F);
@@ -328,12 +344,39 @@ void RoutedExperts::backward(Flow& flow) {
     linear_backward_weight<float>(expert_of(gate.grad(), j, F, C), View1<float>(), dg, x, rows, C, F);
     linear_backward_weight<float>(expert_of(up.grad(), j, F, C), View1<float>(), du, x, rows, C, F);
   });
-  flow.dx = rows_of(batch_.dx, 0, R, C);
+  flow.dx = rows_of(batch_.dx, 0, end_row(), C);
+}
+
+// The experts' row blocks of the last routing: per expert (its rows from every source together), or per expert and
+// source rank (per_source_), in the received order (expert, then source).
+void MoeFeedForward::make_blocks() {
+  blocks_.clear();
+  if (!ep_) {
+    for (int e = 0; e < E_; ++e) blocks_.push_back({e, offsets_[sz(e)], counts_[sz(e)]});
+    return;
+  }
+  const ExpertRouting& r = *routing_;
+  const int L = static_cast<int>(r.expert_rows.size()), Q = ep_->ranks();
+  by_source_.assign(per_source_ ? sz(Q) : 0, {});
+  std::int64_t first = 0;
+  for (int j = 0; j < L; ++j) {
+    if (!per_source_) {
+      blocks_.push_back({j, first, r.expert_rows[sz(j)]});
+      first += r.expert_rows[sz(j)];
+      continue;
+    }
+    for (int q = 0; q < Q; ++q) {
+      const std::int64_t n = r.rows_from[sz(q) * sz(L) + sz(j)];
+      blocks_.push_back({j, first, n});
+      by_source_[sz(q)].push_back({j, first, n});
+      first += n;
+    }
+  }
 }
 
 RoutedExperts::Batch MoeFeedForward::batch(MoeActivations& a, MoeScratch& s) const {
   RoutedExperts::Batch b;
-  b.rows = ep_ ? &local_rows_ : &counts_;
+  b.blocks = &blocks_;
   b.x = ep_ ? a.xr : a.xs;
   b.y = ep_ ? a.yr : a.ys;
   b.gate = a.gate, b.up = a.up, b.h = a.h;
@@ -362,8 +405,8 @@ void MoeFeedForward::forward(const View1<float>& out, const View1<float>& x, int
     for (int e = 0; e < E; ++e) counts_host_(sz(e)) = counts_[sz(e)];
     Kokkos::deep_copy(counts_device_, counts_host_);
     rows.x = ep_->dispatch(*routing_, rows.x, counts_device_, a.xr);
-    local_rows_ = routing_->expert_rows;
   }
+  make_blocks();
   experts.bind(batch(a, s));
   experts(rows);
   if (ep_) ep_->combine(*routing_, rows.x, a.ys);
@@ -393,8 +436,20 @@ void MoeFeedForward::backward(const View1<float>& dx, const View1<float>& dout, 
   Flow rows;
   rows.dx = rows_of(s.dys, 0, routed_, C);
   if (ep_) rows.dx = ep_->combine_backward(*routing_, rows.dx, s.dyr);
-  experts.bind(batch(a, s));
-  experts(rows, Pass::backward);
+  RoutedExperts::Batch b = batch(a, s);
+  if (per_source_) {  // one backward per source rank, each reduced on its own (use_expert_parallel)
+    const View1<float> dy = rows.dx;
+    for (const auto& blocks : by_source_) {
+      b.blocks = &blocks;
+      experts.bind(b);
+      rows.dx = dy;
+      experts(rows, Pass::backward);
+    }
+    rows.dx = rows_of(s.dxr, 0, routing_->received_rows, C);
+  } else {
+    experts.bind(b);
+    experts(rows, Pass::backward);
+  }
   if (ep_) ep_->dispatch_backward(*routing_, rows.dx, s.dxs);
   // xs = x[slot_token]
   sum_routed_rows<float>(dx, s.dxs, a.token_slot, View1<float>(), N, C, k_, /*accumulate=*/true);

@@ -114,8 +114,9 @@ struct MoeScratch {
 // the same experts. With mesh.ep > 1 a rank holds experts [first, first + E/ep): their parameters are Shard(0)
 // over ep (Parameter::set_tensor_parallel with mesh_dim "ep"), local shape (E/ep, F, C).
 //
-// Its passes compute on the rows the layer binds (grouped by local expert: rows[j] of them for local expert j,
-// contiguous), not on the residual stream. In forward the flow's x is the input rows (the output rows after);
+// Its passes compute on the rows the layer binds, in blocks of one local expert's contiguous rows (one block per
+// expert; under reproducible mode with ep, one per expert and source rank: the GEMMs of exactly the rows the
+// source rank would have multiplied itself under ep 1), not on the residual stream. In forward the flow's x is the input rows (the output rows after);
 // in backward dx is the output rows' gradient (the input rows' after). Going through the Module door is what
 // runs fully_shard's hooks: the all-gather before each pass, the reduce-scatter after backward.
 class RoutedExperts : public Module {
@@ -126,9 +127,14 @@ class RoutedExperts : public Module {
   Parameter& up;    // (E, F, C)
   Parameter& down;  // (E, C, F)
 
+  // Rows [first, first + rows) of the bound buffers belong to local expert `expert`.
+  struct RowBlock {
+    int expert = 0;
+    std::int64_t first = 0, rows = 0;
+  };
   // What the next pass computes on, set by the layer before calling (*this)(flow, pass).
   struct Batch {
-    const std::vector<std::int64_t>* rows = nullptr;  // per local expert
+    const std::vector<RowBlock>* blocks = nullptr;  // the rows of this pass, in order
     View1<float> x;                // (rows, C): the input rows (what forward's flow.x is)
     View1<float> gate, up, h, y;   // forward: (rows, F) x 3 kept for backward, and the output (rows, C)
     View1<float> dgate, dup, dh, dx;  // backward's scratch, and the input rows' gradient (rows, C)
@@ -141,8 +147,9 @@ class RoutedExperts : public Module {
   void backward(Flow& flow) override;
 
  private:
-  template <class F> void for_each_expert(const F& f) const;  // f(local expert, first row, rows) with rows > 0
-  std::int64_t total_rows() const;
+  template <class F> void for_each_block(const F& f) const;  // f(local expert, first row, rows) with rows > 0
+  template <class F> void for_each_span(const F& f) const;   // f(first row, rows): the blocks' contiguous spans
+  std::int64_t end_row() const;                              // one past the blocks' last row
   int C_, F_;
   Batch batch_;
 };
@@ -170,8 +177,10 @@ class MoeFeedForward {
 
   // Expert parallelism, on meta before fully_shard: this rank keeps its E / group.ranks() experts, and every
   // forward dispatches the routed rows to their experts' ranks and combines the results (nn/expert_parallel.hpp).
-  // `label`: the layer, for errors ("layers.3.mlp").
-  void use_expert_parallel(ExpertParallelGroup& group, const std::string& label);
+  // `label`: the layer, for errors ("layers.3.mlp"). `per_source` (reproducible mode): the experts multiply each
+  // source rank's rows apart, and their backward runs once per source rank, so that each gradient piece is the one
+  // that source's own rank computes under ep 1 and reaches fully_shard's exact reduction on its own.
+  void use_expert_parallel(ExpertParallelGroup& group, const std::string& label, bool per_source = false);
   const ExpertParallelGroup* expert_parallel() const { return ep_; }
 
   int num_experts() const { return E_; }
@@ -210,7 +219,10 @@ class MoeFeedForward {
   std::unique_ptr<ExpertRouting> routing_;
   View1<std::int64_t> counts_device_;
   HostView1<std::int64_t> counts_host_;
-  std::vector<std::int64_t> local_rows_;
+  bool per_source_ = false;
+  std::vector<RoutedExperts::RowBlock> blocks_;                 // the last forward's, in row order
+  std::vector<std::vector<RoutedExperts::RowBlock>> by_source_;  // per_source_: blocks_ of each source rank
+  void make_blocks();
 };
 
 }  // namespace fsdpp

@@ -72,7 +72,7 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   layout.exact_reduction = deck.train.reproducible;
   if (layout.exact_reduction) layout.sync_every_micro_batch = true;
   const int shard_ranks = layout.mesh.back().size;  // before tp joins the mesh
-  check_expert_parallel(deck.model, deck.mesh, shard_ranks, deck.train.reproducible);  // ep divides the resolved dp_shard
+  check_expert_parallel(deck.model, deck.mesh, shard_ranks);  // ep divides the resolved dp_shard
   layout.ep = deck.mesh.ep;
   if (layout.tp > 1) layout.mesh.push_back({"tp", layout.tp});
 
@@ -168,8 +168,12 @@ void Parallelism::before_micro_batch(int index, int count) {
   root_->set_requires_gradient_sync(layout_.sync_every_micro_batch || index == count - 1);
   // HSDP: micro-batches that synchronize may still leave the replica all-reduce to the last one (recursive too).
   root_->set_requires_all_reduce(layout_.all_reduce_every_micro_batch || index == count - 1);
-  // Reproducible mode without accumulation: the one backward's words are the step's sum (no accumulator).
-  if (layout_.exact_reduction) root_->set_exact_single_backward(count == 1);
+  // Reproducible mode without accumulation: the one backward's words are the step's sum (no accumulator). The
+  // experts under ep run a backward per source rank, whose words always accumulate.
+  if (layout_.exact_reduction) {
+    root_->set_exact_single_backward(count == 1);
+    for (Module* experts : expert_units_) fsdp_group(*experts)->set_exact_single_backward(false, false);
+  }
 }
 
 void Parallelism::after_evaluation() { root_->reshard(); }
@@ -271,9 +275,11 @@ std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, Paral
     const std::int64_t rows = ExpertParallelGroup::worst_case_rows(
         l.ep, E / l.ep, pairs, expert_capacity_rows(deck.model.moe.capacity_factor, pairs, E));
     auto group = std::make_shared<ExpertParallelGroup>(par->expert_parallel_group(), E, deck.model.n_embd, rows);
-    for (Module* experts : model.apply_expert_parallel(std::move(group)))
+    for (Module* experts : model.apply_expert_parallel(std::move(group), l.exact_reduction)) {
       fully_shard(*experts, *par->expert_data_parallel_mesh(), l.block_options)
           .set_gradient_divide_factor(par->data_parallel_size());
+      par->add_expert_unit(*experts);
+    }
   }
   for (Module* block : model.block_modules()) fully_shard(*block, par->data_parallel_mesh(), l.block_options);
   FsdpGroup& root = fully_shard(model, par->data_parallel_mesh(), l.root_options);

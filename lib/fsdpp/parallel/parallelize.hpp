@@ -142,6 +142,7 @@ class Parallelism {
   // The units fully_shard made, blocks first and the root last (the order of the banner and the plan).
   std::vector<UnitSummary> units() const;
 
+  void add_expert_unit(Module& experts) { expert_units_.push_back(&experts); }  // mesh.ep > 1: their own groups
   void attach(Module& model, FsdpGroup& root) {
     model_ = &model;
     root_ = &root;
@@ -156,6 +157,7 @@ class Parallelism {
   std::unique_ptr<MpiCommunicator> host_world_;  // host scalars; null on a planning mesh
   Module* model_ = nullptr;
   FsdpGroup* root_ = nullptr;
+  std::vector<Module*> expert_units_;
 };
 
 // Sets recompute_in_backward on the blocks `ac` names (module.hpp, "Activation checkpointing"); returns how many.
