@@ -9,14 +9,18 @@
 # at the end (metrics.jsonl), and the all-to-all bytes per rank and step over the ep dimension: measured (the log's
 # traffic table, every collective the ranks issued on ep) against `fsdpp plan --machine`'s prediction, and the
 # exposed all-to-all time per step from a timeline of the ep 2 run (run.trace, fsdpp report --trace).
-# Options: --steps N (default 40), --rounds R (default 3).
+# Where a virtual cluster can be made (tests/cluster/vcluster, root; --nodes off to skip), ep 2 also runs with one
+# rank on each of 2 nodes, the routed rows crossing the link: its tokens/s, the ep all-to-all bytes the traffic table
+# counts between hosts per step, and the bytes node1's link carried per step.
+# Options: --steps N (default 40), --rounds R (default 3), --nodes auto|off.
 set -euo pipefail
-steps=40 rounds=3
+steps=40 rounds=3 nodes=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) steps=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    *) echo "usage: tests/bench/run moe [--steps N] [--rounds R]" >&2; exit 2 ;;
+    --nodes) nodes=$2; shift 2 ;;
+    *) echo "usage: tests/bench/run moe [--steps N] [--rounds R] [--nodes auto|off]" >&2; exit 2 ;;
   esac
 done
 work=build/bench-moe
@@ -77,11 +81,43 @@ done
 printf '%-8s %-6s %12.2f %12.0f %14.2f\n' moe-ep2 2 "$(median "${ms[ep2]}")" "$(median "${tok[ep2]}")" "${load[ep2]}"
 ratio1=$(python3 -c "print(round($(median "${ms[moe,1]}") / $(median "${ms[dense,1]}"), 3))")
 ratio2=$(python3 -c "print(round($(median "${ms[moe,2]}") / $(median "${ms[dense,2]}"), 3))")
+# ep 2 across the virtual cluster's 2 nodes, one rank each.
+cluster="not run (--nodes off)" cluster_tokens=null cluster_a2a_between=null cluster_link=null
+if [ "$nodes" = auto ]; then
+  export FSDPP_VCLUSTER_DIR=$PWD/$work/vcluster
+  V=tests/cluster/vcluster
+  if up=$("$V" up --nodes 2 --cpus 2 2>"$work/vcluster.log"); then
+    trap '"$V" down >/dev/null 2>&1' EXIT
+    eval "$up"
+    export SLURM_CONF FSDPP_DEVICE=host
+    before=$("$V" bytes | awk '$1 == "node1" { print $2 }')
+    srun --mpi=pmix --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --partition=vc "$PWD/build/bin/fsdpp" train \
+      "$PWD/input/qwen3-moe-tiny.yaml" "${shape[@]}" "${moe[@]}" mesh.ep=2 "run.output=$PWD/$work/ep2-nodes" \
+      >"$work/ep2-nodes.log" 2>&1 || { tail -20 "$work/ep2-nodes.log"; echo "error: ep 2 across nodes failed" >&2; exit 1; }
+    after=$("$V" bytes | awk '$1 == "node1" { print $2 }')
+    read -r cluster_tokens cluster_a2a_between cluster_link < <(python3 - "$work/ep2-nodes" "$steps" "$before" "$after" <<'PY'
+import json, re, statistics, sys
+run, steps, before, after = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rows = [json.loads(l) for l in open(run + "/metrics.jsonl")][1:]
+between = 0
+for line in open(run + ".log"):
+    m = re.match(r"\s*ep\s+\d+\s+[\d.]+\s+(\d+)", line)
+    if m: between = int(m.group(1))
+print(round(statistics.median(r["tokens_per_s"] for r in rows)), between // steps, (after - before) // steps)
+PY
+)
+    cluster="2 nodes x 1 rank: $cluster_tokens tokens/s; ep all-to-all between hosts $cluster_a2a_between B/step (both ranks, the traffic table); node1's link sent $cluster_link B/step (every collective and the launcher)"
+  else
+    cluster="not run: $(grep -m1 -E "SKIPPED|error|failed" "$work/vcluster.log" || echo "vcluster up failed")"
+  fi
+fi
 ratio_ep=$(python3 -c "print(round($(median "${ms[ep2]}") / $(median "${ms[moe,2]}"), 3))")
 echo "MoE/dense step time: $ratio1 on 1 rank, $ratio2 on 2 (target <= 1.3 on 1 rank); medians of $rounds rounds"
 echo "ep 2 over data parallel on 2 ranks, step time: $ratio_ep"
 echo "all-to-all over ep per rank and step: measured $measured B, planned $predicted B, error $a2a_error (target within 2%)"
 echo "exposed all-to-all (run.trace, ep dimension's waits): $a2a_exposed_ms ms per step, $a2a_share of the step"
-printf '{"bench":"moe","moe_over_dense_1rank":%s,"moe_over_dense_2ranks":%s,"moe_tokens_per_s_1rank":%s,"dense_tokens_per_s_1rank":%s,"moe_tokens_per_s_2ranks":%s,"expert_load_max_over_mean":%s,"ep2_tokens_per_s":%s,"ep2_over_dp_2ranks":%s,"alltoall_bytes_measured":%s,"alltoall_bytes_planned":%s,"alltoall_bytes_error":%s,"ep2_exposed_alltoall_ms_per_step":%s,"ep2_exposed_alltoall_share":%s}\n' \
+echo "ep 2 on the virtual cluster: $cluster"
+printf '{"bench":"moe","moe_over_dense_1rank":%s,"moe_over_dense_2ranks":%s,"moe_tokens_per_s_1rank":%s,"dense_tokens_per_s_1rank":%s,"moe_tokens_per_s_2ranks":%s,"expert_load_max_over_mean":%s,"ep2_tokens_per_s":%s,"ep2_over_dp_2ranks":%s,"alltoall_bytes_measured":%s,"alltoall_bytes_planned":%s,"alltoall_bytes_error":%s,"ep2_exposed_alltoall_ms_per_step":%s,"ep2_exposed_alltoall_share":%s,"ep2_nodes_tokens_per_s":%s,"ep2_nodes_alltoall_bytes_between_hosts_per_step":%s,"ep2_nodes_link_bytes_per_step":%s}\n' \
   "$ratio1" "$ratio2" "$(median "${tok[moe,1]}")" "$(median "${tok[dense,1]}")" "$(median "${tok[moe,2]}")" "${load[1]}" \
-  "$(median "${tok[ep2]}")" "$ratio_ep" "$measured" "$predicted" "$a2a_error" "$a2a_exposed_ms" "$a2a_share"
+  "$(median "${tok[ep2]}")" "$ratio_ep" "$measured" "$predicted" "$a2a_error" "$a2a_exposed_ms" "$a2a_share" \
+  "$cluster_tokens" "$cluster_a2a_between" "$cluster_link"
