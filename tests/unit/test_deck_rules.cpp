@@ -109,16 +109,14 @@ TEST_CASE("deck rules: tensor parallelism splits whole heads, the MLP width and 
         "to a multiple of 2");
   fsdpp::check_tensor_parallel(llama(4, 2, 176), 2);  // sound
   // Mixtral: attention splits, the experts do not (every layer sparse, so no dense MLP width to divide); not with
-  // sequence parallelism. Qwen3's q/k norms are refused.
+  // sequence parallelism.
   fsdpp::ModelConfig mixtral = llama(4, 2, 175);
   mixtral.arch = fsdpp::ModelArch::mixtral;
   fsdpp::check_tensor_parallel(mixtral, 2);
   CHECK(broken([&] { fsdpp::check_tensor_parallel(mixtral, 2, /*sequence_parallel=*/true); }).first ==
         std::vector<std::string>{"mesh.tp_sequence_parallel", "model.arch"});
-  mixtral.arch = fsdpp::ModelArch::qwen3_moe;
-  CHECK(broken([&] { fsdpp::check_tensor_parallel(mixtral, 2); }).second ==
-        "mesh.tp (2) with model.arch qwen3_moe: tensor parallelism does not split Qwen3's q/k norms yet; use mesh.tp 1 "
-        "(fully_shard shards them with the other weights)");
+  mixtral.arch = fsdpp::ModelArch::qwen3_moe;  // q/k norms: replicated, their gradients summed over tp
+  fsdpp::check_tensor_parallel(mixtral, 2);
   fsdpp::check_tensor_parallel(llama(3, 3, 175), 1);  // no tensor parallelism: nothing to split
   CHECK(broken([] { fsdpp::check_vocabulary_split(5, 4); }).second ==
         "mesh.tp (4) splits model.vocab_size (5) like torch.chunk, which leaves the last tensor-parallel rank no "

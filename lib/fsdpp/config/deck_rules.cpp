@@ -102,10 +102,6 @@ void check_moe(const ModelConfig& m) {
 
 void check_tensor_parallel(const ModelConfig& m, int tp, bool sequence_parallel) {
   if (tp <= 1) return;
-  if (has_qk_norm(m.arch))
-    broken({"mesh.tp", "model.arch"},
-           "mesh.tp ({}) with model.arch {}: tensor parallelism does not split Qwen3's q/k norms yet; use mesh.tp 1 "
-           "(fully_shard shards them with the other weights)", tp, to_string(m.arch));
   if (is_moe_arch(m.arch) && sequence_parallel)
     broken({"mesh.tp_sequence_parallel", "model.arch"},
            "mesh.tp_sequence_parallel with model.arch {}: the mixture-of-experts layers run on every row of each tp "

@@ -56,7 +56,7 @@ void check_moe(const ModelConfig& model);
 // tp > 1 splits whole heads (n_head; and n_kv_head for the Llama family), the MLP width (ffn_hidden for the
 // Llama family; GPT-2's 4C follows from n_head) and the vocabulary. Nothing for tp <= 1.
 // Mixture-of-experts blocks are not split (each tp rank computes the whole experts' part on the whole rows), so
-// not under sequence parallelism, which would route each rank's rows apart; Qwen3's q/k norms are refused.
+// not under sequence parallelism, which would route each rank's rows apart.
 void check_tensor_parallel(const ModelConfig& model, int tp, bool sequence_parallel = false);
 // ---- expert parallelism (mesh.ep) ------------------------------------------------------------------------
 // ep >= 1; ep > 1 only for a MoE architecture (is_moe_arch), with model.moe.num_experts a multiple of ep and a

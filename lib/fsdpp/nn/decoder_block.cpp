@@ -99,6 +99,8 @@ BufferTable DecoderBlock::scratch_table(BlockScratch& s, int B, int T) const {
     t.add("dln_local", sz(Nl * C), s.dln_local); // a norm output's gradient, reduce-scattered
     t.add("norm_grads", norm_params * sz(C), s.norm_grads);  // the norms' gradients of one backward, before their sum
   }
+  // Qwen3's q/k norms under tp: this rank's heads' share of their gradients, before the sum over tp.
+  if (context_->tp->active() && parts_.q_norm) t.add("qk_norm_grads", 2 * sz(l.head_size), s.qk_norm_grads);
   return t;
 }
 
@@ -175,7 +177,6 @@ void DecoderBlock::apply_tensor_parallel(const TensorParallelGroup& tp) {
   };
   for (const QkvProjection& p : parts_.qkv) column_parallel(*p.linear, p.tp_blocks);
   for (const Linear* l : parts_.mlp_in) column_parallel(*l, 1);
-  FSDPP_REQUIRE(!parts_.q_norm, "{}: tensor parallelism does not split Qwen3's q/k norms yet: use mesh.tp 1", path());
   // A mixture of experts is not split: its router and experts are replicated over tp (check_tensor_parallel).
   parts_.attention_out->weight.set_tensor_parallel(tp.shard(1));
   if (parts_.mlp_out) parts_.mlp_out->weight.set_tensor_parallel(tp.shard(1));
@@ -396,10 +397,19 @@ void DecoderBlock::backward(Flow& flow) {
   if (rope.enabled)
     rope_backward<float>(s.dqkv, rope.cos, rope.sin, B, T, W, l.heads + l.kv_heads, l.head_size,
                          context_->rope_starts());
-  if (parts_.q_norm)
-    qk_norm_backward<float>(s.dqkv, parts_.q_norm->weight.grad(), parts_.k_norm->weight.grad(), a.qk_raw, a.qk_rstd,
-                            parts_.q_norm->weight.value(), parts_.k_norm->weight.value(), N, W, l.heads, l.kv_heads,
-                            l.head_size);
+  if (parts_.q_norm) {
+    // Under tp each rank normalises its own heads with the shared weights: their gradients are summed over tp.
+    const std::size_t hs = sz(l.head_size);
+    const bool split = tp.active();
+    if (split) Kokkos::deep_copy(s.qk_norm_grads, 0.0f);
+    const View1<float> dwq = split ? View1<float>(Kokkos::subview(s.qk_norm_grads, std::make_pair(std::size_t{0}, hs)))
+                                   : parts_.q_norm->weight.grad();
+    const View1<float> dwk = split ? View1<float>(Kokkos::subview(s.qk_norm_grads, std::make_pair(hs, 2 * hs)))
+                                   : parts_.k_norm->weight.grad();
+    qk_norm_backward<float>(s.dqkv, dwq, dwk, a.qk_raw, a.qk_rstd, parts_.q_norm->weight.value(),
+                            parts_.k_norm->weight.value(), N, W, l.heads, l.kv_heads, l.head_size);
+    if (split) tp.add_norm_gradients(s.qk_norm_grads, {&parts_.q_norm->weight, &parts_.k_norm->weight});
+  }
   const auto each_qkv = [&](const auto& f) {  // f(projection, its width, its first column in the packed row)
     int at = 0;
     for (const QkvProjection& p : parts_.qkv) {

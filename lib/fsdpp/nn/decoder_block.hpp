@@ -66,7 +66,7 @@ struct BlockScratch {
   std::array<View1<float>, kMaxMlpBranches> dbranches;
   // Sequence parallelism only (empty otherwise): dres2 then holds the gathered (N,C) gradient, this rank's rows in
   // its own block.
-  View1<float> gathered, dln_local, norm_grads;
+  View1<float> gathered, dln_local, norm_grads, qk_norm_grads;
   Buffers buffers{Growth::exact};
 };
 
