@@ -225,9 +225,11 @@ MPI_TEST_CASE("reproducible: resumed from 4 ranks on 3, from 2 on 6, and from ep
   const std::string here = dir + "/moe";
   const auto straight = test::losses_on(test_comm, test_rank, 4, moe({"mesh.ep=2"}));
   test::losses_on(test_comm, test_rank, 4, moe({"mesh.ep=2", "checkpoint.interval=2", "checkpoint.dir=" + here}), 2);
-  for (const auto& [ranks, ep] : std::vector<std::pair<int, std::string>>{{4, "mesh.ep=4"}, {1, "mesh.ep=1"}}) {
+  for (const auto& to : std::vector<std::pair<int, std::string>>{{4, "mesh.ep=4"}, {1, "mesh.ep=1"}}) {
+    const std::string& ep = to.second;  // (not a structured binding: CAPTURE's lambda takes it by reference)
     CAPTURE(ep);
-    auto resumed = test::losses_on(test_comm, test_rank, ranks, moe({ep, "checkpoint.resume=true", "checkpoint.dir=" + here}));
+    auto resumed =
+        test::losses_on(test_comm, test_rank, to.first, moe({ep, "checkpoint.resume=true", "checkpoint.dir=" + here}));
     resumed.resize(2);
     test::check_bitwise(resumed, std::vector<double>(straight.begin() + 2, straight.end()), "loss after the resume");
   }
