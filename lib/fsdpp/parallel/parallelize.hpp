@@ -106,12 +106,9 @@ class Parallelism {
   // ranks 0,1) inside dp_shard; experts' data parallel dp_shard_mod_ep=2 (world ranks 0,2)"; "" without.
   std::string describe_expert_groups() const;
   // Expert parallelism (mesh.ep > 1; else null): the ep group (ep consecutive ranks of dp_shard, which split the
-  // experts and exchange tokens) and the experts' data-parallel group (the dp_shard / ep ranks holding the same
-  // experts, which shard their weights). dp_replicate, under HSDP, replicates the experts as it does the rest.
+  // experts and exchange tokens), and what the experts' fully_shard groups shard over: (dp_replicate x)
+  // dp_shard_mod_ep, the ranks holding the same experts (dp_replicate replicates the experts as it does the rest).
   Communicator* expert_parallel_group() const { return ep_mesh_ ? &ep_mesh_->comm("ep") : nullptr; }
-  Communicator* expert_data_parallel_group() const { return ep_mesh_ ? &ep_mesh_->comm("dp_shard_mod_ep") : nullptr; }
-  const DeviceMesh* expert_mesh() const { return ep_mesh_.get(); }
-  // What the experts' fully_shard groups shard over: (dp_replicate x) dp_shard_mod_ep; null without mesh.ep > 1.
   const DeviceMesh* expert_data_parallel_mesh() const { return expert_dp_mesh_.get(); }
 
   // Data parallelism: every rank of the data-parallel mesh takes its own sequences of each global batch; the
