@@ -4,6 +4,7 @@
 #include "fsdpp/runtime/error.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -404,6 +405,61 @@ DeviceMesh DeviceMesh::split(std::string_view name, int inner_size, const std::s
       out.dims_.push_back(group);
       out.root_dim_of_.push_back(-1);
     }
+  }
+  return out;
+}
+
+DeviceMesh DeviceMesh::merge(const std::vector<std::string>& names, const std::string& new_name) const {
+  FSDPP_REQUIRE(names.size() >= 2, "merge: name two or more consecutive dimensions of mesh {}", format_mesh_shape(shape()));
+  FSDPP_REQUIRE(valid_name(new_name), "merge: new dimension name '{}' must be letters, digits or '_'", new_name);
+  for (const auto& g : dims_)
+    FSDPP_REQUIRE(g->name != new_name, "merge: '{}' already names a mesh dimension; choose another name", new_name);
+  const int first = dim_index(names.front());
+  for (std::size_t i = 1; i < names.size(); ++i)
+    FSDPP_REQUIRE(dim_index(names[i]) == first + static_cast<int>(i),
+                  "merge: {} are not consecutive dimensions of mesh {}, in this order", fmt::join(names, ", "),
+                  format_mesh_shape(shape()));
+  auto group = std::make_shared<Group>();
+  group->name = new_name;
+  group->size = 1;
+  group->coord = 0;
+  // Each group is an arithmetic progression of world ranks (row-major meshes, and split's cuts keep that), so the
+  // merged group's members are this rank's world rank moved along each dimension by its stride.
+  std::vector<int> strides;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const Group& g = *dims_[static_cast<std::size_t>(first) + i];
+    strides.push_back(g.size > 1 ? g.world_ranks[1] - g.world_ranks[0] : 0);
+    group->size *= g.size;
+    group->coord = group->coord * g.size + g.coord;
+  }
+  for (int k = 0; k < group->size; ++k) {
+    int world = root_->world_rank, rest = k;
+    for (std::size_t i = names.size(); i-- > 0;) {
+      const Group& g = *dims_[static_cast<std::size_t>(first) + i];
+      world += (rest % g.size - g.coord) * strides[i];
+      rest /= g.size;
+    }
+    group->world_ranks.push_back(world);
+  }
+  if (is_planning()) {
+    group->communicator = std::make_unique<PlanningCommunicator>(group->size, group->coord);
+  } else {
+    // The group's first world rank names it: every member computes the same one.
+    FSDPP_MPI_CHECK(MPI_Comm_split(root_->world, group->world_ranks.front(), group->coord, &group->comm));
+    group->communicator = make_communicator(backend_, group->comm);
+    group->communicator->set_label(new_name);
+  }
+  DeviceMesh out;
+  out.root_ = root_;
+  out.backend_ = backend_;
+  for (std::size_t i = 0; i < dims_.size(); ++i) {
+    if (static_cast<int>(i) == first) {
+      out.dims_.push_back(group);
+      out.root_dim_of_.push_back(-1);
+    }
+    if (static_cast<int>(i) >= first && static_cast<int>(i) < first + static_cast<int>(names.size())) continue;
+    out.dims_.push_back(dims_[i]);
+    out.root_dim_of_.push_back(root_dim_of_[i]);
   }
   return out;
 }

@@ -71,6 +71,13 @@ class DeviceMesh {
   // when inner_size does not divide s.
   DeviceMesh split(std::string_view name, int inner_size, const std::string& outer_name,
                    const std::string& inner_name) const;
+  // This mesh with its consecutive dimensions `names` (two or more, in mesh order) replaced, in place, by one
+  // dimension `new_name` over their product, the last of them fastest: torchtitan's dp_shard_cp, the ranks
+  // fully_shard shards over under context parallelism ({dp_replicate, dp_shard, cp} becomes {dp_replicate,
+  // dp_shard_cp}). The new group gets its own communicator; the other dimensions keep theirs. Works on split
+  // dimensions too (every group is an arithmetic progression of world ranks). Collective over the whole world
+  // like flatten (a planning mesh: none).
+  DeviceMesh merge(const std::vector<std::string>& names, const std::string& new_name) const;
 
   std::string describe() const;  // "dp_replicate=2 x dp_shard=2 (4 ranks, mpi)"
 
