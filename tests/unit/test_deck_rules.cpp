@@ -187,7 +187,7 @@ TEST_CASE("deck rules: expert parallelism needs experts to split, and divides th
   REQUIRE(par.expert_parallel_group() != nullptr);
   CHECK(par.expert_parallel_group()->size() == 4);
   CHECK(par.expert_parallel_group()->rank() == 1);
-  CHECK(par.expert_data_parallel_mesh()->size() == 2);
+  CHECK(par.expert_fsdp_mesh()->size() == 2);
   CHECK(par.describe_expert_groups() ==
         "expert parallel over ep=4 (world ranks 4,5,6,7: consecutive ranks of dp_shard, outside tp); experts' data "
         "parallel dp_shard_mod_ep=2 (world ranks 1,5: the ranks holding the same experts; the experts' fully_shard "

@@ -214,6 +214,10 @@ struct MeshConfig {
   // Borrowed from dp_shard as torchtitan does: dp_shard = (dp_shard / ep) x ep, ep the inner (consecutive)
   // part; the dp_shard / ep ranks holding the same experts shard them (the experts' data parallelism). 1: none.
   int ep = 1;
+  // Context parallelism (long sequences): each sequence's T positions split over cp ranks in the load-balanced
+  // causal layout (rank r holds chunks r and 2 cp - 1 - r of 2 cp), attention as a ring of K/V blocks
+  // (nn/context_parallel.hpp). Between dp_shard and tp; parameters shard over dp_shard x cp. 1: none.
+  int cp = 1;
 };
 
 // The precision of every float GEMM (tensor/matmul.hpp); master weights, gradient reduction and optimizer

@@ -352,6 +352,7 @@ void check_rules(const ParseState& st) {
     check_parallel_strategy(d.fsdp, d.mesh);
     check_tensor_parallel(d.model, d.mesh.tp, d.mesh.tp_sequence_parallel);
     check_expert_parallel(d.model, d.mesh, d.mesh.dp_shard);
+    check_context_parallel(d.model, d.mesh, d.train, d.fsdp);
     if (d.mesh.tp_sequence_parallel)
       check_sequence_parallel_tokens(d.train.micro_batch, d.model.context_length, d.mesh.tp);
     check_activation_checkpointing(d.train.activation_checkpointing, d.model.n_layer);

@@ -148,6 +148,40 @@ void check_expert_parallel(const ModelConfig& m, const MeshConfig& mesh, int sha
            "dp_shard / ep groups of ep consecutive ranks", mesh.ep, shard_ranks);
 }
 
+void check_context_parallel(const ModelConfig& m, const MeshConfig& mesh, const TrainConfig& train,
+                            const FsdpConfig& fsdp) {
+  const int cp = mesh.cp;
+  if (cp < 1) broken({"mesh.cp"}, "mesh.cp ({}) must be at least 1 (1: no context parallelism)", cp);
+  if (cp == 1) return;
+  if (m.context_length % (2 * cp) != 0)
+    broken({"mesh.cp", "model.context_length"},
+           "mesh.cp ({}) cuts each sequence into 2 x {} = {} equal chunks (rank r holds chunks r and {} - r): "
+           "model.context_length ({}) must be a multiple of {}", cp, cp, 2 * cp, 2 * cp - 1, m.context_length, 2 * cp);
+  if (mesh.tp > 1 && mesh.tp_sequence_parallel &&
+      (std::int64_t{training_forward_batch(train)} * (m.context_length / cp)) % mesh.tp != 0)
+    broken({"mesh.tp_sequence_parallel", "mesh.cp", "model.context_length", "train.micro_batch"},
+           "mesh.tp_sequence_parallel splits each cp rank's train.micro_batch x model.context_length / mesh.cp = {} x "
+           "{} tokens over mesh.tp = {} ranks: make it a multiple of {}", training_forward_batch(train),
+           m.context_length / cp, mesh.tp, mesh.tp);
+  if (m.attention == AttentionKind::reference || m.attention == AttentionKind::batched)
+    broken({"mesh.cp", "model.attention"},
+           "mesh.cp ({}) runs ring attention on the fused kernels, which never hold a T x T matrix; model.attention "
+           "{} would: set model.attention fused (or auto)", cp, to_string(m.attention));
+  if (fsdp.strategy == ShardStrategy::no_shard)
+    broken({"mesh.cp", "fsdp.strategy"},
+           "mesh.cp ({}): the cp ranks hold the same parameters and join the shard group (dp_shard x cp), which "
+           "fsdp.strategy no_shard does not have: use full_shard, shard_grad_op or hybrid_shard", cp);
+  if (train.reproducible)
+    broken({"mesh.cp", "train.reproducible"},
+           "mesh.cp ({}) with train.reproducible: the ring merges each row's attention over key blocks in an order "
+           "that depends on cp, and every weight gradient sums a rank's own tokens first, so the bits would change "
+           "with cp; train reproducibly at mesh.cp 1, or drop train.reproducible", cp);
+  if (mesh.ep > 1)
+    broken({"mesh.cp", "mesh.ep"},
+           "mesh.cp ({}) with mesh.ep ({}): expert parallelism does not yet take its ranks from dp_shard x cp; use "
+           "one of the two", cp, mesh.ep);
+}
+
 void check_vocabulary_split(int vocab_size, int tp) {
   // torch.chunk: ceil(V / tp) rows per rank, so the trailing ranks may get fewer rows, or none.
   const std::int64_t per_rank = (std::int64_t{vocab_size} + tp - 1) / tp;
@@ -324,6 +358,10 @@ void check_job_size(const MeshConfig& mesh, int world_size) {
   if (world_size % mesh.tp != 0)
     broken({"mesh.tp"}, "mesh.tp is {}, which does not divide the {} ranks of the job: launch a multiple of {} ranks, "
            "or change mesh.tp", mesh.tp, world_size, mesh.tp);
+  if (world_size % (mesh.tp * mesh.cp) != 0)
+    broken({"mesh.cp", "mesh.tp"},
+           "mesh.cp x mesh.tp is {} x {} = {}, which does not divide the {} ranks of the job: launch a multiple of {} "
+           "ranks, or change mesh.cp", mesh.cp, mesh.tp, mesh.cp * mesh.tp, world_size, mesh.cp * mesh.tp);
 }
 
 void check_reshard_after_forward_group(int group_size, int shard_ranks) {

@@ -63,6 +63,13 @@ void check_tensor_parallel(const ModelConfig& model, int tp, bool sequence_paral
 // dp_shard dimension that ep divides (ep is borrowed from it). A dp_shard of -1 (inferred from the job) is
 // checked at launch: `shard_ranks` is the resolved dp_shard size, or -1 when not known yet.
 void check_expert_parallel(const ModelConfig& model, const MeshConfig& mesh, int shard_ranks);
+// ---- context parallelism (mesh.cp) ------------------------------------------------------------------------
+// cp >= 1; cp > 1: model.context_length a multiple of 2 cp (two equal chunks per rank), and under sequence
+// parallelism the micro-batch's B x T/cp local tokens a multiple of tp; the ring runs the fused attention
+// kernels, so model.attention reference or batched is refused (auto is fine); not with fsdp.strategy no_shard
+// (the cp ranks shard the parameters), train.reproducible (the ring's merge is not bitwise across cp) or mesh.ep.
+void check_context_parallel(const ModelConfig& model, const MeshConfig& mesh, const TrainConfig& train,
+                            const FsdpConfig& fsdp);
 // torch.chunk's split of `vocab_size` rows over tp ranks leaves the last rank some rows.
 void check_vocabulary_split(int vocab_size, int tp);
 // Under mesh.tp_sequence_parallel a micro-batch's B x T token rows are split over tp: a multiple of tp.
@@ -117,7 +124,7 @@ void check_data_sources(const DataConfig& data);
 void check_trace(const RunConfig& run, const TrainConfig& train, const CommConfig& comm);
 
 // ---- launch time: known only once the job's size is ----------------------------------------------------
-// mesh.tp divides the job's ranks.
+// mesh.tp x mesh.cp divides the job's ranks.
 void check_job_size(const MeshConfig& mesh, int world_size);
 // fsdp.reshard_after_forward = k (FSDP2's int) divides the ranks of the shard group. k <= 0: unused.
 void check_reshard_after_forward_group(int group_size, int shard_ranks);

@@ -288,6 +288,12 @@ std::vector<Field> mesh_fields() {
                       "taken from mesh.dp_shard, as torchtitan does: dp_shard = (dp_shard / ep) x ep with ep the "
                       "inner, consecutive ranks; the dp_shard / ep ranks that hold the same experts shard them. "
                       "Must divide mesh.dp_shard and model.moe.num_experts. 1: none."));
+  f.push_back(integer("mesh.cp", &Deck::mesh, &MeshConfig::cp, 1,
+                      "Context parallelism (long sequences): each sequence's model.context_length positions are "
+                      "split over cp ranks, rank r holding chunks r and 2 cp - 1 - r of 2 cp equal chunks (the "
+                      "causal mask's work balanced); attention passes key/value blocks round the cp ring. Between "
+                      "dp_shard and tp in the mesh; parameters are sharded over dp_shard x cp. "
+                      "model.context_length must be a multiple of 2 cp. 1: none."));
   return f;
 }
 
