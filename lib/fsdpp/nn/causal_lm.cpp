@@ -79,6 +79,21 @@ void CausalLM::set_document_masks(const DocumentMasks& masks) {
   FSDPP_REQUIRE(masks.eot_id < config_.vocab_size, "data.eot_id ({}) must be below model.vocab_size ({})",
                 masks.eot_id, config_.vocab_size);
   masks_ = masks;
+  if (context_->cp->active()) context_->cp->configure(context_->cp->kv_width(), masks_.enabled());
+}
+
+void CausalLM::apply_context_parallel(std::shared_ptr<ContextParallelGroup> cp) {
+  FSDPP_REQUIRE(!position_table || !cp->active(),
+                "mesh.cp ({}): {} adds a learned position table by row, which fsdpp does not yet index by global "
+                "position; use mesh.cp 1 for it (rotary models: llama, qwen2, qwen3, mixtral)",
+                cp->ranks(), layout_.type_name);
+  context_->cp = std::move(cp);
+  if (!context_->cp->active()) return;
+  context_->attention = AttentionKind::fused;  // the ring's blocks are the fused kernels' (deck rule: not reference)
+  const DecoderBlock::Local l = blocks_.front()->local();  // after tensor parallelism: this rank's KV heads
+  context_->cp->configure(2 * l.kv_heads * l.head_size, masks_.enabled());
+  FSDPP_CHECK(context_->cp->kv_width() == ContextParallelGroup::kv_width_of(config_, context_->tp->ranks()),
+              "context parallelism: the blocks' key/value width {} is not the planner's", context_->cp->kv_width());
 }
 
 std::int64_t CausalLM::parameter_count() const {
@@ -162,14 +177,16 @@ BufferTable CausalLM::head_table(Head& h, int B, int T) const {
     t.add("local_tokens", sz(N), h.local_tokens);  // tokens - v0: this rank's rows of the embedding
     t.add("ce_stats", sz(3 * N), h.ce_stats);      // the cross-entropy's row max, sum of exp, target logit
   }
-  if (masks_.enabled()) t.add("document_starts", sz(N), h.document_starts);  // kernels/document.hpp; every row
+  if (masks_.enabled() && !context_->cp->active())  // under cp the group finds them (context_parallel.hpp)
+    t.add("document_starts", sz(N), h.document_starts);  // kernels/document.hpp; every row
   return t;
 }
 
 std::int64_t CausalLM::activation_bytes() const {
   std::int64_t total = head_buffers_.bytes() + context_->scratch.buffers.bytes() + context_->recomputed.bytes() +
                        context_->rotary.buffers.bytes() + context_->moe_scratch.buffers.bytes() +
-                       context_->recomputed_moe.bytes() + (context_->ep ? context_->ep->buffer_bytes() : 0);
+                       context_->recomputed_moe.bytes() + (context_->ep ? context_->ep->buffer_bytes() : 0) +
+                       context_->cp->buffer_bytes();
   for (const auto& b : blocks_) total += b->activation_bytes();
   return total;
 }
@@ -179,7 +196,11 @@ std::int64_t CausalLM::activation_bytes() const {
 // Sparse blocks add their routed rows' sets the same way (one shared by those that recompute), the experts'
 // scratch once, and under expert parallelism the exchange's staging buffer. Which blocks recompute: the blocks' own flags when they are `recomputing_blocks` many (a model
 // parallelize has set), else the first `recomputing_blocks` (the same count for a model of one kind of block).
-std::int64_t CausalLM::activation_bytes_for(int B, int T, int recomputing_blocks) const {
+std::int64_t CausalLM::activation_bytes_for(int B, int T_sequence, int recomputing_blocks) const {
+  // Under context parallelism the blocks and the head hold T/cp rows, and the ring its buffers.
+  ContextParallelGroup& cp = *context_->cp;
+  const int T = cp.active() ? cp.local_length(T_sequence) : T_sequence;
+  const std::int64_t ring = cp.active() ? cp.buffer_table(B, T).bytes() : 0;
   const DecoderBlock& block = *blocks_.front();
   BlockActivations acts;
   BlockScratch scratch;
@@ -188,7 +209,7 @@ std::int64_t CausalLM::activation_bytes_for(int B, int T, int recomputing_blocks
   const std::int64_t sets = config_.n_layer - recomputing_blocks + (recomputing_blocks > 0 ? 1 : 0);
   std::int64_t total = config_.n_layer * block.output_bytes(B, T) + sets * block.activation_table(acts, B, T).bytes() +
                        block.scratch_table(scratch, B, T).bytes() + head_table(head, B, T).bytes() +
-                       rotary.table().bytes();
+                       rotary.table().bytes() + ring;
   const bool use_flags = recomputing_blocks == recomputing_blocks_now();
   bool shared_moe = false, any_moe = false;
   const int N = B * T;
@@ -254,17 +275,33 @@ void CausalLM::embed_backward(const Flow& flow, const View1<float>& dx_local, in
     embedding_backward<float>(token_embedding.grad(), dx, tokens, N, C);
 }
 
+// Context parallelism: the flow's whole sequences become this rank's chunks of them (tokens, targets, T / cp), with
+// their global positions for RoPE and, under document masks, their documents' starts found over the whole rows.
+// The flow keeps them for backward (TrainStep runs both on one flow; the next micro-batch loads it anew).
+void CausalLM::localize_sequences(Flow& flow) {
+  ContextParallelGroup& cp = *context_->cp;
+  const ContextParallelGroup::Local local =
+      cp.localize(flow.tokens, flow.targets, flow.B, flow.T, masks_.enabled() ? masks_.eot_id : -1);
+  flow.T = cp.local_length(flow.T);
+  flow.tokens = local.tokens;
+  flow.targets = local.targets;
+  context_->positions = local.positions;
+  context_->document_starts = local.starts;
+  context_->reset_positions = masks_.reset_positions;
+}
+
 void CausalLM::forward(Flow& flow) {
   if (flow.decode) return decode_forward(flow);
+  FSDPP_REQUIRE(flow.T >= 1 && flow.T <= config_.context_length, "sequence length {} exceeds model.context_length {}",
+                flow.T, config_.context_length);
+  if (context_->cp->active()) localize_sequences(flow);  // from here on this rank's T/cp rows of each sequence
   const int B = flow.B, T = flow.T, C = config_.n_embd, V = config_.vocab_size, N = B * T;
   TensorParallelGroup& tp = *context_->tp;
-  FSDPP_REQUIRE(T >= 1 && T <= config_.context_length, "sequence length {} exceeds model.context_length {}", T,
-                config_.context_length);
   const bool sp = tp.sequence_parallel();
   if (sp) check_sequence_parallel_tokens(B, T, tp.ranks());
   const int Nl = tp.local_rows(N);
   head_buffers_.ensure("lm", B, T, [&] { return head_table(head_, B, T); });
-  if (masks_.enabled()) {  // the blocks read them, in forward, in a recomputation and in backward
+  if (masks_.enabled() && !context_->cp->active()) {  // the blocks read them, in forward, a recomputation, backward
     document_starts(head_.document_starts, flow.tokens, B, T, masks_.eot_id);
     context_->document_starts = head_.document_starts;
     context_->reset_positions = masks_.reset_positions;

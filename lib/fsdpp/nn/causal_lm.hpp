@@ -75,6 +75,10 @@ class CausalLM : public LanguageModel {
   void apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) override;
   TensorParallelGroup& tensor_parallel() override { return *context_->tp; }
   std::vector<Module*> apply_expert_parallel(std::shared_ptr<ExpertParallelGroup> ep, bool per_source = false) override;
+  void apply_context_parallel(std::shared_ptr<ContextParallelGroup> cp) override;
+  const ContextParallelStats* context_parallel_stats() const override {
+    return context_->cp->active() ? &context_->cp->stats() : nullptr;
+  }
 
   // Decoding (kv_cache.hpp): a cache for `sequences` of up to `capacity` positions (at most context_length); what
   // it takes, and what a decode forward of up to `rows` rows adds, from their tables (`fsdpp plan --generate`).
@@ -124,6 +128,7 @@ class CausalLM : public LanguageModel {
   BufferTable decode_head_table(DecodeHead& h, int N, int S) const;
   void decode_forward(Flow& flow);
   Parameter& head() const { return lm_head ? *lm_head : token_embedding; }
+  void localize_sequences(Flow& flow);
   void embed(const Flow& flow, int N);
   void embed_backward(const Flow& flow, const View1<float>& dx, int N);
 

@@ -239,11 +239,15 @@ void DecoderBlock::forward(Flow& flow) {
                            W, l.heads, l.kv_heads, l.head_size, parts_.q_norm->eps());
   const RotaryTables& rope = context_->rotary;
   if (rope.enabled)
-    rope_forward<float>(a.qkv, rope.cos, rope.sin, B, T, W, l.heads + l.kv_heads, l.head_size, context_->rope_starts());
+    rope_forward<float>(a.qkv, rope.cos, rope.sin, B, T, W, l.heads + l.kv_heads, l.head_size, context_->rope_starts(),
+                        context_->rope_positions());
   // Only the batched kernels take the (shared) workspace; the others leave the scratch as it was.
   const bool batched = resolve_attention(context_->attention) == AttentionKind::batched;
-  attention_forward_as(context_->attention, a.atty, a.att, a.qkv, batched ? s.workspace : View1<float>(),
-                       attention_shape(l, B, T, *context_));
+  if (context_->cp->active())  // the ring; d(att)'s row-term scratch holds the running sums meanwhile
+    context_->cp->attention_forward(a.atty, a.att, s.datt, a.qkv, attention_shape(l, B, T, *context_));
+  else
+    attention_forward_as(context_->attention, a.atty, a.att, a.qkv, batched ? s.workspace : View1<float>(),
+                         attention_shape(l, B, T, *context_));
   // A recomputation rebuilds what backward reads and stops there: Wd and the last residual add only make the
   // output, which backward does not read (the next block, whose input it is, is already through its backward).
   // So out_ stays as forward left it, and Wo's output goes to the scratch d(res2), which backward overwrites
@@ -391,12 +395,15 @@ void DecoderBlock::backward(Flow& flow) {
   Kokkos::deep_copy(s.datty, 0.0f);
   linear_backward_input<float>(s.datty, s.dres2, wo.weight.value(), N, l.attention_width, C);
   Kokkos::deep_copy(s.dqkv, 0.0f);
-  attention_backward_as(context_->attention, s.dqkv, s.datt, s.datty, a.qkv, a.atty, a.att, s.workspace,
-                        attention_shape(l, B, T, *context_));
+  if (context_->cp->active())
+    context_->cp->attention_backward(s.dqkv, s.datt, s.datty, a.qkv, a.atty, a.att, attention_shape(l, B, T, *context_));
+  else
+    attention_backward_as(context_->attention, s.dqkv, s.datt, s.datty, a.qkv, a.atty, a.att, s.workspace,
+                          attention_shape(l, B, T, *context_));
   const RotaryTables& rope = context_->rotary;
   if (rope.enabled)
     rope_backward<float>(s.dqkv, rope.cos, rope.sin, B, T, W, l.heads + l.kv_heads, l.head_size,
-                         context_->rope_starts());
+                         context_->rope_starts(), context_->rope_positions());
   if (parts_.q_norm) {
     // Under tp each rank normalises its own heads with the shared weights: their gradients are summed over tp.
     const std::size_t hs = sz(l.head_size);

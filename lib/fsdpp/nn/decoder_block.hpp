@@ -20,6 +20,7 @@
 // the residual stream holds Nl = N/tp rows (N otherwise).
 #include "fsdpp/nn/attention_kind.hpp"
 #include "fsdpp/nn/buffers.hpp"
+#include "fsdpp/nn/context_parallel.hpp"
 #include "fsdpp/nn/kernels/rope.hpp"
 #include "fsdpp/nn/kv_cache.hpp"
 #include "fsdpp/nn/layers.hpp"
@@ -105,6 +106,10 @@ struct BlockContext {
   // set by it before the blocks run (empty without data.document_mask); reset_positions: RoPE reads them too.
   View1<std::int32_t> document_starts;
   bool reset_positions = false;
+  // Context parallelism (context_parallel.hpp): the ring, and the global position of each local row (set by the
+  // model's forward; empty without cp, where row b*T + t sits at t).
+  std::shared_ptr<ContextParallelGroup> cp = std::make_shared<ContextParallelGroup>();
+  View1<std::int32_t> positions;
   // Mixture-of-experts blocks (moe.hpp). dense_mlp: some block has a dense MLP, whose rows the shared tables
   // (scratch, recomputation, decode) then hold; a model of sparse blocks only leaves them out. router: the
   // balancing losses of a forward over every sparse block; recording: set by the model during a training
@@ -120,6 +125,7 @@ struct BlockContext {
     return document_starts.extent(0) ? document_starts.data() : nullptr;
   }
   const std::int32_t* rope_starts() const { return reset_positions ? attention_starts() : nullptr; }
+  const std::int32_t* rope_positions() const { return positions.extent(0) ? positions.data() : nullptr; }
 };
 
 // One column slice of the packed [q | k | v] row: a projection and how tensor parallelism splits its rows

@@ -28,6 +28,8 @@ inline double mfu(double model_flops_per_s_per_device, double peak_flops_per_s) 
 
 class RouterStatistics;
 class ExpertParallelGroup;
+class ContextParallelGroup;
+struct ContextParallelStats;
 
 class LanguageModel : public Module {
  public:
@@ -78,6 +80,12 @@ class LanguageModel : public Module {
   // returned (a block's routed experts) a group of its own on the experts' data-parallel ranks. UsageError for a
   // model without experts. `per_source`: reproducible mode (MoeFeedForward::use_expert_parallel).
   virtual std::vector<Module*> apply_expert_parallel(std::shared_ptr<ExpertParallelGroup> ep, bool per_source = false);
+  // Context parallelism (context_parallel.hpp): forward takes whole sequences and computes on this rank's chunks,
+  // attention as a ring over `cp`. After tensor parallelism, before fully_shard (it shards nothing: the cp ranks
+  // hold the same parameters). UsageError for a model it cannot run on (a learned position table).
+  virtual void apply_context_parallel(std::shared_ptr<ContextParallelGroup> cp);
+  // Its ring's exchanges and times so far (context_parallel.hpp); nullptr without context parallelism.
+  virtual const ContextParallelStats* context_parallel_stats() const { return nullptr; }
 
  private:
   TensorParallelGroup no_tensor_parallel_;

@@ -4,8 +4,8 @@ namespace fsdpp {
 
 std::vector<float> TrainModel::whole(const Parameter& p) const {
   if (p.tensor_parallel() && p.tensor_parallel()->expert)  // sharded on the experts' mesh, split over ep
-    return gather_full_parameter(p, *parallel->expert_data_parallel_mesh(), parallel->expert_parallel_group());
-  return gather_full_parameter(p, parallel->data_parallel_mesh(), parallel->tensor_parallel_group());
+    return gather_full_parameter(p, *parallel->expert_fsdp_mesh(), parallel->expert_parallel_group());
+  return gather_full_parameter(p, parallel->fsdp_mesh(), parallel->tensor_parallel_group());
 }
 
 TrainModel build_model(MPI_Comm comm, const Deck& deck) {

@@ -2,6 +2,7 @@
 
 #include "fsdpp/comm/make_communicator.hpp"
 #include "fsdpp/config/deck_rules.hpp"
+#include "fsdpp/nn/context_parallel.hpp"
 #include "fsdpp/nn/expert_parallel.hpp"
 #include "fsdpp/nn/moe.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -56,6 +57,10 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   layout.tp = deck.mesh.tp;
   layout.sequence_parallel = deck.mesh.tp > 1 && deck.mesh.tp_sequence_parallel;
   world_size /= layout.tp;
+  // Context parallelism: cp ranks between the data-parallel dimensions and tp.
+  check_context_parallel(deck.model, deck.mesh, deck.train, deck.fsdp);
+  layout.cp = deck.mesh.cp;
+  world_size /= layout.cp;
   if (deck.fsdp.strategy == ShardStrategy::no_shard) {
     // DDP: every rank a replica, each parameter "sharded" over a group of one.
     layout.mesh = resolve_mesh_shape({{"dp_replicate", -1}, {"dp_shard", 1}}, world_size);
@@ -71,9 +76,10 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   // micro-batch (a unit) synchronizes, whatever fsdp.accumulate or the strategy would defer.
   layout.exact_reduction = deck.train.reproducible;
   if (layout.exact_reduction) layout.sync_every_micro_batch = true;
-  const int shard_ranks = layout.mesh.back().size;  // before tp joins the mesh
+  const int shard_ranks = layout.mesh.back().size;  // dp_shard, before cp and tp join the mesh
   check_expert_parallel(deck.model, deck.mesh, shard_ranks);  // ep divides the resolved dp_shard
   layout.ep = deck.mesh.ep;
+  if (layout.cp > 1) layout.mesh.push_back({"cp", layout.cp});
   if (layout.tp > 1) layout.mesh.push_back({"tp", layout.tp});
 
   FullyShardOptions& block = layout.block_options;
@@ -93,7 +99,7 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   else if (raf.kind == ReshardAfterForward::Kind::yes)
     block.reshard_after_forward = true;
   else if (raf.kind == ReshardAfterForward::Kind::group) {
-    check_reshard_after_forward_group(raf.group_size, shard_ranks);  // here, before any communicator exists
+    check_reshard_after_forward_group(raf.group_size, shard_ranks * layout.cp);  // the shard group: dp_shard x cp  // here, before any communicator exists
     block.reshard_after_forward_ranks = raf.group_size;
   }
   FullyShardOptions& root = layout.root_options;
@@ -118,6 +124,9 @@ std::string schedule_text(const PrefetchSetting& forward, const PrefetchSetting&
 
 Deck forward_only(Deck deck) {
   deck.fsdp.reshard_after_forward = {};
+  // Whole sequences on every rank (mesh.cp 1): evaluation reports per-token losses in sequence order, and a
+  // checkpoint trained at any cp holds the same tensors.
+  deck.mesh.cp = 1;
   return deck;
 }
 
@@ -125,8 +134,14 @@ Parallelism::Parallelism(ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh
     : layout_(std::move(layout)), mesh_(std::move(mesh)) {
   std::vector<std::string> dp;
   for (int d = 0; d < mesh_->ndim(); ++d)
-    if (mesh_->name(d) != "tp") dp.push_back(mesh_->name(d));
-  dp_mesh_ = std::make_unique<DeviceMesh>(mesh_->slice(dp));
+    if (mesh_->name(d) != "tp" && mesh_->name(d) != "cp") dp.push_back(mesh_->name(d));
+  batch_mesh_ = std::make_unique<DeviceMesh>(mesh_->slice(dp));
+  if (layout_.cp > 1) {  // collective over the world, after the dimensions' own communicators
+    dp.push_back("cp");
+    fsdp_mesh_ = std::make_unique<DeviceMesh>(mesh_->slice(dp).merge({"dp_shard", "cp"}, "dp_shard_cp"));
+  } else {
+    fsdp_mesh_ = std::make_unique<DeviceMesh>(*batch_mesh_);
+  }
   // Collective over the world (every rank reads the same deck): after the dimensions' own communicators.
   if (layout_.ep > 1) {
     ep_mesh_ = std::make_unique<DeviceMesh>(mesh_->split("dp_shard", layout_.ep, "dp_shard_mod_ep", "ep"));
@@ -261,6 +276,14 @@ std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, Paral
         std::make_shared<TensorParallelGroup>(whole.dim_size(tp_dim), whole.coordinate(tp_dim), &whole.comm(tp_dim),
                                               l.sequence_parallel, whole.name(tp_dim), deck.comm.overlap));
   }
+  // Context parallelism after tp (the ring sends this tp rank's KV heads), before fully_shard: the cp ranks hold
+  // the same parameters, sharded with dp_shard's (fsdp_mesh's dp_shard_cp).
+  if (l.cp > 1) {
+    const DeviceMesh& whole = par->mesh();
+    const int cp_dim = whole.dim_index("cp");
+    model.apply_context_parallel(
+        std::make_shared<ContextParallelGroup>(whole.dim_size(cp_dim), whole.coordinate(cp_dim), &whole.comm(cp_dim)));
+  }
   // AC before fully_shard, as torchtitan applies AC before FSDP: recomputation happens inside each block's
   // backward, after fully_shard's pre-backward all-gather.
   apply_activation_checkpointing(model, deck.train.activation_checkpointing);
@@ -276,13 +299,13 @@ std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, Paral
         l.ep, E / l.ep, pairs, expert_capacity_rows(deck.model.moe.capacity_factor, pairs, E));
     auto group = std::make_shared<ExpertParallelGroup>(par->expert_parallel_group(), E, deck.model.n_embd, rows);
     for (Module* experts : model.apply_expert_parallel(std::move(group), l.exact_reduction)) {
-      fully_shard(*experts, *par->expert_data_parallel_mesh(), l.block_options)
+      fully_shard(*experts, *par->expert_fsdp_mesh(), l.block_options)
           .set_gradient_divide_factor(par->data_parallel_size());
       par->add_expert_unit(*experts);
     }
   }
-  for (Module* block : model.block_modules()) fully_shard(*block, par->data_parallel_mesh(), l.block_options);
-  FsdpGroup& root = fully_shard(model, par->data_parallel_mesh(), l.root_options);
+  for (Module* block : model.block_modules()) fully_shard(*block, par->fsdp_mesh(), l.block_options);
+  FsdpGroup& root = fully_shard(model, par->fsdp_mesh(), l.root_options);
   if (l.gradient_divide_factor > 0)
     for (Module* m : model.modules())
       if (FsdpGroup* g = fsdp_group(*m)) g->set_gradient_divide_factor(l.gradient_divide_factor);

@@ -5,9 +5,11 @@
 //   model.to_empty(); model.reset_parameters(seed);               // only the local shards get storage
 //
 // It decides, from the deck and the launch:
-//   - the mesh: (dp_replicate x) dp_shard (x tp) from `mesh`; fsdp.strategy no_shard is a (ranks x 1) mesh, DDP;
+//   - the mesh: (dp_replicate x) dp_shard (x cp) (x tp) from `mesh`; fsdp.strategy no_shard is a (ranks x 1) mesh, DDP;
 //   - tensor parallelism (mesh.tp > 1, nn/tensor_parallel.hpp): the model's Megatron plan on the tp dimension,
 //     applied first, as torchtitan's apply_tp comes before apply_ac and apply_fsdp;
+//   - context parallelism (mesh.cp > 1, nn/context_parallel.hpp): the sequence's chunks and the attention ring
+//     on the cp dimension; the cp ranks join fully_shard's shard group (dp_shard_cp);
 //   - the communicator backend of every mesh dimension: `comm.backend` (auto: NCCL when Kokkos computes on a
 //     GPU, MPI otherwise);
 //   - activation checkpointing (train.activation_checkpointing): which blocks recompute in backward, set
@@ -38,10 +40,11 @@ namespace fsdpp {
 // The deck's parallel layout for a launch of `world_size` ranks, before any communicator exists.
 struct ParallelLayout {
   ShardStrategy strategy = ShardStrategy::full_shard;
-  std::vector<MeshDim> mesh;       // resolved sizes, outermost first; tp, when above 1, last
+  std::vector<MeshDim> mesh;       // resolved sizes, outermost first; then cp and tp, when above 1
   int tp = 1;                      // tensor-parallel ranks (mesh.tp)
   bool sequence_parallel = false;  // mesh.tp_sequence_parallel (with tp > 1)
   int ep = 1;                      // expert-parallel ranks (mesh.ep), inside the dp_shard dimension
+  int cp = 1;                      // context-parallel ranks (mesh.cp), a dimension between dp_shard and tp
   CommBackend backend = CommBackend::mpi;
   FullyShardOptions block_options, root_options;
   // fsdp.forward_prefetch / backward_prefetch: the depths are in the options; explicit per-unit lists are
@@ -67,7 +70,7 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size);
 
 // The deck as a model that runs no backward sees it (fsdpp init, eval, generate): fsdp.reshard_after_forward
 // back to auto, so that its group k, which only a backward uses (and which must divide the shard group), does not
-// refuse a launch it does not concern. Training's other options are kept.
+// refuse a launch it does not concern, and mesh.cp 1 (whole sequences per rank). Training's other options are kept.
 Deck forward_only(Deck deck);
 
 // "prefetch: forward 1, backward 2 unit(s) ahead; gradient reductions: overlapped (...)": the schedule the deck's
@@ -94,11 +97,14 @@ class Parallelism {
 
   const ParallelLayout& layout() const { return layout_; }
   const DeviceMesh& mesh() const { return *mesh_; }
-  // The data-parallel dimensions, (dp_replicate x) dp_shard: what fully_shard shards over. The whole mesh
-  // without tensor parallelism.
-  const DeviceMesh& data_parallel_mesh() const { return *dp_mesh_; }
+  // What fully_shard shards over: the data-parallel dimensions, (dp_replicate x) dp_shard, with context
+  // parallelism's cp folded into the shard dimension, (dp_replicate x) dp_shard_cp (the cp ranks hold the same
+  // parameters; torchtitan's dp_shard_cp). Neither tp nor, for the experts, ep.
+  const DeviceMesh& fsdp_mesh() const { return *fsdp_mesh_; }
   // The tp dimension's group, or null without tensor parallelism.
   Communicator* tensor_parallel_group() const { return layout_.tp > 1 ? &mesh_->comm("tp") : nullptr; }
+  // The cp dimension's group (the ring attention's), or null without context parallelism.
+  Communicator* context_parallel_group() const { return layout_.cp > 1 ? &mesh_->comm("cp") : nullptr; }
   FsdpGroup& root() const { return *root_; }
   // "dp_shard=4 (4 ranks, mpi)"; with mesh.ep > 1 "dp_shard=4 (4 ranks, mpi); experts over dp_shard_mod_ep=2 x ep=2"
   std::string describe() const;
@@ -109,12 +115,12 @@ class Parallelism {
   // experts and exchange tokens), and what the experts' fully_shard groups shard over: (dp_replicate x)
   // dp_shard_mod_ep, the ranks holding the same experts (dp_replicate replicates the experts as it does the rest).
   Communicator* expert_parallel_group() const { return ep_mesh_ ? &ep_mesh_->comm("ep") : nullptr; }
-  const DeviceMesh* expert_data_parallel_mesh() const { return expert_dp_mesh_.get(); }
+  const DeviceMesh* expert_fsdp_mesh() const { return expert_dp_mesh_.get(); }
 
-  // Data parallelism: every rank of the data-parallel mesh takes its own sequences of each global batch; the
-  // tp ranks of one data-parallel rank take the same ones.
-  int data_parallel_size() const { return dp_mesh_->size(); }
-  int data_parallel_rank() const { return dp_mesh_->rank(); }
+  // Data parallelism: every rank of the data-parallel mesh, (dp_replicate x) dp_shard, takes its own sequences of
+  // each global batch; the tp and cp ranks of one data-parallel rank take the same ones (cp: each its chunks).
+  int data_parallel_size() const { return batch_mesh_->size(); }
+  int data_parallel_rank() const { return batch_mesh_->rank(); }
 
   float loss_scale(int accumulation_steps) const {
     return 1.0f / static_cast<float>(accumulation_steps * layout_.loss_scale_ranks);
@@ -125,9 +131,9 @@ class Parallelism {
   void after_evaluation();
 
   // The group the squared gradient norm is summed over: the shard dimension. Replicas hold copies.
-  Communicator* grad_norm_group() const { return &dp_mesh_->comm(dp_mesh_->ndim() - 1); }
+  Communicator* grad_norm_group() const { return &fsdp_mesh_->comm(fsdp_mesh_->ndim() - 1); }
   // HSDP and no_shard: one replica writes each shard; the others hold copies.
-  bool writes_checkpoint_shards() const { return dp_mesh_->ndim() == 1 || dp_mesh_->coordinate(0) == 0; }
+  bool writes_checkpoint_shards() const { return fsdp_mesh_->ndim() == 1 || fsdp_mesh_->coordinate(0) == 0; }
   // The mean of a host scalar (a loss) over every rank of the job.
   double mean_over_ranks(double value) const;
   // The largest over every rank (a peak, a signal number). Both go through the host world communicator, so the
@@ -148,7 +154,8 @@ class Parallelism {
  private:
   ParallelLayout layout_;
   std::unique_ptr<DeviceMesh> mesh_;
-  std::unique_ptr<DeviceMesh> dp_mesh_;
+  std::unique_ptr<DeviceMesh> batch_mesh_;  // (dp_replicate x) dp_shard: who takes which sequences
+  std::unique_ptr<DeviceMesh> fsdp_mesh_;   // (dp_replicate x) dp_shard, or dp_shard_cp under cp
   std::unique_ptr<DeviceMesh> ep_mesh_;  // the whole mesh with dp_shard cut into {dp_shard_mod_ep, ep}, mesh.ep > 1
   std::unique_ptr<DeviceMesh> expert_dp_mesh_;  // its (dp_replicate x) dp_shard_mod_ep
   std::unique_ptr<MpiCommunicator> host_world_;  // host scalars; null on a planning mesh

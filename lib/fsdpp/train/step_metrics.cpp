@@ -1,6 +1,7 @@
 #include "fsdpp/train/step_metrics.hpp"
 
 #include "fsdpp/config/deck_rules.hpp"
+#include "fsdpp/nn/context_parallel.hpp"
 #include "fsdpp/optim/deck_optimizer.hpp"
 #include "fsdpp/runtime/median.hpp"
 #include "fsdpp/runtime/build_info.hpp"
@@ -66,8 +67,12 @@ std::vector<std::string> parallelism_lines(const Parallelism& parallel, const st
     lines.push_back(fmt::format("tensor parallel over tp={} (Megatron: attention split by heads, the MLP column- then "
                                 "row-parallel, vocabulary-parallel embedding and loss{}); fully_shard over {}",
                                 layout.tp, layout.sequence_parallel ? "; sequence parallel: norms and residuals "
-                                "hold 1/tp of the tokens" : "", parallel.data_parallel_mesh().describe()));
+                                "hold 1/tp of the tokens" : "", parallel.fsdp_mesh().describe()));
   if (layout.ep > 1) lines.push_back(parallel.describe_expert_groups());
+  if (layout.cp > 1)
+    lines.push_back(fmt::format("context parallel over cp={} (each sequence in {} equal chunks, rank r holding chunks "
+                                "r and {} - r; ring attention passes key/value blocks round cp); fully_shard over {}",
+                                layout.cp, 2 * layout.cp, 2 * layout.cp - 1, parallel.fsdp_mesh().describe()));
   lines.push_back(fmt::format("shards live in {} memory", parallel.root().parameters().front()->placement()->memory));
   const bool overlap = layout.block_options.overlap_reduction;
   int thread_level = MPI_THREAD_MULTIPLE;
@@ -225,6 +230,12 @@ TrainSummary StepMetrics::finish(LanguageModel& model, std::optional<double> los
   const std::vector<std::string> memory_rows = {fmt::format("{} allocations", device.space), "Host RSS"};
   const std::vector<double> memory_mib = {device.peak_bytes / 1048576.0, peak_host_memory_bytes() / 1048576.0};
   const std::string memory_table = min_avg_max_sum_table(comm_, memory_rows, memory_mib, "Peak MiB");
+  // Context parallelism: the ring's attention compute per rank (its balance over the cp ranks) and the waits for
+  // its hops that the compute did not hide.
+  std::string ring_table;
+  if (const ContextParallelStats* cp = model.context_parallel_stats())
+    ring_table = min_avg_max_sum_table(comm_, {"Ring compute", "Ring waits"},
+                                       {cp->compute_seconds, cp->wait_seconds}, "Seconds");
   // What this run added: buffers an earlier run or test in the same process left (Kokkos' own team scratch,
   // grow-only kernel scratch) were live before it started and are not the run's to plan.
   s.measured_peak_bytes = device.peak_bytes - device.live_at_reset;
@@ -243,6 +254,9 @@ TrainSummary StepMetrics::finish(LanguageModel& model, std::optional<double> los
   Log::info("Communication the compute waited on (part of Forward, Backward and GradSync above):\n{}", comm_breakdown);
   Log::info("Per MPI rank peak memory: fsdpp's Views (what fsdpp plan predicts) and the resident set size:\n{}",
             memory_table);
+  if (!ring_table.empty())
+    Log::info("Context parallelism: the ring's attention kernels (Ring compute) and the hops they waited for (Ring "
+              "waits, the exposed part), per rank:\n{}", ring_table);
   if (s.final_val_loss)
     Log::info("final loss {:.4f}, validation loss {:.4f}{}", s.final_loss, *s.final_val_loss,
               s.loss_floor ? fmt::format(" (floor {:.4f})", *s.loss_floor) : std::string());

@@ -9,8 +9,10 @@
 // The rotation is linear and orthogonal, so backward is the transposed rotation of the gradient and needs no
 // saved input. Both run IN PLACE on rows of a packed buffer: `heads` heads of hs channels at the start of each
 // row of `row_width` (Llama rotates the NH query heads and the NKV key heads of a packed [q | k | v] row).
-// Positions: row n = b*T + t sits at position t, or, with document starts (data.reset_positions, document.hpp),
-// at t - starts[n]: each packed document from position 0, as if it ran alone. Forward and backward take the same.
+// Positions: row n = b*T + t sits at position t, or at positions[n] when given (context parallelism: a rank's rows
+// are chunks of the sequence, at their global positions, nn/context_parallel.hpp); with document starts
+// (data.reset_positions, document.hpp) minus starts[n]: each packed document from position 0, as if it ran alone.
+// Forward and backward take the same.
 #include "fsdpp/tensor/types.hpp"
 
 #include <cmath>
@@ -74,9 +76,10 @@ KOKKOS_INLINE_FUNCTION void rope_rotate_row(T* row, const T* c, const T* s, int 
 }  // namespace detail
 
 namespace detail {
-// Row n's position: t = n % T, or t - starts[n] (its place in its document) when starts are given.
-KOKKOS_INLINE_FUNCTION std::int64_t rope_position(int n, int T_len, const std::int32_t* starts) {
-  return n % T_len - (starts ? starts[n] : 0);
+// Row n's position: t = n % T (or positions[n]), minus starts[n] (its place in its document) when starts are given.
+KOKKOS_INLINE_FUNCTION std::int64_t rope_position(int n, int T_len, const std::int32_t* starts,
+                                                  const std::int32_t* positions) {
+  return (positions ? positions[n] : n % T_len) - (starts ? starts[n] : 0);
 }
 }  // namespace detail
 
@@ -86,11 +89,12 @@ void rope_forward(const View1<T>& x,              // x (B,T,row_width), in place
                   const View1<const T>& cos_t,    // cos (>= T, hs/2)
                   const View1<const T>& sin_t,    // sin (>= T, hs/2)
                   int B, int T_len, int row_width, int heads, int hs,
-                  const std::int32_t* starts = nullptr) {  // (B*T) document starts: reset positions
+                  const std::int32_t* starts = nullptr,      // (B*T) document starts: reset positions
+                  const std::int32_t* positions = nullptr) { // (B*T) global positions: context parallelism
   const int half = hs / 2;
   Kokkos::parallel_for(
       "fsdpp::rope_forward", Kokkos::RangePolicy<ExecSpace>(0, B * T_len), KOKKOS_LAMBDA(const int n) {
-        const std::int64_t t = detail::rope_position(n, T_len, starts);
+        const std::int64_t t = detail::rope_position(n, T_len, starts, positions);
         detail::rope_rotate_row(x.data() + static_cast<std::int64_t>(n) * row_width, cos_t.data() + t * half,
                                 sin_t.data() + t * half, heads, hs, T(1));
       });
@@ -102,11 +106,12 @@ void rope_backward(const View1<T>& dx,            // dx (B,T,row_width), in plac
                    const View1<const T>& cos_t,   // cos (>= T, hs/2)
                    const View1<const T>& sin_t,   // sin (>= T, hs/2)
                    int B, int T_len, int row_width, int heads, int hs,
-                   const std::int32_t* starts = nullptr) {  // as rope_forward's
+                   const std::int32_t* starts = nullptr,      // as rope_forward's
+                   const std::int32_t* positions = nullptr) {
   const int half = hs / 2;
   Kokkos::parallel_for(
       "fsdpp::rope_backward", Kokkos::RangePolicy<ExecSpace>(0, B * T_len), KOKKOS_LAMBDA(const int n) {
-        const std::int64_t t = detail::rope_position(n, T_len, starts);
+        const std::int64_t t = detail::rope_position(n, T_len, starts, positions);
         detail::rope_rotate_row(dx.data() + static_cast<std::int64_t>(n) * row_width, cos_t.data() + t * half,
                                 sin_t.data() + t * half, heads, hs, T(-1));
       });

@@ -1,0 +1,184 @@
+#include "fsdpp/nn/context_parallel.hpp"
+
+#include "fsdpp/nn/kernels/document.hpp"
+#include "fsdpp/nn/kernels/ring_attention.hpp"
+#include "fsdpp/runtime/error.hpp"
+
+#include <chrono>
+#include <utility>
+
+namespace fsdpp {
+
+using namespace kernels;
+
+ContextParallelGroup::ContextParallelGroup(int ranks, int rank, Communicator* comm)
+    : ranks_(ranks), rank_(rank), comm_(comm) {
+  FSDPP_CHECK(ranks >= 1 && rank >= 0 && rank < ranks && (ranks == 1 || comm),
+              "ContextParallelGroup: rank {} of {} ranks needs a communicator of that size", rank, ranks);
+  const std::size_t n = static_cast<std::size_t>(ranks);
+  send_counts_.assign(n, 0), send_displs_.assign(n, 0), recv_counts_.assign(n, 0), recv_displs_.assign(n, 0);
+}
+
+int ContextParallelGroup::global_position(int t, int T) const {
+  const int c = T / (2 * ranks_);
+  return chunk_of(rank_, t < c ? 0 : 1, ranks_) * c + t % c;
+}
+
+void ContextParallelGroup::configure(int kv_width, bool document_masks) {
+  kv_width_ = kv_width;
+  document_masks_ = document_masks;
+  buffers_ = Buffers(Growth::exact);  // the next batch allocates the new table
+}
+
+BufferTable ContextParallelGroup::buffer_table(int B, int T_local) {
+  const int kv_width = kv_width_;
+  const std::size_t rows = static_cast<std::size_t>(B) * static_cast<std::size_t>(T_local);
+  const std::size_t block = rows * static_cast<std::size_t>(kv_width);
+  BufferTable t;
+  t.add("tokens", rows, tokens_).add("targets", rows, targets_).add("positions", rows, positions_);
+  if (document_masks_) {  // document starts over the whole rows, then this rank's
+    t.add("full_starts", rows * static_cast<std::size_t>(ranks_), full_starts_);
+    t.add("starts", rows, starts_);
+  }
+  // the ring: the block computed on and the one arriving; the blocks' gradient partial sums arriving and leaving
+  t.add("kv0", block, kv_[0]).add("kv1", block, kv_[1]);
+  t.add("dkv_in", block, dkv_in_).add("dkv_out", block, dkv_out_);
+  return t;
+}
+
+void ContextParallelGroup::ensure_buffers(int B, int T_local) {
+  buffers_.ensure("cp", B, T_local, [&] { return buffer_table(B, T_local); });
+}
+
+std::uint64_t ContextParallelGroup::ring_bytes_per_step(int ranks, int B, int T_local, int kv_width, int layers) {
+  if (ranks <= 1) return 0;
+  return std::uint64_t(layers) * std::uint64_t(hop_bytes(B, T_local, kv_width)) * std::uint64_t(3 * ranks - 2);
+}
+
+ContextParallelGroup::Local ContextParallelGroup::localize(const View1<const std::int32_t>& tokens,
+                                                           const View1<const std::int32_t>& targets, int B, int T,
+                                                           int eot_id) {
+  FSDPP_CHECK(T % (2 * ranks_) == 0, "context parallelism: sequence length {} is not a multiple of 2 x cp = {}", T,
+              2 * ranks_);
+  FSDPP_CHECK((eot_id >= 0) == document_masks_, "context parallelism: localize with eot_id {} but configured {} "
+              "document masks", eot_id, document_masks_ ? "with" : "without");
+  const int Tl = local_length(T), c = T / (2 * ranks_);
+  ensure_buffers(B, Tl);
+  if (eot_id >= 0) document_starts(full_starts_, tokens, B, T, eot_id);
+  cp_localize(tokens_, targets_, positions_, starts_, tokens, targets,
+              eot_id >= 0 ? View1<const std::int32_t>(full_starts_) : View1<const std::int32_t>(), B, T, c,
+              chunk_of(rank_, 0, ranks_), chunk_of(rank_, 1, ranks_));
+  return Local{tokens_, targets_, positions_, eot_id >= 0 ? starts_ : View1<std::int32_t>()};
+}
+
+RingBlock ContextParallelGroup::block(const AttentionShape& s, int source) const {
+  RingBlock r;
+  r.B = s.B, r.Tl = s.T, r.c = s.T / 2, r.NH = s.NH, r.NKV = s.NKV, r.hs = s.hs, r.starts = s.starts;
+  for (int p = 0; p < 2; ++p) {
+    r.q_chunks[p] = chunk_of(rank_, p, ranks_);
+    r.k_chunks[p] = chunk_of(source, p, ranks_);
+  }
+  return r;
+}
+
+WorkHandle ContextParallelGroup::shift(const View1<float>& send, const View1<float>& recv) {
+  const std::size_t next = static_cast<std::size_t>((rank_ + 1) % ranks_);
+  const std::size_t prev = static_cast<std::size_t>((rank_ + ranks_ - 1) % ranks_);
+  send_counts_[next] = hop_count_;
+  recv_counts_[prev] = hop_count_;
+  // MPI reads the buffers from the host on its own thread: the kernels that wrote them must be done.
+  if (!comm_->stream_ordered()) Kokkos::fence();
+  ++stats_.exchanges;
+  stats_.bytes_sent += hop_count_ * sizeof(float);
+  return comm_->all_to_all_v_async(send.data(), recv.data(),
+                                   AllToAllCounts{send_counts_.data(), send_displs_.data(), recv_counts_.data(),
+                                                  recv_displs_.data()},
+                                   DType::f32);
+}
+
+void ContextParallelGroup::wait(WorkHandle& work) {
+  const auto t0 = std::chrono::steady_clock::now();
+  work->wait();
+  work.reset();
+  stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+template <class Kernels> void ContextParallelGroup::timed(const Kernels& kernels) {
+  const auto t0 = std::chrono::steady_clock::now();
+  kernels();
+  Kokkos::fence();  // the kernels' time, not their launch's (a GPU build pays a sync per ring step for the figure)
+  stats_.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+RingBlock ContextParallelGroup::prepare(const AttentionShape& s) {
+  const int KW = 2 * s.NKV * s.hs;
+  FSDPP_CHECK(KW == kv_width_, "context parallelism: a block of key/value width {}, configured for {}", KW, kv_width_);
+  ensure_buffers(s.B, s.T);
+  hop_count_ = static_cast<std::size_t>(hop_bytes(s.B, s.T, KW)) / sizeof(float);
+  return block(s, rank_);
+}
+
+// Step k computes with the block of rank r - k while the block of rank r - k - 1 arrives.
+void ContextParallelGroup::attention_forward(const View1<float>& out, const View1<float>& lse,
+                                             const View1<float>& row_sums, const View1<const float>& inp,
+                                             const AttentionShape& s) {
+  const RingBlock own = prepare(s);
+  ring_pack_kv<float>(kv_[0], inp, own);
+  Kokkos::deep_copy(out, 0.0f);
+  Kokkos::deep_copy(lse, 0.0f);
+  Kokkos::deep_copy(row_sums, 0.0f);
+  int current = 0;
+  for (int k = 0; k < ranks_; ++k) {
+    WorkHandle next;
+    if (k + 1 < ranks_) next = shift(kv_[current], kv_[1 - current]);
+    timed([&] {
+      ring_forward_step<float>(out, lse, row_sums, inp, kv_[current], block(s, (rank_ - k + ranks_) % ranks_));
+    });
+    if (next) wait(next);
+    current = 1 - current;
+  }
+  ring_finish<float>(out, lse, row_sums, own);
+}
+
+// Step k: the block of rank r - k (its hop to r + 1 issued first), dq += its keys' part (while the partial sums of
+// ranks r - k .. r - 1 for it arrive), then its dk, dv: those partial sums plus this rank's queries' part, passed on
+// to r + 1. After the last step the partial sums that arrive are this rank's own block's, complete.
+void ContextParallelGroup::attention_backward(const View1<float>& dinp, const View1<float>& delta,
+                                              const View1<const float>& dout, const View1<const float>& inp,
+                                              const View1<const float>& out, const View1<const float>& lse,
+                                              const AttentionShape& s) {
+  const RingBlock own = prepare(s);
+  flash_detail::row_delta<float>(delta, dout, out, own.local_shape());
+  const View1<const float> D = delta;
+  ring_pack_kv<float>(kv_[0], inp, own);
+  int current = 0;
+  WorkHandle partial;  // the previous step's partial sums on their way to rank + 1 (and ours from rank - 1)
+  for (int k = 0; k < ranks_; ++k) {
+    WorkHandle next;
+    if (k + 1 < ranks_) next = shift(kv_[current], kv_[1 - current]);
+    const RingBlock visiting = block(s, (rank_ - k + ranks_) % ranks_);
+    timed([&] { ring_backward_queries<float>(dinp, D, dout, inp, lse, kv_[current], visiting); });
+    if (partial) wait(partial);  // dkv_in holds ranks r-k .. r-1's sums for this block; dkv_out is free again
+    timed([&] {
+      ring_backward_keys<float>(dkv_out_, partial_view(k), D, dout, inp, lse, kv_[current], visiting);
+    });
+    partial = shift(dkv_out_, dkv_in_);
+    if (next) wait(next);
+    current = 1 - current;
+  }
+  wait(partial);
+  ring_unpack_dkv<float>(dinp, dkv_in_, own);
+}
+
+}  // namespace fsdpp
+
+#include "fsdpp/nn/language_model.hpp"
+
+namespace fsdpp {
+
+void LanguageModel::apply_context_parallel(std::shared_ptr<ContextParallelGroup> cp) {
+  FSDPP_REQUIRE(!cp || !cp->active(), "mesh.cp is {}, but {} cannot run context parallelism: use mesh.cp: 1 for it",
+                cp->ranks(), describe());
+}
+
+}  // namespace fsdpp
