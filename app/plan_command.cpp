@@ -81,6 +81,7 @@ nlohmann::json plan_json(const MemoryPlan& plan, std::optional<std::int64_t> mem
                                           {"comm_buffers", m.comm_buffers}, {"pool_cached", m.pool_cached},
                                           {"activations", m.activations}, {"batch", m.batch}, {"total", m.total()}}},
                       {"per_sequence_bytes", plan.per_sequence_bytes}, {"peak", plan.peak_moment},
+                      {"ring_bytes_per_step", plan.ring_bytes_per_step},
                       {"recomputing_blocks", plan.recomputing_blocks},
                       {"activations_without_checkpointing", plan.activations_without_checkpointing},
                       {"forward_prefetch", prefetch_json(plan.forward_prefetch)},

@@ -51,36 +51,39 @@ std::vector<Candidate> search_layouts(const DeckWith& deck_with, int ranks, cons
   const Deck base = deck_with({});
   const auto fits = static_cast<std::int64_t>(machine.memory_gib * 1073741824.0);
   std::vector<Candidate> out;
-  for (int tp : divisors(std::min(ranks, machine.devices_per_node))) {  // tensor parallelism inside a node
-    if (ranks % tp || base.model.n_head % tp) continue;
-    const int dp = ranks / tp, per_rank = base.train.global_batch / std::max(1, dp);
-    if (per_rank < 1) continue;
-    std::vector<int> micro_batches;
-    for (int b : divisors(per_rank))
-      if ((b & (b - 1)) == 0 || b == per_rank) micro_batches.push_back(b);  // powers of two, and all at once
-    const int experts = is_moe_arch(base.model.arch) ? base.model.moe.num_experts : 0;
-    for (const auto& mesh : data_parallel_meshes(dp, std::max(1, machine.devices_per_node / tp), experts))
-      for (const char* reshard : {"true", "false"})
-        for (const char* ac : {"none", "full"})
-          for (int b : micro_batches)
-            for (const char* dtype : {"bf16", "f32"}) {
-              Candidate c;
-              c.overrides = mesh;
-              c.overrides.push_back(fmt::format("mesh.tp={}", tp));
-              c.overrides.push_back(fmt::format("fsdp.reshard_after_forward={}", reshard));
-              c.overrides.push_back(fmt::format("train.activation_checkpointing={}", ac));
-              c.overrides.push_back(fmt::format("train.micro_batch={}", b));
-              c.overrides.push_back(fmt::format("fsdp.param_dtype={}", dtype));
-              try {
-                const Deck deck = deck_with(c.overrides);  // the trainer's rules decide what may run
-                c.plan = plan_step(deck, ranks, machine);
-                c.layout = layout_line(deck, c.plan);
-              } catch (const UsageError&) {
-                continue;  // a layout the trainer would refuse (divisibility, heads over tp, ...)
+  for (int tp : divisors(std::min(ranks, machine.devices_per_node)))  // tensor parallelism inside a node
+    for (int cp : divisors(ranks / std::max(1, tp))) {  // context parallelism: powers of two the sequence allows
+      if (ranks % tp || base.model.n_head % tp || (cp & (cp - 1)) != 0) continue;
+      if (cp > 1 && base.model.context_length % (2 * cp) != 0) continue;
+      const int dp = ranks / tp / cp, per_rank = base.train.global_batch / std::max(1, dp);
+      if (per_rank < 1) continue;
+      std::vector<int> micro_batches;
+      for (int b : divisors(per_rank))
+        if ((b & (b - 1)) == 0 || b == per_rank) micro_batches.push_back(b);  // powers of two, and all at once
+      const int experts = is_moe_arch(base.model.arch) ? base.model.moe.num_experts : 0;
+      for (const auto& mesh : data_parallel_meshes(dp, std::max(1, machine.devices_per_node / tp / cp), experts))
+        for (const char* reshard : {"true", "false"})
+          for (const char* ac : {"none", "full"})
+            for (int b : micro_batches)
+              for (const char* dtype : {"bf16", "f32"}) {
+                Candidate c;
+                c.overrides = mesh;
+                c.overrides.push_back(fmt::format("mesh.tp={}", tp));
+                c.overrides.push_back(fmt::format("mesh.cp={}", cp));
+                c.overrides.push_back(fmt::format("fsdp.reshard_after_forward={}", reshard));
+                c.overrides.push_back(fmt::format("train.activation_checkpointing={}", ac));
+                c.overrides.push_back(fmt::format("train.micro_batch={}", b));
+                c.overrides.push_back(fmt::format("fsdp.param_dtype={}", dtype));
+                try {
+                  const Deck deck = deck_with(c.overrides);  // the trainer's rules decide what may run
+                  c.plan = plan_step(deck, ranks, machine);
+                  c.layout = layout_line(deck, c.plan);
+                } catch (const UsageError&) {
+                  continue;  // a layout the trainer would refuse (divisibility, heads over tp, ...)
+                }
+                if (c.plan.memory.memory.total() <= fits) out.push_back(std::move(c));
               }
-              if (c.plan.memory.memory.total() <= fits) out.push_back(std::move(c));
-            }
-  }
+    }
   std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
     return a.plan.time.ms_per_step < b.plan.time.ms_per_step;
   });

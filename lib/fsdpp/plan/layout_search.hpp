@@ -1,5 +1,5 @@
 #pragma once
-// fsdpp plan --search: every layout of a deck's model on N ranks of a machine (mesh, strategy, reshard,
+// fsdpp plan --search: every layout of a deck's model on N ranks of a machine (mesh with tp, cp and ep, strategy, reshard,
 // activation checkpointing, micro-batch, parameter dtype) that the trainer's rules accept and that fits in the
 // device's memory, priced by plan_step (step_cost.hpp), fastest first.
 #include "fsdpp/plan/step_cost.hpp"

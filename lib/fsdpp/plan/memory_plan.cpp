@@ -1,5 +1,7 @@
 #include "fsdpp/plan/memory_plan.hpp"
 
+#include "fsdpp/nn/context_parallel.hpp"
+
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -120,6 +122,11 @@ void plan_training_step(const Deck& deck, PlannedModel& planned, std::shared_ptr
   plan.activations_without_checkpointing = shapes.activation_bytes_for(plan.micro_batch, T, 0);
   m.batch = std::int64_t{2} * plan.micro_batch * T * 4;
   plan.per_sequence_bytes = shapes.activation_bytes_for(1, T, plan.recomputing_blocks) + std::int64_t{2} * T * 4;
+  if (const int cp = par.layout().cp; cp > 1) {
+    const int kv_width = ContextParallelGroup::kv_width_of(deck.model, par.layout().tp);
+    plan.ring_bytes_per_step = plan.accum_steps * static_cast<std::int64_t>(ContextParallelGroup::ring_bytes_per_step(
+                                   cp, plan.micro_batch, T / cp, kv_width, deck.model.n_layer));
+  }
 
   // One training step of fully_shard's real schedule, dry: its events are the unsharded memory.
   auto peak = std::make_shared<PeakOfEvents>();
@@ -211,10 +218,12 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
                    mesh.empty() ? "none" : mesh, plan.ranks, plan.strategy, to_string(deck.fsdp.reshard_after_forward),
                    dtype_name(deck.fsdp.param_dtype), dtype_name(deck.fsdp.reduce_dtype)));
   line(fmt::format("{}", schedule_text(plan.forward_prefetch, plan.backward_prefetch, plan.reduce_scatter_in_flight)));
-  int tp = 1;  // the tp ranks of one data-parallel rank read the same sequences
-  for (const MeshDim& d : plan.mesh) tp = d.name == "tp" ? d.size : tp;
-  line(fmt::format("batch: {} sequences x {} tokens per step; {} data-parallel rank(s) x {} micro-batch(es) of {}",
-                   deck.train.global_batch, T, plan.ranks / tp, plan.accum_steps, plan.micro_batch));
+  int same_sequences = 1;  // the tp and cp ranks of one data-parallel rank read the same sequences
+  for (const MeshDim& d : plan.mesh) same_sequences *= d.name == "tp" || d.name == "cp" ? d.size : 1;
+  line(fmt::format("batch: {} sequences x {} tokens per step; {} data-parallel rank(s) x {} micro-batch(es) of {}{}",
+                   deck.train.global_batch, T, plan.ranks / same_sequences, plan.accum_steps, plan.micro_batch,
+                   deck.mesh.cp > 1 ? fmt::format(" (each rank {} tokens of each: mesh.cp {})", T / deck.mesh.cp,
+                                                  deck.mesh.cp) : std::string()));
   line("");
   line(plan.shard_ranks == 1 && plan.ranks > 1 ? "Units (no_shard: replicated on every rank, DDP), per rank:"
                                                : "FSDP units (fully_shard per block, then the root), per rank:");
@@ -255,6 +264,10 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
   line(fmt::format("each sequence per micro-batch adds {:.2f} MiB (activations {:.2f} MiB, tokens {:.3f} MiB)",
                    mib(plan.per_sequence_bytes), mib(plan.per_sequence_bytes - 2 * T * 4),
                    mib(2 * T * 4)));
+  if (plan.ring_bytes_per_step > 0)
+    line(fmt::format("context parallel ring: {:.2f} MiB sent per rank and step (per layer and micro-batch: {} hops "
+                     "forward, {} of key/value blocks and {} of their gradients backward)",
+                     mib(plan.ring_bytes_per_step), deck.mesh.cp - 1, deck.mesh.cp - 1, deck.mesh.cp));
   if (mem_per_rank) line(largest_micro_batch_text(deck, plan, *mem_per_rank));
   line("Not counted: host memory for the data (token windows), MPI's own buffers, checkpoint staging, and the CUDA "
        "context on GPU builds.");

@@ -54,6 +54,8 @@ struct MemoryPlan {
   PlannedMemory memory;
   std::string peak_moment;              // where in the step the peak falls
   std::int64_t per_sequence_bytes = 0;  // what one more sequence per micro-batch adds
+  // mesh.cp > 1: what the attention ring sends per rank and step (ContextParallelGroup::ring_bytes_per_step)
+  std::int64_t ring_bytes_per_step = 0;
   int recomputing_blocks = 0;           // train.activation_checkpointing: blocks that recompute in backward
   std::int64_t activations_without_checkpointing = 0;  // memory.activations had no block recomputed
   // fsdp.forward_prefetch / backward_prefetch and comm.overlap: with overlap, a unit's reduce-scatter buffers

@@ -49,6 +49,10 @@ struct Pricing {
   std::string precision;
   int B = 1, T = 1, C = 1, n_head = 1, tp = 1;
   int experts = 0, top_k = 0, ep = 1;  // model.moe and mesh.ep
+  // mesh.cp: T above is this rank's T / cp rows of each sequence, every query of them attends over T_keys = T
+  // positions (the ring brings the other ranks' keys), and each ring hop moves `hop_bytes`.
+  int cp = 1, T_keys = 1;
+  std::int64_t hop_bytes = 0;
   bool sequence_parallel = false, overlap = true, scores_materialized = true;
   std::map<std::string, int> stride;  // mesh dimension -> distance in ranks between neighbours of its groups
 };
@@ -84,6 +88,12 @@ class StepRecorder final : public FsdpMemoryListener {
   // Expert parallelism: a dispatch (the counts, the capacity verdicts, then the rows) or a combine (the rows), each
   // blocking, as ExpertParallelGroup issues them.
   void exchange_rows(const Region& r, bool with_counts);
+  // Context parallelism: one hop of the ring (a block to rank + 1, one from rank - 1), asynchronous.
+  int ring_hop();
+  // Attention's products over the ring's cp steps, each step's hop issued before its share of the products and
+  // waited after (forward); backward also passes each block's dk, dv partial sums on after the step.
+  void ring_forward(double products_seconds, const std::string& what);
+  void ring_backward(double products_seconds);
   void forward(const std::vector<Region>& regions, const std::string& what, bool count);
   void backward(const std::vector<Region>& regions, bool count);
 
@@ -109,6 +119,40 @@ void StepRecorder::exchange_rows(const Region& r, bool with_counts) {
     wait(issue(CollectiveOp::all_gather, 4 * 8, p_.ep, "ep"));                        // the capacity verdicts
   }
   wait(issue(CollectiveOp::all_to_all, r.exchanged_bytes, p_.ep, "ep"));
+}
+
+int StepRecorder::ring_hop() {
+  const int stride = p_.stride.count("cp") ? p_.stride.at("cp") : 1;
+  const bool spans = group_spans_nodes(*p_.machine, 0, stride, p_.cp);
+  link_of["cp"] = spans ? "inter-node" : "intra-node";
+  bytes_of["cp"] += static_cast<double>(p_.hop_bytes);
+  const int id = next_id_++;
+  // One peer each way: the link carries the block once, as a 2-rank all-gather of two blocks moves one.
+  push_collective(collective_seconds(*p_.machine, CollectiveOp::all_to_all, 2 * p_.hop_bytes, 2, spans,
+                                     group_ranks_per_node(*p_.machine, stride, p_.cp)),
+                  "cp", id, spans);
+  return id;
+}
+
+void StepRecorder::ring_forward(double products_seconds, const std::string& what) {
+  for (int k = 0; k < p_.cp; ++k) {
+    const int next = k + 1 < p_.cp ? ring_hop() : -1;
+    compute(products_seconds / p_.cp, what);
+    if (next >= 0) wait(next);
+  }
+}
+
+void StepRecorder::ring_backward(double products_seconds) {
+  int partial = -1;
+  for (int k = 0; k < p_.cp; ++k) {
+    const int next = k + 1 < p_.cp ? ring_hop() : -1;
+    compute(products_seconds / (2 * p_.cp), "backward");  // dq
+    if (partial >= 0) wait(partial);
+    compute(products_seconds / (2 * p_.cp), "backward");  // dk, dv
+    partial = ring_hop();
+    if (next >= 0) wait(next);
+  }
+  wait(partial);
 }
 
 // The parameters a unit's own passes compute with: its own and those of descendants without a group of their own
@@ -210,8 +254,9 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit, bool recompute)
     outputs += n * static_cast<double>(q->local_shape()[0]);
     const bool row_parallel = q->tensor_parallel() && q->tensor_parallel()->dim == 1;
     if (!products_placed) {  // the first weight is attention's input projection: its region holds the products
-      r.products.push_back({p_.T, p_.T, head_size, std::int64_t{p_.B} * local_heads});      // q k^T
-      r.products.push_back({p_.T, head_size, p_.T, std::int64_t{p_.B} * local_heads});      // p v
+      // this rank's queries against every key (under cp the ring brings the others' keys)
+      r.products.push_back({p_.T, p_.T_keys, head_size, std::int64_t{p_.B} * local_heads});  // q k^T
+      r.products.push_back({p_.T, head_size, p_.T_keys, std::int64_t{p_.B} * local_heads});  // p v
       products_placed = true;
     }
     if (row_parallel) {
@@ -271,7 +316,12 @@ void StepRecorder::forward(const std::vector<Region>& regions, const std::string
   for (const Region& r : regions) {
     if (p_.sequence_parallel) tp_blocking(CollectiveOp::all_gather);
     exchange_rows(r, true);  // dispatch
-    compute(gemms_seconds(r.weights) + gemms_seconds(r.products) + elementwise_seconds(r, false), what);
+    if (p_.cp > 1 && !r.products.empty()) {
+      compute(gemms_seconds(r.weights) + elementwise_seconds(r, false), what);
+      ring_forward(gemms_seconds(r.products), what);
+    } else {
+      compute(gemms_seconds(r.weights) + gemms_seconds(r.products) + elementwise_seconds(r, false), what);
+    }
     exchange_rows(r, false);  // combine
     if (r.reduces_output) tp_blocking(p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce);
     if (!count) continue;
@@ -292,9 +342,16 @@ void StepRecorder::backward(const std::vector<Region>& regions, bool count) {
       dx.push_back({g.m, g.k, g.n, g.count});
       dw.push_back({g.n, g.k, g.m, g.count});
     }
-    for (const Gemm& g : r.products) dx.push_back(g), dx.push_back(g);
+    std::vector<Gemm> products;
+    for (const Gemm& g : r.products) products.push_back(g), products.push_back(g);
     exchange_rows(r, false);  // combine's backward brings the outputs' gradients to the experts
-    compute(gemms_seconds(dx) + elementwise_seconds(r, true), "backward");
+    if (p_.cp > 1 && !products.empty()) {
+      compute(gemms_seconds(dx) + elementwise_seconds(r, true), "backward");
+      ring_backward(gemms_seconds(products));
+    } else {
+      compute(gemms_seconds(dx) + gemms_seconds(products) + elementwise_seconds(r, true), "backward");
+    }
+    dx.insert(dx.end(), products.begin(), products.end());  // for the FLOP count below
     int reduction = -1;
     if (p_.tp > 1) {
       reduction = issue(p_.sequence_parallel ? CollectiveOp::reduce_scatter : CollectiveOp::all_reduce,
@@ -317,7 +374,7 @@ void StepRecorder::on_schedule(const FsdpScheduleEvent& e) {
       if (e.pass == Pass::forward) forward(regions_of(*e.module), "forward", true);
       if (e.pass == Pass::forward && !e.module->parent())
         if (const auto* lm = dynamic_cast<const LanguageModel*>(e.module))
-          model_flops += lm->flops_per_token(p_.T) * std_N() / p_.tp;
+          model_flops += lm->flops_per_token(p_.T_keys) * std_N() / p_.tp;
       break;
     case Kind::pass_begin:
       if (e.pass != Pass::backward) break;
@@ -363,7 +420,9 @@ Pricing pricing_for(const Deck& deck, const Machine& machine) {
   p.precision = std::string(gemm_precision_name(resolved_gemm_precision(deck)));
   p.B = deck.train.micro_batch;
   FSDPP_CHECK(p.B > 0, "plan_step: the deck's train.micro_batch is {}; resolve the deck first", p.B);
-  p.T = deck.model.context_length;
+  p.cp = std::max(1, deck.mesh.cp);
+  p.T_keys = deck.model.context_length;
+  p.T = deck.model.context_length / p.cp;
   p.C = deck.model.n_embd;
   p.n_head = deck.model.n_head;
   p.tp = std::max(1, deck.mesh.tp);
@@ -376,7 +435,10 @@ Pricing pricing_for(const Deck& deck, const Machine& machine) {
   // calibrated description is the machine at hand, where it means what this build runs.
   const AttentionKind attention = deck.model.attention == AttentionKind::automatic && machine.source == "spec-sheet"
                                       ? AttentionKind::fused : resolve_attention(deck.model.attention);
-  p.scores_materialized = attention != AttentionKind::fused;
+  p.scores_materialized = attention != AttentionKind::fused && p.cp == 1;  // the ring runs the fused kernels
+  if (p.cp > 1) {
+    p.hop_bytes = ContextParallelGroup::hop_bytes(p.B, p.T, ContextParallelGroup::kv_width_of(deck.model, p.tp));
+  }
   return p;
 }
 
