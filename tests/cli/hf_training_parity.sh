@@ -6,7 +6,7 @@
 # mixture-of-experts models the cross-entropy plus aux_loss_coef x transformers' load-balancing loss) within 1e-5
 # relative of transformers' in float64. The cases: Qwen3, Qwen3-MoE (a dense layer between sparse ones) and
 # Mixtral, on 1 to 4 ranks, with expert parallelism (ep 2 and 4, ep x dp_shard_mod_ep, ep inside HSDP replicas, tp 2 x
-# ep 2; Qwen3 with tp 2),
+# ep 2; Qwen3 with tp 2, and with context parallelism cp 2, cp 4 and cp 2 x tp 2),
 # accumulation, activation checkpointing, HSDP and the edge cases of routing (every expert for every token; sparse
 # layers between dense ones). Runs that differ only in ranks and mesh share one transformers run.
 set -euo pipefail
@@ -52,10 +52,15 @@ case_() {
   true
 }
 
-# Dense Qwen3, and with tensor parallelism 2 (each rank half the heads, the q/k norms' gradients summed over tp).
+# Dense Qwen3, and with tensor parallelism 2 (each rank half the heads, the q/k norms' gradients summed over tp);
+# with context parallelism (each rank 2 of the 2 cp chunks of every sequence, ring attention): cp 2, cp 4 and
+# cp 2 x tp 2.
 case_ qwen3 1 qwen3-tiny.yaml 8 8
 case_ qwen3-tp2 2 qwen3-tiny.yaml 8 8 mesh.tp=2
-compare qwen3 qwen3-tp2
+case_ qwen3-cp2 2 qwen3-tiny.yaml 8 8 mesh.cp=2 model.attention=fused
+case_ qwen3-cp4 4 qwen3-tiny.yaml 8 8 mesh.cp=4 model.attention=fused
+case_ qwen3-cp2-tp2 4 qwen3-tiny.yaml 8 8 mesh.cp=2 mesh.tp=2 model.attention=fused
+compare qwen3 qwen3-tp2 qwen3-cp2 qwen3-cp4 qwen3-cp2-tp2
 # Qwen3-MoE (a dense layer before the sparse ones), micro-batches of 4: 1 and 2 ranks, and ep 2 (each rank holds 4
 # of the 8 experts and sends its rows to the other's).
 case_ qwen3-moe 1 qwen3-moe-tiny.yaml 8 4

@@ -70,7 +70,7 @@ inline StepsRun run_steps(MPI_Comm comm, const Deck& deck) {
     run.stats.push_back(step.fsdp_stats_of_last_step());
   }
   for (Parameter* p : model.parameters()) {
-    const std::vector<float> whole = parallel.layout().tp > 1 ? gather_full_parameter(*p, parallel.data_parallel_mesh(),
+    const std::vector<float> whole = parallel.layout().tp > 1 ? gather_full_parameter(*p, parallel.fsdp_mesh(),
                                                                                       parallel.tensor_parallel_group())
                                                               : built.whole(*p);
     run.weights.insert(run.weights.end(), whole.begin(), whole.end());

@@ -1,0 +1,125 @@
+// Context parallelism (mesh.cp, nn/context_parallel.hpp): one rank's per-step losses and gradient norms (cp 1) on
+// every mesh with cp, within fp32 parity (1e-5 relative): cp 2 and 4, cp x dp_shard, cp x tp with and without
+// sequence parallelism, HSDP x cp, activation checkpointing, bf16 parameters, accumulation with clipping, grouped-
+// query attention (llama-tiny: 4 query heads, 2 KV heads), and packed documents with reset positions; the
+// deck's rules refused with their text; a checkpoint saved at cp 2 resumes at cp 1 and continues.
+#include "input_decks.hpp"
+#include "mpi_test.hpp"
+#include "train_runs.hpp"
+
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/runtime/error.hpp"
+#include "fsdpp/train/trainer.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+using namespace fsdpp;
+
+namespace {
+
+using test::with;
+
+// Four sequences a step in micro-batches of two (accumulation on one data-parallel rank), clipped; T 32, so cp 4
+// cuts it into 8 chunks of 4 rows.
+const std::vector<std::string> kShort = {"train.eval_interval=0", "schedule.warmup_steps=1", "train.steps=3",
+                                         "train.global_batch=4", "train.micro_batch=2", "train.grad_clip=0.5",
+                                         "model.context_length=32", "model.attention=fused"};
+// Token 22, one of the synthetic corpus's frequent ones, stands for the end-of-text (test_tensor_parallel.cpp).
+const std::vector<std::string> kMasks = {"data.document_mask=true", "data.eot_id=22", "data.reset_positions=true"};
+
+Deck llama(const std::vector<std::string>& extra) { return test::input_deck("llama-tiny.yaml", with(kShort, extra)); }
+
+struct Run {
+  std::vector<double> losses, norms;
+};
+
+// The deck's losses and gradient norms on the first n ranks of test_comm (the others wait), broadcast to all.
+Run run_on(MPI_Comm test_comm, int test_rank, int n, const Deck& deck) {
+  MPI_Comm group;
+  MPI_Comm_split(test_comm, test_rank < n ? 0 : MPI_UNDEFINED, test_rank, &group);
+  Run r;
+  r.losses.resize(static_cast<std::size_t>(deck.train.steps));
+  r.norms.resize(r.losses.size());
+  if (group != MPI_COMM_NULL) {
+    const test::StepsRun steps = test::run_steps(group, deck);
+    r.losses = steps.losses;
+    r.norms = steps.norms;
+    MPI_Comm_free(&group);
+  }
+  MPI_Bcast(r.losses.data(), static_cast<int>(r.losses.size()), MPI_DOUBLE, 0, test_comm);
+  MPI_Bcast(r.norms.data(), static_cast<int>(r.norms.size()), MPI_DOUBLE, 0, test_comm);
+  return r;
+}
+
+void check_same_run(const Run& got, const Run& want, const char* layout) {
+  CAPTURE(layout);
+  test::check_same_losses(got.losses, want.losses);
+  test::check_same_losses(got.norms, want.norms);
+}
+
+std::string rule_error(const std::vector<std::string>& overrides, int ranks) {
+  try {
+    parallel_layout(llama(overrides), ranks);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+MPI_TEST_CASE("context parallel: the same losses and gradient norms as cp 1 on every mesh with cp", 4) {
+  const Run one = run_on(test_comm, test_rank, 1, llama({}));
+  check_same_run(run_on(test_comm, test_rank, 2, llama({"mesh.cp=2"})), one, "cp 2");
+  check_same_run(run_on(test_comm, test_rank, 4, llama({"mesh.cp=4"})), one, "cp 4");
+  check_same_run(run_on(test_comm, test_rank, 4, llama({"mesh.cp=2", "mesh.dp_shard=2"})), one, "dp_shard 2 x cp 2");
+  check_same_run(run_on(test_comm, test_rank, 4, llama({"mesh.cp=2", "mesh.tp=2"})), one, "cp 2 x tp 2");
+  check_same_run(run_on(test_comm, test_rank, 4, llama({"mesh.cp=2", "mesh.tp=2", "mesh.tp_sequence_parallel=true"})),
+                 one, "cp 2 x tp 2, sequence parallel");
+  check_same_run(run_on(test_comm, test_rank, 4,
+                        llama({"mesh.cp=2", "fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2", "mesh.dp_shard=1"})),
+                 one, "HSDP 2 x 1 x cp 2");
+  check_same_run(run_on(test_comm, test_rank, 2, llama({"mesh.cp=2", "train.activation_checkpointing=full"})), one,
+                 "cp 2, activation checkpointing");
+  const Run bf16 = run_on(test_comm, test_rank, 1, llama({"fsdp.param_dtype=bf16"}));
+  check_same_run(run_on(test_comm, test_rank, 2, llama({"mesh.cp=2", "fsdp.param_dtype=bf16"})), bf16,
+                 "cp 2, bf16 parameters");
+}
+
+MPI_TEST_CASE("context parallel: packed documents with reset positions as at cp 1", 4) {
+  const Run one = run_on(test_comm, test_rank, 1, llama(kMasks));
+  const Run unmasked = run_on(test_comm, test_rank, 1, llama({}));
+  CHECK(std::fabs(one.losses.front() - unmasked.losses.front()) > 1e-4);  // the masks reach the model
+  check_same_run(run_on(test_comm, test_rank, 2, llama(with(kMasks, {"mesh.cp=2"}))), one, "masks, cp 2");
+  check_same_run(run_on(test_comm, test_rank, 4, llama(with(kMasks, {"mesh.cp=4"}))), one, "masks, cp 4");
+  check_same_run(run_on(test_comm, test_rank, 4, llama(with(kMasks, {"mesh.cp=2", "mesh.tp=2"}))), one,
+                 "masks, cp 2 x tp 2");
+}
+
+MPI_TEST_CASE("context parallel: a checkpoint saved at cp 2 resumes at cp 1", 2) {
+  const std::string dir = test::shared_temp_dir(test_comm, test_rank, "fsdpp-cp-resume");
+  const std::vector<std::string> saving = {"checkpoint.dir=" + dir, "checkpoint.interval=2", "train.steps=4"};
+  // stopped after step 2 on two ranks at cp 2 (its checkpoint saved there), then resumed on one rank
+  test::losses_on(test_comm, test_rank, 2, llama(with(saving, {"mesh.cp=2"})), 2);
+  const auto resumed = test::losses_on(test_comm, test_rank, 1, llama(saving));
+  const auto whole = test::losses_on(test_comm, test_rank, 1, llama({"train.steps=4"}));
+  REQUIRE(resumed.size() == whole.size());
+  for (std::size_t s = 2; s < whole.size(); ++s) {
+    CAPTURE(s);
+    CHECK(resumed[s] == doctest::Approx(whole[s]).epsilon(1e-5));
+  }
+  if (test_rank == 0) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("context parallel: the deck's rules, with what to do") {
+  CHECK(rule_error({"mesh.cp=3"}, 3).find("model.context_length (32) must be a multiple of 6") != std::string::npos);
+  CHECK(rule_error({"mesh.cp=2", "model.attention=reference"}, 2).find("set model.attention fused") != std::string::npos);
+  CHECK(rule_error({"mesh.cp=2", "train.reproducible=true"}, 2).find("train reproducibly at mesh.cp 1") !=
+        std::string::npos);
+  CHECK(rule_error({"mesh.cp=2", "fsdp.strategy=no_shard"}, 2).find("no_shard does not have") != std::string::npos);
+  CHECK(rule_error({"mesh.cp=2"}, 3).find("does not divide the 3 ranks") != std::string::npos);
+  CHECK(rule_error({"mesh.cp=0"}, 1).find("expected an integer >= 1, got 0") != std::string::npos);
+}
