@@ -6,7 +6,7 @@
 # mixture-of-experts models the cross-entropy plus aux_loss_coef x transformers' load-balancing loss) within 1e-5
 # relative of transformers' in float64. The cases: Qwen3, Qwen3-MoE (a dense layer between sparse ones) and
 # Mixtral, on 1 to 4 ranks, with expert parallelism (ep 2 and 4, ep x dp_shard_mod_ep, ep inside HSDP replicas, tp 2 x
-# ep 2; Qwen3 with tp 2, and with context parallelism cp 2, cp 4 and cp 2 x tp 2),
+# ep 2; Qwen3 with tp 2, and with context parallelism cp 2, cp 4 and cp 2 x tp 2; Qwen3-MoE at ep 2 x cp 2),
 # accumulation, activation checkpointing, HSDP and the edge cases of routing (every expert for every token; sparse
 # layers between dense ones). Runs that differ only in ranks and mesh share one transformers run.
 set -euo pipefail
@@ -68,14 +68,16 @@ case_ qwen3-moe-ranks2 2 qwen3-moe-tiny.yaml 8 4
 case_ qwen3-moe-ep2 2 qwen3-moe-tiny.yaml 8 4 mesh.ep=2
 compare qwen3-moe qwen3-moe-ranks2 qwen3-moe-ep2
 # Micro-batches of 2: activation checkpointing on 4 ranks; ep 2 x dp_shard_mod_ep 2 and ep 4 on 4 ranks; ep 2 with
-# accumulation (2 micro-batches per rank), checkpointing and clipping on 2 ranks; tp 2 x ep 2 on 4 ranks.
+# accumulation (2 micro-batches per rank), checkpointing and clipping on 2 ranks; tp 2 x ep 2 on 4 ranks; ep 2 x cp 2
+# on 4 ranks (the balancing loss of whole sequences split over cp).
 case_ qwen3-moe-ranks4-checkpointing 4 qwen3-moe-tiny.yaml 8 2 train.activation_checkpointing=full
 case_ qwen3-moe-ep2-dp2 4 qwen3-moe-tiny.yaml 8 2 mesh.ep=2
 case_ qwen3-moe-ep4 4 qwen3-moe-tiny.yaml 8 2 mesh.ep=4
 case_ qwen3-moe-ep2-accumulation-checkpointing 2 qwen3-moe-tiny.yaml 8 2 mesh.ep=2 train.activation_checkpointing=full
 case_ qwen3-moe-tp2-ep2 4 qwen3-moe-tiny.yaml 8 2 mesh.tp=2 mesh.ep=2
+case_ qwen3-moe-ep2-cp2 4 qwen3-moe-tiny.yaml 8 2 mesh.ep=2 mesh.cp=2 model.attention=fused
 compare qwen3-moe-ranks4-checkpointing qwen3-moe-ep2-dp2 qwen3-moe-ep4 qwen3-moe-ep2-accumulation-checkpointing \
-  qwen3-moe-tp2-ep2
+  qwen3-moe-tp2-ep2 qwen3-moe-ep2-cp2
 # Mixtral (4 experts): 3 ranks; HSDP, with and without ep 2 inside each replica; ep 4 (one expert per rank); tensor
 # parallelism 2 on attention (the experts unsplit) with ep 2 over the data-parallel ranks.
 case_ mixtral-ranks3 3 mixtral-tiny.yaml 9 3

@@ -1,8 +1,9 @@
 // Context parallelism (mesh.cp, nn/context_parallel.hpp): one rank's per-step losses and gradient norms (cp 1) on
 // every mesh with cp, within fp32 parity (1e-5 relative): cp 2 and 4, cp x dp_shard, cp x tp with and without
 // sequence parallelism, HSDP x cp, activation checkpointing, bf16 parameters, accumulation with clipping, grouped-
-// query attention (llama-tiny: 4 query heads, 2 KV heads), and packed documents with reset positions; the
-// deck's rules refused with their text; a checkpoint saved at cp 2 resumes at cp 1 and continues.
+// query attention (llama-tiny: 4 query heads, 2 KV heads), packed documents with reset positions, GPT-2's learned
+// positions, and a mixture of experts at cp 2 and ep 2 x cp 2; the deck's rules refused with their text; a checkpoint saved at cp 2 resumes at
+// cp 1 and continues.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
 #include "train_runs.hpp"
@@ -89,6 +90,16 @@ MPI_TEST_CASE("context parallel: the same losses and gradient norms as cp 1 on e
                  "cp 2, bf16 parameters");
 }
 
+// GPT-2: its learned position table read (and its gradient written) at each row's global position; under tp 2 the
+// vocabulary-parallel embedding adds them on one tp rank.
+MPI_TEST_CASE("context parallel: GPT-2's learned positions at cp 2 and cp 2 x tp 2", 4) {
+  auto gpt2 = [](const std::vector<std::string>& extra) { return test::input_deck("tiny.yaml", with(kShort, extra)); };
+  const Run one = run_on(test_comm, test_rank, 1, gpt2({}));
+  check_same_run(run_on(test_comm, test_rank, 2, gpt2({"mesh.cp=2"})), one, "GPT-2, cp 2");
+  check_same_run(run_on(test_comm, test_rank, 4, gpt2({"mesh.cp=2", "mesh.tp=2", "mesh.tp_sequence_parallel=true"})),
+                 one, "GPT-2, cp 2 x tp 2, sequence parallel");
+}
+
 MPI_TEST_CASE("context parallel: packed documents with reset positions as at cp 1", 4) {
   const Run one = run_on(test_comm, test_rank, 1, llama(kMasks));
   const Run unmasked = run_on(test_comm, test_rank, 1, llama({}));
@@ -97,6 +108,17 @@ MPI_TEST_CASE("context parallel: packed documents with reset positions as at cp 
   check_same_run(run_on(test_comm, test_rank, 4, llama(with(kMasks, {"mesh.cp=4"}))), one, "masks, cp 4");
   check_same_run(run_on(test_comm, test_rank, 4, llama(with(kMasks, {"mesh.cp=2", "mesh.tp=2"}))), one,
                  "masks, cp 2 x tp 2");
+}
+
+// A mixture of experts: the balancing losses are the whole sequences' (the router's statistics summed over cp), and
+// the experts' shard group takes the cp ranks; with expert parallelism the ep group exchanges each chunk's rows.
+MPI_TEST_CASE("context parallel: Qwen3-MoE at cp 2, and ep 2 x cp 2, as on one rank", 4) {
+  auto moe = [](const std::vector<std::string>& extra) {
+    return test::input_deck("qwen3-moe-tiny.yaml", with(kShort, extra));
+  };
+  const Run one = run_on(test_comm, test_rank, 1, moe({}));
+  check_same_run(run_on(test_comm, test_rank, 2, moe({"mesh.cp=2"})), one, "Qwen3-MoE, cp 2");
+  check_same_run(run_on(test_comm, test_rank, 4, moe({"mesh.cp=2", "mesh.ep=2"})), one, "Qwen3-MoE, ep 2 x cp 2");
 }
 
 MPI_TEST_CASE("context parallel: a checkpoint saved at cp 2 resumes at cp 1", 2) {

@@ -83,10 +83,6 @@ void CausalLM::set_document_masks(const DocumentMasks& masks) {
 }
 
 void CausalLM::apply_context_parallel(std::shared_ptr<ContextParallelGroup> cp) {
-  FSDPP_REQUIRE(!position_table || !cp->active(),
-                "mesh.cp ({}): {} adds a learned position table by row, which fsdpp does not yet index by global "
-                "position; use mesh.cp 1 for it (rotary models: llama, qwen2, qwen3, mixtral)",
-                cp->ranks(), layout_.type_name);
   context_->cp = std::move(cp);
   if (!context_->cp->active()) return;
   context_->attention = AttentionKind::fused;  // the ring's blocks are the fused kernels' (deck rule: not reference)
@@ -248,14 +244,16 @@ void CausalLM::embed(const Flow& flow, int N) {
   const int B = flow.B, T = flow.T, C = config_.n_embd;
   const View1<float> wpe = position_table ? position_table->value() : View1<float>();
   if (!tp.active()) {
-    if (position_table) return encoder_forward<float>(head_.x0, flow.tokens, token_embedding.value(), wpe, B, T, C);
+    if (position_table)
+      return encoder_forward<float>(head_.x0, flow.tokens, token_embedding.value(), wpe, B, T, C,
+                                    context_->rope_positions());
     return embedding_forward<float>(head_.x0, flow.tokens, token_embedding.value(), N, C);
   }
   localize_tokens(head_.local_tokens, flow.tokens, tp.vocab_offset(config_.vocab_size), N);
   const View1<float> partial = tp.sequence_parallel() ? head_.lnf : head_.x0;
   if (position_table)  // one tp rank adds the positions, so that the sum holds them once
     vocab_parallel_embedding_forward<float>(partial, head_.local_tokens, token_embedding.value(), wpe, tp.rank() == 0,
-                                            B, T, C);
+                                            B, T, C, context_->rope_positions());
   else
     embedding_forward<float>(partial, head_.local_tokens, token_embedding.value(), N, C);
   tp.reduce_row_parallel(partial, head_.x0, N, C);
@@ -270,7 +268,8 @@ void CausalLM::embed_backward(const Flow& flow, const View1<float>& dx_local, in
   const View1<float> dx = tp.gather_rows(dx_local, head_.dlnf, N, C);
   const View1<const std::int32_t> tokens = tp.active() ? View1<const std::int32_t>(head_.local_tokens) : flow.tokens;
   if (position_table)
-    encoder_backward<float>(token_embedding.grad(), position_table->grad(), dx, tokens, flow.B, flow.T, C);
+    encoder_backward<float>(token_embedding.grad(), position_table->grad(), dx, tokens, flow.B, flow.T, C,
+                            context_->rope_positions());
   else
     embedding_backward<float>(token_embedding.grad(), dx, tokens, N, C);
 }
@@ -330,7 +329,7 @@ void CausalLM::forward(Flow& flow) {
     crossentropy_forward<float>(head_.losses, head_.logits, flow.targets, N, V);
   flow.loss = mean_loss(head_.losses, N);
   if (router) {  // every layer has routed: the balancing losses over them all, before any backward reads them
-    router->finish(flow.loss_scale);
+    router->finish(flow.loss_scale, context_->cp->active() ? context_->cp.get() : nullptr);
     flow.loss += router->weighted_loss();
   }
 }

@@ -81,6 +81,16 @@ RingBlock ContextParallelGroup::block(const AttentionShape& s, int source) const
   return r;
 }
 
+void ContextParallelGroup::sum_over_ranks(std::vector<double>& values) {
+  if (!active() || values.empty()) return;
+  if (sums_.extent(0) < values.size()) sums_ = View1<double>("cp.sums", values.size());
+  const auto used = Kokkos::subview(sums_, std::make_pair(std::size_t{0}, values.size()));
+  Kokkos::deep_copy(used, HostView1<double>(values.data(), values.size()));
+  if (!comm_->stream_ordered()) Kokkos::fence();
+  comm_->all_reduce(sums_.data(), values.size(), DType::f64, ReduceOp::sum);
+  Kokkos::deep_copy(HostView1<double>(values.data(), values.size()), used);
+}
+
 WorkHandle ContextParallelGroup::shift(const View1<float>& send, const View1<float>& recv) {
   const std::size_t next = static_cast<std::size_t>((rank_ + 1) % ranks_);
   const std::size_t prev = static_cast<std::size_t>((rank_ + ranks_ - 1) % ranks_);

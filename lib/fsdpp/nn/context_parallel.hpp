@@ -102,6 +102,9 @@ class ContextParallelGroup {
     return std::int64_t{B} * T_local * kv_width * 4;
   }
   const ContextParallelStats& stats() const { return stats_; }
+  // Element-wise sums over the cp ranks, in place (the router's statistics of a sequence split over them). Through
+  // a device buffer, kept between calls, since an NCCL communicator moves device memory only.
+  void sum_over_ranks(std::vector<double>& values);
 
  private:
   kernels::RingBlock block(const kernels::AttentionShape& s, int source) const;
@@ -125,6 +128,7 @@ class ContextParallelGroup {
   Buffers buffers_{Growth::exact};
   View1<std::int32_t> tokens_, targets_, positions_, starts_, full_starts_;
   View1<float> kv_[2], dkv_in_, dkv_out_;
+  View1<double> sums_;  // sum_over_ranks' buffer
   int kv_width_ = 0;
   bool document_masks_ = false;
 };

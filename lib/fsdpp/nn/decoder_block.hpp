@@ -125,6 +125,7 @@ struct BlockContext {
     return document_starts.extent(0) ? document_starts.data() : nullptr;
   }
   const std::int32_t* rope_starts() const { return reset_positions ? attention_starts() : nullptr; }
+  // Each row's global position under cp (RoPE's angle, or the row of GPT-2's position table); nullptr: t.
   const std::int32_t* rope_positions() const { return positions.extent(0) ? positions.data() : nullptr; }
 };
 

@@ -1,5 +1,7 @@
 #include "fsdpp/nn/moe.hpp"
 
+#include "fsdpp/nn/context_parallel.hpp"
+
 #include "fsdpp/nn/expert_parallel.hpp"
 
 #include "fsdpp/nn/kernels/linear.hpp"
@@ -50,25 +52,38 @@ void RouterStatistics::record(int layer, const std::vector<std::int64_t>& select
 // P_e = probability sum of e / R, aux = E sum_e f_e P_e. Its gradient goes through P only: d aux / d p(row, e) =
 // E f_e / R, scaled as the cross-entropy's is (loss_scale: the micro-batch's share of the step's loss). The z-loss
 // mean(lse^2) gives d / d lse(row) = 2 lse / R.
-void RouterStatistics::finish(float loss_scale) {
+void RouterStatistics::finish(float loss_scale, ContextParallelGroup* cp) {
   if (!recorded_) return;
   const int E = config_.num_experts;
-  const double R = static_cast<double>(rows_);
+  // The forward's sums (layers x E selections, layers x E probability sums, the logsumexp squares, the rows),
+  // over the cp ranks when a sequence is split over them.
+  std::vector<double> sums(2 * selections_.size() + 2);
+  for (std::size_t i = 0; i < selections_.size(); ++i)
+    sums[i] = static_cast<double>(selections_[i]), sums[selections_.size() + i] = probability_sums_[i];
+  sums[2 * selections_.size()] = lse_squared_sum_;
+  sums[2 * selections_.size() + 1] = static_cast<double>(rows_);
+  if (cp) cp->sum_over_ranks(sums);
+  const double* selected = sums.data();
+  const double* probabilities = sums.data() + selections_.size();
+  const double R = sums.back(), lse_squared = sums[2 * selections_.size()];
+  // This rank's rows' share of the gradient: fully_shard averages over the cp ranks, which hold R / cp rows each.
+  const double R_local = static_cast<double>(rows_);
   std::vector<double> f(sz(E), 0.0), P(sz(E), 0.0);
   for (int l = 0; l < layers_; ++l)
     for (int e = 0; e < E; ++e) {
-      f[sz(e)] += static_cast<double>(selections_[sz(std::int64_t{l} * E + e)]) / R;
-      P[sz(e)] += probability_sums_[sz(std::int64_t{l} * E + e)] / R;
+      f[sz(e)] += selected[sz(std::int64_t{l} * E + e)] / R;
+      P[sz(e)] += probabilities[sz(std::int64_t{l} * E + e)] / R;
     }
   aux_loss_ = 0;
   for (int e = 0; e < E; ++e) aux_loss_ += f[sz(e)] * P[sz(e)];
   aux_loss_ *= E;
-  z_loss_ = lse_squared_sum_ / R;
-  z_scale_ = static_cast<float>(config_.router_z_loss_coef * loss_scale / R);
+  z_loss_ = lse_squared / R;
+  z_scale_ = static_cast<float>(config_.router_z_loss_coef * loss_scale / R_local);
   if (config_.balance == MoeBalance::aux_loss) {
     if (aux_grad_.extent(0) == 0) aux_grad_ = View1<float>("router.aux_grad", sz(E));
     auto host = Kokkos::create_mirror_view(aux_grad_);
-    for (int e = 0; e < E; ++e) host(sz(e)) = static_cast<float>(config_.aux_loss_coef * loss_scale * E * f[sz(e)] / R);
+    for (int e = 0; e < E; ++e)
+      host(sz(e)) = static_cast<float>(config_.aux_loss_coef * loss_scale * E * f[sz(e)] / R_local);
     Kokkos::deep_copy(aux_grad_, host);
   }
 }

@@ -44,6 +44,8 @@ namespace fsdpp {
 // routed nothing.
 std::vector<double> expert_load_per_layer(const std::vector<double>& selections, int layers);
 
+class ContextParallelGroup;
+
 class RouterStatistics {
  public:
   RouterStatistics(const MoeConfig& config, int sparse_layers);
@@ -54,8 +56,11 @@ class RouterStatistics {
   void record(int layer, const std::vector<std::int64_t>& selections, const std::vector<double>& probability_sums,
               double lse_squared_sum, std::int64_t rows, std::int64_t dropped);
   // Totals the forward: the losses, and d(loss)/d(p_e) of every routed row (aux_grad) and the z-loss scale, for
-  // a loss whose gradient is scaled by `loss_scale` (the micro-batch's share, Flow::loss_scale).
-  void finish(float loss_scale);
+  // a loss whose gradient is scaled by `loss_scale` (the micro-batch's share, Flow::loss_scale). Under context
+  // parallelism (`cp` active) the sequences are split over the cp ranks: the losses are the whole sequences', from
+  // the statistics summed over cp, and each rank's gradient is its rows' share of them (selections() stays this
+  // rank's own).
+  void finish(float loss_scale, ContextParallelGroup* cp = nullptr);
 
   double aux_loss() const { return aux_loss_; }  // transformers' load_balancing_loss_func, before its coefficient
   double z_loss() const { return z_loss_; }

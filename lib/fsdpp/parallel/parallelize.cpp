@@ -148,7 +148,11 @@ Parallelism::Parallelism(ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh
     std::vector<std::string> experts_dp;
     for (int d = 0; d < ep_mesh_->ndim(); ++d)
       if (ep_mesh_->name(d) != "tp" && ep_mesh_->name(d) != "ep") experts_dp.push_back(ep_mesh_->name(d));
-    expert_dp_mesh_ = std::make_unique<DeviceMesh>(ep_mesh_->slice(experts_dp));
+    // Under cp the experts' shard group takes the cp ranks too (they hold the same experts), as the dense weights'
+    // does: (dp_replicate x) dp_shard_mod_ep x cp, merged into one shard dimension.
+    expert_dp_mesh_ = std::make_unique<DeviceMesh>(
+        layout_.cp > 1 ? ep_mesh_->slice(experts_dp).merge({"dp_shard_mod_ep", "cp"}, "dp_shard_mod_ep_cp")
+                       : ep_mesh_->slice(experts_dp));
   }
   if (world != MPI_COMM_NULL) {
     host_world_ = std::make_unique<MpiCommunicator>(world);
@@ -289,18 +293,18 @@ std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, Paral
   apply_activation_checkpointing(model, deck.train.activation_checkpointing);
   // Expert parallelism: each sparse block keeps E / ep experts, and its experts get a group of their own on the
   // ranks that hold the same ones (torchtitan's edp mesh), sharded before the block as a child must be. Their
-  // gradients sum the rows of the whole ep group, so they are averaged over every data-parallel rank, not only
-  // over the experts' group.
+  // gradients sum the rows of the whole ep group, so they are averaged over every rank whose rows reach them (every
+  // data-parallel and cp rank: the dense weights' shard group), not only over the experts' group.
   if (l.ep > 1) {
-    const std::int64_t pairs = std::int64_t{training_forward_batch(deck.train)} * deck.model.context_length *
-                               deck.model.moe.top_k;
+    const std::int64_t pairs = std::int64_t{training_forward_batch(deck.train)} * deck.model.context_length / l.cp *
+                               deck.model.moe.top_k;  // this rank's rows: T / cp of each sequence
     const int E = deck.model.moe.num_experts;
     const std::int64_t rows = ExpertParallelGroup::worst_case_rows(
         l.ep, E / l.ep, pairs, expert_capacity_rows(deck.model.moe.capacity_factor, pairs, E));
     auto group = std::make_shared<ExpertParallelGroup>(par->expert_parallel_group(), E, deck.model.n_embd, rows);
     for (Module* experts : model.apply_expert_parallel(std::move(group), l.exact_reduction)) {
       fully_shard(*experts, *par->expert_fsdp_mesh(), l.block_options)
-          .set_gradient_divide_factor(par->data_parallel_size());
+          .set_gradient_divide_factor(par->fsdp_mesh().size());
       par->add_expert_unit(*experts);
     }
   }

@@ -37,14 +37,14 @@ inline constexpr int kTokenBuckets = 64;  // a power of two: the bucket is tok &
 
 template <class Real>
 void encoder_forward(const View1<Real>& out, const View1<const std::int32_t>& tokens, const View1<const Real>& wte,
-                     const View1<const Real>& wpe, int B, int T, int C) {
+                     const View1<const Real>& wpe, int B, int T, int C, const std::int32_t* positions) {
   const std::int64_t V = C > 0 ? static_cast<std::int64_t>(wte.extent(0)) / C : 0;
   Kokkos::parallel_for(
       "fsdpp::encoder_forward_team", row_policy<Real>(std::int64_t(B) * T, 0), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank();
         const std::int64_t tok = tokens(n);
         Real* o = out.data() + static_cast<std::int64_t>(n) * C;
-        const Real* p = wpe.data() + static_cast<std::int64_t>(n % T) * C;
+        const Real* p = wpe.data() + static_cast<std::int64_t>(positions ? positions[n] : n % T) * C;
         if (tok >= 0 && tok < V) {
           const Real* w = wte.data() + tok * C;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int c) { o[c] = w[c] + p[c]; });
@@ -56,7 +56,7 @@ void encoder_forward(const View1<Real>& out, const View1<const std::int32_t>& to
 
 template <class Real>
 void encoder_backward(const View1<Real>& dwte, const View1<Real>& dwpe, const View1<const Real>& dout,
-                      const View1<const std::int32_t>& tokens, int B, int T, int C) {
+                      const View1<const std::int32_t>& tokens, int B, int T, int C, const std::int32_t* positions) {
   const int N = B * T;
   const std::int64_t V = C > 0 ? static_cast<std::int64_t>(dwte.extent(0)) / C : 0;
   Kokkos::parallel_for(
@@ -74,20 +74,22 @@ void encoder_backward(const View1<Real>& dwte, const View1<Real>& dwpe, const Vi
       KOKKOS_LAMBDA(const std::int64_t i) {
         Real acc = Real(0);
         for (int b = 0; b < B; ++b) acc += dout(static_cast<std::int64_t>(b) * T * C + i);
-        dwpe(i) += acc;
+        const std::int64_t t = i / C;  // row t of every sequence sits at position t, or positions[t]
+        dwpe((positions ? positions[t] : t) * C + i % C) += acc;
       });
 }
 
 }  // namespace team
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (wpe[positions[b*T+t],:] when positions are given: context
+// parallelism's rows at their global positions; every sequence's row t at the same one)
 template <class Real>
 void encoder_forward(const View1<Real>& out,                        // out (B,T,C)
                      const View1<const std::int32_t>& tokens,    // tokens (B,T)
                      const View1<const Real>& wte,                  // wte (V,C)
                      const View1<const Real>& wpe,                  // wpe (maxT,C), maxT >= T
-                     int B, int T, int C) {
-  if (portable()) return team::encoder_forward<Real>(out, tokens, wte, wpe, B, T, C);
+                     int B, int T, int C, const std::int32_t* positions = nullptr) {
+  if (portable()) return team::encoder_forward<Real>(out, tokens, wte, wpe, B, T, C, positions);
   const int N = B * T;
   const std::int64_t V = C > 0 ? static_cast<std::int64_t>(wte.extent(0)) / C : 0;
   Kokkos::parallel_for(
@@ -95,7 +97,7 @@ void encoder_forward(const View1<Real>& out,                        // out (B,T,
         const std::int64_t tok = tokens(n);
         const bool valid = tok >= 0 && tok < V;
         Real* o = out.data() + static_cast<std::int64_t>(n) * C;
-        const Real* p = wpe.data() + static_cast<std::int64_t>(n % T) * C;
+        const Real* p = wpe.data() + static_cast<std::int64_t>(positions ? positions[n] : n % T) * C;
         if (valid) {
           const Real* w = wte.data() + tok * C;
           for (int c = 0; c < C; ++c) o[c] = w[c] + p[c];
@@ -105,14 +107,15 @@ void encoder_forward(const View1<Real>& out,                        // out (B,T,
       });
 }
 
-// dwte[v,:] += sum over (b,t) with tokens[b,t] == v of dout[b,t,:];  dwpe[t,:] += sum over b of dout[b,t,:]
+// dwte[v,:] += sum over (b,t) with tokens[b,t] == v of dout[b,t,:];  dwpe[t,:] (or dwpe[positions[t],:]) += sum over
+// b of dout[b,t,:]
 template <class Real>
 void encoder_backward(const View1<Real>& dwte,                      // dwte (V,C), +=
                       const View1<Real>& dwpe,                      // dwpe (maxT,C), +=
                       const View1<const Real>& dout,                // dout (B,T,C)
                       const View1<const std::int32_t>& tokens,   // tokens (B,T)
-                      int B, int T, int C) {
-  if (portable()) return team::encoder_backward<Real>(dwte, dwpe, dout, tokens, B, T, C);
+                      int B, int T, int C, const std::int32_t* positions = nullptr) {
+  if (portable()) return team::encoder_backward<Real>(dwte, dwpe, dout, tokens, B, T, C, positions);
   using detail::kColumnTile;
   const int N = B * T;
   const int tiles = detail::column_tiles(C);
@@ -141,7 +144,7 @@ void encoder_backward(const View1<Real>& dwte,                      // dwte (V,C
           const Real* g = dout.data() + (static_cast<std::int64_t>(b) * T + t) * C + c0;
           for (int c = 0; c < w; ++c) acc[c] += g[c];
         }
-        Real* d = dwpe.data() + static_cast<std::int64_t>(t) * C + c0;
+        Real* d = dwpe.data() + static_cast<std::int64_t>(positions ? positions[t] : t) * C + c0;
         for (int c = 0; c < w; ++c) d[c] += acc[c];
       });
 }

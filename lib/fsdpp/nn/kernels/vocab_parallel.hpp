@@ -35,7 +35,8 @@ void vocab_parallel_embedding_forward(const View1<Real>& out,                   
                                       const View1<const std::int32_t>& local_tokens,// (B,T), tokens - v0
                                       const View1<const Real>& wte,                 // wte rows of this rank (Vl,C)
                                       const View1<const Real>& wpe,                 // wpe (maxT,C)
-                                      bool add_positions, int B, int T, int C) {
+                                      bool add_positions, int B, int T, int C,
+                                      const std::int32_t* positions = nullptr) {  // (B*T): encoder.hpp's
   const std::int64_t Vl = C > 0 ? static_cast<std::int64_t>(wte.extent(0)) / C : 0;
   Kokkos::parallel_for(
       "fsdpp::vocab_parallel_embedding_forward", team::row_policy<Real>(std::int64_t(B) * T, 0),
@@ -45,7 +46,7 @@ void vocab_parallel_embedding_forward(const View1<Real>& out,                   
         const bool owned = tok >= 0 && tok < Vl;
         Real* o = out.data() + n * C;
         const Real* w = wte.data() + (owned ? tok : 0) * C;
-        const Real* p = add_positions ? wpe.data() + (n % T) * C : nullptr;  // Llama: no position table
+        const Real* p = add_positions ? wpe.data() + (positions ? positions[n] : n % T) * C : nullptr;  // Llama: none
         Kokkos::parallel_for(Kokkos::TeamThreadRange(member, C), [&](const int c) {
           o[c] = (owned ? w[c] : Real(0)) + (add_positions ? p[c] : Real(0));
         });
