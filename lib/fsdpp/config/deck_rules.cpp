@@ -167,6 +167,10 @@ void check_context_parallel(const ModelConfig& m, const MeshConfig& mesh, const 
     broken({"mesh.cp", "model.attention"},
            "mesh.cp ({}) runs ring attention on the fused kernels, which never hold a T x T matrix; model.attention "
            "{} would: set model.attention fused (or auto)", cp, to_string(m.attention));
+  if (mesh.dp_shard == 0)
+    broken({"mesh.cp", "mesh.dp_shard"},
+           "mesh.cp ({}): the cp ranks join the mesh.dp_shard dimension's shard group (dp_shard x cp), which this mesh "
+           "lacks: set mesh.dp_shard (1, or -1 for the ranks left over)", cp);
   if (fsdp.strategy == ShardStrategy::no_shard)
     broken({"mesh.cp", "fsdp.strategy"},
            "mesh.cp ({}): the cp ranks hold the same parameters and join the shard group (dp_shard x cp), which "

@@ -66,7 +66,8 @@ void check_expert_parallel(const ModelConfig& model, const MeshConfig& mesh, int
 // ---- context parallelism (mesh.cp) ------------------------------------------------------------------------
 // cp >= 1; cp > 1: model.context_length a multiple of 2 cp (two equal chunks per rank), and under sequence
 // parallelism the micro-batch's B x T/cp local tokens a multiple of tp; the ring runs the fused attention
-// kernels, so model.attention reference or batched is refused (auto is fine); not with fsdp.strategy no_shard
+// kernels, so model.attention reference or batched is refused (auto is fine); a mesh.dp_shard dimension (the cp
+// ranks join its shard group); not with fsdp.strategy no_shard
 // (the cp ranks shard the parameters) or train.reproducible (the ring's merge is not bitwise across cp).
 void check_context_parallel(const ModelConfig& model, const MeshConfig& mesh, const TrainConfig& train,
                             const FsdpConfig& fsdp);

@@ -99,7 +99,8 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   else if (raf.kind == ReshardAfterForward::Kind::yes)
     block.reshard_after_forward = true;
   else if (raf.kind == ReshardAfterForward::Kind::group) {
-    check_reshard_after_forward_group(raf.group_size, shard_ranks * layout.cp);  // the shard group: dp_shard x cp  // here, before any communicator exists
+    // here, before any communicator exists; the shard group is dp_shard x cp
+    check_reshard_after_forward_group(raf.group_size, shard_ranks * layout.cp);
     block.reshard_after_forward_ranks = raf.group_size;
   }
   FullyShardOptions& root = layout.root_options;
