@@ -8,7 +8,9 @@
 # dimension's waited ms over its communication ms; target <= 25% where the ring's bytes take no longer than the
 # attention), and the load balance: the slowest cp rank's ring attention compute over the mean (the log's "Ring
 # compute" row; target <= 1.1). Where a virtual cluster can be made (tests/cluster/vcluster, root; --nodes off to
-# skip), cp 2 also runs with one rank on each of 2 nodes at T 8192, the ring's blocks crossing the link.
+# skip), cp 2 also runs with one rank on each of 2 nodes at T 8192, the ring's blocks crossing the link. Reproducible
+# mode with token chunks (train.reproducible_chunks 4) runs at cp 1 and cp 2 at T 8192: whether they give the same
+# bits, and the cost of cp 2's fixed-order attention against the default cp 2.
 # Options: --steps N (default 3), --nodes auto|off.
 set -euo pipefail
 steps=3 nodes=auto
@@ -33,6 +35,11 @@ for T in 8192 16384; do
   run "cp1-$T" 1 "model.context_length=$T" mesh.cp=1
   run "cp2-$T" 2 "model.context_length=$T" mesh.cp=2
 done
+# Reproducible mode with token chunks at T 8192: cp 1 and cp 2 give the same bits (losses and gradient norms, to
+# the last digit in metrics.jsonl); its cost against the default cp 2 (attention over whole sequences on each rank).
+exact=(model.context_length=8192 train.reproducible=true train.reproducible_chunks=4)
+run repro-cp1-8192 1 "${exact[@]}" mesh.cp=1
+run repro-cp2-8192 2 "${exact[@]}" mesh.cp=2
 # The exposed ring from a timeline: cp 2 at T 8192, its last two steps traced.
 run cp2-trace 2 model.context_length=8192 mesh.cp=2 train.steps=4 "run.trace=3-4"
 build/bin/fsdpp report "$work/cp2-trace" --trace --json >"$work/cp2-trace.report.json"
@@ -91,11 +98,25 @@ print(f"exposed ring communication (trace, cp dimension): {cp['waited_ms']:.1f} 
       f"{100 * exposed:.1f}% (target <= 25%)")
 print(f"load balance, slowest cp rank's ring compute over the mean: {balance:.3f} (target <= 1.1)")
 print(f"cp 2 on the virtual cluster: {cluster}")
+steps_of = lambda name: [(r["loss"], r["grad_norm"]) for r in map(json.loads, open(f"{work}/{name}/metrics.jsonl"))
+                         if "loss" in r]
+bitwise = steps_of("repro-cp1-8192") == steps_of("repro-cp2-8192")
+r1, r2 = figures("repro-cp1-8192"), figures("repro-cp2-8192")
+slowdown, memory = r2["ms"] / f[(2, 8192)]["ms"], r2["peak"] / f[(2, 8192)]["peak"]
+print(f"reproducible, T 8192 (chunks 4): cp 1 {r1['ms']:.0f} ms/step, cp 2 {r2['ms']:.0f} ms/step "
+      f"({slowdown:.2f}x the default cp 2's time, {memory:.2f}x its peak, plan {r2['plan']:.1f} MiB against "
+      f"{r2['peak']:.1f} measured); cp 2 bitwise cp 1: {'yes' if bitwise else 'NO'}")
 print(json.dumps({"bench": "context_parallel", "activation_ratio_cp2": round(ratio[16384], 4),
                   "activation_ratio_cp2_T8192": round(ratio[8192], 4), "exposed_fraction": round(exposed, 4),
                   "cp_balance": round(balance, 4), "speedup_cp2_T16384": round(speed[16384], 3),
                   "ms_per_step": {f"cp{c}_T{T}": round(x["ms"], 1) for (c, T), x in f.items()},
                   "peak_mib": {f"cp{c}_T{T}": x["peak"] for (c, T), x in f.items()},
                   "plan_mib": {f"cp{c}_T{T}": round(x["plan"], 1) for (c, T), x in f.items()},
-                  "nodes_ms_per_step": None if cluster_ms == "null" else float(cluster_ms)}, separators=(",", ":")))
+                  "nodes_ms_per_step": None if cluster_ms == "null" else float(cluster_ms),
+                  "reproducible_cp2_bitwise": bitwise, "reproducible_cp2_slowdown": round(slowdown, 3),
+                  "reproducible_cp2_memory_ratio": round(memory, 3),
+                  "reproducible_ms_per_step": {"cp1_T8192": round(r1["ms"], 1), "cp2_T8192": round(r2["ms"], 1)},
+                  "reproducible_peak_mib": {"cp1_T8192": r1["peak"], "cp2_T8192": r2["peak"]},
+                  "reproducible_plan_mib": {"cp1_T8192": round(r1["plan"], 1), "cp2_T8192": round(r2["plan"], 1)}},
+                 separators=(",", ":")))
 PY

@@ -8,7 +8,8 @@
 # ep 2 on 2 ranks, inside HSDP 2x2 and beside tp 2: the exchange's staging and the received rows' buffers at their worst case), and batched (a workspace) for both, and train.reproducible (units of 1
 # with a word accumulator on 2 ranks; HSDP 2x2 with one unit per rank, converted as it arrives), and context
 # parallelism (llama-cp2*: cp 2 on 2 ranks, beside tp 2 with sequence parallelism, and inside HSDP 2 x 1 with
-# activation checkpointing: the local chunks' rows and the ring's buffers; Qwen3-MoE at ep 2 x cp 2),
+# activation checkpointing: the local chunks' rows and the ring's buffers; Qwen3-MoE at ep 2 x cp 2; cp 2 in
+# reproducible mode with token chunks: the whole sequences' attention buffers and the chunks' gradient scratch),
 # the planned per-rank total must be within 1% of the peak the trainer measures (Views counted by
 # MemoryAccounting, largest over ranks). The plan runs fully_shard's own schedule dry, so it should agree to
 # the byte but for what MemoryAccounting sees outside FSDP's buffers.
@@ -40,7 +41,8 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
             "2 llama-cp2 mesh.cp=2 model.attention=fused" \
             "4 llama-cp2-tp2 mesh.cp=2 mesh.tp=2 mesh.tp_sequence_parallel=true model.attention=fused" \
             "4 llama-cp2-hsdp mesh.cp=2 fsdp.strategy=hybrid_shard mesh.dp_replicate=2 model.attention=fused train.activation_checkpointing=full" \
-            "4 moe-ep2-cp2 mesh.ep=2 mesh.cp=2 model.attention=fused"; do
+            "4 moe-ep2-cp2 mesh.ep=2 mesh.cp=2 model.attention=fused" \
+            "2 llama-cp2-repro mesh.cp=2 model.attention=fused train.reproducible=true train.reproducible_chunks=4"; do
   read -r n layout extra <<<"$spec"
   read -r -a more <<<"${extra:-}"
   case "$layout" in
@@ -67,4 +69,4 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
   case "$line" in *OUT) status=1 ;; esac
 done
 [ "$status" = 0 ] || { echo "FAIL: fsdpp plan is more than 1% from the measured peak"; exit 1; }
-echo "plan_vs_measured: within 1% on 1, 2 and 4 ranks, no_shard, HSDP, GPT-2, Llama, Qwen2, Qwen3-MoE and Mixtral (with expert parallelism), context parallelism, and activation checkpointing"
+echo "plan_vs_measured: within 1% on 1, 2 and 4 ranks, no_shard, HSDP, GPT-2, Llama, Qwen2, Qwen3-MoE and Mixtral (with expert parallelism), context parallelism (also reproducible, with token chunks), and activation checkpointing"

@@ -182,6 +182,9 @@ struct TrainConfig {
   // and the units' gradients, losses and the squared norm are summed exactly in fixed point.
   bool reproducible = false;
   int reproducible_unit = 1;
+  // Token chunks per sequence: >1 runs every product on one chunk's rows and sums weight gradients exactly chunk
+  // by chunk, so the bits are also the same at any mesh.cp whose 2 cp divides it (check_reproducible_chunks).
+  int reproducible_chunks = 1;
 };
 
 struct LogConfig {

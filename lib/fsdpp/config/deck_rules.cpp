@@ -175,11 +175,6 @@ void check_context_parallel(const ModelConfig& m, const MeshConfig& mesh, const 
     broken({"mesh.cp", "fsdp.strategy"},
            "mesh.cp ({}): the cp ranks hold the same parameters and join the shard group (dp_shard x cp), which "
            "fsdp.strategy no_shard does not have: use full_shard, shard_grad_op or hybrid_shard", cp);
-  if (train.reproducible)
-    broken({"mesh.cp", "train.reproducible"},
-           "mesh.cp ({}) with train.reproducible: the ring merges each row's attention over key blocks in an order "
-           "that depends on cp, and every weight gradient sums a rank's own tokens first, so the bits would change "
-           "with cp; train reproducibly at mesh.cp 1, or drop train.reproducible", cp);
 }
 
 void check_vocabulary_split(int vocab_size, int tp) {
@@ -270,6 +265,45 @@ void check_reproducible(const TrainConfig& train, const FsdpConfig& fsdp) {
     broken({"train.reproducible", "fsdp.replica_all_reduce"},
            "train.reproducible already all-reduces the step's exact gradient sums over the replicas once, after the "
            "last micro-batch: remove fsdp.replica_all_reduce");
+}
+
+void check_reproducible_chunks(const ModelConfig& m, const MeshConfig& mesh, const TrainConfig& train) {
+  const int chunks = train.reproducible_chunks;
+  if (chunks < 1) broken({"train.reproducible_chunks"}, "train.reproducible_chunks ({}) must be at least 1", chunks);
+  if (!train.reproducible) return;
+  if (chunks == 1 && mesh.cp > 1)
+    broken({"mesh.cp", "train.reproducible", "train.reproducible_chunks"},
+           "mesh.cp ({}) with train.reproducible needs train.reproducible_chunks: each rank holds 2 of 2 x {} chunks "
+           "of a sequence, and its bits match other cp sizes only when products and weight-gradient sums run on "
+           "fixed token chunks. Set train.reproducible_chunks to a multiple of {}, the same on every run you compare "
+           "(8 covers mesh.cp 1, 2 and 4)", mesh.cp, mesh.cp, 2 * mesh.cp);
+  if (chunks == 1) return;
+  if (m.context_length % chunks != 0)
+    broken({"train.reproducible_chunks", "model.context_length"},
+           "train.reproducible_chunks ({}) cuts each sequence into equal chunks: model.context_length ({}) must be a "
+           "multiple of it", chunks, m.context_length);
+  if (mesh.cp > 1 && chunks % (2 * mesh.cp) != 0)
+    broken({"train.reproducible_chunks", "mesh.cp"},
+           "train.reproducible_chunks ({}) must be a multiple of 2 x mesh.cp = {}: each cp rank holds 2 of 2 x {} "
+           "equal parts of a sequence, and each part must be whole chunks", chunks, 2 * mesh.cp, mesh.cp);
+  if (m.attention != AttentionKind::fused)
+    broken({"train.reproducible_chunks", "model.attention"},
+           "train.reproducible_chunks ({}) compares runs across mesh.cp, which always runs the fused attention "
+           "kernels: set model.attention fused on every run (it is {})", chunks, to_string(m.attention));
+  if (is_moe_arch(m.arch))
+    broken({"train.reproducible_chunks", "model.arch"},
+           "train.reproducible_chunks ({}) is not built for mixtures of experts ({}): their expert products and "
+           "balancing losses are not yet cut into token chunks. Use train.reproducible_chunks 1 (bitwise across "
+           "data-parallel layouts at mesh.cp 1)", chunks, to_string(m.arch));
+  if (mesh.tp > 1 && mesh.tp_sequence_parallel)
+    broken({"train.reproducible_chunks", "mesh.tp_sequence_parallel"},
+           "train.reproducible_chunks ({}) with mesh.tp_sequence_parallel: the norms' weight gradients are summed "
+           "over the tp ranks' rows in floating point, which the exact chunk sums cannot follow; drop "
+           "mesh.tp_sequence_parallel (tensor parallelism without it is fine)", chunks);
+}
+
+int reproducible_chunk_rows(const ModelConfig& m, const TrainConfig& train) {
+  return train.reproducible && train.reproducible_chunks > 1 ? m.context_length / train.reproducible_chunks : 0;
 }
 
 int training_forward_batch(const TrainConfig& train) {

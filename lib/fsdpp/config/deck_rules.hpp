@@ -67,8 +67,8 @@ void check_expert_parallel(const ModelConfig& model, const MeshConfig& mesh, int
 // cp >= 1; cp > 1: model.context_length a multiple of 2 cp (two equal chunks per rank), and under sequence
 // parallelism the micro-batch's B x T/cp local tokens a multiple of tp; the ring runs the fused attention
 // kernels, so model.attention reference or batched is refused (auto is fine); a mesh.dp_shard dimension (the cp
-// ranks join its shard group); not with fsdp.strategy no_shard
-// (the cp ranks shard the parameters) or train.reproducible (the ring's merge is not bitwise across cp).
+// ranks join its shard group); not with fsdp.strategy no_shard (the cp ranks shard the parameters). With
+// train.reproducible, see check_reproducible_chunks.
 void check_context_parallel(const ModelConfig& model, const MeshConfig& mesh, const TrainConfig& train,
                             const FsdpConfig& fsdp);
 // torch.chunk's split of `vocab_size` rows over tp ranks leaves the last rank some rows.
@@ -91,6 +91,13 @@ void check_batch(const TrainConfig& train);
 // replica_all_reduce last_micro_batch (the exact sums are all-reduced once per step anyway).
 inline constexpr std::int64_t kReproducibleMaxUnits = GradientWords::kMaxUnits;
 void check_reproducible(const TrainConfig& train, const FsdpConfig& fsdp);
+// train.reproducible_chunks >= 1; with train.reproducible and more than one chunk: model.context_length a multiple
+// of it, a multiple of 2 mesh.cp, model.attention fused (what every cp runs), no MoE architecture and no
+// tp_sequence_parallel (not built); reproducible at mesh.cp > 1 needs it (the bits of other cp sizes).
+void check_reproducible_chunks(const ModelConfig& model, const MeshConfig& mesh, const TrainConfig& train);
+// The token rows of one reproducible chunk, model.context_length / train.reproducible_chunks, or 0 when chunks are
+// off (not reproducible, or one chunk): the model's gradient chunks and the GEMM row blocks (tensor/matmul.hpp).
+int reproducible_chunk_rows(const ModelConfig& model, const TrainConfig& train);
 // Sequences per training forward and backward: train.micro_batch, or in reproducible mode its computation unit,
 // train.reproducible_unit (a micro-batch then runs as micro_batch / unit of them, one after another).
 int training_forward_batch(const TrainConfig& train);

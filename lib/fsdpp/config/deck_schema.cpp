@@ -205,6 +205,11 @@ std::vector<Field> train_fields() {
   f.push_back(integer("train.reproducible_unit", &Deck::train, &TrainConfig::reproducible_unit, 1,
                       "With train.reproducible: sequences per computation unit, the same on every layout; must "
                       "divide train.micro_batch. Larger units run larger GEMMs but allow fewer layouts."));
+  f.push_back(integer("train.reproducible_chunks", &Deck::train, &TrainConfig::reproducible_chunks, 1,
+                      "With train.reproducible: equal token chunks per sequence. Above 1, every product runs on one "
+                      "chunk's rows and weight gradients are summed exactly chunk by chunk, so the run is bitwise the "
+                      "same at every mesh.cp whose 2 x cp divides it (8: cp 1, 2 and 4). Must divide "
+                      "model.context_length; needs model.attention fused."));
   return f;
 }
 

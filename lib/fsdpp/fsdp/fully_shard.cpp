@@ -5,7 +5,7 @@
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
-#include "fsdpp/fsdp/exact_words.hpp"
+#include "fsdpp/tensor/exact_words.hpp"
 #include "fsdpp/tensor/fixed_point.hpp"
 
 #include <algorithm>
@@ -226,9 +226,9 @@ void FsdpGroup::set_requires_all_reduce(bool value, bool recurse) {
     if (FsdpGroup* g = fsdp_group(*m); g && (recurse || g == this)) g->requires_all_reduce_ = value;
 }
 
-void FsdpGroup::set_exact_single_backward(bool value, bool recurse) {
+void FsdpGroup::set_exact_single_backward(std::int64_t units, bool recurse) {
   for (Module* m : module_.modules())
-    if (FsdpGroup* g = fsdp_group(*m); g && (recurse || g == this)) g->exact_single_backward_ = value;
+    if (FsdpGroup* g = fsdp_group(*m); g && (recurse || g == this)) g->exact_single_backward_ = units;
 }
 
 void FsdpGroup::lazy_init() {
@@ -430,6 +430,12 @@ void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
     if (!dry_) p->show_whole_grad(slice(full_grad_[i].view, 0, p->numel()));
   }
   if (!dry_) pieces_f32_.run(PieceOp::zero);  // the pooled whole gradients start at zero: one kernel
+  if (!grads_unsharded_ && options_.exact_reduction && options_.exact_token_chunks) {
+    allocate(chunk_words_, FsdpBuffer::reduce_scatter, layout_.slot * GradientWords::words * ranks_,
+             module_.display_name() + ".reduce_scatter_words", true);
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (!dry_) params_[i]->show_grad_words({chunk_words_.view, layout_.piece[i], layout_.offset[i], layout_.slot});
+  }
   if (!grads_unsharded_) schedule_kernel(layout_.slot * ranks_ * 4);
   grads_unsharded_ = true;
   // Backward prefetch: the group that ran just before this one in forward runs just after it in backward.

@@ -68,6 +68,10 @@ struct FullyShardOptions {
   // finish_exact_gradients then all-reduces it over HSDP replicas and converts it to the shard gradients once.
   // Every backward must synchronize (gradient sync on), in f32 (reduce_dtype f32).
   bool exact_reduction = false;
+  // With exact_reduction, the model's token chunks (train.reproducible_chunks): each backward's group words are
+  // allocated when it starts and handed to the parameters (Parameter::grad_words), so the model adds each token
+  // chunk's weight gradient to them apart; what it still writes to the f32 gradients is cut and added at the end.
+  bool exact_token_chunks = false;
 };
 
 // What the groups under one root did since the last reset: collective counts (tests compare them with FSDP2's
@@ -121,10 +125,11 @@ class FsdpGroup final : public ModuleHooks {
   // it changes nothing. `recurse`: also every sharded module below this one (FSDP2's default).
   void set_requires_all_reduce(bool value, bool recurse = true);
   void set_gradient_divide_factor(double factor) { divide_factor_ = factor; }
-  // Exact reduction: the next backward is the only one of its step (no accumulation), so its reduced words are
-  // the step's sum: they are converted when the reduction completes, and no word accumulator is kept.
+  // Exact reduction: units > 0: the next backward is the only one of its step (no accumulation), so its reduced
+  // words are the step's sum of `units` units (one per data-parallel rank; the cp ranks of one share it): they are
+  // converted when the reduction completes, and no word accumulator is kept. 0: the words accumulate.
   // `recurse`: every sharded module below this one too.
-  void set_exact_single_backward(bool value, bool recurse = true);
+  void set_exact_single_backward(std::int64_t units, bool recurse = true);
   void set_modules_to_forward_prefetch(std::vector<Module*> modules) { forward_prefetch_ = std::move(modules); }
   void set_modules_to_backward_prefetch(std::vector<Module*> modules) { backward_prefetch_ = std::move(modules); }
 
@@ -165,7 +170,7 @@ class FsdpGroup final : public ModuleHooks {
     Tracked<std::int64_t> in_words, out_words;  // exact reduction: the words reduce-scattered
     bool all_reduce = true;  // requires_all_reduce_ when issued
     int id = -1;             // the collective in flight, as schedule events name it
-    bool single_backward = false;  // exact reduction: exact_single_backward_ when issued
+    std::int64_t single_backward = 0;  // exact reduction: exact_single_backward_ (its units) when issued
     std::string site;        // the flight recorder's name for the collectives issued at completion
     WorkHandle work;
     std::vector<WorkHandle> per_param;
@@ -232,6 +237,7 @@ class FsdpGroup final : public ModuleHooks {
   Tracked<bf16> post_forward_bf16_;
   Tracked<float> partial_reduction_;                      // HSDP with the all-reduce skipped: summed shards
   Tracked<std::int64_t> exact_sum_;                       // exact reduction: this step's summed shard words
+  Tracked<std::int64_t> chunk_words_;                     // exact_token_chunks: this backward's whole words
   // One kernel per copy-in, copy-out, accumulation or zeroing of the group's pieces (flat_buffers.hpp).
   PieceBatch<float, float> pieces_f32_;
   PieceBatch<bf16, float> pieces_to_bf16_;
@@ -249,7 +255,7 @@ class FsdpGroup final : public ModuleHooks {
   bool grads_unsharded_ = false;  // full_grad_ holds unreduced gradients (gradient sync off)
   bool requires_gradient_sync_ = true;
   bool requires_all_reduce_ = true;
-  bool exact_single_backward_ = false;
+  std::int64_t exact_single_backward_ = 0;  // set_exact_single_backward's units
   double divide_factor_ = 0;  // 0: average over the data-parallel ranks
   std::vector<Module*> forward_prefetch_, backward_prefetch_;
   bool is_root_ = false;

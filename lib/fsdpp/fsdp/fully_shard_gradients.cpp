@@ -5,7 +5,7 @@
 
 #include "fsdpp/observe/flight_recorder.hpp"
 #include "fsdpp/observe/timeline.hpp"
-#include "fsdpp/fsdp/exact_words.hpp"
+#include "fsdpp/tensor/exact_words.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/tensor/fixed_point.hpp"
 
@@ -73,7 +73,7 @@ void FsdpGroup::complete_reduce_scatter(PendingReduction& pending) {
     if (pending.single_backward) {
       // The step's only backward: its words are the step's sum, one unit per data-parallel rank.
       if (ranks_ > 1) release(pending.in_words, FsdpBuffer::reduce_scatter);
-      convert_words(reduced_words, FsdpBuffer::reduce_scatter, ranks_ * (replicate_comm_ ? replicate_comm_->size() : 1));
+      convert_words(reduced_words, FsdpBuffer::reduce_scatter, pending.single_backward);
       return;
     }
     // The accumulator is taken while the unit's word buffers are still out, so that it never takes their
@@ -228,9 +228,18 @@ void FsdpGroup::issue_exact_reduce_scatter() {
   pending.site = module_.display_name() + " gradient reduction";
   pending.single_backward = exact_single_backward_;
   const std::int64_t count = layout_.slot * GradientWords::words;
-  allocate(pending.in_words, FsdpBuffer::reduce_scatter, count * ranks_, module_.display_name() + ".reduce_scatter_words");
+  const bool chunked = chunk_words_.bytes != 0;  // the model's token chunks are in these words already
+  if (chunked) {
+    pending.in_words = std::move(chunk_words_);
+    chunk_words_ = Tracked<std::int64_t>();
+  } else
+    allocate(pending.in_words, FsdpBuffer::reduce_scatter, count * ranks_,
+             module_.display_name() + ".reduce_scatter_words");
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    if (!dry_) cut_into_slots(pending.in_words.view, full_grad_[i].view, layout_.piece[i], layout_.offset[i], layout_.slot);
+    const SlotWords words{pending.in_words.view, layout_.piece[i], layout_.offset[i], layout_.slot};
+    if (!dry_ && chunked) add_cut_into_slots(words, full_grad_[i].view);  // what was not cut by chunks (zeros)
+    else if (!dry_) cut_into_slots(words.words, full_grad_[i].view, words.piece, words.offset, words.slot);
+    if (chunked && !dry_) params_[i]->show_grad_words({});
     params_[i]->use_grad(shard_grad_[i]);
     release(full_grad_[i], FsdpBuffer::unsharded_grads);
   }

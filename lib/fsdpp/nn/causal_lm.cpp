@@ -92,6 +92,13 @@ void CausalLM::apply_context_parallel(std::shared_ptr<ContextParallelGroup> cp) 
               "context parallelism: the blocks' key/value width {} is not the planner's", context_->cp->kv_width());
 }
 
+void CausalLM::apply_reproducible_chunks(int rows) {
+  context_->chunks.configure(rows, chunk_scratch_elements());
+  if (rows == 0 || !context_->cp->active()) return;
+  const DecoderBlock::Local l = blocks_.front()->local();
+  context_->cp->set_fixed_order(l.heads * l.head_size, l.heads);
+}
+
 std::int64_t CausalLM::parameter_count() const {
   std::int64_t total = 0;
   for (const Parameter* p : parameters()) total += p->global_numel();
@@ -182,7 +189,7 @@ std::int64_t CausalLM::activation_bytes() const {
   std::int64_t total = head_buffers_.bytes() + context_->scratch.buffers.bytes() + context_->recomputed.bytes() +
                        context_->rotary.buffers.bytes() + context_->moe_scratch.buffers.bytes() +
                        context_->recomputed_moe.bytes() + (context_->ep ? context_->ep->buffer_bytes() : 0) +
-                       context_->cp->buffer_bytes();
+                       context_->cp->buffer_bytes() + chunk_scratch_bytes();
   for (const auto& b : blocks_) total += b->activation_bytes();
   return total;
 }
@@ -205,7 +212,7 @@ std::int64_t CausalLM::activation_bytes_for(int B, int T_sequence, int recomputi
   const std::int64_t sets = config_.n_layer - recomputing_blocks + (recomputing_blocks > 0 ? 1 : 0);
   std::int64_t total = config_.n_layer * block.output_bytes(B, T) + sets * block.activation_table(acts, B, T).bytes() +
                        block.scratch_table(scratch, B, T).bytes() + head_table(head, B, T).bytes() +
-                       rotary.table().bytes() + ring;
+                       rotary.table().bytes() + ring + chunk_scratch_bytes();
   const bool use_flags = recomputing_blocks == recomputing_blocks_now();
   bool shared_moe = false, any_moe = false;
   const int N = B * T;
@@ -225,6 +232,24 @@ std::int64_t CausalLM::activation_bytes_for(int B, int T_sequence, int recomputi
   }
   if (context_->ep) total += context_->ep->buffer_bytes();
   return total;
+}
+
+// The gradient chunks' scratch: the largest gradient, and beside it the largest that is cut second (a bias, a
+// norm's weight or bias, Qwen3's k norm, GPT-2's position table).
+std::array<std::int64_t, 2> CausalLM::chunk_scratch_elements() const {
+  std::array<std::int64_t, 2> n = {0, 0};
+  for (const Parameter* p : parameters()) {
+    n[0] = std::max(n[0], p->numel());
+    if (p->role() == ParamRole::bias || p->role() == ParamRole::norm || p == position_table)
+      n[1] = std::max(n[1], p->numel());
+  }
+  return n;
+}
+
+std::int64_t CausalLM::chunk_scratch_bytes() const {
+  if (!context_->chunks.active()) return 0;
+  const auto n = chunk_scratch_elements();
+  return (n[0] + n[1]) * static_cast<std::int64_t>(sizeof(float));
 }
 
 int CausalLM::recomputing_blocks_now() const {
@@ -267,11 +292,19 @@ void CausalLM::embed_backward(const Flow& flow, const View1<float>& dx_local, in
   const int C = config_.n_embd;
   const View1<float> dx = tp.gather_rows(dx_local, head_.dlnf, N, C);
   const View1<const std::int32_t> tokens = tp.active() ? View1<const std::int32_t>(head_.local_tokens) : flow.tokens;
-  if (position_table)
-    encoder_backward<float>(token_embedding.grad(), position_table->grad(), dx, tokens, flow.B, flow.T, C,
-                            context_->rope_positions());
-  else
-    embedding_backward<float>(token_embedding.grad(), dx, tokens, N, C);
+  GradientChunks& chunks = context_->chunks;
+  chunks.sum(&token_embedding, position_table, N, [&](const View1<float>& dwte, const View1<float>& dwpe, int row0,
+                                                      int rows) {
+    const View1<float> x = chunk_rows(dx, row0, rows, C);
+    const View1<const std::int32_t> ids = chunk_rows(tokens, row0, rows);
+    const std::int32_t* positions = context_->rope_positions();
+    if (!position_table) return embedding_backward<float>(dwte, x, ids, rows, C);
+    if (!chunks.active())
+      return encoder_backward<float>(dwte, dwpe, dx, tokens, flow.B, flow.T, C, positions);
+    // One chunk of one sequence: its rows sit at positions[row0...] (cp), or at row0 mod T onwards.
+    if (positions) return encoder_backward<float>(dwte, dwpe, x, ids, 1, rows, C, positions + row0);
+    encoder_backward<float>(dwte, chunk_rows(dwpe, row0 % flow.T, rows, C), x, ids, 1, rows, C);
+  });
 }
 
 // Context parallelism: the flow's whole sequences become this rank's chunks of them (tokens, targets, T / cp), with
@@ -319,12 +352,13 @@ void CausalLM::forward(Flow& flow) {
   const int Vl = static_cast<int>(head().rows());  // V without tensor parallelism
   linear_forward<float>(head_.logits, head_.lnf, head().value(), View1<float>(), N, C, Vl);
   // Training: the fused kernel leaves d(loss)/d(logits) in the logits, saving a (N,V) buffer.
+  // d(objective)/d(loss) of a row: the loss is a mean over this rank's rows, or, under reproducible chunks with cp,
+  // over the whole sequences' (the exact sum adds the cp ranks' parts, where fully_shard would average them).
+  const float dloss = flow.loss_scale / static_cast<float>(context_->chunks.active() ? N * context_->cp->ranks() : N);
   if (tp.active())
-    tp.vocab_parallel_loss(head_.logits, head_.losses, head_.ce_stats, flow.targets, N, Vl, V, flow.loss_scale,
-                           flow.training);
+    tp.vocab_parallel_loss(head_.logits, head_.losses, head_.ce_stats, flow.targets, N, Vl, V, dloss, flow.training);
   else if (flow.training)
-    crossentropy_forward_backward<float>(head_.logits, head_.losses, flow.targets, N, V,
-                                         flow.loss_scale / static_cast<float>(N));
+    crossentropy_forward_backward<float>(head_.logits, head_.losses, flow.targets, N, V, dloss);
   else
     crossentropy_forward<float>(head_.losses, head_.logits, flow.targets, N, V);
   flow.loss = mean_loss(head_.losses, N);
@@ -346,12 +380,15 @@ void CausalLM::backward(Flow& flow) {
   // while the head's weight gradient (the largest product) is computed (tensor_parallel.hpp). The tied wte gets
   // it before the embedding's backward adds its own, as without overlap.
   TpPending reduction = tp.reduce_region_gradient_async(head_.dlnf, head_.dlnf_local, N, C);
-  linear_backward_weight<float>(head().grad(), View1<float>(), head_.logits, head_.lnf, N, C, Vl);
+  context_->chunks.sum(&head(), nullptr, N, [&](const View1<float>& dw, const View1<float>& none, int row0, int rows) {
+    linear_backward_weight<float>(dw, none, chunk_rows(head_.logits, row0, rows, Vl), chunk_rows(head_.lnf, row0, rows, C),
+                                  rows, C, Vl);
+  });
   const View1<float> dlnf = tp.wait(reduction);
   Kokkos::deep_copy(head_.dx, 0.0f);
   if (sp) Kokkos::deep_copy(head_.norm_grads, 0.0f);
   final_norm.backward(head_.dx, tp.norm_gradients(final_norm.parameters(), head_.norm_grads, 0), dlnf, final_x_,
-                      head_.lnf_stats, Nl, C);
+                      head_.lnf_stats, Nl, C, &context_->chunks);
   if (sp) tp.add_norm_gradients(head_.norm_grads, final_norm.parameters());  // each rank saw its rows only
   flow.dx = head_.dx;
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (**it)(flow, Pass::backward);

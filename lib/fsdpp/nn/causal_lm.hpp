@@ -21,6 +21,7 @@
 #include "fsdpp/nn/language_model.hpp"
 #include "fsdpp/nn/layers.hpp"
 
+#include <array>
 #include <memory>
 #include <type_traits>
 #include <string>
@@ -76,6 +77,7 @@ class CausalLM : public LanguageModel {
   TensorParallelGroup& tensor_parallel() override { return *context_->tp; }
   std::vector<Module*> apply_expert_parallel(std::shared_ptr<ExpertParallelGroup> ep, bool per_source = false) override;
   void apply_context_parallel(std::shared_ptr<ContextParallelGroup> cp) override;
+  void apply_reproducible_chunks(int rows) override;
   const ContextParallelStats* context_parallel_stats() const override {
     return context_->cp->active() ? &context_->cp->stats() : nullptr;
   }
@@ -112,7 +114,9 @@ class CausalLM : public LanguageModel {
 
  private:
   void number_sparse_blocks();
-  int recomputing_blocks_now() const;  // after add_blocks: each sparse block's index among them, and the statistics
+  int recomputing_blocks_now() const;
+  std::array<std::int64_t, 2> chunk_scratch_elements() const;
+  std::int64_t chunk_scratch_bytes() const;  // reproducible chunks' gradient scratch, while they are on  // after add_blocks: each sparse block's index among them, and the statistics
   struct Head {  // the model's own buffers (see head_table)
     View1<float> x0, lnf, logits, losses, dlnf, dx, dlnf_local, norm_grads, ce_stats;
     NormStats lnf_stats;

@@ -1,6 +1,7 @@
 #include "fsdpp/nn/context_parallel.hpp"
 
 #include "fsdpp/nn/kernels/document.hpp"
+#include "fsdpp/nn/kernels/flash_attention.hpp"
 #include "fsdpp/nn/kernels/ring_attention.hpp"
 #include "fsdpp/runtime/error.hpp"
 
@@ -30,6 +31,14 @@ void ContextParallelGroup::configure(int kv_width, bool document_masks) {
   buffers_ = Buffers(Growth::exact);  // the next batch allocates the new table
 }
 
+void ContextParallelGroup::set_fixed_order(int q_width, int heads) {
+  FSDPP_CHECK(kv_width_ > 0, "context parallelism: set_fixed_order before configure");
+  fixed_order_ = true;
+  q_width_ = q_width;
+  heads_ = heads;
+  buffers_ = Buffers(Growth::exact);
+}
+
 BufferTable ContextParallelGroup::buffer_table(int B, int T_local) {
   const int kv_width = kv_width_;
   const std::size_t rows = static_cast<std::size_t>(B) * static_cast<std::size_t>(T_local);
@@ -39,6 +48,15 @@ BufferTable ContextParallelGroup::buffer_table(int B, int T_local) {
   if (document_masks_) {  // document starts over the whole rows, then this rank's
     t.add("full_starts", rows * static_cast<std::size_t>(ranks_), full_starts_);
     t.add("starts", rows, starts_);
+  }
+  if (fixed_order_) {  // whole sequences' rows of every rank
+    const std::size_t whole = rows * static_cast<std::size_t>(ranks_), W = static_cast<std::size_t>(q_width_ + kv_width);
+    const std::size_t stats = whole * static_cast<std::size_t>(heads_);
+    t.add("gathered", whole * W, gathered_).add("whole_inp", whole * W, whole_inp_);
+    t.add("whole_out", whole * q_width_, whole_out_).add("whole_dout", whole * q_width_, whole_dout_);
+    t.add("whole_dinp", whole * W, whole_dinp_);
+    t.add("whole_lse", stats, whole_lse_).add("whole_delta", stats, whole_delta_);
+    return t;
   }
   // the ring: the block computed on and the one arriving; the blocks' gradient partial sums arriving and leaving
   t.add("kv0", block, kv_[0]).add("kv1", block, kv_[1]);
@@ -132,6 +150,7 @@ RingBlock ContextParallelGroup::prepare(const AttentionShape& s) {
 void ContextParallelGroup::attention_forward(const View1<float>& out, const View1<float>& lse,
                                              const View1<float>& row_sums, const View1<const float>& inp,
                                              const AttentionShape& s) {
+  if (fixed_order_) return fixed_order_forward(out, lse, inp, s);
   const RingBlock own = prepare(s);
   ring_pack_kv<float>(kv_[0], inp, own);
   Kokkos::deep_copy(out, 0.0f);
@@ -157,6 +176,7 @@ void ContextParallelGroup::attention_backward(const View1<float>& dinp, const Vi
                                               const View1<const float>& dout, const View1<const float>& inp,
                                               const View1<const float>& out, const View1<const float>& lse,
                                               const AttentionShape& s) {
+  if (fixed_order_) return fixed_order_backward(dinp, dout, inp, out, lse, s);
   const RingBlock own = prepare(s);
   flash_detail::row_delta<float>(delta, dout, out, own.local_shape());
   const View1<const float> D = delta;
@@ -178,6 +198,60 @@ void ContextParallelGroup::attention_backward(const View1<float>& dinp, const Vi
   }
   wait(partial);
   ring_unpack_dkv<float>(dinp, dkv_in_, own);
+}
+
+void ContextParallelGroup::gather_whole(const View1<float>& whole, const View1<const float>& local, std::int64_t outer,
+                                        int Tl, int width) {
+  const std::size_t count = static_cast<std::size_t>(outer) * static_cast<std::size_t>(Tl) * static_cast<std::size_t>(width);
+  if (!comm_->stream_ordered()) Kokkos::fence();
+  ++stats_.exchanges;
+  stats_.bytes_sent += count * sizeof(float);
+  const auto t0 = std::chrono::steady_clock::now();
+  comm_->all_gather(local.data(), gathered_.data(), count, DType::f32);
+  stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cp_whole_from_gathered<float>(whole, gathered_, outer, Tl / 2, width, ranks_);
+}
+
+AttentionShape ContextParallelGroup::whole_shape(const AttentionShape& s) const {
+  AttentionShape w = s;
+  w.T = s.T * ranks_;
+  w.starts = document_masks_ ? full_starts_.data() : nullptr;  // localize's, over the whole rows
+  return w;
+}
+
+// The whole sequences through cp 1's kernel; this rank's rows of its output and log-sum-exp kept.
+void ContextParallelGroup::fixed_order_forward(const View1<float>& out, const View1<float>& lse,
+                                               const View1<const float>& inp, const AttentionShape& s) {
+  FSDPP_CHECK(s.q_width() == q_width_ && s.NH == heads_, "context parallelism: fixed order set for {} heads of width "
+              "{}, called with {} of {}", heads_, q_width_, s.NH, s.q_width());
+  ensure_buffers(s.B, s.T);
+  const AttentionShape w = whole_shape(s);
+  const int c = s.T / 2;
+  gather_whole(whole_inp_, inp, s.B, s.T, s.row_width());
+  timed([&] { flash_attention_forward<float>(whole_out_, whole_lse_, whole_inp_, w); });
+  const int c0 = chunk_of(rank_, 0, ranks_), c1 = chunk_of(rank_, 1, ranks_);
+  cp_local_from_whole<float>(out, whole_out_, s.B, c, w.T, s.q_width(), c0, c1, false);
+  cp_local_from_whole<float>(lse, whole_lse_, std::int64_t{s.B} * s.NH, c, w.T, 1, c0, c1, false);
+}
+
+// Every rank's rows, outputs, output gradients and log-sum-exps gathered, cp 1's backward over the whole sequences,
+// and this rank's rows of [dq | dk | dv] added: each complete, none summed over ranks.
+void ContextParallelGroup::fixed_order_backward(const View1<float>& dinp, const View1<const float>& dout,
+                                                const View1<const float>& inp, const View1<const float>& out,
+                                                const View1<const float>& lse, const AttentionShape& s) {
+  ensure_buffers(s.B, s.T);
+  const AttentionShape w = whole_shape(s);
+  const int c = s.T / 2;
+  gather_whole(whole_inp_, inp, s.B, s.T, s.row_width());
+  gather_whole(whole_out_, out, s.B, s.T, s.q_width());
+  gather_whole(whole_dout_, dout, s.B, s.T, s.q_width());
+  gather_whole(whole_lse_, lse, std::int64_t{s.B} * s.NH, s.T, 1);
+  Kokkos::deep_copy(whole_dinp_, 0.0f);
+  timed([&] {
+    flash_attention_backward<float>(whole_dinp_, whole_delta_, whole_dout_, whole_inp_, whole_out_, whole_lse_, w);
+  });
+  cp_local_from_whole<float>(dinp, whole_dinp_, s.B, c, w.T, s.row_width(), chunk_of(rank_, 0, ranks_),
+                             chunk_of(rank_, 1, ranks_), true);
 }
 
 }  // namespace fsdpp

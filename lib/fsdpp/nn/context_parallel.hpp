@@ -25,6 +25,12 @@
 // watched like every collective.
 //
 // All buffers are allocated once per shape (tables below), so a step allocates nothing.
+//
+// Reproducible chunks (train.reproducible_chunks, set_fixed_order): the ring's merge order depends on cp, so
+// instead every rank all-gathers the whole sequences' rows (forward: [q | k | v]; backward: those, the output, its
+// gradient and the log-sum-exp) and runs the fused kernels of cp 1 on them, keeping its own rows: each row's bits
+// are then those of cp 1. This costs cp times the attention work and whole-sequence buffers for attention; the
+// rest of the model keeps its 1/cp rows.
 #include "fsdpp/comm/communicator.hpp"
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/nn/buffers.hpp"
@@ -86,6 +92,10 @@ class ContextParallelGroup {
   // and whether localize() makes document starts. The model sets both (apply_context_parallel, its masks).
   void configure(int kv_width, bool document_masks);
   int kv_width() const { return kv_width_; }
+  // Reproducible chunks: attention in cp 1's fixed order (above), for blocks of `heads` query heads of q_width
+  // floats per row (this tp rank's). After configure.
+  void set_fixed_order(int q_width, int heads);
+  bool fixed_order() const { return fixed_order_; }
   // The buffers a (B, T/cp) local batch needs: localization and the ring.
   BufferTable buffer_table(int B, int T_local);
   std::int64_t buffer_bytes() const { return buffers_.bytes(); }
@@ -118,6 +128,15 @@ class ContextParallelGroup {
   View1<const float> partial_view(int k) const { return k == 0 ? View1<const float>() : View1<const float>(dkv_in_); }
   // Runs `kernels` (one ring step's compute) and adds its time, fenced, to stats().compute_seconds.
   template <class Kernels> void timed(const Kernels& kernels);
+  // The fixed order's passes (set_fixed_order) and its gather: every rank's (outer, Tl, width) rows as whole
+  // sequences (outer, T, width) into `whole`.
+  void fixed_order_forward(const View1<float>& out, const View1<float>& lse, const View1<const float>& inp,
+                           const kernels::AttentionShape& s);
+  void fixed_order_backward(const View1<float>& dinp, const View1<const float>& dout, const View1<const float>& inp,
+                            const View1<const float>& out, const View1<const float>& lse,
+                            const kernels::AttentionShape& s);
+  void gather_whole(const View1<float>& whole, const View1<const float>& local, std::int64_t outer, int Tl, int width);
+  kernels::AttentionShape whole_shape(const kernels::AttentionShape& s) const;
 
   int ranks_ = 1, rank_ = 0;
   Communicator* comm_ = nullptr;
@@ -129,8 +148,12 @@ class ContextParallelGroup {
   View1<std::int32_t> tokens_, targets_, positions_, starts_, full_starts_;
   View1<float> kv_[2], dkv_in_, dkv_out_;
   View1<double> sums_;  // sum_over_ranks' buffer
+  // fixed order: the all-gather's blocks, and whole sequences' rows, outputs, their gradients and row statistics
+  View1<float> gathered_, whole_inp_, whole_out_, whole_dout_, whole_dinp_, whole_lse_, whole_delta_;
   int kv_width_ = 0;
   bool document_masks_ = false;
+  bool fixed_order_ = false;
+  int q_width_ = 0, heads_ = 0;
 };
 
 }  // namespace fsdpp

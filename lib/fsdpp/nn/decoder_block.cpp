@@ -357,8 +357,7 @@ void DecoderBlock::backward(Flow& flow) {
   // MLP: out = res2 + Wd act(branches(norm2(res2))), or res2 + experts(norm2(res2))
   const auto mlp_in_weight_gradients = [&] {
     for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i) {
-      const Linear& b = *parts_.mlp_in[i];
-      linear_backward_weight<float>(b.weight.grad(), b.bias_grad(), s.dbranches[i], a.ln2, N, C, l.mlp_width);
+      parts_.mlp_in[i]->weight_gradients(context_->chunks, s.dbranches[i], a.ln2, N, C, l.mlp_width);
     }
   };
   View1<float> dln2 = s.dln;
@@ -375,7 +374,7 @@ void DecoderBlock::backward(Flow& flow) {
     for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i)
       linear_backward_input<float>(s.dln, s.dbranches[i], parts_.mlp_in[i]->weight.value(), N, C, l.mlp_width);
     TpPending reduction = tp.reduce_region_gradient_async(s.dln, s.dln_local, N, C);  // every rank's features fed it
-    linear_backward_weight<float>(down.weight.grad(), down.bias_grad(), dout_rows, a.h, N, l.mlp_width, C);
+    down.weight_gradients(context_->chunks, dout_rows, a.h, N, l.mlp_width, C);
     if (!sp) mlp_in_weight_gradients();  // under sp, they overlap the all-gather below
     dln2 = tp.wait(reduction);
   }
@@ -383,7 +382,7 @@ void DecoderBlock::backward(Flow& flow) {
   Kokkos::deep_copy(dres2, dout);  // the residual path
   const int mlp_norm_slot = static_cast<int>(parts_.attention_norm->parameters().size());
   parts_.mlp_norm->backward(dres2, tp.norm_gradients(parts_.mlp_norm->parameters(), s.norm_grads, mlp_norm_slot), dln2,
-                           a.res2, a.ln2_stats, Nl, C);
+                           a.res2, a.ln2_stats, Nl, C, &context_->chunks);
 
   // Attention: res2 = in + Wo attention(rotate(qkv(norm1(in))))
   if (sp) {  // Wo's output gradient, every row
@@ -404,7 +403,9 @@ void DecoderBlock::backward(Flow& flow) {
   if (rope.enabled)
     rope_backward<float>(s.dqkv, rope.cos, rope.sin, B, T, W, l.heads + l.kv_heads, l.head_size,
                          context_->rope_starts(), context_->rope_positions());
-  if (parts_.q_norm) {
+  if (parts_.q_norm && context_->chunks.active()) {
+    qk_norm_chunked_backward(s.dqkv, a, N, W, l);
+  } else if (parts_.q_norm) {
     // Under tp each rank normalises its own heads with the shared weights: their gradients are summed over tp.
     const std::size_t hs = sz(l.head_size);
     const bool split = tp.active();
@@ -430,20 +431,39 @@ void DecoderBlock::backward(Flow& flow) {
     linear_backward_input<float>(s.dln, s.dqkv, q.weight.value(), N, C, width, W, at);
   });
   TpPending reduction = tp.reduce_region_gradient_async(s.dln, s.dln_local, N, C);
-  linear_backward_weight<float>(wo.weight.grad(), wo.bias_grad(), s.dres2, a.atty, N, l.attention_width, C);
+  wo.weight_gradients(context_->chunks, s.dres2, a.atty, N, l.attention_width, C);
   each_qkv([&](const Linear& q, int width, int at) {
-    linear_backward_weight<float>(q.weight.grad(), q.bias_grad(), s.dqkv, a.ln1, N, C, width, W, at);
+    q.weight_gradients(context_->chunks, s.dqkv, a.ln1, N, C, width, W, at);
   });
   const View1<float> dln1 = tp.wait(reduction);
   Kokkos::deep_copy(dout, dres2);  // the residual path, into the caller's buffer: d(out) is no longer needed
   parts_.attention_norm->backward(dout, tp.norm_gradients(parts_.attention_norm->parameters(), s.norm_grads, 0), dln1,
-                                 in_, a.ln1_stats, Nl, C);
+                                 in_, a.ln1_stats, Nl, C, &context_->chunks);
   // The norms saw this rank's rows only: their gradients summed over tp, then added.
   if (sp) {
     std::vector<Parameter*> norms = parts_.attention_norm->parameters();
     for (Parameter* p : parts_.mlp_norm->parameters()) norms.push_back(p);
     tp.add_norm_gradients(s.norm_grads, norms);
   }
+}
+
+// Qwen3's q/k norms under reproducible chunks: each chunk's rows (the input gradient is row-wise, the weights' a
+// column sum), the weights' parts summed over tp for each chunk before they are cut, as add_norm_gradients sums
+// the whole.
+void DecoderBlock::qk_norm_chunked_backward(const View1<float>& dqkv, const BlockActivations& a, int N, int W,
+                                            const Local& l) {
+  TensorParallelGroup& tp = *context_->tp;
+  const int H = l.heads + l.kv_heads, hs = l.head_size;
+  context_->chunks.sum(&parts_.q_norm->weight, &parts_.k_norm->weight, N,
+                       [&](const View1<float>& dwq, const View1<float>& dwk, int row0, int rows) {
+                         qk_norm_backward<float>(chunk_rows(dqkv, row0, rows, W), dwq, dwk,
+                                                 chunk_rows(a.qk_raw, row0, rows, H * hs),
+                                                 chunk_rows(a.qk_rstd, row0, rows, H), parts_.q_norm->weight.value(),
+                                                 parts_.k_norm->weight.value(), rows, W, l.heads, l.kv_heads, hs);
+                         if (!tp.active()) return;
+                         tp.all_reduce(dwq, dwq.extent(0), ReduceOp::sum);
+                         tp.all_reduce(dwk, dwk.extent(0), ReduceOp::sum);
+                       });
 }
 
 }  // namespace fsdpp

@@ -110,6 +110,8 @@ struct BlockContext {
   // model's forward; empty without cp, where row b*T + t sits at t).
   std::shared_ptr<ContextParallelGroup> cp = std::make_shared<ContextParallelGroup>();
   View1<std::int32_t> positions;
+  // Reproducible mode's token chunks (gradient_chunks.hpp): off unless train.reproducible_chunks > 1.
+  GradientChunks chunks;
   // Mixture-of-experts blocks (moe.hpp). dense_mlp: some block has a dense MLP, whose rows the shared tables
   // (scratch, recomputation, decode) then hold; a model of sparse blocks only leaves them out. router: the
   // balancing losses of a forward over every sparse block; recording: set by the model during a training
@@ -212,6 +214,8 @@ class DecoderBlock : public Module {
   void row_parallel_forward(const View1<float>& out, const View1<float>& inp, const Linear& l, int N, int in);
   // norm(in) into this rank's rows of `out` ((N,C); own block under sequence parallelism), then gathered.
   void norm_forward(const Norm& norm, const View1<float>& out, const NormStats& stats, const View1<float>& in, int N);
+  // Qwen3's q/k norms' backward under reproducible chunks (gradient_chunks.hpp).
+  void qk_norm_chunked_backward(const View1<float>& dqkv, const BlockActivations& a, int N, int W, const Local& l);
 
   BlockDims dims_;
   int index_ = 0;

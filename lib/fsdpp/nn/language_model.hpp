@@ -69,6 +69,12 @@ class LanguageModel : public Module {
   // One line for banners and plans, e.g. "GPT-2, V 50257 T 1024 C 768 L 12 NH 12 (tied embeddings)".
   virtual std::string describe() const = 0;
 
+  // Reproducible mode's token chunks (gradient_chunks.hpp) of `rows` token rows each (0: off): gradient sums over
+  // tokens chunk by chunk into exact words, and under cp attention in a fixed order. After tp and cp, before
+  // fully_shard. UsageError for a model that has none.
+  virtual void apply_reproducible_chunks(int rows) {
+    FSDPP_REQUIRE(rows == 0, "train.reproducible_chunks: {} has no token chunks; use 1", describe());
+  }
   // Tensor parallelism (tensor_parallel.hpp): sets the placement of every parameter it splits and computes
   // with the TP-local shapes from then on. On meta, before fully_shard; parallelize calls it for mesh.tp > 1.
   // UsageError for an architecture without a tensor-parallel plan, or shapes tp does not divide.

@@ -3,6 +3,7 @@
 // store it, and an optional bias) and Norm (LayerNorm with weight and bias, or RMSNorm with a weight). Each
 // registers its parameters on the module that owns it, under "<name>.weight" and "<name>.bias", in that order.
 #include "fsdpp/nn/buffers.hpp"
+#include "fsdpp/nn/gradient_chunks.hpp"
 #include "fsdpp/nn/module.hpp"
 
 #include <string>
@@ -18,6 +19,14 @@ struct Linear {
   static Linear add(Module& owner, const std::string& name, int out, int in, InitRule init, bool with_bias);
   View1<float> bias_value() const { return bias ? bias->value() : View1<float>(); }
   View1<float> bias_grad() const { return bias ? bias->grad() : View1<float>(); }
+  // dweight += dout[:, at:at+out]^T @ inp and dbias += its column sums, over N token rows (dout rows of width ld,
+  // inp rows of width in), chunk by chunk when `chunks` is on (gradient_chunks.hpp).
+  void weight_gradients(GradientChunks& chunks, const View1<float>& dout, const View1<float>& inp, int N, int in,
+                        int out, int ld, int at) const;
+  void weight_gradients(GradientChunks& chunks, const View1<float>& dout, const View1<float>& inp, int N, int in,
+                        int out) const {
+    weight_gradients(chunks, dout, inp, N, in, out, out, 0);
+  }
 };
 
 enum class NormKind { layer_norm, rms_norm };
@@ -44,9 +53,11 @@ class Norm {
   void add_stats(BufferTable& table, const std::string& prefix, std::size_t rows, NormStats& stats) const;
   // out = norm(in) over N rows of C, statistics into `stats`.
   void forward(const View1<float>& out, const NormStats& stats, const View1<float>& in, int N, int C) const;
-  // din += d(norm)/d(in) * dout; grads[i] += the gradient of parameters()[i].
+  // din += d(norm)/d(in) * dout; grads[i] += the gradient of parameters()[i]. With `chunks` on, the parameters'
+  // gradients go chunk by chunk into their exact words instead (gradient_chunks.hpp) and grads is not read.
   void backward(const View1<float>& din, const std::vector<View1<float>>& grads, const View1<float>& dout,
-                const View1<float>& in, const NormStats& stats, int N, int C) const;
+                const View1<float>& in, const NormStats& stats, int N, int C,
+                GradientChunks* chunks = nullptr) const;
 
  private:
   NormKind kind_;

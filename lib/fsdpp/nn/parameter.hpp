@@ -2,6 +2,7 @@
 // Parameter: a named tensor with a global shape and an init rule that does not depend on where or how it is
 // stored. A model can therefore be built with no memory at all ("meta"), sharded, and only then given storage
 // (to_empty) and values (reset_parameters): element i of a tensor gets the same value however it is split.
+#include "fsdpp/tensor/exact_words.hpp"
 #include "fsdpp/tensor/offload.hpp"
 #include "fsdpp/tensor/types.hpp"
 
@@ -130,6 +131,10 @@ class Parameter {
   void show_whole_grad(View1<float> grad);            // fully_shard: the whole gradient during backward
   void show_shard(View1<float> value, View1<float> grad);  // fully_shard: back to the shards
   void use_grad(View1<float> grad) { grad_ = std::move(grad); }  // fully_shard: the shard's, once reduced
+  // Reproducible mode's token chunks (train.reproducible_chunks): during backward, the fixed-point words the whole
+  // gradient's chunks are added to (add_chunk_gradient, nn/gradient_chunks.hpp); inactive otherwise.
+  void show_grad_words(SlotWords words) { grad_words_ = std::move(words); }
+  const SlotWords& grad_words() const { return grad_words_; }
 
   const std::optional<ShardPlacement>& placement() const { return placement_; }
   bool unsharded() const { return unsharded_; }  // value/grad currently hold the whole tensor
@@ -140,6 +145,7 @@ class Parameter {
  private:
   friend class Module;
   View1<float> value_, grad_;
+  SlotWords grad_words_;
   OffloadBuffer offloaded_value_, offloaded_grad_;  // owners of value_/grad_'s shard memory when offloaded
   std::optional<ShardPlacement> placement_;
   std::optional<TensorParallelPlacement> tp_;

@@ -198,7 +198,7 @@ int TensorParallelGroup::vocab_offset(int V) const {
 
 void TensorParallelGroup::vocab_parallel_loss(const View1<float>& logits, const View1<float>& losses,
                                               const View1<float>& stats, const View1<const std::int32_t>& targets,
-                                              int N, int Vl, int V, float loss_scale, bool training) {
+                                              int N, int Vl, int V, float dloss, bool training) {
   const int v0 = vocab_offset(V);
   kernels::vocab_parallel_row_max<float>(stats, logits, N, Vl);
   all_reduce(stats, static_cast<std::size_t>(N), ReduceOp::max);
@@ -206,7 +206,7 @@ void TensorParallelGroup::vocab_parallel_loss(const View1<float>& logits, const 
   const auto n = static_cast<std::size_t>(N);
   all_reduce(Kokkos::subview(stats, std::make_pair(n, 3 * n)), 2 * n, ReduceOp::sum);
   kernels::vocab_parallel_crossentropy_finish<float>(logits, losses, stats, targets, v0, N, Vl, V,
-                                                     loss_scale / static_cast<float>(N), training);
+                                                     dloss, training);
 }
 
 void LanguageModel::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {

@@ -112,9 +112,9 @@ class TensorParallelGroup {
   int vocab_offset(int V) const;
   // Vocabulary-parallel cross-entropy (kernels/vocab_parallel.hpp) over this rank's (N, Vl) logits: the row
   // max and the sums of exp reduced over tp through `stats` (3N), every rank's `losses` the same; with
-  // `training`, the logits become d(loss)/d(logits) for dloss = loss_scale / N.
+  // `training`, the logits become d(loss)/d(logits) for `dloss`, d(objective)/d(loss[n]) of every row.
   void vocab_parallel_loss(const View1<float>& logits, const View1<float>& losses, const View1<float>& stats,
-                           const View1<const std::int32_t>& targets, int N, int Vl, int V, float loss_scale,
+                           const View1<const std::int32_t>& targets, int N, int Vl, int V, float dloss,
                            bool training);
 
   const TensorParallelStats& stats() const { return stats_; }

@@ -59,6 +59,7 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   world_size /= layout.tp;
   // Context parallelism: cp ranks between the data-parallel dimensions and tp.
   check_context_parallel(deck.model, deck.mesh, deck.train, deck.fsdp);
+  check_reproducible_chunks(deck.model, deck.mesh, deck.train);
   layout.cp = deck.mesh.cp;
   world_size /= layout.cp;
   if (deck.fsdp.strategy == ShardStrategy::no_shard) {
@@ -76,6 +77,7 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   // micro-batch (a unit) synchronizes, whatever fsdp.accumulate or the strategy would defer.
   layout.exact_reduction = deck.train.reproducible;
   if (layout.exact_reduction) layout.sync_every_micro_batch = true;
+  layout.token_chunk_rows = reproducible_chunk_rows(deck.model, deck.train);
   const int shard_ranks = layout.mesh.back().size;  // dp_shard, before cp and tp join the mesh
   check_expert_parallel(deck.model, deck.mesh, shard_ranks);  // ep divides the resolved dp_shard
   layout.ep = deck.mesh.ep;
@@ -89,6 +91,7 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   block.offload_policy.cpu = deck.fsdp.offload == OffloadPolicy::cpu;
   block.overlap_reduction = deck.comm.overlap;
   block.exact_reduction = layout.exact_reduction;
+  block.exact_token_chunks = layout.token_chunk_rows > 0;
   block.forward_prefetch = deck.fsdp.forward_prefetch.depth;
   block.backward_prefetch = deck.fsdp.backward_prefetch.depth;
   layout.forward_prefetch = deck.fsdp.forward_prefetch;
@@ -108,6 +111,7 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   root.offload_policy = block.offload_policy;
   root.overlap_reduction = block.overlap_reduction;  // the root's options hold for every group under it
   root.exact_reduction = block.exact_reduction;
+  root.exact_token_chunks = block.exact_token_chunks;
   root.forward_prefetch = block.forward_prefetch;
   root.backward_prefetch = block.backward_prefetch;
   if (block.reshard_after_forward == false) root.reshard_after_forward = false;
@@ -191,8 +195,8 @@ void Parallelism::before_micro_batch(int index, int count) {
   // Reproducible mode without accumulation: the one backward's words are the step's sum (no accumulator). The
   // experts under ep run a backward per source rank, whose words always accumulate.
   if (layout_.exact_reduction) {
-    root_->set_exact_single_backward(count == 1);
-    for (Module* experts : expert_units_) fsdp_group(*experts)->set_exact_single_backward(false, false);
+    root_->set_exact_single_backward(count == 1 ? data_parallel_size() : 0);
+    for (Module* experts : expert_units_) fsdp_group(*experts)->set_exact_single_backward(0, false);
   }
 }
 
@@ -289,6 +293,9 @@ std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, Paral
     model.apply_context_parallel(
         std::make_shared<ContextParallelGroup>(whole.dim_size(cp_dim), whole.coordinate(cp_dim), &whole.comm(cp_dim)));
   }
+  // Reproducible chunks (gradient_chunks.hpp) after tp and cp: the scratch follows the TP-local shapes, and under cp
+  // attention takes the fixed order.
+  if (l.token_chunk_rows > 0) model.apply_reproducible_chunks(l.token_chunk_rows);
   // AC before fully_shard, as torchtitan applies AC before FSDP: recomputation happens inside each block's
   // backward, after fully_shard's pre-backward all-gather.
   apply_activation_checkpointing(model, deck.train.activation_checkpointing);

@@ -58,6 +58,8 @@ struct ParallelLayout {
   bool all_reduce_every_micro_batch = true;
   // train.reproducible: gradients, losses and the gradient norm are summed exactly (docs/reproducible.md).
   bool exact_reduction = false;
+  // train.reproducible_chunks (gradient_chunks.hpp): the token rows of one chunk, 0 off (reproducible_chunk_rows).
+  int token_chunk_rows = 0;
   // What the loss is scaled by, per micro-batch, is 1 / (accumulation steps x loss_scale_ranks), and gradients
   // are then summed (divide factor 1) or averaged (0) over the data-parallel ranks. FSDP averages; no_shard
   // sums pre-scaled gradients as DDP implementations do.

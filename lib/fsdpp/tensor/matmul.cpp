@@ -72,6 +72,7 @@ namespace {
 using gemm_detail::Packed;
 
 GemmPrecision g_precision = GemmPrecision::f32;
+int g_row_block = 0;  // set_gemm_row_block
 
 // Rounded products run over K in panels of this width, so the packed copies of the inputs stay bounded at
 // (M + N) x kPanelK per batch entry: lm_head's backward would otherwise pack its whole (B*T, V) gradient.
@@ -244,6 +245,12 @@ template <class T>
 void gemm(Trans ta, Trans tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb, T beta, T* C,
           int ldc) {
   if (M == 0 || N == 0) return;
+  if (g_row_block > 0 && ta == Trans::N && M > g_row_block && M % g_row_block == 0) {
+    for (int r = 0; r < M; r += g_row_block)
+      gemm<T>(ta, tb, g_row_block, N, K, alpha, A + std::int64_t{r} * lda, lda, B, ldb, beta,
+              C + std::int64_t{r} * ldc, ldc);
+    return;
+  }
   if constexpr (std::is_same_v<T, float>) {
     if (K > 0 && packs_inputs())
       return rounded_gemm_batched(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
@@ -308,6 +315,8 @@ void release_gemm_scratch() {
   g_packed[1] = View1<Packed>();
 }
 GemmPrecision gemm_precision() { return g_precision; }
+void set_gemm_row_block(int rows) { g_row_block = rows; }
+int gemm_row_block() { return g_row_block; }
 
 std::string_view gemm_precision_name(GemmPrecision precision) {
   switch (precision) {

@@ -57,6 +57,24 @@ class ScopedGemmPrecision {
   GemmPrecision previous_;
 };
 
+// Fixed row blocks: with rows > 0, a product whose op(A) is A itself and whose M is a multiple of `rows` (above it)
+// runs as M / rows products of `rows` rows. OpenBLAS rounds a row differently depending on how many rows the call
+// holds (0.3.21, Zen kernels, one thread: splitting M into pieces changes 3-13% of the elements at every shape
+// tried), so reproducible mode's token chunks (train.reproducible_chunks) fix the rows of every token product this
+// way, and a row's bits no longer depend on how many of a sequence's tokens a rank holds (mesh.cp). 0: off.
+void set_gemm_row_block(int rows);  // process-wide, like set_gemm_precision
+int gemm_row_block();
+class ScopedGemmRowBlock {
+ public:
+  explicit ScopedGemmRowBlock(int rows) : previous_(gemm_row_block()) { set_gemm_row_block(rows); }
+  ~ScopedGemmRowBlock() { set_gemm_row_block(previous_); }
+  ScopedGemmRowBlock(const ScopedGemmRowBlock&) = delete;
+  ScopedGemmRowBlock& operator=(const ScopedGemmRowBlock&) = delete;
+
+ private:
+  int previous_;
+};
+
 // C (M,N) = alpha * op(A) * op(B) + beta * C, with op(A) (M,K) and op(B) (K,N).
 template <class T>
 void gemm(Trans trans_a, Trans trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,

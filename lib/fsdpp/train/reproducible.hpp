@@ -8,6 +8,7 @@
 //     (ExactLossMean); the gradients' sum is fully_shard's exact reduction, the norm NormType::l2_exact.
 //   - the BLAS threads: one per rank for the run (reproducible_blas_threads), whatever the environment.
 #include "fsdpp/config/deck.hpp"
+#include "fsdpp/tensor/types.hpp"
 
 #include <mpi.h>
 
@@ -37,10 +38,16 @@ class ExactLossMean {
   // rank, where each unit's loss was added on `copies` ranks (the tensor-parallel ranks of its data-parallel
   // rank). NaN when any was not finite. Resets the sum.
   double mean(MPI_Comm comm, std::int64_t units, int copies);
+  // Token chunks (train.reproducible_chunks): every token's loss added on its own, wherever its rows ran (mesh.cp),
+  // and the mean over every token added on every rank of the job (tp copies add each token alike).
+  void add_each(const View1<const float>& token_losses);
+  double mean_of_each(MPI_Comm comm);
 
  private:
   static constexpr int kWords = 3;             // LossWords::words (tensor/fixed_point.hpp)
-  std::int64_t words_[kWords + 1] = {};        // the words, then the count of losses that could not be cut
+  void cut_and_add(double value);
+  // the words, the count of values that could not be cut, the count of values add_each added
+  std::int64_t words_[kWords + 2] = {};
 };
 
 }  // namespace fsdpp

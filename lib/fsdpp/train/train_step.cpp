@@ -4,6 +4,7 @@
 #include "fsdpp/observe/timeline.hpp"
 #include "fsdpp/optim/grad_norm.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/train/nonfinite.hpp"
 
 #include <algorithm>
@@ -18,6 +19,10 @@ std::vector<std::string> step_section_names() {
 StepResult TrainStep::run(std::int64_t step, float lr) {
   const int accum = data_.accumulation_steps();
   const bool exact = parallel_.layout().exact_reduction;
+  // Reproducible chunks: every token product in blocks of one chunk's rows, whatever rows a rank holds (mesh.cp),
+  // and the loss token by token.
+  const bool chunked = parallel_.layout().token_chunk_rows > 0;
+  const ScopedGemmRowBlock gemm_rows(parallel_.layout().token_chunk_rows);
   // Reproducible mode: every micro-batch is one computation unit (as_executed) with the gradient of its own
   // mean loss; the mean over the step's units is taken once, exactly (ExactLossMean, finish_exact_gradients).
   const std::int64_t units = static_cast<std::int64_t>(accum) * parallel_.data_parallel_size();
@@ -43,7 +48,8 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
     Kokkos::fence();
     timers_.mark(kBackward);
     loss += flow_.loss;
-    if (exact) exact_loss_.add(flow_.loss);
+    if (exact && chunked) exact_loss_.add_each(model_.losses());
+    else if (exact) exact_loss_.add(flow_.loss);
     if (const RouterStatistics* router = model_.router_statistics()) {
       aux += router->aux_loss();
       dropped += static_cast<double>(router->dropped());
@@ -63,7 +69,9 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
     const TensorParallelStats& tp = model_.tensor_parallel().stats();
     stats_.all_reduces += static_cast<int>(tp.all_reduces);
     stats_.all_reduce_s += tp.seconds;
-    r.loss = exact ? exact_loss_.mean(comm_, units, parallel_.layout().tp) : parallel_.mean_over_ranks(loss / accum);
+    r.loss = chunked ? exact_loss_.mean_of_each(comm_)
+             : exact ? exact_loss_.mean(comm_, units, parallel_.layout().tp)
+                     : parallel_.mean_over_ranks(loss / accum);
     if (model_.router_statistics()) {  // every rank holds the same model: all take part or none
       r.aux_loss = parallel_.mean_over_ranks(aux / accum);
       // The load over the step's tokens on every rank (what an expert's rank computes under ep): per layer the

@@ -344,4 +344,44 @@ inline void cp_localize(const View1<std::int32_t>& tokens, const View1<std::int3
       });
 }
 
+// Reproducible chunks' fixed-order attention (ContextParallelGroup::fixed_order_*): every rank's rows, all-gathered
+// as `ranks` blocks of (outer, Tl, width), laid out as whole sequences (outer, 2 ranks c, width) in position order.
+// Chunk k of c rows is part 0 of rank k, or part 1 of rank 2 ranks - 1 - k.
+template <class Real>
+void cp_whole_from_gathered(const View1<Real>& whole, const View1<const Real>& gathered, std::int64_t outer, int c,
+                            int width, int ranks) {
+  const int Tl = 2 * c, T = ranks * Tl;
+  Real* w = whole.data();
+  const Real* g = gathered.data();
+  Kokkos::parallel_for(
+      "fsdpp::cp_whole_from_gathered", Kokkos::RangePolicy<ExecSpace>(0, outer * T * width),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        const int e = static_cast<int>(i % width);
+        const int p = static_cast<int>((i / width) % T);
+        const std::int64_t o = i / width / T;
+        const int k = p / c, rank = k < ranks ? k : 2 * ranks - 1 - k, t = (k < ranks ? 0 : c) + p % c;
+        w[i] = g[((std::int64_t(rank) * outer + o) * Tl + t) * width + e];
+      });
+}
+
+// This rank's rows (chunks c0 and c1) of whole sequences (outer, T, width) into local (outer, 2c, width): copied,
+// or with `add` added.
+template <class Real>
+void cp_local_from_whole(const View1<Real>& local, const View1<const Real>& whole, std::int64_t outer, int c, int T,
+                         int width, int c0, int c1, bool add) {
+  const int Tl = 2 * c;
+  Real* l = local.data();
+  const Real* w = whole.data();
+  Kokkos::parallel_for(
+      "fsdpp::cp_local_from_whole", Kokkos::RangePolicy<ExecSpace>(0, outer * Tl * width),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        const int e = static_cast<int>(i % width);
+        const int t = static_cast<int>((i / width) % Tl);
+        const std::int64_t o = i / width / Tl;
+        const int p = (t < c ? c0 : c1) * c + t % c;
+        const Real v = w[(o * T + p) * width + e];
+        l[i] = add ? l[i] + v : v;
+      });
+}
+
 }  // namespace fsdpp::kernels
