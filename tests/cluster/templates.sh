@@ -29,10 +29,20 @@ run() {
   local options=()
   while [ "$1" != -- ]; do options+=("$1"); shift; done
   shift
-  before=$(bytes_sent)
-  local t0=$SECONDS
-  run_job --output="$work/$name.out" "${options[@]}" "$root/jobs/$template" "${short[@]}" "$@" "run.output=$work/$name" \
-    || { tail -40 "$work/$name.out"; fail "$template ($name) failed"; }
+  local tries=0 t0
+  while :; do
+    before=$(bytes_sent)
+    t0=$SECONDS
+    run_job --output="$work/$name.out" "${options[@]}" "$root/jobs/$template" "${short[@]}" "$@" "run.output=$work/$name" \
+      && break
+    tail -40 "$work/$name.out"
+    if crashed_at_launch "$work/$name.out" && [ $((tries += 1)) = 1 ]; then
+      echo "$template ($name): a task crashed at launch, before fsdpp printed anything (MPI/PMIx start-up); retrying once"
+      summary+=("$name: retried once after a crash at launch")
+      continue
+    fi
+    fail "$template ($name) failed"
+  done
   after=$(bytes_sent)
   echo "$name: $((SECONDS - t0)) s"
   measured=$((after - before))
