@@ -10,6 +10,7 @@
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/plan/memory_plan.hpp"
+#include "fsdpp/plan/pipeline_plan.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -161,6 +162,35 @@ int plan_scaling(MPI_Comm world, const PlanArgs& args, const std::vector<int>& c
   return 0;
 }
 
+// mesh.pp > 1: the stages, the schedule and its bubble. The memory and step time per stage come with the
+// pipeline's execution; until then the plan says so rather than print a whole-model figure.
+int plan_pipeline_only(const PlanArgs& args, const Deck& deck, int ranks, bool machine) {
+  const PipelinePlan plan = plan_pipeline(deck, ranks);
+  if (args.json) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (int s = 0; s < plan.shape.stages(); ++s)
+      stages.push_back({{"stage", s}, {"rank", plan.shape.rank_of_stage(s)}, {"first_block", plan.split.first[s]},
+                        {"blocks", plan.split.blocks(s)}, {"flops_per_token", plan.split.flops[s]}});
+    Log::info("{}", nlohmann::json({{"pipeline",
+                                     {{"schedule", std::string(to_string(plan.kind))},
+                                      {"pp", plan.shape.ranks},
+                                      {"virtual_stages", plan.shape.virtual_stages},
+                                      {"microbatches", plan.shape.microbatches},
+                                      {"stages", stages},
+                                      {"bubble", plan.timeline.bubble},
+                                      {"equal_stages_bubble", plan.equal_stages_bubble},
+                                      {"one_f_one_b_bubble", plan.one_f_one_b_bubble},
+                                      {"peak_in_flight", plan.timeline.peak_in_flight}}}})
+                        .dump());
+    return 0;
+  }
+  Log::info("fsdpp plan: {} on {} rank(s); nothing runs and no model is allocated\n{}"
+            "memory and{} time per stage: not planned yet (the pipeline does not train yet)",
+            args.words.empty() ? "the embedded tiny deck" : args.words.front(), ranks, format_pipeline_plan(plan),
+            machine ? " --machine's" : "");
+  return 0;
+}
+
 int plan_training(MPI_Comm world, const PlanArgs& args, std::optional<std::int64_t> mem) {
   const std::vector<int> counts = parse_rank_list(args.ranks_text);
   std::optional<Machine> machine;
@@ -182,6 +212,7 @@ int plan_training(MPI_Comm world, const PlanArgs& args, std::optional<std::int64
     return best.empty() ? 3 : 0;
   }
   const Deck deck = deck_from_words(world, args.words, hf_folder_reader(world));
+  if (deck.mesh.pp > 1) return plan_pipeline_only(args, deck, ranks, machine.has_value());
   StepPlan step;
   if (machine) step = plan_step(deck, ranks, *machine);
   else step.memory = plan_memory(deck, ranks);

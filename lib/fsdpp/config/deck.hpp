@@ -221,6 +221,18 @@ struct MeshConfig {
   // causal layout (rank r holds chunks r and 2 cp - 1 - r of 2 cp), attention as a ring of K/V blocks
   // (nn/context_parallel.hpp). Between dp_shard and tp; parameters shard over dp_shard x cp. 1: none.
   int cp = 1;
+  // Pipeline parallelism: the outermost mesh dimension (a stage's ranks are consecutive, so they share nodes);
+  // the blocks are cut into pp x pipeline.virtual_stages stages of consecutive blocks. 1: none.
+  int pp = 1;
+};
+
+// Pipeline parallelism (mesh.pp > 1): how the blocks are cut into stages and in what order the micro-batches'
+// forwards and backwards run (parallel/pipeline_schedule.hpp).
+struct PipelineConfig {
+  PipelineScheduleKind schedule = PipelineScheduleKind::one_f_one_b;
+  int microbatches = 0;     // 0: the step's micro-batches (train.global_batch / (micro_batch x data-parallel ranks))
+  std::vector<int> split;   // the first block of stages 1 .. S-1; empty: balanced by each block's FLOPs
+  int virtual_stages = 1;   // stages per pipeline rank (interleaved_1f1b)
 };
 
 // The precision of every float GEMM (tensor/matmul.hpp); master weights, gradient reduction and optimizer
@@ -259,6 +271,7 @@ struct Deck {
   FsdpConfig fsdp;
   MatmulConfig matmul;
   MeshConfig mesh;
+  PipelineConfig pipeline;
   CommConfig comm;
   CheckpointConfig checkpoint;
 };

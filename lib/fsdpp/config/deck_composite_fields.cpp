@@ -338,6 +338,40 @@ Field data_sources() {
 
 namespace fsdpp::deck_detail {
 
+namespace {
+// A list of non-negative integers: a YAML sequence, or an override's (or a model folder's) text "[0, 3]".
+std::vector<int> read_index_list(const YAML::Node& given, const std::string& where, const std::string& expected) {
+  std::vector<int> out;
+  YAML::Node v = given;
+  if (v.IsScalar()) {
+    try {
+      v = YAML::Load(v.Scalar());
+    } catch (const YAML::Exception&) {
+      fail(where, fmt::format("expected {}, got '{}'", expected, given.Scalar()));
+    }
+  }
+  if (is_null_value(v)) return out;
+  if (!v.IsSequence()) fail(where, fmt::format("expected {}, got {}", expected, describe_node(given)));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    out.push_back(static_cast<int>(read_int(v[i], where, 0, std::numeric_limits<int>::max(), ">= 0")));
+  return out;
+}
+}  // namespace
+
+Field pipeline_split() {
+  Field f = base("pipeline.split",
+                 "The first block of each stage after the first, ascending: [4, 8] cuts 12 blocks into 0-3, 4-7 and "
+                 "8-11 (pp x pipeline.virtual_stages - 1 entries). Empty: stages balanced by each block's FLOPs, "
+                 "the embedding counted on the first and the head and loss on the last.");
+  f.type = "list of block indices";
+  f.set = [](Deck& d, const YAML::Node& v, const std::string& where) {
+    d.pipeline.split = read_index_list(v, where, "a list of block indices such as [4, 8]");
+  };
+  f.get = [](const Deck& d) { return fmt::format("[{}]", fmt::join(d.pipeline.split, ", ")); };
+  f.default_doc = "[]";
+  return f;
+}
+
 // ---- model.moe.*: the keys of ModelConfig::moe, read by the mixture-of-experts architectures only ----
 
 namespace {
@@ -428,21 +462,7 @@ std::vector<Field> moe_fields() {
       "dense_layers", &MoeConfig::dense_layers, "list of layer indices",
       "Layers (from 0) kept dense whatever sparse_step says (HF mlp_only_layers); their MLP is model.ffn_hidden wide.",
       [](const YAML::Node& given, const std::string& where) {
-        std::vector<int> layers;
-        YAML::Node v = given;
-        if (v.IsScalar()) {  // an override's text, or a model folder's: "[0, 3]"
-          try {
-            v = YAML::Load(v.Scalar());
-          } catch (const YAML::Exception&) {
-            fail(where, fmt::format("expected a list of layer indices such as [0, 3], got '{}'", given.Scalar()));
-          }
-        }
-        if (is_null_value(v)) return layers;
-        if (!v.IsSequence())
-          fail(where, fmt::format("expected a list of layer indices such as [0, 3], got {}", describe_node(given)));
-        for (std::size_t i = 0; i < v.size(); ++i)
-          layers.push_back(static_cast<int>(read_int(v[i], where, 0, std::numeric_limits<int>::max(), ">= 0")));
-        return layers;
+        return read_index_list(given, where, "a list of layer indices such as [0, 3]");
       },
       [](const std::vector<int>& layers) { return fmt::format("[{}]", fmt::join(layers, ", ")); }));
   f.push_back(moe_real("capacity_factor", &MoeConfig::capacity_factor, kNonNegative,

@@ -27,6 +27,8 @@ enum class CheckpointOnError { abort, keep_going };  // deck names: abort | cont
 enum class NonFinitePolicy { abort, skip };  // what a step with a NaN/Inf loss or gradient norm does
 enum class AttentionKind { automatic, fused, batched, reference };  // model.attention: nn/attention_kind.hpp
 enum class MatmulPrecisionChoice { automatic, f32, bf16 };  // automatic: bf16 GEMMs when fsdp.param_dtype is bf16
+// pipeline.schedule (mesh.pp > 1): parallel/pipeline_schedule.hpp. Deck names gpipe, 1f1b, interleaved_1f1b, zero_bubble.
+enum class PipelineScheduleKind { gpipe, one_f_one_b, interleaved_1f1b, zero_bubble };
 
 // The Llama family: Llama's block (RMSNorm, RoPE, grouped-query attention, SwiGLU), which reads the model.*
 // keys the key table marks as the family's (deck_schema.cpp, llama_only).
@@ -52,5 +54,6 @@ std::string_view to_string(CheckpointOnError v);
 std::string_view to_string(NonFinitePolicy v);
 std::string_view to_string(MatmulPrecisionChoice v);
 std::string_view to_string(AttentionKind v);
+std::string_view to_string(PipelineScheduleKind v);
 
 }  // namespace fsdpp

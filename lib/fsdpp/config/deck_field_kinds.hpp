@@ -150,6 +150,7 @@ Field init_from();               // checkpoint.init_from: none or weights
 Field mesh_dim(std::string_view path, int MeshConfig::*member, std::string doc);  // -1 (inferred) or a size
 Field llama_only(Field f, std::string default_doc);  // a key only the Llama family reads
 Field data_sources();            // data.sources: a list of {path, weight}
+Field pipeline_split();          // pipeline.split: a list of block indices
 std::vector<Field> moe_fields();  // model.moe.*: the mixture-of-experts keys
 
 }  // namespace fsdpp::deck_detail

@@ -354,6 +354,7 @@ void check_rules(const ParseState& st) {
     check_expert_parallel(d.model, d.mesh, d.mesh.dp_shard);
     check_context_parallel(d.model, d.mesh, d.train, d.fsdp);
     check_reproducible_chunks(d.model, d.mesh, d.train);
+    check_pipeline(d.model, d.mesh, d.pipeline);
     if (d.mesh.tp_sequence_parallel)
       check_sequence_parallel_tokens(d.train.micro_batch, d.model.context_length, d.mesh.tp);
     check_activation_checkpointing(d.train.activation_checkpointing, d.model.n_layer);

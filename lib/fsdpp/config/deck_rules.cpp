@@ -5,6 +5,7 @@
 #include "fsdpp/config/deck.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <utility>
 
@@ -388,7 +389,67 @@ void check_activation_checkpointing(const ActivationCheckpointing& ac, int n_lay
            2 * ac.every - 1, n_layer, n_layer);
 }
 
+void check_pipeline(const ModelConfig& m, const MeshConfig& mesh, const PipelineConfig& p) {
+  if (mesh.pp < 1) broken({"mesh.pp"}, "mesh.pp ({}) must be at least 1", mesh.pp);
+  if (mesh.pp == 1) {
+    if (p.virtual_stages != 1 || !p.split.empty() || p.microbatches != 0)
+      broken({"pipeline.virtual_stages", "pipeline.split", "pipeline.microbatches", "mesh.pp"},
+             "pipeline.* is set but mesh.pp is 1 (no pipeline): set mesh.pp > 1, or remove the pipeline keys");
+    return;
+  }
+  check_virtual_stages(p.schedule, p.virtual_stages);
+  const int stages = mesh.pp * p.virtual_stages;
+  if (m.n_layer < stages)
+    broken({"mesh.pp", "pipeline.virtual_stages", "model.n_layer"},
+           "the pipeline has mesh.pp x pipeline.virtual_stages = {} x {} = {} stages but the model only {} blocks "
+           "(model.n_layer): every stage needs at least one; lower mesh.pp or pipeline.virtual_stages",
+           mesh.pp, p.virtual_stages, stages, m.n_layer);
+  if (!p.split.empty()) {
+    if (static_cast<int>(p.split.size()) != stages - 1)
+      broken({"pipeline.split", "mesh.pp", "pipeline.virtual_stages"},
+             "pipeline.split names {} first block(s), but {} stages need {} (the first block of every stage after "
+             "the first)", p.split.size(), stages, stages - 1);
+    int previous = 0;
+    for (int first : p.split) {
+      if (first <= previous || first >= m.n_layer)
+        broken({"pipeline.split", "model.n_layer"},
+               "pipeline.split [{}] must rise from 1 to at most model.n_layer - 1 = {}, each stage keeping at least "
+               "one block; {} breaks that", fmt::join(p.split, ", "), m.n_layer - 1, first);
+      previous = first;
+    }
+  }
+  if (p.microbatches > 0) (void)pipeline_microbatches(mesh, p, p.microbatches);
+}
+
+void check_virtual_stages(PipelineScheduleKind schedule, int virtual_stages) {
+  if (virtual_stages > 1 && schedule != PipelineScheduleKind::interleaved_1f1b)
+    broken({"pipeline.virtual_stages", "pipeline.schedule"},
+           "pipeline.virtual_stages {} needs pipeline.schedule: interleaved_1f1b ({} runs one stage per rank)",
+           virtual_stages, to_string(schedule));
+}
+
+void check_pipeline_microbatches(PipelineScheduleKind schedule, int pp, int m, bool from_batch) {
+  const char* whence = from_batch ? " (the step's micro-batches, as pipeline.microbatches is 0)" : "";
+  if (schedule == PipelineScheduleKind::interleaved_1f1b && m % pp != 0)
+    broken({"pipeline.microbatches", "mesh.pp", "pipeline.schedule"},
+           "pipeline.schedule interleaved_1f1b runs the micro-batches in groups of mesh.pp = {}, but there are {}{}: "
+           "make pipeline.microbatches a multiple of {}", pp, m, whence, pp);
+  if (schedule == PipelineScheduleKind::zero_bubble && m < pp)
+    broken({"pipeline.microbatches", "mesh.pp", "pipeline.schedule"},
+           "pipeline.schedule zero_bubble needs at least mesh.pp = {} micro-batches, but there are {}{}: raise "
+           "pipeline.microbatches", pp, m, whence);
+}
+
+int pipeline_microbatches(const MeshConfig& mesh, const PipelineConfig& p, int accumulation_steps) {
+  const int m = p.microbatches > 0 ? p.microbatches : accumulation_steps;
+  check_pipeline_microbatches(p.schedule, mesh.pp, m, p.microbatches == 0);
+  return m;
+}
+
 void check_job_size(const MeshConfig& mesh, int world_size) {
+  if (world_size % mesh.pp != 0)
+    broken({"mesh.pp"}, "mesh.pp is {}, which does not divide the {} ranks of the job: launch a multiple of {} ranks, "
+           "or change mesh.pp", mesh.pp, world_size, mesh.pp);
   if (world_size % mesh.tp != 0)
     broken({"mesh.tp"}, "mesh.tp is {}, which does not divide the {} ranks of the job: launch a multiple of {} ranks, "
            "or change mesh.tp", mesh.tp, world_size, mesh.tp);

@@ -13,6 +13,7 @@
 //
 // This header names the deck's structs without including them, so that the layers below the deck (nn, fsdp)
 // can call a rule without taking the deck in.
+#include "fsdpp/config/deck_enums.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/tensor/fixed_point.hpp"
 
@@ -32,6 +33,7 @@ struct MeshConfig;
 struct ActivationCheckpointing;
 struct RunConfig;
 struct CommConfig;
+struct PipelineConfig;
 
 // A broken rule: what() says what is wrong and what to do; keys() are the deck keys the rule ties together
 // ("mesh.tp", "model.n_head"), so that parse_deck can point at the one the user set last.
@@ -75,6 +77,21 @@ void check_context_parallel(const ModelConfig& model, const MeshConfig& mesh, co
 void check_vocabulary_split(int vocab_size, int tp);
 // Under mesh.tp_sequence_parallel a micro-batch's B x T token rows are split over tp: a multiple of tp.
 void check_sequence_parallel_tokens(std::int64_t micro_batch, std::int64_t tokens_per_sequence, int tp);
+
+// ---- pipeline parallelism (mesh.pp) ------------------------------------------------------------------------
+// pp >= 1. pipeline.virtual_stages > 1 only with interleaved_1f1b; at least one block per stage (model.n_layer >=
+// pp x virtual_stages); pipeline.split, when given, names pp x virtual_stages - 1 ascending first blocks in
+// 1 .. n_layer - 1; interleaved_1f1b with pipeline.microbatches a multiple of pp (its groups of pp). pipeline.*
+// keys set with pp 1 are refused (they would do nothing).
+void check_pipeline(const ModelConfig& model, const MeshConfig& mesh, const PipelineConfig& pipeline);
+// The micro-batches that flow through the pipeline each step: pipeline.microbatches, or the step's micro-batches
+// (`accumulation_steps`) when it is 0; the interleaving rule above on the resolved count.
+int pipeline_microbatches(const MeshConfig& mesh, const PipelineConfig& pipeline, int accumulation_steps);
+// Stages per rank (virtual_stages > 1) only for interleaved_1f1b.
+void check_virtual_stages(PipelineScheduleKind schedule, int virtual_stages);
+// The schedules' own needs on m micro-batches: interleaved_1f1b a multiple of pp, zero_bubble at least pp.
+// `from_batch`: m came from the step's micro-batches (the message says so).
+void check_pipeline_microbatches(PipelineScheduleKind schedule, int pp, int m, bool from_batch);
 
 // ---- strategy and mesh (fsdp.strategy, fsdp.reshard_after_forward, mesh.*) ------------------------------
 // At most one of dp_replicate and dp_shard is -1; hybrid_shard needs dp_replicate, full_shard and

@@ -299,6 +299,27 @@ std::vector<Field> mesh_fields() {
                       "causal mask's work balanced); attention passes key/value blocks round the cp ring. Between "
                       "dp_shard and tp in the mesh; parameters are sharded over dp_shard x cp. "
                       "model.context_length must be a multiple of 2 cp. 1: none."));
+  f.push_back(integer("mesh.pp", &Deck::mesh, &MeshConfig::pp, 1,
+                      "Pipeline parallelism: the blocks are cut into pp x pipeline.virtual_stages stages of "
+                      "consecutive blocks (the embedding on the first, the final norm, head and loss on the last), "
+                      "one group of ranks per stage; the outermost mesh dimension. Planned by `fsdpp plan` (stages, "
+                      "schedule, bubble); training does not run a pipeline yet. 1: none."));
+  return f;
+}
+
+std::vector<Field> pipeline_fields() {
+  std::vector<Field> f;
+  f.push_back(choice("pipeline.schedule", &Deck::pipeline, &PipelineConfig::schedule, kPipelineSchedules,
+                     "The order of the micro-batches' forwards and backwards on each stage: gpipe (all forwards, then "
+                     "all backwards), 1f1b (one forward, one backward in turn after a warm-up), interleaved_1f1b "
+                     "(Megatron's, over pipeline.virtual_stages stages per rank) or zero_bubble (ZB-H1: weight "
+                     "gradients fill the bubble)."));
+  f.push_back(integer("pipeline.microbatches", &Deck::pipeline, &PipelineConfig::microbatches, 0,
+                      "Micro-batches per step that flow through the pipeline; 0: the step's micro-batches, "
+                      "train.global_batch / (train.micro_batch x data-parallel ranks)."));
+  f.push_back(pipeline_split());
+  f.push_back(integer("pipeline.virtual_stages", &Deck::pipeline, &PipelineConfig::virtual_stages, 1,
+                      "Stages per pipeline rank (interleaved_1f1b): rank r holds stages r, r + pp, r + 2 pp, ..."));
   return f;
 }
 
@@ -347,7 +368,7 @@ std::vector<Field> checkpoint_fields() {
 std::vector<Field> make_fields() {
   std::vector<Field> all;
   for (auto section : {run_fields, model_fields, data_fields, optim_fields, schedule_fields, train_fields, log_fields,
-                       fsdp_fields, matmul_fields, mesh_fields, comm_fields, checkpoint_fields}) {
+                       fsdp_fields, matmul_fields, mesh_fields, pipeline_fields, comm_fields, checkpoint_fields}) {
     std::vector<Field> fields = section();
     all.insert(all.end(), std::make_move_iterator(fields.begin()), std::make_move_iterator(fields.end()));
   }
@@ -369,6 +390,7 @@ const std::vector<Section>& deck_sections() {
       {"fsdp", "Fully sharded data parallelism (FSDP2's fully_shard)."},
       {"matmul", "Precision of the matrix products (TF32, bf16 tensor cores)."},
       {"mesh", "Device mesh: dimension name -> size, outermost first."},
+      {"pipeline", "Pipeline parallelism (mesh.pp > 1): stages and schedule."},
       {"comm", "Communicators of the mesh."},
       {"checkpoint", "Distributed checkpoints."}};
   return sections;

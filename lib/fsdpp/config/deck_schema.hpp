@@ -79,6 +79,7 @@ template <class E> using EnumNames = std::vector<EnumName<E>>;
 extern const EnumNames<ModelArch> kArchs;
 extern const EnumNames<MoeBalance> kMoeBalances;
 extern const EnumNames<AttentionKind> kAttentions;
+extern const EnumNames<PipelineScheduleKind> kPipelineSchedules;
 extern const EnumNames<OptimizerKind> kOptimizers;
 extern const EnumNames<ScheduleKind> kSchedules;
 extern const EnumNames<DataFormat> kFormats;

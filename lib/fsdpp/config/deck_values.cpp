@@ -45,6 +45,9 @@ const EnumNames<NonFinitePolicy> kNonFinite = {{"abort", NonFinitePolicy::abort}
 const EnumNames<MatmulPrecisionChoice> kMatmulPrecisions = {{"auto", MatmulPrecisionChoice::automatic},
                                                           {"f32", MatmulPrecisionChoice::f32},
                                                           {"bf16", MatmulPrecisionChoice::bf16}};
+const EnumNames<PipelineScheduleKind> kPipelineSchedules = {
+    {"gpipe", PipelineScheduleKind::gpipe}, {"1f1b", PipelineScheduleKind::one_f_one_b},
+    {"interleaved_1f1b", PipelineScheduleKind::interleaved_1f1b}, {"zero_bubble", PipelineScheduleKind::zero_bubble}};
 const EnumNames<DType> kFloatTypes = {{"f32", DType::f32}, {"bf16", DType::bf16}};
 
 }  // namespace deck_detail
@@ -54,6 +57,7 @@ using deck_detail::name_of;
 std::string_view to_string(ModelArch v) { return name_of(deck_detail::kArchs, v); }
 std::string_view to_string(MoeBalance v) { return name_of(deck_detail::kMoeBalances, v); }
 std::string_view to_string(AttentionKind v) { return name_of(deck_detail::kAttentions, v); }
+std::string_view to_string(PipelineScheduleKind v) { return name_of(deck_detail::kPipelineSchedules, v); }
 std::string_view to_string(OptimizerKind v) { return name_of(deck_detail::kOptimizers, v); }
 std::string_view to_string(ScheduleKind v) { return name_of(deck_detail::kSchedules, v); }
 std::string_view to_string(DataFormat v) { return name_of(deck_detail::kFormats, v); }

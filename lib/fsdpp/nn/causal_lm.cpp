@@ -111,17 +111,26 @@ std::int64_t CausalLM::parameter_count() const {
 // the attention score and value products (forward 4 L T C, backward twice that), without the causal saving.
 // A sparse block's experts multiply only top_k of every E of their weights per token: the active parameters count,
 // as MoE papers quote MFU. The attention term uses the heads' width NH hs (C unless model.head_dim sets it).
-double CausalLM::flops_per_token(int T) const {
-  double multiplying = static_cast<double>(parameter_count());
-  if (position_table) multiplying -= static_cast<double>(position_table->global_numel());
-  if (lm_head) multiplying -= static_cast<double>(token_embedding.global_numel());
-  for (const auto& block : blocks_)
+LanguageModel::FlopsByPiece CausalLM::flops_per_token_by_piece(int T) const {
+  auto numel = [](const auto& params) {
+    double n = 0;
+    for (const Parameter* p : params) n += static_cast<double>(p->global_numel());
+    return n;
+  };
+  FlopsByPiece f;
+  // Before the blocks: lookups only (the position table; the token embedding too when the head has its own).
+  // After them: the final norm and the head's weight (the token embedding when tied).
+  f.after = 6.0 * (numel(final_norm.parameters()) + static_cast<double>(head().global_numel()));
+  for (const auto& block : blocks_) {
+    double multiplying = numel(static_cast<const Module&>(*block).parameters());
     if (const MoeFeedForward* moe = block->moe()) {
       const double experts = static_cast<double>(moe->experts.gate.global_numel() + moe->experts.up.global_numel() +
                                                  moe->experts.down.global_numel());
       multiplying -= experts * (1.0 - static_cast<double>(moe->top_k()) / moe->num_experts());
     }
-  return 6.0 * multiplying + 12.0 * config_.n_layer * static_cast<double>(T) * dims_.heads * dims_.head_size;
+    f.blocks.push_back(6.0 * multiplying + 12.0 * static_cast<double>(T) * dims_.heads * dims_.head_size);
+  }
+  return f;
 }
 
 void CausalLM::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {

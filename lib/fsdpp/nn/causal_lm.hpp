@@ -70,7 +70,7 @@ class CausalLM : public LanguageModel {
   std::int64_t activation_bytes_for(int B, int T, int recomputing_blocks = 0) const override;
   void set_document_masks(const DocumentMasks& masks) override;
   std::int64_t parameter_count() const override;
-  double flops_per_token(int T) const override;
+  FlopsByPiece flops_per_token_by_piece(int T) const override;
   int vocab_size() const override { return config_.vocab_size; }
   int context_length() const override { return config_.context_length; }
   void apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) override;

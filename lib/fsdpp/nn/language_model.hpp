@@ -57,8 +57,21 @@ class LanguageModel : public Module {
   virtual void set_document_masks(const DocumentMasks& masks) = 0;
   virtual std::int64_t parameter_count() const = 0;
   // Training FLOPs per token at sequence length T: 6 x the parameters that multiply + 12 x L x T x C (the
-  // attention products), the convention MFU is quoted in.
-  virtual double flops_per_token(int T) const = 0;
+  // attention products), the convention MFU is quoted in: the sum of flops_per_token_by_piece.
+  double flops_per_token(int T) const {
+    const FlopsByPiece f = flops_per_token_by_piece(T);
+    double total = f.before + f.after;
+    for (double b : f.blocks) total += b;
+    return total;
+  }
+  // The same FLOPs by where they are spent, in forward order: before the blocks (the embedding), each block,
+  // after them (the final norm, the head and the loss). A pipeline's stages are balanced with them.
+  struct FlopsByPiece {
+    double before = 0;
+    std::vector<double> blocks;
+    double after = 0;
+  };
+  virtual FlopsByPiece flops_per_token_by_piece(int T) const = 0;
   virtual int vocab_size() const = 0;
   // Mixture-of-experts models: what the router did in the last training forward (nn/moe.hpp); nullptr otherwise.
   virtual const RouterStatistics* router_statistics() const { return nullptr; }

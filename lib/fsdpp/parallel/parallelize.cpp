@@ -49,6 +49,10 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   // here), then the launch's: the job size.
   check_parallel_strategy(deck.fsdp, deck.mesh);
   check_job_size(deck.mesh, world_size);
+  check_pipeline(deck.model, deck.mesh, deck.pipeline);
+  FSDPP_REQUIRE(deck.mesh.pp == 1, "mesh.pp is {}: pipeline parallelism is planned but not run yet. `fsdpp plan "
+                "--ranks {}` prints its stages, the schedule and its bubble; to train, set mesh.pp: 1", deck.mesh.pp,
+                world_size);
   ParallelLayout layout;
   layout.strategy = deck.fsdp.strategy;
   layout.backend = choose_backend(deck.comm.backend);
