@@ -219,6 +219,12 @@ TEST_CASE("pipeline: training with mesh.pp > 1 is refused aloud until the pipeli
                        "mesh.pp is 2: pipeline parallelism is planned but not run yet. `fsdpp plan --ranks 2` prints "
                        "its stages, the schedule and its bubble; to train, set mesh.pp: 1", UsageError);
   CHECK_THROWS_WITH_AS(parallel_layout(deck, 3),
-                       "mesh.pp is 2, which does not divide the 3 ranks of the job: launch a multiple of 2 ranks, or "
-                       "change mesh.pp", UsageError);
+                       "mesh.pp x mesh.cp x mesh.tp is 2 x 1 x 1 = 2, which does not divide the 3 ranks of the job: "
+                       "launch a multiple of 2 ranks, or change mesh.pp", UsageError);
+  // Each of pp and tp divides 6, their product does not: the stages would not be whole.
+  Deck with_tp = deck;
+  with_tp.mesh.tp = 2;
+  CHECK_THROWS_WITH_AS(plan_pipeline(with_tp, 6),
+                       "mesh.pp x mesh.cp x mesh.tp is 2 x 1 x 2 = 4, which does not divide the 6 ranks of the job: "
+                       "launch a multiple of 4 ranks, or change mesh.pp", UsageError);
 }

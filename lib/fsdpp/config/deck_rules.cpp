@@ -447,9 +447,6 @@ int pipeline_microbatches(const MeshConfig& mesh, const PipelineConfig& p, int a
 }
 
 void check_job_size(const MeshConfig& mesh, int world_size) {
-  if (world_size % mesh.pp != 0)
-    broken({"mesh.pp"}, "mesh.pp is {}, which does not divide the {} ranks of the job: launch a multiple of {} ranks, "
-           "or change mesh.pp", mesh.pp, world_size, mesh.pp);
   if (world_size % mesh.tp != 0)
     broken({"mesh.tp"}, "mesh.tp is {}, which does not divide the {} ranks of the job: launch a multiple of {} ranks, "
            "or change mesh.tp", mesh.tp, world_size, mesh.tp);
@@ -457,6 +454,12 @@ void check_job_size(const MeshConfig& mesh, int world_size) {
     broken({"mesh.cp", "mesh.tp"},
            "mesh.cp x mesh.tp is {} x {} = {}, which does not divide the {} ranks of the job: launch a multiple of {} "
            "ranks, or change mesh.cp", mesh.cp, mesh.tp, mesh.cp * mesh.tp, world_size, mesh.cp * mesh.tp);
+  const int per_stage = mesh.cp * mesh.tp;
+  if (world_size % (mesh.pp * per_stage) != 0)
+    broken({"mesh.pp"},
+           "mesh.pp x mesh.cp x mesh.tp is {} x {} x {} = {}, which does not divide the {} ranks of the job: launch a "
+           "multiple of {} ranks, or change mesh.pp", mesh.pp, mesh.cp, mesh.tp, mesh.pp * per_stage, world_size,
+           mesh.pp * per_stage);
 }
 
 void check_reshard_after_forward_group(int group_size, int shard_ranks) {

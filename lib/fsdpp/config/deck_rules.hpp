@@ -149,7 +149,7 @@ void check_data_sources(const DataConfig& data);
 void check_trace(const RunConfig& run, const TrainConfig& train, const CommConfig& comm);
 
 // ---- launch time: known only once the job's size is ----------------------------------------------------
-// mesh.tp x mesh.cp divides the job's ranks.
+// mesh.tp, mesh.tp x mesh.cp and mesh.pp x mesh.cp x mesh.tp divide the job's ranks.
 void check_job_size(const MeshConfig& mesh, int world_size);
 // fsdp.reshard_after_forward = k (FSDP2's int) divides the ranks of the shard group. k <= 0: unused.
 void check_reshard_after_forward_group(int group_size, int shard_ranks);
