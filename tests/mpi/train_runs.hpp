@@ -51,7 +51,8 @@ struct StepsRun {
 };
 
 // The trainer's step loop (TrainStep, the deck's optimizer and schedule) on all of `comm`, keeping the model for
-// its final weights (whole: gathered over the data-parallel mesh, and over tensor parallelism when there is any).
+// its final weights (whole: gathered over the data-parallel mesh, and over tensor parallelism when there is any;
+// none under pipeline parallelism).
 inline StepsRun run_steps(MPI_Comm comm, const Deck& deck) {
   TrainModel built = build_model(comm, deck);
   LanguageModel& model = *built.model;
@@ -61,6 +62,7 @@ inline StepsRun run_steps(MPI_Comm comm, const Deck& deck) {
   const LrSchedule schedule = make_schedule(deck);
   SectionTimers timers(step_section_names());
   TrainStep step(comm, model, parallel, *optimizer, data, deck.train, timers);
+  step.set_pipeline(built.pipeline.get());
   StepsRun run;
   for (const UnitSummary& u : parallel.units()) run.shard_bytes += u.sharded_numel * 4;
   for (std::int64_t s = 0; s < deck.train.steps; ++s) {
@@ -69,6 +71,7 @@ inline StepsRun run_steps(MPI_Comm comm, const Deck& deck) {
     run.norms.push_back(r.grad_norm);
     run.stats.push_back(step.fsdp_stats_of_last_step());
   }
+  if (built.pipeline) return run;  // each stage holds its own parameters: no whole-model weights on one rank
   for (Parameter* p : model.parameters()) {
     const std::vector<float> whole = parallel.layout().tp > 1 ? gather_full_parameter(*p, parallel.fsdp_mesh(),
                                                                                       parallel.tensor_parallel_group())

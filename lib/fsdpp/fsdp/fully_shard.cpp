@@ -85,7 +85,7 @@ FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions o
 
   for (Parameter* p : module.parameters(true))
     if (!p->placement()) params_.push_back(p);  // parameters of sharded descendants belong to their groups
-  FSDPP_REQUIRE(!params_.empty(), "fully_shard({}): every parameter of this module already belongs to a sharded "
+  FSDPP_REQUIRE(!params_.empty() || options_.allow_no_parameters, "fully_shard({}): every parameter of this module already belongs to a sharded "
                 "submodule; nothing is left to shard", module.display_name());
   for (Parameter* p : params_) {
     const bool materialized = !p->is_meta() && p->value().extent(0) > 0;

@@ -72,6 +72,9 @@ struct FullyShardOptions {
   // allocated when it starts and handed to the parameters (Parameter::grad_words), so the model adds each token
   // chunk's weight gradient to them apart; what it still writes to the f32 gradients is cut and added at the end.
   bool exact_token_chunks = false;
+  // A pipeline stage's root between the first and the last stage (parallel/pipeline_parallel.hpp) holds no
+  // parameters of its own, but still drives its blocks' groups: a group of none is allowed for it only.
+  bool allow_no_parameters = false;
 };
 
 // What the groups under one root did since the last reset: collective counts (tests compare them with FSDP2's

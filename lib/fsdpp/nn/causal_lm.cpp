@@ -99,6 +99,35 @@ void CausalLM::apply_reproducible_chunks(int rows) {
   context_->cp->set_fixed_order(l.heads * l.head_size, l.heads);
 }
 
+void CausalLM::keep_pipeline_stage(const PipelineStagePart& part) {
+  const int L = config_.n_layer, end = part.end_block < 0 ? L : part.end_block;
+  FSDPP_CHECK(0 <= part.first_block && part.first_block < end && end <= L && static_cast<int>(blocks_.size()) == L,
+              "pipeline stage of blocks [{}, {}) of a {}-block model cut before", part.first_block, end, L);
+  FSDPP_REQUIRE(!context_->router, "mesh.pp: {} has sparse (mixture-of-experts) blocks, which fsdpp does not run in a "
+                "pipeline yet; use mesh.pp: 1 with mesh.ep", describe());
+  std::vector<std::unique_ptr<DecoderBlock>> kept;
+  for (auto& block : blocks_) {
+    if (block->index_ >= part.first_block && block->index_ < end) kept.push_back(std::move(block));
+    else remove_child(*block);  // destroyed with `blocks_` below, its parameters with it
+  }
+  blocks_ = std::move(kept);
+  // The embedding serves the head too when tied: the last stage keeps it then, and its gradient is summed with the
+  // first stage's (parallel/pipeline_parallel.hpp).
+  const bool embedding_rows = part.embedding || (part.head && !lm_head);
+  if (!embedding_rows) drop_parameter(token_embedding);
+  if (!part.embedding && position_table) drop_parameter(*position_table);
+  if (!part.head) {
+    for (const Parameter* p : final_norm.parameters()) drop_parameter(*p);
+    if (lm_head) drop_parameter(*lm_head);
+  }
+  stage_ = {part.first_block, end, part.embedding, part.head};
+}
+
+std::size_t CausalLM::residual_elements(int B, int T) const {
+  const int local_T = context_->cp->active() ? context_->cp->local_length(T) : T;
+  return sz(std::int64_t{context_->tp->local_rows(B * local_T)} * config_.n_embd);
+}
+
 std::int64_t CausalLM::parameter_count() const {
   std::int64_t total = 0;
   for (const Parameter* p : parameters()) total += p->global_numel();
@@ -172,22 +201,29 @@ std::vector<Module*> CausalLM::apply_expert_parallel(std::shared_ptr<ExpertParal
 BufferTable CausalLM::head_table(Head& h, int B, int T) const {
   const TensorParallelGroup& tp = *context_->tp;
   const std::int64_t N = std::int64_t{B} * T, C = config_.n_embd, Nl = tp.local_rows(static_cast<int>(N));
-  const std::int64_t Vl = head().rows();  // this rank's vocabulary rows (V without tensor parallelism)
+  const bool embeds = stage_.embedding, heads = stage_.head;  // a pipeline stage holds the buffers of its part
   BufferTable t;
-  t.add("x0", sz(Nl * C), h.x0);    // the embedding's output, the first block's input
-  t.add("lnf", sz(N * C), h.lnf);   // the final norm's output, gathered: the head's input
-  final_norm.add_stats(t, "lnf", sz(Nl), h.lnf_stats);
-  t.add("logits", sz(N * Vl), h.logits);  // holds d(loss)/d(logits) after a training forward
-  t.add("losses", sz(N), h.losses);
-  t.add("dlnf", sz(N * C), h.dlnf);
-  t.add("dx", sz(Nl * C), h.dx);    // the gradient of the residual stream
-  if (tp.sequence_parallel()) {
-    t.add("dlnf_local", sz(Nl * C), h.dlnf_local);
-    t.add("norm_grads", final_norm.parameters().size() * sz(C), h.norm_grads);  // before their sum over tp
+  if (embeds) t.add("x0", sz(Nl * C), h.x0);  // the embedding's output, the first block's input
+  // The final norm's output, gathered: the head's input (and the embedding's partial sums under sp).
+  if (heads || (embeds && tp.sequence_parallel())) t.add("lnf", sz(N * C), h.lnf);
+  if (heads) {
+    const std::int64_t Vl = head().rows();  // this rank's vocabulary rows (V without tensor parallelism)
+    final_norm.add_stats(t, "lnf", sz(Nl), h.lnf_stats);
+    t.add("logits", sz(N * Vl), h.logits);  // holds d(loss)/d(logits) after a training forward
+    t.add("losses", sz(N), h.losses);
   }
-  if (tp.active()) {
+  // d(lnf); the embedding's backward gathers every row's gradient there under sp.
+  if (heads || (embeds && tp.sequence_parallel())) t.add("dlnf", sz(N * C), h.dlnf);
+  if (heads) {
+    t.add("dx", sz(Nl * C), h.dx);    // the gradient of the residual stream
+    if (tp.sequence_parallel()) {
+      t.add("dlnf_local", sz(Nl * C), h.dlnf_local);
+      t.add("norm_grads", final_norm.parameters().size() * sz(C), h.norm_grads);  // before their sum over tp
+    }
+  }
+  if (tp.active() && (embeds || heads)) {
     t.add("local_tokens", sz(N), h.local_tokens);  // tokens - v0: this rank's rows of the embedding
-    t.add("ce_stats", sz(3 * N), h.ce_stats);      // the cross-entropy's row max, sum of exp, target logit
+    if (heads) t.add("ce_stats", sz(3 * N), h.ce_stats);  // the cross-entropy's row max, sum of exp, target logit
   }
   if (masks_.enabled() && !context_->cp->active())  // under cp the group finds them (context_parallel.hpp)
     t.add("document_starts", sz(N), h.document_starts);  // kernels/document.hpp; every row
@@ -218,8 +254,9 @@ std::int64_t CausalLM::activation_bytes_for(int B, int T_sequence, int recomputi
   BlockScratch scratch;
   Head head;
   RotaryTables rotary = context_->rotary;
-  const std::int64_t sets = config_.n_layer - recomputing_blocks + (recomputing_blocks > 0 ? 1 : 0);
-  std::int64_t total = config_.n_layer * block.output_bytes(B, T) + sets * block.activation_table(acts, B, T).bytes() +
+  const std::int64_t L = static_cast<std::int64_t>(blocks_.size());  // a pipeline stage's own
+  const std::int64_t sets = L - recomputing_blocks + (recomputing_blocks > 0 ? 1 : 0);
+  std::int64_t total = L * block.output_bytes(B, T) + sets * block.activation_table(acts, B, T).bytes() +
                        block.scratch_table(scratch, B, T).bytes() + head_table(head, B, T).bytes() +
                        rotary.table().bytes() + ring + chunk_scratch_bytes();
   const bool use_flags = recomputing_blocks == recomputing_blocks_now();
@@ -347,13 +384,16 @@ void CausalLM::forward(Flow& flow) {
     context_->document_starts = head_.document_starts;
     context_->reset_positions = masks_.reset_positions;
   }
-  embed(flow, N);
-  flow.x = head_.x0;
+  if (stage_.embedding) {
+    embed(flow, N);
+    flow.x = head_.x0;
+  }  // else a later pipeline stage: the previous stage's output is in flow.x
   RouterStatistics* router = flow.training ? context_->router.get() : nullptr;
   if (router) router->begin();
   context_->recording = router;
   for (auto& block : blocks_) (*block)(flow);
   context_->recording = nullptr;
+  if (!stage_.head) return;  // a pipeline stage before the last: its output leaves in flow.x
   final_x_ = flow.x;
   const std::size_t local = sz(std::int64_t{Nl} * C);
   final_norm.forward(sp ? tp.own_block(head_.lnf, local) : head_.lnf, head_.lnf_stats, final_x_, Nl, C);
@@ -378,11 +418,18 @@ void CausalLM::forward(Flow& flow) {
 }
 
 void CausalLM::backward(Flow& flow) {
-  const int C = config_.n_embd, N = flow.B * flow.T, Vl = static_cast<int>(head().rows());
+  const int N = flow.B * flow.T, Nl = context_->tp->local_rows(N);
+  FSDPP_CHECK(flow.training, "backward after a forward with training = false: the loss gradient was not prepared");
+  if (stage_.head) head_backward(flow, N, Nl);  // else a pipeline stage before the last: flow.dx has arrived
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (**it)(flow, Pass::backward);
+  if (stage_.embedding) embed_backward(flow, flow.dx, N);  // else flow.dx leaves for the previous stage
+}
+
+// From d(loss)/d(logits) (in the logits) to the gradient of the last block's output, in flow.dx.
+void CausalLM::head_backward(Flow& flow, int N, int Nl) {
+  const int C = config_.n_embd, Vl = static_cast<int>(head().rows());
   TensorParallelGroup& tp = *context_->tp;
   const bool sp = tp.sequence_parallel();
-  const int Nl = tp.local_rows(N);
-  FSDPP_CHECK(flow.training, "backward after a forward with training = false: the loss gradient was not prepared");
   Kokkos::deep_copy(head_.dlnf, 0.0f);
   linear_backward_input<float>(head_.dlnf, head_.logits, head().value(), N, C, Vl);
   // Every rank's vocabulary columns contributed to d(lnf): summed, or under sp reduce-scattered to this rank's rows,
@@ -400,8 +447,6 @@ void CausalLM::backward(Flow& flow) {
                       head_.lnf_stats, Nl, C, &context_->chunks);
   if (sp) tp.add_norm_gradients(head_.norm_grads, final_norm.parameters());  // each rank saw its rows only
   flow.dx = head_.dx;
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (**it)(flow, Pass::backward);
-  embed_backward(flow, flow.dx, N);
 }
 
 }  // namespace fsdpp

@@ -78,6 +78,8 @@ class CausalLM : public LanguageModel {
   std::vector<Module*> apply_expert_parallel(std::shared_ptr<ExpertParallelGroup> ep, bool per_source = false) override;
   void apply_context_parallel(std::shared_ptr<ContextParallelGroup> cp) override;
   void apply_reproducible_chunks(int rows) override;
+  void keep_pipeline_stage(const PipelineStagePart& part) override;
+  std::size_t residual_elements(int B, int T) const override;
   const ContextParallelStats* context_parallel_stats() const override {
     return context_->cp->active() ? &context_->cp->stats() : nullptr;
   }
@@ -135,6 +137,7 @@ class CausalLM : public LanguageModel {
   void localize_sequences(Flow& flow);
   void embed(const Flow& flow, int N);
   void embed_backward(const Flow& flow, const View1<float>& dx, int N);
+  void head_backward(Flow& flow, int N, int Nl);
 
   const ModelConfig config_;
   const LmLayout layout_;

@@ -31,9 +31,28 @@ class ExpertParallelGroup;
 class ContextParallelGroup;
 struct ContextParallelStats;
 
+// What one pipeline stage of a model runs (mesh.pp, parallel/pipeline_parallel.hpp): blocks [first_block,
+// end_block) and, on the first stage, the embedding, on the last the final norm, the head and the loss. The whole
+// model is one stage of them all.
+struct PipelineStagePart {
+  int first_block = 0;
+  int end_block = -1;     // -1: through the last block
+  bool embedding = true;  // tokens in (else the residual stream arrives in flow.x)
+  bool head = true;       // loss out (else the residual stream leaves in flow.x, and its gradient arrives in flow.dx)
+};
+
 class LanguageModel : public Module {
  public:
   using Module::Module;
+
+  // Pipeline parallelism: keep only `part` of the model, on meta, before anything else (parallelize, storage).
+  // Every kept parameter keeps its whole-model name, so checkpoints are the same at any pp. UsageError for a model
+  // that cannot be cut (a mixture of experts, for now).
+  virtual void keep_pipeline_stage(const PipelineStagePart& part) = 0;
+  const PipelineStagePart& pipeline_stage() const { return stage_; }
+  // The floats of the residual stream this rank holds for B sequences of T tokens (what a stage hands on):
+  // its T / cp rows of each sequence, 1 / tp of them under sequence parallelism, times C.
+  virtual std::size_t residual_elements(int B, int T) const = 0;
 
   // The transformer blocks in forward order: fully_shard wraps each, then the root.
   virtual std::vector<Module*> block_modules() const = 0;
@@ -105,6 +124,9 @@ class LanguageModel : public Module {
   virtual void apply_context_parallel(std::shared_ptr<ContextParallelGroup> cp);
   // Its ring's exchanges and times so far (context_parallel.hpp); nullptr without context parallelism.
   virtual const ContextParallelStats* context_parallel_stats() const { return nullptr; }
+
+ protected:
+  PipelineStagePart stage_;
 
  private:
   TensorParallelGroup no_tensor_parallel_;

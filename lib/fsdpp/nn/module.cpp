@@ -3,6 +3,8 @@
 #include "fsdpp/observe/timeline.hpp"
 #include "fsdpp/runtime/error.hpp"
 
+#include <algorithm>
+
 namespace fsdpp {
 
 void Module::operator()(Flow& flow, Pass pass) {
@@ -80,9 +82,14 @@ void Module::set_path(const std::string& path) {
     child->set_path(path_.empty() ? child->name_in_parent_ : path_ + "." + child->name_in_parent_);
 }
 
+void Module::remove_child(const Module& child) {
+  children_.erase(std::remove(children_.begin(), children_.end(), &child), children_.end());
+}
+
 std::vector<Parameter*> Module::parameters(bool recurse) {
   std::vector<Parameter*> out;
-  for (auto& p : parameters_) out.push_back(&p);
+  for (auto& p : parameters_)
+    if (std::find(dropped_.begin(), dropped_.end(), &p) == dropped_.end()) out.push_back(&p);
   if (recurse)
     for (Module* child : children_)
       for (Parameter* p : child->parameters(true)) out.push_back(p);
@@ -91,7 +98,8 @@ std::vector<Parameter*> Module::parameters(bool recurse) {
 
 std::vector<const Parameter*> Module::parameters(bool recurse) const {
   std::vector<const Parameter*> out;
-  for (const auto& p : parameters_) out.push_back(&p);
+  for (const auto& p : parameters_)
+    if (std::find(dropped_.begin(), dropped_.end(), &p) == dropped_.end()) out.push_back(&p);
   if (recurse)
     for (const Module* child : children_)
       for (const Parameter* p : child->parameters(true)) out.push_back(p);

@@ -118,6 +118,12 @@ class Module {
   // Every gradient to zero: one kernel for all the device gradients (offloaded ones on the host).
   void zero_grad();
 
+  // Pipeline parallelism (nn/language_model.hpp, keep_pipeline_stage): a stage's model keeps only what it runs. A
+  // dropped parameter stays declared (its owner may still name it) but leaves parameters(): nothing shards,
+  // allocates, initializes, trains or saves it on this rank. A removed child leaves the tree the same way.
+  void drop_parameter(const Parameter& p) { dropped_.push_back(&p); }
+  void remove_child(const Module& child);
+
   // Registers a parameter named `local_name` under this module's path. Models call it from their constructors,
   // and so do the parts they are built from (nn/layers.hpp's Linear and Norm) for the module that owns them.
   Parameter& add_parameter(const std::string& local_name, std::vector<std::int64_t> shape, InitRule init,
@@ -138,6 +144,7 @@ class Module {
   Module* parent_ = nullptr;
   std::deque<Parameter> parameters_;  // deque: parameter addresses stay valid as more are added
   std::vector<Module*> children_;
+  std::vector<const Parameter*> dropped_;  // drop_parameter's: declared, not held
   std::vector<std::shared_ptr<ModuleHooks>> hooks_;
   bool recompute_in_backward_ = false;
   bool recomputing_ = false;

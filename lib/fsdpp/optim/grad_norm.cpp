@@ -143,8 +143,18 @@ double reduce_scalar(double value, Communicator& group, ReduceOp op) {
 
 }  // namespace
 
-double global_grad_norm(const std::vector<Parameter*>& params, Communicator* sum_over, NormType type,
-                        Communicator* tensor_parallel) {
+double global_grad_norm(const std::vector<Parameter*>& all_params, Communicator* sum_over, NormType type,
+                        Communicator* tensor_parallel, Communicator* stages, const Parameter* counted_elsewhere) {
+  std::vector<Parameter*> params;
+  for (Parameter* p : all_params)
+    if (p != counted_elsewhere) params.push_back(p);
+  if (stages != nullptr) {  // this stage's norm, then the stages' together
+    FSDPP_REQUIRE(type != NormType::l2_exact, "train.reproducible with mesh.pp > 1: the exact gradient norm over "
+                  "pipeline stages is not implemented yet; use mesh.pp: 1 or train.reproducible: false");
+    const double norm = global_grad_norm(params, sum_over, type, tensor_parallel);
+    if (type == NormType::inf) return reduce_scalar(norm, *stages, ReduceOp::max);
+    return std::sqrt(reduce_scalar(norm * norm, *stages, ReduceOp::sum));
+  }
   if (type == NormType::inf) {
     double m = local_max_abs(params);
     if (tensor_parallel) m = reduce_scalar(m, *tensor_parallel, ReduceOp::max);
@@ -173,10 +183,10 @@ void scale_grads(const std::vector<Parameter*>& params, float factor) {
 }
 
 double clip_grad_norm(const std::vector<Parameter*>& params, double max_norm, Communicator* sum_over, NormType type,
-                      Communicator* tensor_parallel) {
+                      Communicator* tensor_parallel, Communicator* stages, const Parameter* counted_elsewhere) {
   FSDPP_REQUIRE(max_norm > 0.0, "clip_grad_norm: max_norm must be > 0, got {} (to disable clipping, do not clip)",
                 max_norm);
-  const double norm = global_grad_norm(params, sum_over, type, tensor_parallel);
+  const double norm = global_grad_norm(params, sum_over, type, tensor_parallel, stages, counted_elsewhere);
   const double coef = max_norm / (norm + 1e-6);
   // Every rank computes the same norm, so every rank takes the same branch.
   if (std::isfinite(norm) && coef < 1.0) scale_grads(params, static_cast<float>(coef));

@@ -30,15 +30,20 @@ double grad_norm_squared_local(const std::vector<Parameter*>& params);
 // Under tensor parallelism (`tensor_parallel` not null): the squares of the parameters split over tp are also
 // summed over tp, and the replicated ones are not (every tp rank holds the same values), so every element of
 // every parameter is counted exactly once.
+// Pipeline parallelism (`stages` not null: one rank of each stage, parallel/pipeline_parallel.hpp): every stage
+// holds parameters of its own, and the norm is taken over all of them; `counted_elsewhere` (or null) is a
+// parameter this stage holds that another stage counts (the last stage's copy of a tied embedding).
 double global_grad_norm(const std::vector<Parameter*>& params, Communicator* sum_over = nullptr,
-                        NormType type = NormType::l2, Communicator* tensor_parallel = nullptr);
+                        NormType type = NormType::l2, Communicator* tensor_parallel = nullptr,
+                        Communicator* stages = nullptr, const Parameter* counted_elsewhere = nullptr);
 
 // Scales every gradient by max_norm / (norm + 1e-6) when that factor is below 1, and returns the norm before
 // clipping (what the training log reports). A non-finite norm leaves the gradients unchanged: the caller sees
 // it in the return value and may skip the step. Throws UsageError unless max_norm > 0 (a deck's
 // train.grad_clip = 0 means: do not call this; use global_grad_norm for the log).
 double clip_grad_norm(const std::vector<Parameter*>& params, double max_norm, Communicator* sum_over = nullptr,
-                      NormType type = NormType::l2, Communicator* tensor_parallel = nullptr);
+                      NormType type = NormType::l2, Communicator* tensor_parallel = nullptr,
+                      Communicator* stages = nullptr, const Parameter* counted_elsewhere = nullptr);
 
 // grad *= factor for every parameter (one kernel per parameter); clip_grad_norm's scaling.
 void scale_grads(const std::vector<Parameter*>& params, float factor);

@@ -11,7 +11,13 @@ std::vector<float> TrainModel::whole(const Parameter& p) const {
 TrainModel build_model(MPI_Comm comm, const Deck& deck) {
   TrainModel t;
   t.model = make_model(deck);
-  t.parallel = parallelize(*t.model, deck, comm);
+  if (deck.mesh.pp > 1) {
+    t.pipeline = std::make_unique<PipelineParallel>(comm, deck, *t.model);
+    t.model->keep_pipeline_stage(t.pipeline->part());
+    t.parallel = parallelize(*t.model, t.pipeline->stage_deck(deck), t.pipeline->stage_comm());
+  } else {
+    t.parallel = parallelize(*t.model, deck, comm);
+  }
   t.model->to_empty();
   t.model->reset_parameters(deck.run.seed);
   return t;

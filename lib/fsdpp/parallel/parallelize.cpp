@@ -50,9 +50,9 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   check_parallel_strategy(deck.fsdp, deck.mesh);
   check_job_size(deck.mesh, world_size);
   check_pipeline(deck.model, deck.mesh, deck.pipeline);
-  FSDPP_REQUIRE(deck.mesh.pp == 1, "mesh.pp is {}: pipeline parallelism is planned but not run yet. `fsdpp plan "
-                "--ranks {}` prints its stages, the schedule and its bubble; to train, set mesh.pp: 1", deck.mesh.pp,
-                world_size);
+  // A pipeline's stages are parallelized one by one (build_model.hpp, PipelineParallel::stage_deck).
+  FSDPP_REQUIRE(deck.mesh.pp == 1, "mesh.pp is {}: a pipeline's memory and time are not planned per stage yet. "
+                "`fsdpp plan --ranks {}` prints its stages, the schedule and its bubble", deck.mesh.pp, world_size);
   ParallelLayout layout;
   layout.strategy = deck.fsdp.strategy;
   layout.backend = choose_backend(deck.comm.backend);
@@ -136,6 +136,9 @@ Deck forward_only(Deck deck) {
   // Whole sequences on every rank (mesh.cp 1): evaluation reports per-token losses in sequence order, and a
   // checkpoint trained at any cp holds the same tensors.
   deck.mesh.cp = 1;
+  // The whole model on every rank (mesh.pp 1): a checkpoint trained at any pp holds the same tensors.
+  deck.mesh.pp = 1;
+  deck.pipeline = {};
   return deck;
 }
 
@@ -321,7 +324,9 @@ std::unique_ptr<Parallelism> shard(LanguageModel& model, const Deck& deck, Paral
     }
   }
   for (Module* block : model.block_modules()) fully_shard(*block, par->fsdp_mesh(), l.block_options);
-  FsdpGroup& root = fully_shard(model, par->fsdp_mesh(), l.root_options);
+  FullyShardOptions root_options = l.root_options;
+  root_options.allow_no_parameters = !model.pipeline_stage().embedding && !model.pipeline_stage().head;
+  FsdpGroup& root = fully_shard(model, par->fsdp_mesh(), root_options);
   if (l.gradient_divide_factor > 0)
     for (Module* m : model.modules())
       if (FsdpGroup* g = fsdp_group(*m)) g->set_gradient_divide_factor(l.gradient_divide_factor);

@@ -4,6 +4,7 @@
 #include "fsdpp/nn/language_model.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/train/data_feed.hpp"
+#include "fsdpp/train/pipeline_step.hpp"
 
 namespace fsdpp {
 
@@ -16,6 +17,8 @@ class Evaluator {
   // Whether the step just completed (`done`, 1-based) is evaluated: every train.eval_interval, and the last.
   bool due(std::int64_t done, bool last) const { return interval_ > 0 && (done % interval_ == 0 || last); }
   double run();  // collective
+  // mesh.pp > 1: each evaluation batch runs through the stages in turn; the loss is the last stage's.
+  void set_pipeline(PipelineStep* pipeline) { pipeline_ = pipeline; }
 
  private:
   LanguageModel& model_;
@@ -24,6 +27,7 @@ class Evaluator {
   std::int64_t interval_;
   int batches_;
   Flow flow_;
+  PipelineStep* pipeline_ = nullptr;
 };
 
 }  // namespace fsdpp

@@ -31,7 +31,8 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
   model_.tensor_parallel().reset_stats();
   double loss = 0, aux = 0, dropped = 0;
   std::vector<double> selections;  // (sparse layers, E): the step's tokens per expert, over its micro-batches
-  for (int a = 0; a < accum; ++a) {
+  if (pipeline_) loss = pipeline_step_->train(flow_, accum, timers_, kForward, kBackward);
+  for (int a = 0; a < accum && !pipeline_; ++a) {
     {
       const TimelineScope span(timeline_names::data);
       data_.load_train(a, flow_);
@@ -64,6 +65,7 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
     // post-backward drains them), before anything reads the gradients.
     if (exact) finish_exact_gradients(model_, units);
     else finish_gradient_reduction(model_);
+    if (pipeline_) pipeline_->sum_tied_gradient(model_);  // GPT-2's wte: the lookup's and the head's parts
     stats_ = fsdp_stats(model_);
     // Tensor parallelism's all-reduces block the compute too: they count with the all-reduces (the AllReduce row).
     const TensorParallelStats& tp = model_.tensor_parallel().stats();
@@ -72,6 +74,7 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
     r.loss = chunked ? exact_loss_.mean_of_each(comm_)
              : exact ? exact_loss_.mean(comm_, units, parallel_.layout().tp)
                      : parallel_.mean_over_ranks(loss / accum);
+    if (pipeline_) r.loss = pipeline_->from_last_stage(r.loss);  // the stage's ranks, then the last stage's
     if (model_.router_statistics()) {  // every rank holds the same model: all take part or none
       r.aux_loss = parallel_.mean_over_ranks(aux / accum);
       // The load over the step's tokens on every rank (what an expert's rank computes under ep): per layer the
@@ -89,8 +92,11 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
   Communicator* norm_group = parallel_.grad_norm_group();  // shards; replicas are copies
   Communicator* tp_group = parallel_.tensor_parallel_group();  // null without tensor parallelism
   const NormType norm = exact ? NormType::l2_exact : NormType::l2;
-  r.grad_norm = train_.grad_clip > 0 ? clip_grad_norm(params, train_.grad_clip, norm_group, norm, tp_group)
-                                     : global_grad_norm(params, norm_group, norm, tp_group);
+  Communicator* stages = pipeline_ ? &pipeline_->stages_group() : nullptr;  // each stage its own parameters
+  const Parameter* counted_elsewhere = pipeline_ ? pipeline_->counted_elsewhere(model_) : nullptr;
+  r.grad_norm = train_.grad_clip > 0
+                    ? clip_grad_norm(params, train_.grad_clip, norm_group, norm, tp_group, stages, counted_elsewhere)
+                    : global_grad_norm(params, norm_group, norm, tp_group, stages, counted_elsewhere);
   r.nonfinite = guard(step, r);
   r.skipped = !r.nonfinite.empty();
   if (!r.skipped) {

@@ -15,10 +15,12 @@
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/runtime/timers.hpp"
 #include "fsdpp/train/data_feed.hpp"
+#include "fsdpp/train/pipeline_step.hpp"
 #include "fsdpp/train/reproducible.hpp"
 
 #include <mpi.h>
 
+#include <optional>
 #include <string>
 namespace fsdpp {
 
@@ -47,6 +49,13 @@ class TrainStep {
       : comm_(comm), model_(model), parallel_(parallel), optimizer_(optimizer), data_(data), train_(train),
         timers_(timers) {}
 
+  // mesh.pp > 1: the micro-batches run through this rank's stage in the schedule's order (pipeline_step.hpp);
+  // the loss is the last stage's, the gradient norm the stages' together.
+  void set_pipeline(PipelineParallel* pipeline) {
+    pipeline_ = pipeline;
+    if (pipeline) pipeline_step_.emplace(*pipeline, model_, parallel_, data_);
+  }
+  PipelineStep* pipeline_step() { return pipeline_step_ ? &*pipeline_step_ : nullptr; }
   // Runs optimizer step `step` (1-based, as the log counts) at learning rate `lr`.
   StepResult run(std::int64_t step, float lr);
   const FsdpStats& fsdp_stats_of_last_step() const { return stats_; }
@@ -66,6 +75,8 @@ class TrainStep {
   Flow flow_;
   FsdpStats stats_;
   ExactLossMean exact_loss_;  // reproducible mode
+  PipelineParallel* pipeline_ = nullptr;
+  std::optional<PipelineStep> pipeline_step_;
 };
 
 }  // namespace fsdpp

@@ -140,7 +140,9 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   StepMetrics metrics(comm, deck, parallel, speaks, options.measure_peak, options.prediction);
   metrics.banner(model, data, *optimizer);
   TrainStep train_step(comm, model, parallel, *optimizer, data, deck.train, metrics.timers());
+  train_step.set_pipeline(built.pipeline.get());
   Evaluator evaluator(model, parallel, data, deck.train);
+  evaluator.set_pipeline(train_step.pipeline_step());
   TrainingSamples samples(comm, model, parallel, deck);
   ProgressState progress(static_cast<double>(deck.train.global_batch) * deck.model.context_length);
   ModelState model_state(model.parameters(), optimizer.get());

@@ -1,0 +1,147 @@
+#include "fsdpp/parallel/pipeline_parallel.hpp"
+
+#include "fsdpp/config/deck_rules.hpp"
+#include "fsdpp/nn/causal_lm.hpp"
+#include "fsdpp/runtime/error.hpp"
+
+#include <algorithm>
+
+namespace fsdpp {
+
+namespace {
+
+MPI_Comm split_comm(MPI_Comm comm, int color, int key) {
+  MPI_Comm out = MPI_COMM_NULL;
+  MPI_Comm_split(comm, color, key, &out);
+  return out;
+}
+
+void free_comm(MPI_Comm& comm) {
+  if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+}
+
+// What a pipeline does not run yet: refused on every rank alike, before any communicator is made.
+void check_runnable(const Deck& deck) {
+  const PipelineScheduleKind kind = deck.pipeline.schedule;
+  FSDPP_REQUIRE(kind == PipelineScheduleKind::gpipe || kind == PipelineScheduleKind::one_f_one_b,
+                "pipeline.schedule {} is planned (`fsdpp plan` replays it) but not run yet; train with gpipe or 1f1b",
+                to_string(kind));
+  FSDPP_REQUIRE(!deck.train.reproducible, "train.reproducible with mesh.pp {}: not run yet; use mesh.pp: 1 for "
+                "bitwise-reproducible training", deck.mesh.pp);
+  FSDPP_REQUIRE(deck.checkpoint.interval == 0 && deck.checkpoint.init_from == "none",
+                "checkpoints with mesh.pp {} are not written or read yet: set checkpoint.interval: 0 and "
+                "checkpoint.init_from: none, or mesh.pp: 1", deck.mesh.pp);
+  FSDPP_REQUIRE(deck.train.sample_interval == 0, "train.sample_interval with mesh.pp {}: samples are not generated "
+                "through a pipeline yet; set train.sample_interval: 0 (`fsdpp generate` reads the checkpoint at any "
+                "mesh)", deck.mesh.pp);
+  FSDPP_REQUIRE(!is_moe_arch(deck.model.arch), "mesh.pp {}: mixture-of-experts models do not run in a pipeline "
+                "yet; use mesh.pp: 1", deck.mesh.pp);
+}
+
+}  // namespace
+
+PipelineParallel::PipelineParallel(MPI_Comm world, const Deck& deck, const LanguageModel& whole)
+    : stages_(deck.mesh.pp), kind_(deck.pipeline.schedule) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  check_job_size(deck.mesh, size);
+  check_pipeline(deck.model, deck.mesh, deck.pipeline);
+  check_runnable(deck);
+  const int per_stage = size / stages_;
+  stage_ = rank / per_stage;
+  const int place = rank % per_stage;
+  split_ = split_stages(whole.flops_per_token_by_piece(deck.model.context_length), stages_, deck.pipeline.split);
+  tied_ = deck.model.tie_embeddings;
+  stage_comm_ = split_comm(world, stage_, place);
+  pp_comm_ = split_comm(world, place, stage_);
+  tied_comm_ = split_comm(world, tied_ && (first() || last()) ? place : MPI_UNDEFINED, stage_);
+  pp_group_ = std::make_unique<MpiCommunicator>(pp_comm_);
+}
+
+PipelineParallel::~PipelineParallel() {
+  for (PendingSend& s : sends_)
+    if (s.request != MPI_REQUEST_NULL) MPI_Wait(&s.request, MPI_STATUS_IGNORE);
+  pp_group_.reset();
+  free_comm(tied_comm_);
+  free_comm(pp_comm_);
+  free_comm(stage_comm_);
+}
+
+PipelineStagePart PipelineParallel::part() const {
+  return {split_.first[stage_], split_.first[stage_ + 1], first(), last()};
+}
+
+Deck PipelineParallel::stage_deck(const Deck& deck) const {
+  Deck d = deck;
+  d.mesh.pp = 1;
+  d.pipeline = {};  // the stage runs no pipeline of its own
+  if (d.fsdp.reshard_after_forward.kind == ReshardAfterForward::Kind::automatic)
+    d.fsdp.reshard_after_forward.kind = ReshardAfterForward::Kind::no;
+  return d;
+}
+
+const std::vector<PipelineAction>& PipelineParallel::actions(int microbatches) {
+  if (microbatches == schedule_microbatches_) return actions_;
+  const PipelineShape shape{stages_, 1, microbatches};
+  const PipelineSchedule schedule = make_pipeline_schedule(kind_, shape);
+  (void)simulate_pipeline(schedule, shape, PipelineCosts::uniform(shape.stages()));  // refuses a hang
+  actions_ = schedule[static_cast<std::size_t>(stage_)];
+  schedule_microbatches_ = microbatches;
+  return actions_;
+}
+
+namespace {
+int tag_of(int microbatch, bool gradient) { return 2 * microbatch + (gradient ? 1 : 0); }
+}  // namespace
+
+void PipelineParallel::send(const View1<float>& x, std::size_t count, int to_stage, int microbatch, bool gradient) {
+  if (sends_in_flight_ == sends_.size()) sends_.emplace_back();
+  PendingSend& s = sends_[sends_in_flight_++];
+  s.data.resize(count);
+  Kokkos::deep_copy(HostView1<float>(s.data.data(), count), Kokkos::subview(x, std::make_pair(std::size_t{0}, count)));
+  MPI_Isend(s.data.data(), static_cast<int>(count), MPI_FLOAT, to_stage, tag_of(microbatch, gradient), pp_comm_,
+            &s.request);
+}
+
+void PipelineParallel::receive(const View1<float>& x, std::size_t count, int from_stage, int microbatch,
+                               bool gradient) {
+  receive_buffer_.resize(count);
+  MPI_Recv(receive_buffer_.data(), static_cast<int>(count), MPI_FLOAT, from_stage, tag_of(microbatch, gradient),
+           pp_comm_, MPI_STATUS_IGNORE);
+  Kokkos::deep_copy(Kokkos::subview(x, std::make_pair(std::size_t{0}, count)),
+                    HostView1<float>(receive_buffer_.data(), count));
+}
+
+void PipelineParallel::wait_sends() {
+  for (std::size_t i = 0; i < sends_in_flight_; ++i) MPI_Wait(&sends_[i].request, MPI_STATUS_IGNORE);
+  sends_in_flight_ = 0;
+}
+
+double PipelineParallel::from_last_stage(double value) {
+  MPI_Bcast(&value, 1, MPI_DOUBLE, stages_ - 1, pp_comm_);
+  return value;
+}
+
+namespace {
+Parameter* tied_embedding(LanguageModel& model) { return &static_cast<CausalLM&>(model).token_embedding; }
+}  // namespace
+
+void PipelineParallel::sum_tied_gradient(LanguageModel& model) {
+  if (tied_comm_ == MPI_COMM_NULL) return;
+  Parameter* p = tied_embedding(model);
+  FSDPP_CHECK(p, "pipeline stage {}: a tied embedding was expected on the first and the last stage", stage_);
+  const std::size_t n = p->grad().extent(0);
+  receive_buffer_.resize(n);
+  Kokkos::fence();
+  const HostView1<float> host(receive_buffer_.data(), n);
+  Kokkos::deep_copy(host, p->grad());
+  MPI_Allreduce(MPI_IN_PLACE, receive_buffer_.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, tied_comm_);
+  Kokkos::deep_copy(p->grad(), host);
+}
+
+const Parameter* PipelineParallel::counted_elsewhere(LanguageModel& model) const {
+  return tied_ && last() ? tied_embedding(model) : nullptr;
+}
+
+}  // namespace fsdpp

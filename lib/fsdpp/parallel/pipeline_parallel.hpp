@@ -1,0 +1,90 @@
+#pragma once
+// PipelineParallel: a rank's place in the pipeline of mesh.pp (torchtitan's pipeline_parallel.py).
+//
+// pp is the outermost mesh dimension: the job's N ranks are pp stages of N / pp consecutive ranks (so that a
+// stage's ranks share nodes), and each stage is a job of its own for everything inside it: parallelize shards the
+// stage's blocks over the stage's ranks (dp, cp, tp), the data feed deals the same sequences to every stage.
+// Pipeline rank r of a stage talks to the rank of the same place in the stages before and after it:
+//
+//     world ranks 0..N/pp-1 = stage 0 | N/pp..2N/pp-1 = stage 1 | ...     pp group: {k, k + N/pp, k + 2N/pp, ...}
+//
+// Activations go forward and their gradients back as MPI messages on the pp group, (rows, C) floats each,
+// tagged by micro-batch; sends are non-blocking (issued as soon as a forward or backward ends, completed at the
+// step's end), receives wait. Every rank builds the same schedule (pipeline_schedule.hpp) and replays it before
+// the first step, so a schedule that would hang is refused instead.
+//
+// A tied embedding (GPT-2's wte) lives on the first stage (the lookup) and the last (the head): both copies start
+// equal, their gradients are summed over the two after each step's reduction, and the same optimizer step keeps
+// them equal. The gradient norm counts the first stage's copy.
+#include "fsdpp/comm/mpi_communicator.hpp"
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/nn/language_model.hpp"
+#include "fsdpp/parallel/pipeline_schedule.hpp"
+#include "fsdpp/parallel/pipeline_stages.hpp"
+
+#include <mpi.h>
+
+#include <memory>
+#include <vector>
+
+namespace fsdpp {
+
+class PipelineParallel {
+ public:
+  // Collective over `world`. `whole`: the deck's whole model on meta (its per-block FLOPs balance the stages).
+  // UsageError, on every rank alike, for what the pipeline does not run yet.
+  PipelineParallel(MPI_Comm world, const Deck& deck, const LanguageModel& whole);
+  ~PipelineParallel();
+  PipelineParallel(const PipelineParallel&) = delete;
+  PipelineParallel& operator=(const PipelineParallel&) = delete;
+
+  // This stage's ranks: the world of everything inside the stage (parallelize, the data feed, checkpoints).
+  MPI_Comm stage_comm() const { return stage_comm_; }
+  int stage() const { return stage_; }
+  int stages() const { return stages_; }
+  bool first() const { return stage_ == 0; }
+  bool last() const { return stage_ == stages_ - 1; }
+  const StageSplit& split() const { return split_; }
+  PipelineStagePart part() const;  // what this stage's model keeps
+  // The deck as one stage sees it: mesh.pp 1, and fully_shard's reshard_after_forward false unless the deck sets
+  // it (every micro-batch reuses the parameters: torchtitan's choice under pp).
+  Deck stage_deck(const Deck& deck) const;
+
+  // This rank's actions of the deck's schedule over `microbatches` (replayed against every rank's first).
+  const std::vector<PipelineAction>& actions(int microbatches);
+  PipelineScheduleKind schedule_kind() const { return kind_; }
+
+  // Point to point on the pp group. `x` holds `count` floats; sends copy it and return at once.
+  void send(const View1<float>& x, std::size_t count, int to_stage, int microbatch, bool gradient);
+  void receive(const View1<float>& x, std::size_t count, int from_stage, int microbatch, bool gradient);
+  void wait_sends();  // the step's sends have completed (their buffers are free again)
+
+  // The pp group (one rank per stage) for scalars: the loss from the last stage, gradient norms.
+  Communicator& stages_group() { return *pp_group_; }
+  double from_last_stage(double value);  // the last stage's value on every stage
+  // The tied embedding's gradient summed over its two copies (first and last stage); a no-op without one.
+  void sum_tied_gradient(LanguageModel& model);
+  // The parameter whose gradient norm another stage counts (the last stage's tied embedding), or null.
+  const Parameter* counted_elsewhere(LanguageModel& model) const;
+
+ private:
+  int stages_ = 1, stage_ = 0;
+  PipelineScheduleKind kind_ = PipelineScheduleKind::one_f_one_b;
+  StageSplit split_;
+  bool tied_ = false;
+  MPI_Comm stage_comm_ = MPI_COMM_NULL;
+  MPI_Comm pp_comm_ = MPI_COMM_NULL;
+  MPI_Comm tied_comm_ = MPI_COMM_NULL;  // the first and the last stage's ranks of one place, when tied
+  std::unique_ptr<MpiCommunicator> pp_group_;
+  int schedule_microbatches_ = 0;
+  std::vector<PipelineAction> actions_;
+  struct PendingSend {
+    std::vector<float> data;
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  std::vector<PendingSend> sends_;  // reused step to step: no allocation once the pipeline is full
+  std::size_t sends_in_flight_ = 0;
+  std::vector<float> receive_buffer_;
+};
+
+}  // namespace fsdpp

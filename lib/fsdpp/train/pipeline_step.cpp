@@ -1,0 +1,88 @@
+#include "fsdpp/train/pipeline_step.hpp"
+
+#include "fsdpp/observe/timeline.hpp"
+#include "fsdpp/runtime/error.hpp"
+
+namespace fsdpp {
+
+std::size_t PipelineStep::residual_elements(const Flow& flow) const { return model_.residual_elements(flow.B, flow.T); }
+
+double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, int forward_section,
+                           int backward_section) {
+  if (inputs_.size() < static_cast<std::size_t>(microbatches)) inputs_.resize(static_cast<std::size_t>(microbatches));
+  double loss = 0;
+  held_ = -1;
+  replays_ = 0;
+  for (const PipelineAction& a : pipeline_.actions(microbatches)) {
+    if (a.op == PipelineOp::forward) {
+      forward(flow, a.microbatch, microbatches, false);
+      loss += flow.loss;
+      timers.mark(forward_section);
+    } else {
+      FSDPP_CHECK(a.op == PipelineOp::backward, "pipeline action {} is not run by this schedule", to_string(a));
+      backward(flow, a.microbatch, microbatches);
+      timers.mark(backward_section);
+    }
+  }
+  pipeline_.wait_sends();
+  return pipeline_.last() ? loss : 0.0;
+}
+
+void PipelineStep::forward(Flow& flow, int i, int m, bool replay) {
+  data_.load_train(i, flow);
+  flow.training = true;
+  flow.loss_scale = parallel_.loss_scale(m);
+  const std::size_t n = residual_elements(flow);  // before forward: context parallelism shortens flow.T there
+  const int s = pipeline_.stage();
+  if (!pipeline_.first()) {
+    View1<float>& input = inputs_[static_cast<std::size_t>(i)];
+    if (input.extent(0) != n) input = uninitialized<float>("fsdpp::pipeline_input", n);
+    if (!replay) pipeline_.receive(input, n, s - 1, i, false);
+    flow.x = input;
+  }
+  model_(flow);
+  Kokkos::fence();
+  if (!replay && !pipeline_.last()) pipeline_.send(flow.x, n, s + 1, i, false);
+  held_ = i;
+  held_elements_ = n;
+}
+
+void PipelineStep::backward(Flow& flow, int i, int m) {
+  if (held_ != i) {  // a later micro-batch's forward ran since: rebuild this one's activations
+    const TimelineScope span(timeline_names::pipeline_replay);
+    forward(flow, i, m, true);
+    ++replays_;
+  }
+  const std::size_t n = held_elements_;
+  const int s = pipeline_.stage();
+  if (!pipeline_.last()) {
+    if (gradient_.extent(0) != n) gradient_ = uninitialized<float>("fsdpp::pipeline_output_gradient", n);
+    pipeline_.receive(gradient_, n, s + 1, i, true);
+    flow.dx = gradient_;
+  }
+  parallel_.before_micro_batch(i, m);  // the last micro-batch's backward synchronizes the gradients
+  model_(flow, Pass::backward);
+  Kokkos::fence();
+  if (!pipeline_.first()) pipeline_.send(flow.dx, n, s - 1, i, true);
+  held_ = -1;  // backward has consumed the activations (the head's loss gradient among them)
+}
+
+double PipelineStep::evaluate(Flow& flow, int index) {
+  data_.load_val(index, flow);
+  flow.training = false;
+  const std::size_t n = residual_elements(flow);
+  const int s = pipeline_.stage();
+  if (!pipeline_.first()) {
+    if (inputs_.empty()) inputs_.resize(1);
+    if (inputs_[0].extent(0) < n) inputs_[0] = uninitialized<float>("fsdpp::pipeline_input", n);
+    pipeline_.receive(inputs_[0], n, s - 1, index, false);
+    flow.x = Kokkos::subview(inputs_[0], std::make_pair(std::size_t{0}, n));
+  }
+  model_(flow);
+  Kokkos::fence();
+  if (!pipeline_.last()) pipeline_.send(flow.x, n, s + 1, index, false);
+  pipeline_.wait_sends();
+  return pipeline_.last() ? flow.loss : 0.0;
+}
+
+}  // namespace fsdpp

@@ -1,0 +1,56 @@
+#pragma once
+// PipelineStep: one stage's part of a training step under mesh.pp (parallel/pipeline_parallel.hpp), run in the
+// order of the deck's schedule (parallel/pipeline_schedule.hpp), and the stage's part of an evaluation forward.
+//
+//   forward  F i:  micro-batch i's tokens (every stage loads them: the first embeds them, the last reads the
+//                  targets); a later stage receives the previous stage's output as its input and keeps it until
+//                  B i; the stage's blocks (and the head and loss on the last); the output is sent on.
+//   backward B i:  the next stage's gradient arrives (the last stage starts from its loss); the stage's backward;
+//                  the gradient of its input is sent back. Gradients synchronize on the last micro-batch's
+//                  backward, as under accumulation.
+//
+// The modules keep one micro-batch's activations (their buffers are per shape, not per micro-batch): when B i
+// comes after a later micro-batch's forward (GPipe, 1F1B's warm-up), the stage first replays F i from the input
+// it kept, as activation checkpointing replays a block (module.hpp): the same kernels on the same input, so the
+// gradients are those of an unbroken forward and backward, at the cost of a forward. 1F1B's last stage and
+// steady state on it never replay.
+#include "fsdpp/nn/language_model.hpp"
+#include "fsdpp/parallel/parallelize.hpp"
+#include "fsdpp/parallel/pipeline_parallel.hpp"
+#include "fsdpp/runtime/timers.hpp"
+#include "fsdpp/train/data_feed.hpp"
+
+#include <vector>
+
+namespace fsdpp {
+
+class PipelineStep {
+ public:
+  PipelineStep(PipelineParallel& pipeline, LanguageModel& model, Parallelism& parallel, DataFeed& data)
+      : pipeline_(pipeline), model_(model), parallel_(parallel), data_(data) {}
+
+  // The step's `microbatches` forwards and backwards on this stage; returns the sum of their losses on the last
+  // stage (0 on the others). Marks `forward_section` and `backward_section` on `timers` after each.
+  double train(Flow& flow, int microbatches, SectionTimers& timers, int forward_section, int backward_section);
+  // Evaluation batch `index` through this stage: its loss on the last stage, 0 on the others.
+  double evaluate(Flow& flow, int index);
+  double from_last_stage(double value) { return pipeline_.from_last_stage(value); }
+  int replays() const { return replays_; }  // forwards replayed for a backward, in the last step
+
+ private:
+  void forward(Flow& flow, int microbatch, int microbatches, bool replay);
+  void backward(Flow& flow, int microbatch, int microbatches);
+  std::size_t residual_elements(const Flow& flow) const;
+
+  PipelineParallel& pipeline_;
+  LanguageModel& model_;
+  Parallelism& parallel_;
+  DataFeed& data_;
+  std::vector<View1<float>> inputs_;  // per micro-batch: what this stage received (stages after the first)
+  View1<float> gradient_;             // the gradient of this stage's output, as received
+  int held_ = -1;                     // the micro-batch whose activations the modules hold
+  std::size_t held_elements_ = 0;     // its residual stream's floats on this rank
+  int replays_ = 0;
+};
+
+}  // namespace fsdpp

@@ -1,0 +1,128 @@
+// Pipeline parallelism (mesh.pp, parallel/pipeline_parallel.hpp, train/pipeline_step.hpp): one rank's per-step losses
+// and gradient norms (pp 1) at pp 2 and 4 under GPipe and 1F1B, within fp32 parity (1e-5 relative), for GPT-2 (tied
+// embedding: its gradient summed over the first and the last stage) and Llama (untied head, RoPE), with
+// accumulation and clipping, and composed with dp_shard, HSDP, tp (with sequence parallelism), cp and activation
+// checkpointing; an evaluation through the stages; what does not run yet refused with its text.
+#include "input_decks.hpp"
+#include "mpi_test.hpp"
+#include "train_runs.hpp"
+
+#include "fsdpp/config/deck.hpp"
+#include "fsdpp/parallel/build_model.hpp"
+#include "fsdpp/runtime/error.hpp"
+#include "fsdpp/train/trainer.hpp"
+
+#include <string>
+#include <vector>
+
+using namespace fsdpp;
+
+namespace {
+
+using test::with;
+
+// Eight sequences a step in micro-batches of two: 4 micro-batches through the pipeline on one data-parallel rank
+// (2 on two), clipped (every step's norm is above 0.5); four blocks, so that pp 4 holds one each.
+const std::vector<std::string> kShort = {"train.eval_interval=0", "schedule.warmup_steps=1", "train.steps=3",
+                                         "train.global_batch=8", "train.micro_batch=2", "train.grad_clip=0.5",
+                                         "model.context_length=32", "model.n_layer=4"};
+
+Deck gpt2(const std::vector<std::string>& extra) { return test::input_deck("tiny.yaml", with(kShort, extra)); }
+Deck llama(const std::vector<std::string>& extra) { return test::input_deck("llama-tiny.yaml", with(kShort, extra)); }
+
+struct Run {
+  std::vector<double> losses, norms;
+};
+
+// The deck's losses and gradient norms on the first n ranks of test_comm (the others wait), broadcast to all.
+Run run_on(MPI_Comm test_comm, int test_rank, int n, const Deck& deck) {
+  MPI_Comm group;
+  MPI_Comm_split(test_comm, test_rank < n ? 0 : MPI_UNDEFINED, test_rank, &group);
+  Run r;
+  r.losses.resize(static_cast<std::size_t>(deck.train.steps));
+  r.norms.resize(r.losses.size());
+  if (group != MPI_COMM_NULL) {
+    const test::StepsRun steps = test::run_steps(group, deck);
+    r.losses = steps.losses;
+    r.norms = steps.norms;
+    MPI_Comm_free(&group);
+  }
+  MPI_Bcast(r.losses.data(), static_cast<int>(r.losses.size()), MPI_DOUBLE, 0, test_comm);
+  MPI_Bcast(r.norms.data(), static_cast<int>(r.norms.size()), MPI_DOUBLE, 0, test_comm);
+  return r;
+}
+
+void check_same_run(const Run& got, const Run& want, const std::string& layout) {
+  CAPTURE(layout);
+  test::check_same_losses(got.losses, want.losses);
+  test::check_same_losses(got.norms, want.norms);
+}
+
+}  // namespace
+
+MPI_TEST_CASE("pipeline parallel: GPT-2 (tied embedding) as on one rank, every runnable schedule and mesh", 4) {
+  const Run one = run_on(test_comm, test_rank, 1, gpt2({}));
+  check_same_run(run_on(test_comm, test_rank, 2, gpt2({"mesh.pp=2", "pipeline.schedule=gpipe"})), one, "pp 2, gpipe");
+  check_same_run(run_on(test_comm, test_rank, 2, gpt2({"mesh.pp=2"})), one, "pp 2, 1f1b");
+  check_same_run(run_on(test_comm, test_rank, 4, gpt2({"mesh.pp=4"})), one, "pp 4, 1f1b");
+  check_same_run(run_on(test_comm, test_rank, 4, gpt2({"mesh.pp=4", "pipeline.schedule=gpipe"})), one, "pp 4, gpipe");
+  check_same_run(run_on(test_comm, test_rank, 4, gpt2({"mesh.pp=2", "mesh.dp_shard=2"})), one, "pp 2 x dp_shard 2");
+  check_same_run(run_on(test_comm, test_rank, 4,
+                        gpt2({"mesh.pp=2", "fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2", "mesh.dp_shard=1"})),
+                 one, "pp 2 x HSDP 2 x 1");
+  check_same_run(run_on(test_comm, test_rank, 4, gpt2({"mesh.pp=2", "mesh.tp=2", "mesh.tp_sequence_parallel=true"})),
+                 one, "pp 2 x tp 2, sequence parallel");
+  check_same_run(run_on(test_comm, test_rank, 2, gpt2({"mesh.pp=2", "train.activation_checkpointing=full"})), one,
+                 "pp 2, activation checkpointing");
+  check_same_run(run_on(test_comm, test_rank, 2, gpt2({"mesh.pp=2", "pipeline.split=[1]"})), one,
+                 "pp 2, pipeline.split [1]");
+}
+
+MPI_TEST_CASE("pipeline parallel: Llama (untied head, RoPE) as on one rank, with tp and cp", 4) {
+  const Run one = run_on(test_comm, test_rank, 1, llama({}));
+  check_same_run(run_on(test_comm, test_rank, 2, llama({"mesh.pp=2"})), one, "pp 2, 1f1b");
+  check_same_run(run_on(test_comm, test_rank, 4, llama({"mesh.pp=4", "pipeline.schedule=gpipe"})), one, "pp 4, gpipe");
+  check_same_run(run_on(test_comm, test_rank, 4, llama({"mesh.pp=2", "mesh.tp=2"})), one, "pp 2 x tp 2");
+  check_same_run(run_on(test_comm, test_rank, 4, llama({"mesh.pp=2", "mesh.cp=2", "model.attention=fused"})),
+                 run_on(test_comm, test_rank, 1, llama({"model.attention=fused"})), "pp 2 x cp 2");
+}
+
+// The training loop end to end: the losses a pipeline logs, and its evaluation through the stages, as pp 1's.
+MPI_TEST_CASE("pipeline parallel: train() with an evaluation through the stages", 2) {
+  const std::vector<std::string> evaluated = {"train.eval_interval=3", "train.eval_batches=2"};
+  TrainOptions quiet;
+  quiet.quiet = true;
+  quiet.measure_peak = false;
+  MPI_Comm one_rank;
+  MPI_Comm_split(test_comm, test_rank == 0 ? 0 : MPI_UNDEFINED, 0, &one_rank);
+  const TrainSummary want = one_rank != MPI_COMM_NULL ? train(one_rank, gpt2(evaluated), quiet) : TrainSummary{};
+  if (one_rank != MPI_COMM_NULL) MPI_Comm_free(&one_rank);
+  const TrainSummary got = train(test_comm, gpt2(with(evaluated, {"mesh.pp=2"})), quiet);
+  if (test_rank == 0) {
+    test::check_same_losses(got.losses, want.losses);
+    REQUIRE(got.final_val_loss.has_value());
+    REQUIRE(want.final_val_loss.has_value());
+    CHECK(*got.final_val_loss == doctest::Approx(*want.final_val_loss).epsilon(1e-5));
+  }
+}
+
+MPI_TEST_CASE("pipeline parallel: what does not run yet is refused on every rank, with what to do", 2) {
+  auto refusal = [&](const std::vector<std::string>& overrides) -> std::string {
+    try {
+      build_model(test_comm, gpt2(with({"mesh.pp=2"}, overrides)));
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(refusal({"pipeline.schedule=interleaved_1f1b"}) ==
+        "pipeline.schedule interleaved_1f1b is planned (`fsdpp plan` replays it) but not run yet; train with gpipe or "
+        "1f1b");
+  CHECK(refusal({"pipeline.schedule=zero_bubble"}).find("zero_bubble is planned") != std::string::npos);
+  CHECK(refusal({"checkpoint.interval=2", "checkpoint.dir=/nonexistent"}).find(
+            "checkpoints with mesh.pp 2 are not written or read yet") != std::string::npos);
+  CHECK(refusal({"train.reproducible=true"}).find("train.reproducible with mesh.pp 2: not run yet") !=
+        std::string::npos);
+  CHECK(refusal({"train.sample_interval=2"}).find("samples are not generated through a pipeline yet") !=
+        std::string::npos);
+}
