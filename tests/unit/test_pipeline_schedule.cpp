@@ -213,11 +213,13 @@ TEST_CASE("pipeline plan: the deck's stages, schedule and bubble on N ranks") {
   CHECK(text.find("rank 1 |") != std::string::npos);
 }
 
-TEST_CASE("pipeline: training with mesh.pp > 1 is refused aloud until the pipeline runs") {
+// Training parallelizes each stage on its own ranks (build_model.hpp); the whole job's layout, which only the
+// planner's memory and time would ask for, is refused until they are planned per stage.
+TEST_CASE("pipeline: the whole job's layout under mesh.pp > 1 is refused aloud, and the job size rule") {
   const Deck deck = parse_deck("train: {steps: 1}\nmodel: {n_layer: 4}\nmesh: {pp: 2}\n", "deck.yaml", {});
   CHECK_THROWS_WITH_AS(parallel_layout(deck, 2),
-                       "mesh.pp is 2: pipeline parallelism is planned but not run yet. `fsdpp plan --ranks 2` prints "
-                       "its stages, the schedule and its bubble; to train, set mesh.pp: 1", UsageError);
+                       "mesh.pp is 2: a pipeline's memory and time are not planned per stage yet. `fsdpp plan --ranks "
+                       "2` prints its stages, the schedule and its bubble", UsageError);
   CHECK_THROWS_WITH_AS(parallel_layout(deck, 3),
                        "mesh.pp x mesh.cp x mesh.tp is 2 x 1 x 1 = 2, which does not divide the 3 ranks of the job: "
                        "launch a multiple of 2 ranks, or change mesh.pp", UsageError);

@@ -107,8 +107,10 @@ void PipelineParallel::send(const View1<float>& x, std::size_t count, int to_sta
 void PipelineParallel::receive(const View1<float>& x, std::size_t count, int from_stage, int microbatch,
                                bool gradient) {
   receive_buffer_.resize(count);
+  const double start = MPI_Wtime();
   MPI_Recv(receive_buffer_.data(), static_cast<int>(count), MPI_FLOAT, from_stage, tag_of(microbatch, gradient),
            pp_comm_, MPI_STATUS_IGNORE);
+  waited_s_ += MPI_Wtime() - start;
   Kokkos::deep_copy(Kokkos::subview(x, std::make_pair(std::size_t{0}, count)),
                     HostView1<float>(receive_buffer_.data(), count));
 }

@@ -58,6 +58,9 @@ class PipelineParallel {
   void send(const View1<float>& x, std::size_t count, int to_stage, int microbatch, bool gradient);
   void receive(const View1<float>& x, std::size_t count, int from_stage, int microbatch, bool gradient);
   void wait_sends();  // the step's sends have completed (their buffers are free again)
+  // Seconds this rank has spent waiting in receives since construction: the pipeline's bubble as this rank saw it
+  // (with the transfers' own time, which the bubble's formula leaves out).
+  double waited_s() const { return waited_s_; }
 
   // The pp group (one rank per stage) for scalars: the loss from the last stage, gradient norms.
   Communicator& stages_group() { return *pp_group_; }
@@ -85,6 +88,7 @@ class PipelineParallel {
   std::vector<PendingSend> sends_;  // reused step to step: no allocation once the pipeline is full
   std::size_t sends_in_flight_ = 0;
   std::vector<float> receive_buffer_;
+  double waited_s_ = 0;
 };
 
 }  // namespace fsdpp

@@ -3,6 +3,8 @@
 #include "fsdpp/observe/timeline.hpp"
 #include "fsdpp/runtime/error.hpp"
 
+#include <fmt/format.h>
+
 namespace fsdpp {
 
 std::size_t PipelineStep::residual_elements(const Flow& flow) const { return model_.residual_elements(flow.B, flow.T); }
@@ -13,6 +15,7 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
   double loss = 0;
   held_ = -1;
   replays_ = 0;
+  const double start = MPI_Wtime(), waited = pipeline_.waited_s();
   for (const PipelineAction& a : pipeline_.actions(microbatches)) {
     if (a.op == PipelineOp::forward) {
       forward(flow, a.microbatch, microbatches, false);
@@ -25,7 +28,27 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
     }
   }
   pipeline_.wait_sends();
+  train_s_ += MPI_Wtime() - start;
+  train_waited_s_ += pipeline_.waited_s() - waited;
   return pipeline_.last() ? loss : 0.0;
+}
+
+std::string PipelineStep::summary(MPI_Comm world, int microbatches) const {
+  const double share = train_s_ > 0 ? train_waited_s_ / train_s_ : 0.0;
+  double low = share, high = share, sum = share;
+  int ranks = 1;
+  MPI_Comm_size(world, &ranks);
+  MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_DOUBLE, MPI_MIN, world);
+  MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_DOUBLE, MPI_MAX, world);
+  MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, world);
+  int replays = replays_;
+  MPI_Allreduce(MPI_IN_PLACE, &replays, 1, MPI_INT, MPI_MAX, world);
+  return fmt::format("pipeline {}, pp {} x {} micro-batches, blocks {}: bubble measured {:.1f} / {:.1f} / {:.1f} % "
+                     "(min / avg / max over ranks: time waiting for another stage, of the micro-batches' time); "
+                     "ideal (p-1)/(m+p-1) {:.1f} %; forwards replayed for a backward, per step: up to {} per stage",
+                     to_string(pipeline_.schedule_kind()), pipeline_.stages(), microbatches, pipeline_.split().ranges(),
+                     100 * low, 100 * sum / ranks, 100 * high,
+                     100 * one_f_one_b_ideal_bubble(pipeline_.stages(), microbatches), replays);
 }
 
 void PipelineStep::forward(Flow& flow, int i, int m, bool replay) {

@@ -191,6 +191,11 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   if (speaks)
     if (const auto note = data.mixture_note()) Log::info("{}", *note);
   TrainSummary summary = metrics.finish(model, data.entropy_floor());
+  if (const PipelineStep* pipeline = train_step.pipeline_step()) {
+    const std::string line = pipeline->summary(comm, data.accumulation_steps());
+    if (speaks) Log::info("{}", line);
+    summary.pipeline_bubble = pipeline->train_s() > 0 ? pipeline->train_waited_s() / pipeline->train_s() : 0.0;
+  }
   summary.preempted = preemption.preempted();
   report_traffic(comm, speaks);
   return summary;

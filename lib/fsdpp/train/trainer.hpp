@@ -32,6 +32,8 @@ struct TrainSummary {
   double final_loss = 0;               // training loss of the last step
   std::vector<double> losses;          // training loss of every step
   std::optional<double> final_val_loss;
+  // mesh.pp > 1: this rank's share of the micro-batches' time spent waiting for another stage (its bubble).
+  std::optional<double> pipeline_bubble;
   std::optional<double> loss_floor;    // entropy rate of the synthetic corpus, nats per token
   double tokens_per_s = 0;             // over the whole loop, evaluation excluded
   double flops_per_token = 0;
