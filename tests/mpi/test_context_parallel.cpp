@@ -34,33 +34,8 @@ const std::vector<std::string> kMasks = {"data.document_mask=true", "data.eot_id
 
 Deck llama(const std::vector<std::string>& extra) { return test::input_deck("llama-tiny.yaml", with(kShort, extra)); }
 
-struct Run {
-  std::vector<double> losses, norms;
-  std::vector<float> weights;  // every parameter's whole tensor after the last step
-};
-
-// The deck's losses and gradient norms on the first n ranks of test_comm (the others wait), broadcast to all.
-Run run_on(MPI_Comm test_comm, int test_rank, int n, const Deck& deck) {
-  MPI_Comm group;
-  MPI_Comm_split(test_comm, test_rank < n ? 0 : MPI_UNDEFINED, test_rank, &group);
-  Run r;
-  r.losses.resize(static_cast<std::size_t>(deck.train.steps));
-  r.norms.resize(r.losses.size());
-  if (group != MPI_COMM_NULL) {
-    const test::StepsRun steps = test::run_steps(group, deck);
-    r.losses = steps.losses;
-    r.norms = steps.norms;
-    r.weights = steps.weights;
-    MPI_Comm_free(&group);
-  }
-  MPI_Bcast(r.losses.data(), static_cast<int>(r.losses.size()), MPI_DOUBLE, 0, test_comm);
-  MPI_Bcast(r.norms.data(), static_cast<int>(r.norms.size()), MPI_DOUBLE, 0, test_comm);
-  int count = static_cast<int>(r.weights.size());
-  MPI_Bcast(&count, 1, MPI_INT, 0, test_comm);
-  r.weights.resize(static_cast<std::size_t>(count));
-  MPI_Bcast(r.weights.data(), count, MPI_FLOAT, 0, test_comm);
-  return r;
-}
+using Run = test::RunOnRanks;
+using test::run_on;
 
 void check_same_run(const Run& got, const Run& want, const std::string& layout) {
   CAPTURE(layout);

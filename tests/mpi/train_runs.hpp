@@ -81,6 +81,34 @@ inline StepsRun run_steps(MPI_Comm comm, const Deck& deck) {
   return run;
 }
 
+// run_steps on the first n ranks of test_comm (the others wait): its losses, gradient norms and final weights
+// (none under pipeline parallelism), broadcast from rank 0 to all.
+struct RunOnRanks {
+  std::vector<double> losses, norms;
+  std::vector<float> weights;
+};
+inline RunOnRanks run_on(MPI_Comm test_comm, int test_rank, int n, const Deck& deck) {
+  MPI_Comm group;
+  MPI_Comm_split(test_comm, test_rank < n ? 0 : MPI_UNDEFINED, test_rank, &group);
+  RunOnRanks r;
+  r.losses.resize(static_cast<std::size_t>(deck.train.steps));
+  r.norms.resize(r.losses.size());
+  if (group != MPI_COMM_NULL) {
+    const StepsRun steps = run_steps(group, deck);
+    r.losses = steps.losses;
+    r.norms = steps.norms;
+    r.weights = steps.weights;
+    MPI_Comm_free(&group);
+  }
+  MPI_Bcast(r.losses.data(), static_cast<int>(r.losses.size()), MPI_DOUBLE, 0, test_comm);
+  MPI_Bcast(r.norms.data(), static_cast<int>(r.norms.size()), MPI_DOUBLE, 0, test_comm);
+  int count = static_cast<int>(r.weights.size());
+  MPI_Bcast(&count, 1, MPI_INT, 0, test_comm);
+  r.weights.resize(static_cast<std::size_t>(count));
+  MPI_Bcast(r.weights.data(), count, MPI_FLOAT, 0, test_comm);
+  return r;
+}
+
 // Step by step, within a relative tolerance (fp32 parity).
 inline void check_same_losses(const std::vector<double>& got, const std::vector<double>& want, double tolerance = 1e-5) {
   REQUIRE(got.size() == want.size());
