@@ -2,7 +2,8 @@
 // and gradient norms (pp 1) at pp 2 and 4 under GPipe and 1F1B, within fp32 parity (1e-5 relative), for GPT-2 (tied
 // embedding: its gradient summed over the first and the last stage) and Llama (untied head, RoPE), with
 // accumulation and clipping, and composed with dp_shard, HSDP, tp (with sequence parallelism), cp and activation
-// checkpointing; an evaluation through the stages; what does not run yet refused with its text.
+// checkpointing; an evaluation through the stages; checkpoints saved at one pp resumed at another; what does not
+// run yet refused with its text.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
 #include "train_runs.hpp"
@@ -12,6 +13,7 @@
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/train/trainer.hpp"
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -87,6 +89,37 @@ MPI_TEST_CASE("pipeline parallel: train() with an evaluation through the stages"
   }
 }
 
+// One file whatever the pp: every stage's tensors under their whole-model names (the tied embedding once), so a save
+// at pp 2 x dp_shard 2 resumes at pp 1 x dp_shard 3 and at pp 4 and continues as the uninterrupted run; an
+// asynchronous save at pp 2 resumes at pp 2.
+MPI_TEST_CASE("pipeline parallel: a checkpoint saved at pp 2 x dp 2 resumes at pp 1 x dp 3 and pp 4 x dp 1", 4) {
+  const std::string dir = test::shared_temp_dir(test_comm, test_rank, "fsdpp-pp-resume");
+  const std::vector<std::string> saving = {"train.global_batch=12", "train.steps=4", "checkpoint.interval=2",
+                                           "checkpoint.resume=auto"};
+  const auto whole = test::losses_on(test_comm, test_rank, 1, gpt2({"train.global_batch=12", "train.steps=4"}));
+  auto resumed_at = [&](const std::string& folder, const std::vector<std::string>& mesh, int ranks) {
+    return test::losses_on(test_comm, test_rank, ranks, gpt2(with(with(saving, {"checkpoint.dir=" + folder}), mesh)));
+  };
+  // A resumed run's summary holds the steps it ran: 3 and 4, first in the list.
+  auto check_continues = [&](const std::vector<double>& resumed, const std::string& layout) {
+    CAPTURE(layout);
+    REQUIRE(resumed.size() == whole.size());
+    for (std::size_t s = 2; s < whole.size(); ++s) {
+      CAPTURE(s);
+      CHECK(resumed[s - 2] == doctest::Approx(whole[s]).epsilon(1e-5));
+    }
+    CHECK(resumed[2] == 0.0);  // and no more: the run resumed, it did not start again
+  };
+  for (const std::string& folder : {dir + "/a", dir + "/b"})  // stopped after step 2 at pp 2 x dp_shard 2
+    test::losses_on(test_comm, test_rank, 4, gpt2(with(saving, {"checkpoint.dir=" + folder, "mesh.pp=2", "mesh.dp_shard=2"})), 2);
+  check_continues(resumed_at(dir + "/a", {}, 3), "pp 1 x dp_shard 3");
+  check_continues(resumed_at(dir + "/b", {"mesh.pp=4"}, 4), "pp 4 x dp_shard 1");
+  const std::vector<std::string> async = {"checkpoint.async=true", "mesh.pp=2"};
+  test::losses_on(test_comm, test_rank, 2, gpt2(with(saving, with(async, {"checkpoint.dir=" + dir + "/c"}))), 2);
+  check_continues(resumed_at(dir + "/c", async, 2), "asynchronous save at pp 2, resumed at pp 2");
+  if (test_rank == 0) std::filesystem::remove_all(dir);
+}
+
 MPI_TEST_CASE("pipeline parallel: what does not run yet is refused on every rank, with what to do", 2) {
   auto refusal = [&](const std::vector<std::string>& overrides) -> std::string {
     try {
@@ -100,8 +133,8 @@ MPI_TEST_CASE("pipeline parallel: what does not run yet is refused on every rank
         "pipeline.schedule interleaved_1f1b is planned (`fsdpp plan` replays it) but not run yet; train with gpipe or "
         "1f1b");
   CHECK(refusal({"pipeline.schedule=zero_bubble"}).find("zero_bubble is planned") != std::string::npos);
-  CHECK(refusal({"checkpoint.interval=2", "checkpoint.dir=/nonexistent"}).find(
-            "checkpoints with mesh.pp 2 are not written or read yet") != std::string::npos);
+  CHECK(refusal({"checkpoint.init_from=/nonexistent.h5"}).find(
+            "checkpoint.init_from with mesh.pp 2: weights are not read into a pipeline's stages yet") != std::string::npos);
   CHECK(refusal({"train.reproducible=true"}).find("train.reproducible with mesh.pp 2: not run yet") !=
         std::string::npos);
   CHECK(refusal({"train.sample_interval=2"}).find("samples are not generated through a pipeline yet") !=

@@ -17,10 +17,12 @@
 #include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <climits>
 #include <ctime>
@@ -288,13 +290,88 @@ CheckpointSnapshot stage_checkpoint(const CheckpointContents& contents, const Tr
   return snapshot;
 }
 
+namespace {
+
+// A tensor's file layout as text, for the stages to exchange: group, shape, placements and shards.
+nlohmann::json layout_json(const CheckpointSnapshot::Tensor& t) {
+  nlohmann::json shards = nlohmann::json::array();
+  for (const Slab& s : t.shards) shards.push_back({s.offset, s.rows});
+  return {{"group", t.group}, {"shape", t.shape}, {"placements", t.placements}, {"shards", shards}};
+}
+
+CheckpointSnapshot::Tensor tensor_of(const nlohmann::json& j) {
+  CheckpointSnapshot::Tensor t;
+  t.group = j.at("group").get<std::string>();
+  t.shape = j.at("shape").get<std::vector<std::int64_t>>();
+  t.placements = j.at("placements").get<std::string>();
+  for (const auto& s : j.at("shards")) t.shards.push_back({s.at(0).get<std::int64_t>(), s.at(1).get<std::int64_t>()});
+  return t;
+}
+
+// Every rank's text, gathered on every rank of `comm`.
+std::vector<std::string> all_gather_text(MPI_Comm comm, const std::string& mine) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  const int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(static_cast<std::size_t>(size)), starts(static_cast<std::size_t>(size));
+  MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm);
+  int total = 0;
+  for (int r = 0; r < size; ++r) starts[static_cast<std::size_t>(r)] = total, total += lengths[static_cast<std::size_t>(r)];
+  std::string all(static_cast<std::size_t>(total), '\0');
+  MPI_Allgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), starts.data(), MPI_CHAR, comm);
+  std::vector<std::string> out;
+  for (int r = 0; r < size; ++r)
+    out.push_back(all.substr(static_cast<std::size_t>(starts[static_cast<std::size_t>(r)]),
+                             static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)])));
+  return out;
+}
+
+}  // namespace
+
+void merge_stage_snapshots(MPI_Comm world, const CheckpointContents& contents, CheckpointSnapshot& snapshot) {
+  if (contents.stage == MPI_COMM_NULL) return;
+  int stage_rank = 0;
+  MPI_Comm_rank(contents.stage, &stage_rank);
+  // One rank of each stage describes the stage's tensors (its other ranks hold the same layouts).
+  nlohmann::json described = {{"stage", contents.stage_index}, {"tensors", nlohmann::json::array()}};
+  if (stage_rank == 0)
+    for (const auto& t : snapshot.tensors) described["tensors"].push_back(layout_json(t));
+  std::vector<CheckpointSnapshot::Tensor> merged;
+  std::map<std::string, int> owner;  // group -> the stage that writes it
+  for (const std::string& text : all_gather_text(world, stage_rank == 0 ? described.dump() : std::string("{}"))) {
+    const nlohmann::json stage = nlohmann::json::parse(text);
+    if (!stage.contains("tensors")) continue;
+    for (const auto& j : stage.at("tensors")) {
+      CheckpointSnapshot::Tensor t = tensor_of(j);
+      const auto [at, added] = owner.emplace(t.group, stage.at("stage").get<int>());
+      if (added) {
+        merged.push_back(std::move(t));
+        continue;
+      }
+      const auto same = std::find_if(merged.begin(), merged.end(), [&](const auto& m) { return m.group == t.group; });
+      FSDPP_CHECK(layout_json(*same) == layout_json(t), "checkpoint: pipeline stages {} and {} lay out {} differently",
+                  at->second, stage.at("stage").get<int>(), t.group);
+    }
+  }
+  // This rank's shards go with the tensors its stage writes; the file's others are other stages' to write.
+  for (CheckpointSnapshot::Tensor& t : snapshot.tensors) {
+    if (owner.at(t.group) != contents.stage_index) continue;
+    const auto at = std::find_if(merged.begin(), merged.end(), [&](const auto& m) { return m.group == t.group; });
+    at->mine = std::move(t.mine);
+  }
+  snapshot.tensors = std::move(merged);
+}
+
 SaveResult save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointContents& contents,
                            const TrainProgress& progress, const CheckpointMeta& meta, int keep_last,
                            CheckpointOnError on_error) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   const auto t0 = std::chrono::steady_clock::now();
-  SaveResult r = write_checkpoint(comm, dir, stage_checkpoint(contents, progress, meta, rank), keep_last, on_error);
+  if (contents.stage != MPI_COMM_NULL) MPI_Comm_rank(contents.stage, &rank);  // the writer of whole tensors
+  CheckpointSnapshot snapshot = stage_checkpoint(contents, progress, meta, rank);
+  merge_stage_snapshots(comm, contents, snapshot);
+  SaveResult r = write_checkpoint(comm, dir, snapshot, keep_last, on_error);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

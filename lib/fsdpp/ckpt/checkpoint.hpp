@@ -68,6 +68,11 @@ struct CheckpointContents {
   bool writes_shards = true;       // false on HSDP replicas after the first: they hold copies (deduplicated)
   MPI_Comm tensor_parallel = MPI_COMM_NULL;  // the tp dimension's ranks, under tensor parallelism
   StateScalars scalars;            // load: the /train attributes to read back, with their types
+  // Pipeline parallelism (parallel/pipeline_parallel.hpp): this rank's stage (its ranks; null without a pipeline).
+  // `params` are then the stage's: a save merges every stage's tensors into the one file (merge_stage_snapshots),
+  // a load reads the stage's and leaves the file's others to the other stages, whose ranks verify their checksums.
+  MPI_Comm stage = MPI_COMM_NULL;
+  int stage_index = 0;
 };
 
 struct SaveResult {
@@ -121,6 +126,12 @@ struct CheckpointSnapshot {
 CheckpointSnapshot stage_checkpoint(const CheckpointContents& contents, const TrainProgress& progress,
                                     const CheckpointMeta& meta, int rank);
 
+// Pipeline parallelism: every stage staged its own tensors; the file holds them all, created in one order on every
+// rank of `world` (parallel HDF5 creates datasets collectively). The union of the stages' tensors in stage order,
+// each from the first stage that holds it: a tensor two stages hold (a tied embedding) is written by the first.
+// Collective over `world`; a no-op without contents.stage.
+void merge_stage_snapshots(MPI_Comm world, const CheckpointContents& contents, CheckpointSnapshot& snapshot);
+
 // A save in three parts, so that an async save runs only the middle one in the background:
 //   prepare_checkpoint  collective, metadata only: the file, every group, dataset and attribute (checksums
 //                       included), and where in the file this rank's shards go
@@ -148,7 +159,7 @@ SaveResult commit_checkpoint(MPI_Comm comm, const PreparedSave& save, const std:
 SaveResult write_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointSnapshot& snapshot, int keep_last = 0,
                             CheckpointOnError on_error = CheckpointOnError::abort);
 
-// stage_checkpoint then write_checkpoint.
+// stage_checkpoint (and merge_stage_snapshots under a pipeline) then write_checkpoint.
 SaveResult save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointContents& contents,
                            const TrainProgress& progress, const CheckpointMeta& meta, int keep_last = 0,
                            CheckpointOnError on_error = CheckpointOnError::abort);

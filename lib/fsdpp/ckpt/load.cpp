@@ -39,8 +39,8 @@ std::vector<Parameter*> match_model(hid_t file, const std::string& path, const C
       problems.push_back(fmt::format("{}: checkpoint shape {}, model {}", p->name(), shape_text(shape), shape_text(p->shape())));
     present.push_back(p);
   }
-  for (const std::string& name : h5::children(model))
-    if (!model_names.count(name)) report.unexpected.push_back(name);
+  for (const std::string& name : h5::children(model))  // under a pipeline the others are other stages' to load
+    if (!model_names.count(name) && contents.stage == MPI_COMM_NULL) report.unexpected.push_back(name);
   if (contents.optimizer) {
     const bool has = h5::exists(file, "/optim");
     const std::string kind = has ? h5::get_string(h5::open_group(file, "/optim", path), "kind", path + " /optim") : "";
@@ -132,7 +132,7 @@ std::string verify_checksums(const SavedShards& saved, std::size_t t, std::int64
 // The first problem on this rank as an error text (the caller makes every rank agree), or empty.
 std::string read_tensors(hid_t file, const std::string& path, const std::vector<TensorEntry>& tensors, MPI_Comm comm,
                          LoadReport& report) {
-  int rank = 0, size = 1;
+  int rank = 0, size = 1;  // the ranks that share the checksum reads: those holding the same tensors
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   try {
@@ -188,7 +188,8 @@ LoadReport load_checkpoint(MPI_Comm comm, const std::string& path, const Checkpo
   report.saved_mesh = h5::get_string(meta, "mesh", path + " /meta");
   CheckpointContents found = contents;
   found.params = match_model(file, path, contents, options, report);
-  agree_on_error(comm, read_tensors(file, path, tensors_of(found), comm, report));
+  const MPI_Comm sharing = contents.stage != MPI_COMM_NULL ? contents.stage : comm;  // a pipeline: the stage's ranks
+  agree_on_error(comm, read_tensors(file, path, tensors_of(found), sharing, report));
   read_train_state(file, path, contents, report);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;

@@ -29,6 +29,7 @@ Checkpointer::Checkpointer(MPI_Comm comm, const Deck& deck, const Parallelism& p
       interval_(deck.checkpoint.interval) {
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &world_size_);
+  stage_rank_ = rank_;
   meta_.mesh = parallel.describe();
   meta_.strategy = std::string(to_string(deck.fsdp.strategy));
   meta_.param_dtype = std::string(dtype_name(deck.fsdp.param_dtype));
@@ -40,6 +41,13 @@ Checkpointer::Checkpointer(MPI_Comm comm, const Deck& deck, const Parallelism& p
 
 Checkpointer::~Checkpointer() = default;
 
+void Checkpointer::set_pipeline_stage(MPI_Comm stage, int index, int stages) {
+  stage_ = stage;
+  stage_index_ = index;
+  MPI_Comm_rank(stage, &stage_rank_);
+  meta_.mesh = fmt::format("pp={} x {}", stages, parallel_.describe());
+}
+
 // Every part's state dict, merged: tensors by reference, scalars by value (their current values).
 CheckpointContents Checkpointer::contents() const {
   StateDict all;
@@ -50,6 +58,8 @@ CheckpointContents Checkpointer::contents() const {
   c.optimizer = all.optimizer;
   c.writes_shards = parallel_.writes_checkpoint_shards();
   if (parallel_.layout().tp > 1) c.tensor_parallel = parallel_.mesh().mpi_comm("tp");
+  c.stage = stage_;
+  c.stage_index = stage_index_;
   for (const auto& entry : all.scalars)
     if (entry.first != "step") c.scalars.push_back(entry);
   return c;
@@ -98,13 +108,15 @@ void Checkpointer::save(std::int64_t done) {
   const CheckpointContents c = contents();
   progress.scalars = c.scalars;
   // Never a checkpoint of diverged weights: 'latest' keeps naming the last one saved from finite values.
-  const auto bad = first_nonfinite(comm_, c.params, ParamTensor::value);
+  const auto bad = first_nonfinite(comm_, c.params, ParamTensor::value, stage_index_);
   FSDPP_REQUIRE(!bad, "checkpoint: refusing to save step {}: parameter '{}' holds NaN or Inf values; '{}' keeps "
                 "its last checkpoint of finite weights", done, bad.value_or(""), deck_.checkpoint.dir);
   if (background_) {
     report_background(background_->wait());
     const auto t0 = std::chrono::steady_clock::now();
-    background_->start(stage_checkpoint(c, progress, meta_, rank_), deck_.checkpoint.dir, deck_.checkpoint.keep_last);
+    CheckpointSnapshot snapshot = stage_checkpoint(c, progress, meta_, stage_rank_);
+    merge_stage_snapshots(comm_, c, snapshot);  // under a pipeline: every stage's tensors, on every rank
+    background_->start(std::move(snapshot), deck_.checkpoint.dir, deck_.checkpoint.keep_last);
     background_step_ = saved_step_ = done;
     background_reported_ = !background_->in_flight();  // a failed start was reported (on_error: continue)
     if (speaks_ && background_->in_flight())

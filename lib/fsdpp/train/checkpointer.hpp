@@ -64,6 +64,8 @@ class Checkpointer {
   // Collective: waits for a background save, then saves synchronously (unless step `done` was just saved);
   // returns the file's path.
   std::string save_and_wait(std::int64_t done);
+  // mesh.pp > 1: the stage this rank's parameters are (before resume and the first save).
+  void set_pipeline_stage(MPI_Comm stage, int index, int stages);
   void poll();    // collective: commits a background save whose shards are written
   void finish();  // collective: the save in flight completes
 
@@ -79,6 +81,8 @@ class Checkpointer {
   bool speaks_;
   std::int64_t interval_;
   int rank_ = 0, world_size_ = 1;
+  MPI_Comm stage_ = MPI_COMM_NULL;  // pipeline parallelism: this rank's stage (CheckpointContents::stage)
+  int stage_index_ = 0, stage_rank_ = 0;
   CheckpointMeta meta_;
   std::unique_ptr<AsyncCheckpointer> background_;
   std::int64_t background_step_ = 0;

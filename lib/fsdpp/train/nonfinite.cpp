@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 
 namespace fsdpp {
 
@@ -28,16 +29,27 @@ std::int64_t count_nonfinite(const Parameter& p, ParamTensor which) {
   return bad;
 }
 
-std::optional<std::string> first_nonfinite(MPI_Comm comm, const std::vector<Parameter*>& params, ParamTensor which) {
-  int first = INT_MAX;
+std::optional<std::string> first_nonfinite(MPI_Comm comm, const std::vector<Parameter*>& params, ParamTensor which,
+                                           int part) {
+  // (part, index): under a pipeline the earliest stage's first such parameter; the rank holding it names it.
+  constexpr int kPerPart = 1 << 20;
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  struct {
+    int key, rank;
+  } mine{INT_MAX, rank}, first{INT_MAX, 0};
   for (std::size_t i = 0; i < params.size(); ++i)
     if (count_nonfinite(*params[i], which) > 0) {
-      first = static_cast<int>(i);
+      mine.key = part * kPerPart + static_cast<int>(i);
       break;
     }
-  FSDPP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm));
-  if (first == INT_MAX) return std::nullopt;
-  return params[static_cast<std::size_t>(first)]->name();
+  FSDPP_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_2INT, MPI_MINLOC, comm));
+  if (first.key == INT_MAX) return std::nullopt;
+  char name[512] = {0};
+  if (rank == first.rank)
+    std::snprintf(name, sizeof name, "%s", params[static_cast<std::size_t>(first.key % kPerPart)]->name().c_str());
+  FSDPP_MPI_CHECK(MPI_Bcast(name, sizeof name, MPI_CHAR, first.rank, comm));
+  return std::string(name);
 }
 
 }  // namespace fsdpp

@@ -21,7 +21,9 @@ enum class ParamTensor { value, grad };
 std::int64_t count_nonfinite(const Parameter& p, ParamTensor which);
 
 // Collective over `comm`: the name of the first parameter of `params` (the same list, in the same order, on every
-// rank) that holds a NaN or an Inf on any rank; nullopt when every element everywhere is finite.
-std::optional<std::string> first_nonfinite(MPI_Comm comm, const std::vector<Parameter*>& params, ParamTensor which);
+// rank of one `part`) that holds a NaN or an Inf on any rank; nullopt when every element everywhere is finite.
+// Under a pipeline each stage is a part with its own list (`part`: the stage), and the earliest stage's wins.
+std::optional<std::string> first_nonfinite(MPI_Comm comm, const std::vector<Parameter*>& params, ParamTensor which,
+                                           int part = 0);
 
 }  // namespace fsdpp

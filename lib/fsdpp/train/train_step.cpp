@@ -115,7 +115,7 @@ std::string TrainStep::guard(std::int64_t step, const StepResult& r) {
     return {};
   }
   // Every rank got the same loss and norm, so every rank is here and takes part in the search.
-  const auto param = first_nonfinite(comm_, model_.parameters(), ParamTensor::grad);
+  const auto param = first_nonfinite(comm_, model_.parameters(), ParamTensor::grad, pipeline_ ? pipeline_->stage() : 0);
   const std::string what =
       fmt::format("loss {}, gradient norm {}, {}", r.loss, r.grad_norm,
                   param ? fmt::format("first non-finite gradient '{}'", *param) : std::string("every gradient finite"));

@@ -147,6 +147,8 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   ProgressState progress(static_cast<double>(deck.train.global_batch) * deck.model.context_length);
   ModelState model_state(model.parameters(), optimizer.get());
   Checkpointer checkpointer(comm, deck, parallel, {&model_state, &data, &progress}, progress, speaks);
+  if (built.pipeline)
+    checkpointer.set_pipeline_stage(built.pipeline->stage_comm(), built.pipeline->stage(), built.pipeline->stages());
   const std::int64_t first_step = checkpointer.resume();
   // After each step, in this order; then, at the step boundary, the preemption check.
   EvaluationPart evaluation(evaluator);
