@@ -117,6 +117,10 @@ MPI_TEST_CASE("pipeline parallel: a checkpoint saved at pp 2 x dp 2 resumes at p
   const std::vector<std::string> async = {"checkpoint.async=true", "mesh.pp=2"};
   test::losses_on(test_comm, test_rank, 2, gpt2(with(saving, with(async, {"checkpoint.dir=" + dir + "/c"}))), 2);
   check_continues(resumed_at(dir + "/c", async, 2), "asynchronous save at pp 2, resumed at pp 2");
+  // checkpoint.init_from: each stage reads its own tensors of the file, over its own ranks
+  const std::vector<std::string> init = {"checkpoint.init_from=" + dir + "/a/step_00000002.h5"};
+  check_same_run(run_on(test_comm, test_rank, 4, gpt2(with(init, {"mesh.pp=4"}))), run_on(test_comm, test_rank, 1, gpt2(init)),
+                 "init_from at pp 4");
   if (test_rank == 0) std::filesystem::remove_all(dir);
 }
 
@@ -133,8 +137,17 @@ MPI_TEST_CASE("pipeline parallel: what does not run yet is refused on every rank
         "pipeline.schedule interleaved_1f1b is planned (`fsdpp plan` replays it) but not run yet; train with gpipe or "
         "1f1b");
   CHECK(refusal({"pipeline.schedule=zero_bubble"}).find("zero_bubble is planned") != std::string::npos);
-  CHECK(refusal({"checkpoint.init_from=/nonexistent.h5"}).find(
-            "checkpoint.init_from with mesh.pp 2: weights are not read into a pipeline's stages yet") != std::string::npos);
+  // a stage's failure to read its weights stops every rank, naming the stage
+  std::string init_error;
+  try {
+    TrainOptions quiet;
+    quiet.quiet = true;
+    quiet.measure_peak = false;
+    train(test_comm, gpt2({"mesh.pp=2", "checkpoint.init_from=/nonexistent.h5"}), quiet);
+  } catch (const UsageError& e) {
+    init_error = e.what();
+  }
+  CHECK(init_error.find("pipeline stage 0: cannot open checkpoint '/nonexistent.h5'") != std::string::npos);
   CHECK(refusal({"train.reproducible=true"}).find("train.reproducible with mesh.pp 2: not run yet") !=
         std::string::npos);
   CHECK(refusal({"train.sample_interval=2"}).find("samples are not generated through a pipeline yet") !=

@@ -214,8 +214,9 @@ void broadcast_into_shard(MPI_Comm comm, std::vector<float>& whole, Parameter& p
 // Weights only (fine-tuning, checkpoint.init_from): from an fsdpp checkpoint, a consolidated file, a .safetensors
 // file or a Hugging Face model folder, into (possibly sharded) parameters. A folder's config.json must describe
 // `model` when given (the deck's; every contradiction named). Collective; UsageError lists every mismatch.
+// `one_stage`: `params` are one pipeline stage's and `comm` its ranks; the file's other tensors are other stages'.
 void load_weights(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params,
-                  const ModelConfig* model = nullptr);
+                  const ModelConfig* model = nullptr, bool one_stage = false);
 // Loads a consolidated file into (possibly sharded) parameters: rank 0 reads each whole tensor and broadcasts
 // it; every rank keeps its rows (broadcast_from_rank0). Collective; UsageError lists every mismatch.
 void load_consolidated(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params);

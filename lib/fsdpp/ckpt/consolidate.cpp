@@ -75,7 +75,7 @@ void consolidate_checkpoint(const std::string& checkpoint, const std::string& ou
 }
 
 void load_weights(MPI_Comm comm, const std::string& path, const std::vector<Parameter*>& params,
-                  const ModelConfig* model) {
+                  const ModelConfig* model, bool one_stage) {
   if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) {
     load_hf_weights(comm, path, params);
     return;
@@ -102,6 +102,7 @@ void load_weights(MPI_Comm comm, const std::string& path, const std::vector<Para
   FSDPP_REQUIRE(format == "fsdpp-checkpoint", "{}: not an fsdpp checkpoint or consolidated file (format '{}')", path, format);
   CheckpointContents contents;
   contents.params = params;
+  if (one_stage) contents.stage = comm;
   load_checkpoint(comm, path, contents);
 }
 

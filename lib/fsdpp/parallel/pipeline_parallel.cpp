@@ -28,9 +28,6 @@ void check_runnable(const Deck& deck) {
                 to_string(kind));
   FSDPP_REQUIRE(!deck.train.reproducible, "train.reproducible with mesh.pp {}: not run yet; use mesh.pp: 1 for "
                 "bitwise-reproducible training", deck.mesh.pp);
-  FSDPP_REQUIRE(deck.checkpoint.init_from == "none",
-                "checkpoint.init_from with mesh.pp {}: weights are not read into a pipeline's stages yet; resume "
-                "from a checkpoint (checkpoint.resume) or train with mesh.pp: 1", deck.mesh.pp);
   FSDPP_REQUIRE(deck.train.sample_interval == 0, "train.sample_interval with mesh.pp {}: samples are not generated "
                 "through a pipeline yet; set train.sample_interval: 0 (`fsdpp generate` reads the checkpoint at any "
                 "mesh)", deck.mesh.pp);

@@ -28,8 +28,10 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
     }
   }
   pipeline_.wait_sends();
-  train_s_ += MPI_Wtime() - start;
-  train_waited_s_ += pipeline_.waited_s() - waited;
+  const double spent = MPI_Wtime() - start, step_waited = pipeline_.waited_s() - waited;
+  train_s_ += spent;
+  train_waited_s_ += step_waited;
+  last_bubble_ = spent > 0 ? step_waited / spent : 0.0;
   return pipeline_.last() ? loss : 0.0;
 }
 

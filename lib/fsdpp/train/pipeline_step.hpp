@@ -39,6 +39,7 @@ class PipelineStep {
   // Over every train() so far: the seconds spent in it, and waiting there for another stage (receives).
   double train_s() const { return train_s_; }
   double train_waited_s() const { return train_waited_s_; }
+  double last_bubble() const { return last_bubble_; }  // the last train()'s share waited, on this rank
   // "pipeline 1f1b, pp 2 x 4 micro-batches: bubble measured 31.2 / 33.0 / 34.8 % (min / avg / max over ranks) of
   // the step's micro-batch time; ideal (p-1)/(m+p-1) 20.0 %; ...": collective over `world`, the job's ranks.
   std::string summary(MPI_Comm world, int microbatches) const;
@@ -57,7 +58,7 @@ class PipelineStep {
   int held_ = -1;                     // the micro-batch whose activations the modules hold
   std::size_t held_elements_ = 0;     // its residual stream's floats on this rank
   int replays_ = 0;
-  double train_s_ = 0, train_waited_s_ = 0;
+  double train_s_ = 0, train_waited_s_ = 0, last_bubble_ = 0;
 };
 
 }  // namespace fsdpp

@@ -24,6 +24,7 @@ struct StepRecord {
   std::optional<double> predicted_ms_per_step;  // run.machine set: fsdpp plan --machine's prediction
   std::optional<double> aux_loss, expert_load;  // mixture-of-experts models (StepResult)
   std::vector<double> expert_load_per_layer;
+  std::optional<double> pipeline_bubble;  // mesh.pp > 1: the step's bubble, mean over ranks (StepResult)
   std::optional<std::int64_t> dropped;
 };
 

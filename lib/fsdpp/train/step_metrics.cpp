@@ -186,6 +186,7 @@ void StepMetrics::after_step(std::int64_t done, const StepResult& r, const FsdpS
   rec.expert_load = r.expert_load;
   rec.expert_load_per_layer = r.expert_load_per_layer;
   rec.dropped = r.dropped;
+  rec.pipeline_bubble = r.pipeline_bubble;
   rec.ms_per_step = 1000.0 * seconds / steps;
   rec.tokens_per_s = tokens_per_step_ * steps / seconds;
   rec.mfu = mfu(rec.tokens_per_s * summary_.flops_per_token / ranks_, summary_.sgemm_gflops * 1e9);

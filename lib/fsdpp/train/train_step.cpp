@@ -74,7 +74,14 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
     r.loss = chunked ? exact_loss_.mean_of_each(comm_)
              : exact ? exact_loss_.mean(comm_, units, parallel_.layout().tp)
                      : parallel_.mean_over_ranks(loss / accum);
-    if (pipeline_) r.loss = pipeline_->from_last_stage(r.loss);  // the stage's ranks, then the last stage's
+    if (pipeline_) {
+      r.loss = pipeline_->from_last_stage(r.loss);  // the stage's ranks, then the last stage's
+      double bubble = pipeline_step_->last_bubble();
+      MPI_Allreduce(MPI_IN_PLACE, &bubble, 1, MPI_DOUBLE, MPI_SUM, comm_);
+      int ranks = 1;
+      MPI_Comm_size(comm_, &ranks);
+      r.pipeline_bubble = bubble / ranks;
+    }
     if (model_.router_statistics()) {  // every rank holds the same model: all take part or none
       r.aux_loss = parallel_.mean_over_ranks(aux / accum);
       // The load over the step's tokens on every rank (what an expert's rank computes under ep): per layer the

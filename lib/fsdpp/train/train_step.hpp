@@ -39,6 +39,8 @@ struct StepResult {
   std::optional<double> aux_loss, expert_load;
   std::vector<double> expert_load_per_layer;  // the busiest expert's tokens over the mean, per sparse layer
   std::optional<std::int64_t> dropped;
+  // mesh.pp > 1: the share of the step's micro-batch time the ranks waited for another stage (mean over ranks).
+  std::optional<double> pipeline_bubble;
 };
 
 class TrainStep {

@@ -7,6 +7,7 @@
 #include "fsdpp/observe/traffic.hpp"
 #include "fsdpp/optim/deck_optimizer.hpp"
 #include "fsdpp/optim/lr_schedule.hpp"
+#include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
 #include "fsdpp/runtime/memory_accounting.hpp"
@@ -98,9 +99,21 @@ struct RunServices {
 };
 
 // checkpoint.init_from: the weights of a checkpoint (or Hugging Face folder); the optimizer starts fresh.
-void initialize_weights(MPI_Comm comm, const Deck& deck, LanguageModel& model, bool speaks) {
+// Under a pipeline each stage reads its own tensors over its own ranks; a failure on any stage stops every rank.
+void initialize_weights(MPI_Comm comm, const Deck& deck, LanguageModel& model, const PipelineParallel* pipeline,
+                        bool speaks) {
   if (deck.checkpoint.init_from == "none") return;
-  load_weights(comm, deck.checkpoint.init_from, model.parameters(), &deck.model);
+  if (!pipeline) {
+    load_weights(comm, deck.checkpoint.init_from, model.parameters(), &deck.model);
+  } else {
+    std::string error;
+    try {
+      load_weights(pipeline->stage_comm(), deck.checkpoint.init_from, model.parameters(), &deck.model, true);
+    } catch (const std::exception& e) {
+      error = fmt::format("pipeline stage {}: {}", pipeline->stage(), e.what());
+    }
+    agree_on_error(comm, error);
+  }
   if (speaks) Log::info("weights initialized from {}; training starts at step 0 with a fresh optimizer", deck.checkpoint.init_from);
 }
 
@@ -133,7 +146,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   // refused such a launch before anything was allocated).
   grad_accum_steps(deck.train, parallel.data_parallel_size());
   DataFeed data(deck, parallel.data_parallel_size(), parallel.data_parallel_rank());
-  initialize_weights(comm, deck, model, speaks);
+  initialize_weights(comm, deck, model, built.pipeline.get(), speaks);
   const auto optimizer = make_optimizer(deck.optim, model.parameters());
   const LrSchedule schedule = make_schedule(deck);
 
