@@ -2,6 +2,7 @@
 
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/nn/causal_lm.hpp"
+#include "fsdpp/observe/watchdog.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <algorithm>
@@ -54,6 +55,9 @@ PipelineParallel::PipelineParallel(MPI_Comm world, const Deck& deck, const Langu
   pp_comm_ = split_comm(world, place, stage_);
   tied_comm_ = split_comm(world, tied_ && (first() || last()) ? place : MPI_UNDEFINED, stage_);
   pp_group_ = std::make_unique<MpiCommunicator>(pp_comm_);
+  pp_group_->set_label("pp");  // the flight recorder's and the traffic table's name for it
+  stage_world_ranks_.resize(static_cast<std::size_t>(stages_));
+  MPI_Allgather(&rank, 1, MPI_INT, stage_world_ranks_.data(), 1, MPI_INT, pp_comm_);
 }
 
 PipelineParallel::~PipelineParallel() {
@@ -105,6 +109,11 @@ void PipelineParallel::receive(const View1<float>& x, std::size_t count, int fro
                                bool gradient) {
   receive_buffer_.resize(count);
   const double start = MPI_Wtime();
+  // Watched with comm.timeout_s: a stage that never sends ends the job, naming the stage it waits on.
+  const CollectiveWatchdog::Region watched(fmt::format(
+      "pipeline stage {} waiting for {} of micro-batch {} from stage {} (world rank {})", stage_,
+      gradient ? "the output gradient" : "the activations", microbatch, from_stage,
+      stage_world_ranks_[static_cast<std::size_t>(from_stage)]));
   MPI_Recv(receive_buffer_.data(), static_cast<int>(count), MPI_FLOAT, from_stage, tag_of(microbatch, gradient),
            pp_comm_, MPI_STATUS_IGNORE);
   waited_s_ += MPI_Wtime() - start;

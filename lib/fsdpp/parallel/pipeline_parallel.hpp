@@ -89,6 +89,7 @@ class PipelineParallel {
   std::size_t sends_in_flight_ = 0;
   std::vector<float> receive_buffer_;
   double waited_s_ = 0;
+  std::vector<int> stage_world_ranks_;  // the world rank of this place in each stage (messages name it)
 };
 
 }  // namespace fsdpp
