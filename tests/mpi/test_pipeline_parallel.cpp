@@ -8,6 +8,7 @@
 #include "mpi_test.hpp"
 #include "train_runs.hpp"
 
+#include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/parallel/build_model.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -112,6 +113,15 @@ MPI_TEST_CASE("pipeline parallel: a checkpoint saved at pp 2 x dp 2 resumes at p
   };
   for (const std::string& folder : {dir + "/a", dir + "/b"})  // stopped after step 2 at pp 2 x dp_shard 2
     test::losses_on(test_comm, test_rank, 4, gpt2(with(saving, {"checkpoint.dir=" + folder, "mesh.pp=2", "mesh.dp_shard=2"})), 2);
+  // The file holds every tensor once, each shard sound (what `fsdpp ckpt verify` checks).
+  if (test_rank == 0) CHECK(verify_checkpoint(dir + "/a/step_00000002.h5").empty());
+  if (test_rank == 0) {
+    const std::string listing = inspect_checkpoint(dir + "/a/step_00000002.h5");
+    std::size_t tensors = 0;
+    for (std::size_t at = listing.find("\n  /model/"); at != std::string::npos; at = listing.find("\n  /model/", at + 1))
+      ++tensors;
+    CHECK(tensors == make_model(gpt2({}))->parameters().size());
+  }
   check_continues(resumed_at(dir + "/a", {}, 3), "pp 1 x dp_shard 3");
   check_continues(resumed_at(dir + "/b", {"mesh.pp=4"}, 4), "pp 4 x dp_shard 1");
   const std::vector<std::string> async = {"checkpoint.async=true", "mesh.pp=2"};

@@ -3,7 +3,7 @@
 # failure: every template parses (bash -n, and shellcheck when installed); the GPU templates' #SBATCH lines pass
 # sbatch --test-only against fake 8-GPU nodes; cpu.sbatch runs to completion; the GPU templates run on this
 # node's fake GPUs, where the CUDA demand must fail loudly, and with FSDPP_DEVICE=host to completion (the HSDP and
-# tensor-parallel ones with the meshes they derive); sweep-array.sbatch runs a 2-run list, then a list with a missing deck and an index
+# tensor-parallel and pipeline ones with the meshes they derive); sweep-array.sbatch runs a 2-run list, then a list with a missing deck and an index
 # past its end, which must fail with clear errors; requeue.sbatch is signalled part-way, saves, requeues itself,
 # resumes, and ends with the same final loss, bitwise, as an uninterrupted run.
 set -u
@@ -33,6 +33,7 @@ test_only gpu-single-node.sbatch "using 32 processors on nodes fakegpu[12] "
 test_only gpu-multi-node.sbatch "using 64 processors on nodes fakegpu\\[1-2\\] "
 test_only hsdp-multi-node.sbatch "using 64 processors on nodes fakegpu\\[1-2\\] "
 test_only tp-multi-node.sbatch "using 64 processors on nodes fakegpu\\[1-2\\] "
+test_only pp-multi-node.sbatch "using 64 processors on nodes fakegpu\\[1-2\\] "
 # ... and the check has teeth: 9 tasks with a GPU each do not fit an 8-GPU node.
 if sbatch --test-only -p gpu --ntasks-per-node=9 "$root/jobs/hsdp-multi-node.sbatch" 2> /dev/null; then
   echo "FAIL: sbatch --test-only accepted 9 GPUs per node"; exit 1
@@ -61,6 +62,12 @@ job=$(FSDPP_DEVICE=host sbatch --wait --parsable "${small[@]}" "$root/jobs/tp-mu
       "run.output=$work/tp-run") || { cat "fsdpp-tp-$job.out"; echo "FAIL: tp-multi-node.sbatch"; exit 1; }
 for want in "fully_shard over dp_shard=1 x tp=2 " "Loop time of [0-9.]+ on 2 procs for 10 steps"; do
   grep -E "$want" "fsdpp-tp-$job.out" || { cat "fsdpp-tp-$job.out"; echo "FAIL: tp-multi-node.sbatch output"; exit 1; }
+done
+
+job=$(FSDPP_DEVICE=host sbatch --wait --parsable "${small[@]}" "$root/jobs/pp-multi-node.sbatch" "${short[@]}" \
+      "run.output=$work/pp-run") || { cat "fsdpp-pp-$job.out"; echo "FAIL: pp-multi-node.sbatch"; exit 1; }
+for want in "mesh.pp=1 mesh.dp_shard=2" "Loop time of [0-9.]+ on 2 procs for 10 steps"; do  # one node: one stage
+  grep -E "$want" "fsdpp-pp-$job.out" || { cat "fsdpp-pp-$job.out"; echo "FAIL: pp-multi-node.sbatch output"; exit 1; }
 done
 
 # 3. sweep-array.sbatch: a list of 2 runs (a deck with overrides; overrides alone, on DECK), each with its own
