@@ -123,6 +123,16 @@ void CausalLM::keep_pipeline_stage(const PipelineStagePart& part) {
   stage_ = {part.first_block, end, part.embedding, part.head};
 }
 
+void CausalLM::swap_activation_slot(int from, int to) {
+  FSDPP_CHECK(!context_->cp->active(), "activation slots under context parallelism: its ring keeps one micro-batch");
+  SlotState current{std::move(head_), std::move(head_buffers_), final_x_};
+  slots_.swap(current, from, to);
+  head_ = std::move(current.head);
+  head_buffers_ = std::move(current.buffers);
+  final_x_ = current.final_x;
+  if (masks_.enabled()) context_->document_starts = head_.document_starts;  // the blocks read the slot's
+}
+
 std::size_t CausalLM::residual_elements(int B, int T) const {
   const int local_T = context_->cp->active() ? context_->cp->local_length(T) : T;
   return sz(std::int64_t{context_->tp->local_rows(B * local_T)} * config_.n_embd);

@@ -150,6 +150,14 @@ class CausalLM : public LanguageModel {
   DecodeHead decode_head_;
   Buffers decode_head_buffers_{Growth::grow_only};
   View1<float> final_x_;  // (Nl,C) alias of the last block's output
+  // Activation slots (module.hpp): the head's buffers of the micro-batches not computed now.
+  struct SlotState {
+    Head head;
+    Buffers buffers{Growth::exact};
+    View1<float> final_x;
+  };
+  SlotStates<SlotState> slots_;
+  void swap_activation_slot(int from, int to) override;
 };
 
 }  // namespace fsdpp

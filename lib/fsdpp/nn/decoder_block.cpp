@@ -147,6 +147,14 @@ MoeScratch& DecoderBlock::moe_scratch_for(int N) {
   return s;
 }
 
+void DecoderBlock::swap_activation_slot(int from, int to) {
+  FSDPP_CHECK(!moe(), "{}: activation slots are not kept for sparse blocks", display_name());
+  SlotState current{std::move(acts_.own()), in_, out_, B_, T_};
+  slots_.swap(current, from, to);
+  acts_.own() = std::move(current.acts);
+  in_ = current.in, out_ = current.out, B_ = current.B, T_ = current.T;
+}
+
 void DecoderBlock::ensure_output(int B, int T) {
   if (B == B_ && T == T_) return;
   B_ = B, T_ = T;

@@ -227,6 +227,14 @@ class DecoderBlock : public Module {
   int B_ = 0, T_ = 0;
   View1<float> in_;   // (Nl,C) residual input (the previous module's output, not a copy)
   View1<float> out_;  // (Nl,C) block output, the next block's input (also holds Wo's output before the residual)
+  // Activation slots (module.hpp): the own activations, input and output of the micro-batches not computed now.
+  struct SlotState {
+    BlockActivations acts;
+    View1<float> in, out;
+    int B = 0, T = 0;
+  };
+  SlotStates<SlotState> slots_;
+  void swap_activation_slot(int from, int to) override;
 };
 
 }  // namespace fsdpp

@@ -82,6 +82,19 @@ void Module::set_path(const std::string& path) {
     child->set_path(path_.empty() ? child->name_in_parent_ : path_ + "." + child->name_in_parent_);
 }
 
+void Module::select_activation_slot(int slot) {
+  if (slot != slot_) {
+    const std::size_t need = static_cast<std::size_t>(std::max(slot, slot_)) + 1;
+    if (slot_inputs_.size() < need) slot_inputs_.resize(need);
+    slot_inputs_[static_cast<std::size_t>(slot_)] = checkpoint_input_;
+    checkpoint_input_ = slot_inputs_[static_cast<std::size_t>(slot)];
+    slot_inputs_[static_cast<std::size_t>(slot)] = View1<float>();
+    swap_activation_slot(slot_, slot);
+    slot_ = slot;
+  }
+  for (Module* child : children_) child->select_activation_slot(slot);
+}
+
 void Module::remove_child(const Module& child) {
   children_.erase(std::remove(children_.begin(), children_.end(), &child), children_.end());
 }

@@ -36,6 +36,7 @@
 #include "fsdpp/nn/parameter.hpp"
 #include "fsdpp/tensor/piece_batch.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -118,6 +119,13 @@ class Module {
   // Every gradient to zero: one kernel for all the device gradients (offloaded ones on the host).
   void zero_grad();
 
+  // Activation slots (pipeline parallelism, train/pipeline_step.hpp): what a forward leaves for its backward, kept
+  // for each micro-batch in flight. select_activation_slot(s), here and in every descendant, makes slot s the one
+  // the modules compute in: the state of the slot left is kept aside, that of slot s (empty at first: the next
+  // forward allocates it) comes back. Slot 0 is the one everything else (evaluation, generation) uses.
+  void select_activation_slot(int slot);
+  int activation_slot() const { return slot_; }
+
   // Pipeline parallelism (nn/language_model.hpp, keep_pipeline_stage): a stage's model keeps only what it runs. A
   // dropped parameter stays declared (its owner may still name it) but leaves parameters(): nothing shards,
   // allocates, initializes, trains or saves it on this rank. A removed child leaves the tree the same way.
@@ -133,6 +141,12 @@ class Module {
   void add_child(Module& child, const std::string& name);
   virtual void forward(Flow& flow) = 0;
   virtual void backward(Flow& flow) = 0;
+  // The module's own per-micro-batch state (its activations, its output) into slot `from`'s keeping, and slot
+  // `to`'s back (select_activation_slot). Modules that keep none have nothing to do.
+  virtual void swap_activation_slot(int from, int to) {
+    (void)from;
+    (void)to;
+  }
 
  private:
   void set_path(const std::string& path);
@@ -150,6 +164,8 @@ class Module {
   bool recomputing_ = false;
   std::string recompute_region_;
   View1<float> checkpoint_input_;  // recompute_in_backward_: forward's flow.x, after the forward hooks
+  int slot_ = 0;                            // the activation slot in use
+  std::vector<View1<float>> slot_inputs_;   // checkpoint_input_ of the other slots
   PieceBatch<float, float> zero_grads_;  // zero_grad's table of gradients, reused every step
 };
 
@@ -166,10 +182,27 @@ template <class Set> class RecomputableActivations {
     return set;
   }
   std::int64_t own_bytes() const { return own_.bytes(); }  // the shared set is the model's to count, once
+  Set& own() { return own_; }  // the module's own set (activation slots swap it)
 
  private:
   std::shared_ptr<Set> shared_;
   Set own_;
+};
+
+// The states of the activation slots a module is not computing in (Module::select_activation_slot): swap(current,
+// from, to) keeps `current` as slot `from`'s and hands back slot `to`'s (a default State the first time).
+template <class State> class SlotStates {
+ public:
+  void swap(State& current, int from, int to) {
+    const std::size_t need = static_cast<std::size_t>(std::max(from, to)) + 1;
+    if (kept_.size() < need) kept_.resize(need);
+    kept_[static_cast<std::size_t>(from)] = std::move(current);
+    current = std::move(kept_[static_cast<std::size_t>(to)]);
+    kept_[static_cast<std::size_t>(to)] = State{};
+  }
+
+ private:
+  std::vector<State> kept_;
 };
 
 }  // namespace fsdpp

@@ -9,11 +9,12 @@
 //                  the gradient of its input is sent back. Gradients synchronize on the last micro-batch's
 //                  backward, as under accumulation.
 //
-// The modules keep one micro-batch's activations (their buffers are per shape, not per micro-batch): when B i
-// comes after a later micro-batch's forward (GPipe, 1F1B's warm-up), the stage first replays F i from the input
-// it kept, as activation checkpointing replays a block (module.hpp): the same kernels on the same input, so the
-// gradients are those of an unbroken forward and backward, at the cost of a forward. 1F1B's last stage and
-// steady state on it never replay.
+// Each micro-batch in flight keeps its activations in an activation slot of its own (module.hpp): F i takes a free
+// slot, B i computes in it and frees it, so a stage holds as many micro-batches' activations as its schedule has in
+// flight (GPipe m, 1F1B at most pp - stage) and the slots are allocated in the first step only. Under context
+// parallelism (whose ring keeps one micro-batch) the stage instead replays F i from the input it kept when a later
+// micro-batch's forward ran since, as activation checkpointing replays a block: the same kernels on the same
+// input, so the gradients are those of an unbroken forward and backward, at the cost of a forward.
 #include "fsdpp/nn/language_model.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/parallel/pipeline_parallel.hpp"
@@ -27,7 +28,8 @@ namespace fsdpp {
 class PipelineStep {
  public:
   PipelineStep(PipelineParallel& pipeline, LanguageModel& model, Parallelism& parallel, DataFeed& data)
-      : pipeline_(pipeline), model_(model), parallel_(parallel), data_(data) {}
+      : pipeline_(pipeline), model_(model), parallel_(parallel), data_(data),
+        keeps_slots_(parallel.context_parallel_group() == nullptr) {}
 
   // The step's `microbatches` forwards and backwards on this stage; returns the sum of their losses on the last
   // stage (0 on the others). Marks `forward_section` and `backward_section` on `timers` after each.
@@ -36,6 +38,7 @@ class PipelineStep {
   double evaluate(Flow& flow, int index);
   double from_last_stage(double value) { return pipeline_.from_last_stage(value); }
   int replays() const { return replays_; }  // forwards replayed for a backward, in the last step
+  int slots() const { return slots_made_; }  // activation slots this rank has made (the most in flight)
   // Over every train() so far: the seconds spent in it, and waiting there for another stage (receives).
   double train_s() const { return train_s_; }
   double train_waited_s() const { return train_waited_s_; }
@@ -55,8 +58,12 @@ class PipelineStep {
   DataFeed& data_;
   std::vector<View1<float>> inputs_;  // per micro-batch: what this stage received (stages after the first)
   View1<float> gradient_;             // the gradient of this stage's output, as received
-  int held_ = -1;                     // the micro-batch whose activations the modules hold
-  std::size_t held_elements_ = 0;     // its residual stream's floats on this rank
+  const bool keeps_slots_;            // activation slots per micro-batch (else replays)
+  std::vector<int> slot_of_;          // per micro-batch: its activation slot
+  std::vector<int> free_slots_;
+  int slots_made_ = 0;
+  int held_ = -1;                     // replays: the micro-batch whose activations the modules hold
+  std::vector<std::size_t> elements_;  // per micro-batch: its residual stream's floats on this rank
   int replays_ = 0;
   double train_s_ = 0, train_waited_s_ = 0, last_bubble_ = 0;
 };
