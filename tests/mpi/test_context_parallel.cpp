@@ -35,13 +35,8 @@ const std::vector<std::string> kMasks = {"data.document_mask=true", "data.eot_id
 Deck llama(const std::vector<std::string>& extra) { return test::input_deck("llama-tiny.yaml", with(kShort, extra)); }
 
 using Run = test::RunOnRanks;
+using test::check_same_run;
 using test::run_on;
-
-void check_same_run(const Run& got, const Run& want, const std::string& layout) {
-  CAPTURE(layout);
-  test::check_same_losses(got.losses, want.losses);
-  test::check_same_losses(got.norms, want.norms);
-}
 
 std::string rule_error(const std::vector<std::string>& overrides, int ranks) {
   try {

@@ -118,6 +118,13 @@ inline void check_same_losses(const std::vector<double>& got, const std::vector<
   }
 }
 
+// Per-step losses and gradient norms of two runs within fp32 parity, `layout` naming the one under test.
+inline void check_same_run(const RunOnRanks& got, const RunOnRanks& want, const std::string& layout) {
+  CAPTURE(layout);
+  check_same_losses(got.losses, want.losses);
+  check_same_losses(got.norms, want.norms);
+}
+
 // Element by element with == (not Approx): schedules that must not change any arithmetic.
 template <class T>
 inline void check_bitwise(const std::vector<T>& got, const std::vector<T>& want, const char* what) {
