@@ -153,6 +153,15 @@ MPI_TEST_CASE("pipeline parallel: what does not run yet is refused on every rank
     init_error = e.what();
   }
   CHECK(init_error.find("pipeline stage 0: cannot open checkpoint '/nonexistent.h5'") != std::string::npos);
+  // pipeline.microbatches other than the step's micro-batches (8 / 2 = 4 here) would be ignored: refused at step 1
+  std::string micro_error;
+  try {
+    (void)test::run_steps(test_comm, gpt2({"mesh.pp=2", "pipeline.microbatches=8"}));
+  } catch (const UsageError& e) {
+    micro_error = e.what();
+  }
+  CHECK(micro_error.find("pipeline.microbatches is 8, but each step has 4 micro-batches") != std::string::npos);
+  CHECK(test::run_steps(test_comm, gpt2({"mesh.pp=2", "pipeline.microbatches=4"})).losses.size() == 3);
   CHECK(refusal({"train.reproducible=true"}).find("train.reproducible with mesh.pp 2: not run yet") !=
         std::string::npos);
   CHECK(refusal({"train.sample_interval=2"}).find("samples are not generated through a pipeline yet") !=

@@ -39,7 +39,7 @@ void check_runnable(const Deck& deck) {
 }  // namespace
 
 PipelineParallel::PipelineParallel(MPI_Comm world, const Deck& deck, const LanguageModel& whole)
-    : stages_(deck.mesh.pp), kind_(deck.pipeline.schedule) {
+    : stages_(deck.mesh.pp), kind_(deck.pipeline.schedule), configured_microbatches_(deck.pipeline.microbatches) {
   int rank = 0, size = 1;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
@@ -84,6 +84,11 @@ Deck PipelineParallel::stage_deck(const Deck& deck) const {
 
 const std::vector<PipelineAction>& PipelineParallel::actions(int microbatches) {
   if (microbatches == schedule_microbatches_) return actions_;
+  // The step's micro-batches are the pipeline's: a different pipeline.microbatches would be ignored, so it is refused.
+  FSDPP_REQUIRE(configured_microbatches_ == 0 || configured_microbatches_ == microbatches,
+                "pipeline.microbatches is {}, but each step has {} micro-batches (train.global_batch / (train.micro_batch "
+                "x the stage's data-parallel ranks)), and those are what flows through the pipeline: set "
+                "pipeline.microbatches: 0, or change train.micro_batch", configured_microbatches_, microbatches);
   const PipelineShape shape{stages_, 1, microbatches};
   const PipelineSchedule schedule = make_pipeline_schedule(kind_, shape);
   (void)simulate_pipeline(schedule, shape, PipelineCosts::uniform(shape.stages()));  // refuses a hang

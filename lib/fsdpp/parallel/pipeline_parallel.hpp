@@ -73,6 +73,7 @@ class PipelineParallel {
  private:
   int stages_ = 1, stage_ = 0;
   PipelineScheduleKind kind_ = PipelineScheduleKind::one_f_one_b;
+  int configured_microbatches_ = 0;  // pipeline.microbatches (0: the step's)
   StageSplit split_;
   bool tied_ = false;
   MPI_Comm stage_comm_ = MPI_COMM_NULL;
