@@ -1,5 +1,6 @@
 // Pipeline parallelism (mesh.pp, parallel/pipeline_parallel.hpp, train/pipeline_step.hpp): one rank's per-step losses
-// and gradient norms (pp 1) at pp 2 and 4 under GPipe and 1F1B, within fp32 parity (1e-5 relative), for GPT-2 (tied
+// and gradient norms (pp 1) at pp 2 and 4 under GPipe, 1F1B and interleaved 1F1B (2 chunks per rank), within fp32
+// parity (1e-5 relative), for GPT-2 (tied
 // embedding: its gradient summed over the first and the last stage) and Llama (untied head, RoPE), with
 // accumulation and clipping, and composed with dp_shard, HSDP, tp (with sequence parallelism), cp and activation
 // checkpointing; an evaluation through the stages; checkpoints saved at one pp resumed at another; what does not
@@ -55,6 +56,16 @@ MPI_TEST_CASE("pipeline parallel: GPT-2 (tied embedding) as on one rank, every r
                  "pp 2, activation checkpointing");
   check_same_run(run_on(test_comm, test_rank, 2, gpt2({"mesh.pp=2", "pipeline.split=[1]"})), one,
                  "pp 2, pipeline.split [1]");
+  // Interleaved: rank 0 holds blocks 0 and 2, rank 1 blocks 1 and 3 (the tied head after chunk 1 on rank 1).
+  const std::vector<std::string> interleaved = {"pipeline.schedule=interleaved_1f1b", "pipeline.virtual_stages=2"};
+  check_same_run(run_on(test_comm, test_rank, 2, gpt2(with(interleaved, {"mesh.pp=2"}))), one,
+                 "pp 2 x 2 virtual stages, interleaved 1f1b");
+  check_same_run(run_on(test_comm, test_rank, 4, gpt2(with(interleaved, {"mesh.pp=2", "mesh.dp_shard=2"}))), one,
+                 "pp 2 x 2 virtual stages x dp_shard 2, interleaved 1f1b");
+  check_same_run(run_on(test_comm, test_rank, 4,
+                        gpt2(with(interleaved, {"mesh.pp=2", "fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2",
+                                                "mesh.dp_shard=1", "train.activation_checkpointing=full"}))),
+                 one, "pp 2 x 2 virtual stages x HSDP 2 x 1, interleaved 1f1b, activation checkpointing");
 }
 
 MPI_TEST_CASE("pipeline parallel: Llama (untied head, RoPE) as on one rank, with tp and cp", 4) {
@@ -62,6 +73,9 @@ MPI_TEST_CASE("pipeline parallel: Llama (untied head, RoPE) as on one rank, with
   check_same_run(run_on(test_comm, test_rank, 2, llama({"mesh.pp=2"})), one, "pp 2, 1f1b");
   check_same_run(run_on(test_comm, test_rank, 4, llama({"mesh.pp=4", "pipeline.schedule=gpipe"})), one, "pp 4, gpipe");
   check_same_run(run_on(test_comm, test_rank, 4, llama({"mesh.pp=2", "mesh.tp=2"})), one, "pp 2 x tp 2");
+  check_same_run(run_on(test_comm, test_rank, 2, llama({"mesh.pp=2", "pipeline.schedule=interleaved_1f1b",
+                                                        "pipeline.virtual_stages=2"})),
+                 one, "pp 2 x 2 virtual stages, interleaved 1f1b");
   check_same_run(run_on(test_comm, test_rank, 4, llama({"mesh.pp=2", "mesh.cp=2", "model.attention=fused"})),
                  run_on(test_comm, test_rank, 1, llama({"model.attention=fused"})), "pp 2 x cp 2");
 }
@@ -138,10 +152,12 @@ MPI_TEST_CASE("pipeline parallel: what does not run yet is refused on every rank
     }
     return "";
   };
-  CHECK(refusal({"pipeline.schedule=interleaved_1f1b"}) ==
-        "pipeline.schedule interleaved_1f1b is planned (`fsdpp plan` replays it) but not run yet; train with gpipe or "
-        "1f1b");
-  CHECK(refusal({"pipeline.schedule=zero_bubble"}).find("zero_bubble is planned") != std::string::npos);
+  CHECK(refusal({"pipeline.schedule=zero_bubble"}) ==
+        "pipeline.schedule zero_bubble is planned (`fsdpp plan` replays it) but not run yet; train with gpipe, 1f1b "
+        "or interleaved_1f1b");
+  CHECK(refusal({"pipeline.schedule=interleaved_1f1b", "pipeline.virtual_stages=2", "mesh.cp=2",
+                 "model.attention=fused"}).find("an interleaved pipeline under context parallelism is not run yet") !=
+        std::string::npos);
   // a stage's failure to read its weights stops every rank, naming the stage
   std::string init_error;
   try {

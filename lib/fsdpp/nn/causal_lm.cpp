@@ -100,16 +100,29 @@ void CausalLM::apply_reproducible_chunks(int rows) {
 }
 
 void CausalLM::keep_pipeline_stage(const PipelineStagePart& part) {
-  const int L = config_.n_layer, end = part.end_block < 0 ? L : part.end_block;
-  FSDPP_CHECK(0 <= part.first_block && part.first_block < end && end <= L && static_cast<int>(blocks_.size()) == L,
-              "pipeline stage of blocks [{}, {}) of a {}-block model cut before", part.first_block, end, L);
+  const int L = config_.n_layer;
+  FSDPP_CHECK(static_cast<int>(blocks_.size()) == L && part.count() >= 1, "pipeline stage of a {}-block model cut before",
+              L);
   FSDPP_REQUIRE(!context_->router, "mesh.pp: {} has sparse (mixture-of-experts) blocks, which fsdpp does not run in a "
                 "pipeline yet; use mesh.pp: 1 with mesh.ep", describe());
-  std::vector<std::unique_ptr<DecoderBlock>> kept;
-  for (auto& block : blocks_) {
-    if (block->index_ >= part.first_block && block->index_ < end) kept.push_back(std::move(block));
-    else remove_child(*block);  // destroyed with `blocks_` below, its parameters with it
+  PipelineStagePart kept_part = part;
+  for (std::size_t c = 0; c < kept_part.chunks.size(); ++c) {
+    BlockRange& r = kept_part.chunks[c];
+    if (r.end < 0) r.end = L;
+    const int previous_end = c == 0 ? 0 : kept_part.chunks[c - 1].end;
+    FSDPP_CHECK(previous_end <= r.first && r.first < r.end && r.end <= L,
+                "pipeline chunk {} of blocks [{}, {}) of a {}-block model: chunks are ascending runs of blocks", c,
+                r.first, r.end, L);
   }
+  std::vector<std::unique_ptr<DecoderBlock>> kept;
+  chunk_begin_.assign(1, 0);
+  for (const BlockRange& r : kept_part.chunks) {
+    for (auto& block : blocks_)
+      if (block && block->index_ >= r.first && block->index_ < r.end) kept.push_back(std::move(block));
+    chunk_begin_.push_back(kept.size());
+  }
+  for (auto& block : blocks_)
+    if (block) remove_child(*block);  // destroyed with `blocks_` below, its parameters with it
   blocks_ = std::move(kept);
   // The embedding serves the head too when tied: the last stage keeps it then, and its gradient is summed with the
   // first stage's (parallel/pipeline_parallel.hpp).
@@ -120,7 +133,13 @@ void CausalLM::keep_pipeline_stage(const PipelineStagePart& part) {
     for (const Parameter* p : final_norm.parameters()) drop_parameter(*p);
     if (lm_head) drop_parameter(*lm_head);
   }
-  stage_ = {part.first_block, end, part.embedding, part.head};
+  stage_ = kept_part;
+  chunk_ = 0;
+}
+
+std::pair<std::size_t, std::size_t> CausalLM::chunk_blocks() const {
+  if (chunk_begin_.empty()) return {0, blocks_.size()};  // the whole model
+  return {chunk_begin_[sz(chunk_)], chunk_begin_[sz(chunk_) + 1]};
 }
 
 void CausalLM::swap_activation_slot(int from, int to) {
@@ -211,7 +230,8 @@ std::vector<Module*> CausalLM::apply_expert_parallel(std::shared_ptr<ExpertParal
 BufferTable CausalLM::head_table(Head& h, int B, int T) const {
   const TensorParallelGroup& tp = *context_->tp;
   const std::int64_t N = std::int64_t{B} * T, C = config_.n_embd, Nl = tp.local_rows(static_cast<int>(N));
-  const bool embeds = stage_.embedding, heads = stage_.head;  // a pipeline stage holds the buffers of its part
+  // A pipeline rank holds the buffers of the chunk it runs: each chunk has activation slots of its own.
+  const bool embeds = stage_.embeds(chunk_), heads = stage_.heads(chunk_);
   BufferTable t;
   if (embeds) t.add("x0", sz(Nl * C), h.x0);  // the embedding's output, the first block's input
   // The final norm's output, gathered: the head's input (and the embedding's partial sums under sp).
@@ -394,16 +414,17 @@ void CausalLM::forward(Flow& flow) {
     context_->document_starts = head_.document_starts;
     context_->reset_positions = masks_.reset_positions;
   }
-  if (stage_.embedding) {
+  if (stage_.embeds(chunk_)) {
     embed(flow, N);
     flow.x = head_.x0;
   }  // else a later pipeline stage: the previous stage's output is in flow.x
   RouterStatistics* router = flow.training ? context_->router.get() : nullptr;
   if (router) router->begin();
   context_->recording = router;
-  for (auto& block : blocks_) (*block)(flow);
+  const auto [begin, end] = chunk_blocks();
+  for (std::size_t b = begin; b < end; ++b) (*blocks_[b])(flow);
   context_->recording = nullptr;
-  if (!stage_.head) return;  // a pipeline stage before the last: its output leaves in flow.x
+  if (!stage_.heads(chunk_)) return;  // a pipeline stage before the last: its output leaves in flow.x
   final_x_ = flow.x;
   const std::size_t local = sz(std::int64_t{Nl} * C);
   final_norm.forward(sp ? tp.own_block(head_.lnf, local) : head_.lnf, head_.lnf_stats, final_x_, Nl, C);
@@ -430,9 +451,10 @@ void CausalLM::forward(Flow& flow) {
 void CausalLM::backward(Flow& flow) {
   const int N = flow.B * flow.T, Nl = context_->tp->local_rows(N);
   FSDPP_CHECK(flow.training, "backward after a forward with training = false: the loss gradient was not prepared");
-  if (stage_.head) head_backward(flow, N, Nl);  // else a pipeline stage before the last: flow.dx has arrived
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) (**it)(flow, Pass::backward);
-  if (stage_.embedding) embed_backward(flow, flow.dx, N);  // else flow.dx leaves for the previous stage
+  if (stage_.heads(chunk_)) head_backward(flow, N, Nl);  // else a pipeline stage before the last: flow.dx has arrived
+  const auto [begin, end] = chunk_blocks();
+  for (std::size_t b = end; b-- > begin;) (*blocks_[b])(flow, Pass::backward);
+  if (stage_.embeds(chunk_)) embed_backward(flow, flow.dx, N);  // else flow.dx leaves for the previous stage
 }
 
 // From d(loss)/d(logits) (in the logits) to the gradient of the last block's output, in flow.dx.

@@ -24,6 +24,7 @@
 #include <array>
 #include <memory>
 #include <type_traits>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -158,6 +159,10 @@ class CausalLM : public LanguageModel {
   };
   SlotStates<SlotState> slots_;
   void swap_activation_slot(int from, int to) override;
+  // Pipeline chunks (keep_pipeline_stage): chunk c runs blocks_[chunk_begin_[c] .. chunk_begin_[c + 1]); empty for
+  // the whole model, one chunk of every block.
+  std::vector<std::size_t> chunk_begin_;
+  std::pair<std::size_t, std::size_t> chunk_blocks() const;  // the selected chunk's
 };
 
 }  // namespace fsdpp

@@ -10,6 +10,7 @@
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/nn/module.hpp"
 #include "fsdpp/nn/tensor_parallel.hpp"
+#include "fsdpp/runtime/error.hpp"
 
 #include <memory>
 
@@ -31,14 +32,21 @@ class ExpertParallelGroup;
 class ContextParallelGroup;
 struct ContextParallelStats;
 
-// What one pipeline stage of a model runs (mesh.pp, parallel/pipeline_parallel.hpp): blocks [first_block,
-// end_block) and, on the first stage, the embedding, on the last the final norm, the head and the loss. The whole
-// model is one stage of them all.
+// What one pipeline rank runs of a model (mesh.pp, parallel/pipeline_parallel.hpp): a run of consecutive blocks for
+// each stage it holds (its chunks, in forward order: one, or pipeline.virtual_stages under interleaving) and, on the
+// first rank, the embedding before chunk 0, on the last the final norm, the head and the loss after its last chunk.
+// The whole model is one chunk of every block.
+struct BlockRange {
+  int first = 0;
+  int end = -1;  // one past the last block; -1: through the last block
+};
 struct PipelineStagePart {
-  int first_block = 0;
-  int end_block = -1;     // -1: through the last block
+  std::vector<BlockRange> chunks = {BlockRange{}};
   bool embedding = true;  // tokens in (else the residual stream arrives in flow.x)
   bool head = true;       // loss out (else the residual stream leaves in flow.x, and its gradient arrives in flow.dx)
+  int count() const { return static_cast<int>(chunks.size()); }
+  bool embeds(int chunk) const { return embedding && chunk == 0; }
+  bool heads(int chunk) const { return head && chunk == count() - 1; }
 };
 
 class LanguageModel : public Module {
@@ -50,6 +58,14 @@ class LanguageModel : public Module {
   // that cannot be cut (a mixture of experts, for now).
   virtual void keep_pipeline_stage(const PipelineStagePart& part) = 0;
   const PipelineStagePart& pipeline_stage() const { return stage_; }
+  // Which of the kept chunks the next forward and backward run (0 .. count-1): the embedding only before chunk 0,
+  // the head only after the last. A chunk's activations live in activation slots of its own (module.hpp), so that
+  // chunks in flight together do not share buffers: pipeline_step.hpp numbers them.
+  void select_pipeline_chunk(int chunk) {
+    FSDPP_CHECK(chunk >= 0 && chunk < stage_.count(), "pipeline chunk {} of a rank holding {}", chunk, stage_.count());
+    chunk_ = chunk;
+  }
+  int pipeline_chunk() const { return chunk_; }
   // The floats of the residual stream this rank holds for B sequences of T tokens (what a stage hands on):
   // its T / cp rows of each sequence, 1 / tp of them under sequence parallelism, times C.
   virtual std::size_t residual_elements(int B, int T) const = 0;
@@ -127,6 +143,7 @@ class LanguageModel : public Module {
 
  protected:
   PipelineStagePart stage_;
+  int chunk_ = 0;
 
  private:
   TensorParallelGroup no_tensor_parallel_;

@@ -194,11 +194,15 @@ Parallelism::~Parallelism() {
   if (model_) abandon_gradient_reduction(*model_);
 }
 
-void Parallelism::before_micro_batch(int index, int count) {
+void Parallelism::before_micro_batch(int index, int count, bool root_too) {
   // Recursive: every block's group too. Sharded accumulation syncs every micro-batch.
   root_->set_requires_gradient_sync(layout_.sync_every_micro_batch || index == count - 1);
   // HSDP: micro-batches that synchronize may still leave the replica all-reduce to the last one (recursive too).
   root_->set_requires_all_reduce(layout_.all_reduce_every_micro_batch || index == count - 1);
+  if (!root_too) {  // not recursive: the blocks keep theirs
+    root_->set_requires_gradient_sync(layout_.sync_every_micro_batch, false);
+    root_->set_requires_all_reduce(layout_.all_reduce_every_micro_batch, false);
+  }
   // Reproducible mode without accumulation: the one backward's words are the step's sum (no accumulator). The
   // experts under ep run a backward per source rank, whose words always accumulate.
   if (layout_.exact_reduction) {

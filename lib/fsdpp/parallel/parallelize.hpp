@@ -128,7 +128,9 @@ class Parallelism {
     return 1.0f / static_cast<float>(accumulation_steps * layout_.loss_scale_ranks);
   }
   // Call before micro-batch `index` of `count`: sets whether its backward synchronizes gradients.
-  void before_micro_batch(int index, int count);
+  // `root_too` false: the root's own parameters wait for a later backward of the same micro-batch (a pipeline rank
+  // holding several chunks runs the root once per chunk; its embedding or head is complete after its last one).
+  void before_micro_batch(int index, int count, bool root_too = true);
   // After an evaluation forward: the root keeps its parameters after forward for a backward that will not come.
   void after_evaluation();
 

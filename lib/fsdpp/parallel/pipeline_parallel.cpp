@@ -24,9 +24,11 @@ void free_comm(MPI_Comm& comm) {
 // What a pipeline does not run yet: refused on every rank alike, before any communicator is made.
 void check_runnable(const Deck& deck) {
   const PipelineScheduleKind kind = deck.pipeline.schedule;
-  FSDPP_REQUIRE(kind == PipelineScheduleKind::gpipe || kind == PipelineScheduleKind::one_f_one_b,
-                "pipeline.schedule {} is planned (`fsdpp plan` replays it) but not run yet; train with gpipe or 1f1b",
-                to_string(kind));
+  FSDPP_REQUIRE(kind != PipelineScheduleKind::zero_bubble, "pipeline.schedule {} is planned (`fsdpp plan` replays "
+                "it) but not run yet; train with gpipe, 1f1b or interleaved_1f1b", to_string(kind));
+  FSDPP_REQUIRE(deck.pipeline.virtual_stages == 1 || deck.mesh.cp == 1, "pipeline.virtual_stages {} with mesh.cp {}: "
+                "an interleaved pipeline under context parallelism is not run yet; use pipeline.schedule: 1f1b (one "
+                "stage per rank) with mesh.cp", deck.pipeline.virtual_stages, deck.mesh.cp);
   FSDPP_REQUIRE(!deck.train.reproducible, "train.reproducible with mesh.pp {}: not run yet; use mesh.pp: 1 for "
                 "bitwise-reproducible training", deck.mesh.pp);
   FSDPP_REQUIRE(deck.train.sample_interval == 0, "train.sample_interval with mesh.pp {}: samples are not generated "
@@ -39,23 +41,29 @@ void check_runnable(const Deck& deck) {
 }  // namespace
 
 PipelineParallel::PipelineParallel(MPI_Comm world, const Deck& deck, const LanguageModel& whole)
-    : stages_(deck.mesh.pp), kind_(deck.pipeline.schedule), configured_microbatches_(deck.pipeline.microbatches) {
+    : stages_(deck.mesh.pp), virtual_stages_(deck.pipeline.virtual_stages), kind_(deck.pipeline.schedule),
+      configured_microbatches_(deck.pipeline.microbatches) {
   int rank = 0, size = 1;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
+  check_runnable(deck);
   check_job_size(deck.mesh, size);
   check_pipeline(deck.model, deck.mesh, deck.pipeline);
-  check_runnable(deck);
   const int per_stage = size / stages_;
   stage_ = rank / per_stage;
   const int place = rank % per_stage;
-  split_ = split_stages(whole.flops_per_token_by_piece(deck.model.context_length), stages_, deck.pipeline.split);
+  split_ = split_stages(whole.flops_per_token_by_piece(deck.model.context_length), stages_ * virtual_stages_,
+                        deck.pipeline.split);
   tied_ = deck.model.tie_embeddings;
   stage_comm_ = split_comm(world, stage_, place);
   pp_comm_ = split_comm(world, place, stage_);
   tied_comm_ = split_comm(world, tied_ && (first() || last()) ? place : MPI_UNDEFINED, stage_);
   pp_group_ = std::make_unique<MpiCommunicator>(pp_comm_);
   pp_group_->set_label("pp");  // the flight recorder's and the traffic table's name for it
+  int* tag_ub = nullptr;
+  int has_tag_ub = 0;
+  MPI_Comm_get_attr(pp_comm_, MPI_TAG_UB, &tag_ub, &has_tag_ub);
+  if (has_tag_ub && tag_ub) tag_limit_ = *tag_ub;
   stage_world_ranks_.resize(static_cast<std::size_t>(stages_));
   MPI_Allgather(&rank, 1, MPI_INT, stage_world_ranks_.data(), 1, MPI_INT, pp_comm_);
 }
@@ -70,7 +78,15 @@ PipelineParallel::~PipelineParallel() {
 }
 
 PipelineStagePart PipelineParallel::part() const {
-  return {split_.first[stage_], split_.first[stage_ + 1], first(), last()};
+  PipelineStagePart part;
+  part.chunks.clear();
+  for (int c = 0; c < virtual_stages_; ++c) {
+    const int s = global_stage(c);
+    part.chunks.push_back({split_.first[s], split_.first[s + 1]});
+  }
+  part.embedding = first();
+  part.head = last();
+  return part;
 }
 
 Deck PipelineParallel::stage_deck(const Deck& deck) const {
@@ -89,38 +105,44 @@ const std::vector<PipelineAction>& PipelineParallel::actions(int microbatches) {
                 "pipeline.microbatches is {}, but each step has {} micro-batches (train.global_batch / (train.micro_batch "
                 "x the stage's data-parallel ranks)), and those are what flows through the pipeline: set "
                 "pipeline.microbatches: 0, or change train.micro_batch", configured_microbatches_, microbatches);
-  const PipelineShape shape{stages_, 1, microbatches};
+  const PipelineShape shape{stages_, virtual_stages_, microbatches};
+  const int last_tag = tag_of(shape.stages() - 1, microbatches - 1, true);  // every rank alike: before any message
+  FSDPP_REQUIRE(last_tag <= tag_limit_, "pipeline: {} micro-batches through {} stages need message tags up to {}, "
+                "above this MPI's MPI_TAG_UB {}; use fewer micro-batches or stages", microbatches, shape.stages(),
+                last_tag, tag_limit_);
   const PipelineSchedule schedule = make_pipeline_schedule(kind_, shape);
-  (void)simulate_pipeline(schedule, shape, PipelineCosts::uniform(shape.stages()));  // refuses a hang
+  ideal_bubble_ = simulate_pipeline(schedule, shape, PipelineCosts::uniform(shape.stages())).bubble;  // refuses a hang
   actions_ = schedule[static_cast<std::size_t>(stage_)];
   schedule_microbatches_ = microbatches;
   return actions_;
 }
 
-namespace {
-int tag_of(int microbatch, bool gradient) { return 2 * microbatch + (gradient ? 1 : 0); }
-}  // namespace
+int PipelineParallel::tag_of(int from_stage, int microbatch, bool gradient) const {
+  return (microbatch * stages_ * virtual_stages_ + from_stage) * 2 + (gradient ? 1 : 0);
+}
 
-void PipelineParallel::send(const View1<float>& x, std::size_t count, int to_stage, int microbatch, bool gradient) {
+void PipelineParallel::send(const View1<float>& x, std::size_t count, int from_stage, int to_stage, int microbatch,
+                            bool gradient) {
   if (sends_in_flight_ == sends_.size()) sends_.emplace_back();
   PendingSend& s = sends_[sends_in_flight_++];
   s.data.resize(count);
   Kokkos::deep_copy(HostView1<float>(s.data.data(), count), Kokkos::subview(x, std::make_pair(std::size_t{0}, count)));
-  MPI_Isend(s.data.data(), static_cast<int>(count), MPI_FLOAT, to_stage, tag_of(microbatch, gradient), pp_comm_,
-            &s.request);
+  MPI_Isend(s.data.data(), static_cast<int>(count), MPI_FLOAT, to_stage % stages_,
+            tag_of(from_stage, microbatch, gradient), pp_comm_, &s.request);
 }
 
-void PipelineParallel::receive(const View1<float>& x, std::size_t count, int from_stage, int microbatch,
+void PipelineParallel::receive(const View1<float>& x, std::size_t count, int at_stage, int from_stage, int microbatch,
                                bool gradient) {
   receive_buffer_.resize(count);
   const double start = MPI_Wtime();
+  const int from_rank = from_stage % stages_;
   // Watched with comm.timeout_s: a stage that never sends ends the job, naming the stage it waits on.
   const CollectiveWatchdog::Region watched(fmt::format(
-      "pipeline stage {} waiting for {} of micro-batch {} from stage {} (world rank {})", stage_,
+      "pipeline stage {} waiting for {} of micro-batch {} from stage {} (world rank {})", at_stage,
       gradient ? "the output gradient" : "the activations", microbatch, from_stage,
-      stage_world_ranks_[static_cast<std::size_t>(from_stage)]));
-  MPI_Recv(receive_buffer_.data(), static_cast<int>(count), MPI_FLOAT, from_stage, tag_of(microbatch, gradient),
-           pp_comm_, MPI_STATUS_IGNORE);
+      stage_world_ranks_[static_cast<std::size_t>(from_rank)]));
+  MPI_Recv(receive_buffer_.data(), static_cast<int>(count), MPI_FLOAT, from_rank,
+           tag_of(from_stage, microbatch, gradient), pp_comm_, MPI_STATUS_IGNORE);
   waited_s_ += MPI_Wtime() - start;
   Kokkos::deep_copy(Kokkos::subview(x, std::make_pair(std::size_t{0}, count)),
                     HostView1<float>(receive_buffer_.data(), count));

@@ -8,10 +8,14 @@
 //
 //     world ranks 0..N/pp-1 = stage 0 | N/pp..2N/pp-1 = stage 1 | ...     pp group: {k, k + N/pp, k + 2N/pp, ...}
 //
+// Under interleaving (pipeline.virtual_stages v > 1) the blocks are cut into pp x v stages and pipeline rank r holds
+// stages r, r + pp, r + 2 pp, ... as its chunks (LanguageModel::select_pipeline_chunk); stage pp v - 1 hands
+// nothing on, and stage pp - 1's output goes round to rank 0's chunk 1.
+//
 // Activations go forward and their gradients back as MPI messages on the pp group, (rows, C) floats each,
-// tagged by micro-batch; sends are non-blocking (issued as soon as a forward or backward ends, completed at the
-// step's end), receives wait. Every rank builds the same schedule (pipeline_schedule.hpp) and replays it before
-// the first step, so a schedule that would hang is refused instead.
+// tagged by micro-batch and sending stage; sends are non-blocking (issued as soon as a forward or backward ends,
+// completed at the step's end), receives wait. Every rank builds the same schedule (pipeline_schedule.hpp) and
+// replays it before the first step, so a schedule that would hang is refused instead.
 //
 // A tied embedding (GPT-2's wte) lives on the first stage (the lookup) and the last (the head): both copies start
 // equal, their gradients are summed over the two after each step's reduction, and the same optimizer step keeps
@@ -40,12 +44,19 @@ class PipelineParallel {
 
   // This stage's ranks: the world of everything inside the stage (parallelize, the data feed, checkpoints).
   MPI_Comm stage_comm() const { return stage_comm_; }
+  // This rank's place in the pipeline, 0 .. pp - 1 (the stage of its ranks; under interleaving it holds global
+  // stages stage() + c pp for chunks c = 0 .. v - 1).
   int stage() const { return stage_; }
-  int stages() const { return stages_; }
-  bool first() const { return stage_ == 0; }
-  bool last() const { return stage_ == stages_ - 1; }
-  const StageSplit& split() const { return split_; }
-  PipelineStagePart part() const;  // what this stage's model keeps
+  int stages() const { return stages_; }  // pp
+  int virtual_stages() const { return virtual_stages_; }  // v: chunks per rank
+  int global_stage(int chunk) const { return chunk * stages_ + stage_; }
+  int chunk_of(int global_stage) const { return global_stage / stages_; }
+  bool first() const { return stage_ == 0; }  // holds the embedding (global stage 0)
+  bool last() const { return stage_ == stages_ - 1; }  // holds the head (global stage pp v - 1)
+  bool first_stage(int global) const { return global == 0; }
+  bool last_stage(int global) const { return global == stages_ * virtual_stages_ - 1; }
+  const StageSplit& split() const { return split_; }  // over the pp x v global stages
+  PipelineStagePart part() const;  // what this rank's model keeps: its chunks
   // The deck as one stage sees it: mesh.pp 1, and fully_shard's reshard_after_forward false unless the deck sets
   // it (every micro-batch reuses the parameters: torchtitan's choice under pp).
   Deck stage_deck(const Deck& deck) const;
@@ -53,10 +64,13 @@ class PipelineParallel {
   // This rank's actions of the deck's schedule over `microbatches` (replayed against every rank's first).
   const std::vector<PipelineAction>& actions(int microbatches);
   PipelineScheduleKind schedule_kind() const { return kind_; }
+  // The bubble of that schedule with equal stages and free transfers (its replay): what the schedule itself costs.
+  double ideal_bubble() const { return ideal_bubble_; }
 
-  // Point to point on the pp group. `x` holds `count` floats; sends copy it and return at once.
-  void send(const View1<float>& x, std::size_t count, int to_stage, int microbatch, bool gradient);
-  void receive(const View1<float>& x, std::size_t count, int from_stage, int microbatch, bool gradient);
+  // Point to point on the pp group between global stages (the rank of stage s: s mod pp). `x` holds `count`
+  // floats; sends copy it and return at once. `gradient`: an output gradient going back (else activations forward).
+  void send(const View1<float>& x, std::size_t count, int from_stage, int to_stage, int microbatch, bool gradient);
+  void receive(const View1<float>& x, std::size_t count, int at_stage, int from_stage, int microbatch, bool gradient);
   void wait_sends();  // the step's sends have completed (their buffers are free again)
   // Seconds this rank has spent waiting in receives since construction: the pipeline's bubble as this rank saw it
   // (with the transfers' own time, which the bubble's formula leaves out).
@@ -71,7 +85,7 @@ class PipelineParallel {
   const Parameter* counted_elsewhere(LanguageModel& model) const;
 
  private:
-  int stages_ = 1, stage_ = 0;
+  int stages_ = 1, stage_ = 0, virtual_stages_ = 1;
   PipelineScheduleKind kind_ = PipelineScheduleKind::one_f_one_b;
   int configured_microbatches_ = 0;  // pipeline.microbatches (0: the step's)
   StageSplit split_;
@@ -82,6 +96,7 @@ class PipelineParallel {
   std::unique_ptr<MpiCommunicator> pp_group_;
   int schedule_microbatches_ = 0;
   std::vector<PipelineAction> actions_;
+  double ideal_bubble_ = 0;
   struct PendingSend {
     std::vector<float> data;
     MPI_Request request = MPI_REQUEST_NULL;
@@ -90,7 +105,9 @@ class PipelineParallel {
   std::size_t sends_in_flight_ = 0;
   std::vector<float> receive_buffer_;
   double waited_s_ = 0;
-  std::vector<int> stage_world_ranks_;  // the world rank of this place in each stage (messages name it)
+  std::vector<int> stage_world_ranks_;
+  int tag_limit_ = 32767;  // MPI_TAG_UB: the standard's least
+  int tag_of(int from_stage, int microbatch, bool gradient) const;  // the world rank of this place in each stage (messages name it)
 };
 
 }  // namespace fsdpp

@@ -11,25 +11,38 @@ std::size_t PipelineStep::residual_elements(const Flow& flow) const { return mod
 
 double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, int forward_section,
                            int backward_section) {
-  if (inputs_.size() < static_cast<std::size_t>(microbatches)) inputs_.resize(static_cast<std::size_t>(microbatches));
-  elements_.resize(static_cast<std::size_t>(microbatches));
-  slot_of_.assign(static_cast<std::size_t>(microbatches), -1);
+  microbatches_ = microbatches;
+  const std::size_t cells = static_cast<std::size_t>(pipeline_.virtual_stages() * microbatches);
+  if (inputs_.size() < cells) inputs_.resize(cells);
+  elements_.resize(cells);
+  slot_of_.assign(cells, -1);
+  free_slots_.resize(static_cast<std::size_t>(pipeline_.virtual_stages()));
+  slots_made_.resize(free_slots_.size(), 0);
   double loss = 0;
   held_ = -1;
   replays_ = 0;
   const double start = MPI_Wtime(), waited = pipeline_.waited_s();
-  for (const PipelineAction& a : pipeline_.actions(microbatches)) {
+  const std::vector<PipelineAction>& actions = pipeline_.actions(microbatches);
+  // The root's own parameters (the embedding, the head) synchronize on this rank's last backward: under
+  // interleaving the root runs once per chunk, and the last micro-batch's backward of a later chunk comes first.
+  std::size_t last_backward = 0;
+  for (std::size_t k = 0; k < actions.size(); ++k)
+    if (actions[k].op != PipelineOp::forward) last_backward = k;
+  for (std::size_t k = 0; k < actions.size(); ++k) {
+    const PipelineAction& a = actions[k];
+    const int chunk = pipeline_.chunk_of(a.stage);
     if (a.op == PipelineOp::forward) {
-      forward(flow, a.microbatch, microbatches, false);
-      loss += flow.loss;
+      forward(flow, chunk, a.microbatch, microbatches, false);
+      if (pipeline_.last_stage(a.stage)) loss += flow.loss;
       timers.mark(forward_section);
     } else {
       FSDPP_CHECK(a.op == PipelineOp::backward, "pipeline action {} is not run by this schedule", to_string(a));
-      backward(flow, a.microbatch, microbatches);
+      backward(flow, chunk, a.microbatch, microbatches, k == last_backward);
       timers.mark(backward_section);
     }
   }
   pipeline_.wait_sends();
+  model_.select_pipeline_chunk(0);
   if (keeps_slots_) model_.select_activation_slot(0);  // every slot is free again; the rest of training uses 0
   const double spent = MPI_Wtime() - start, step_waited = pipeline_.waited_s() - waited;
   train_s_ += spent;
@@ -46,87 +59,111 @@ std::string PipelineStep::summary(MPI_Comm world, int microbatches) const {
   MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_DOUBLE, MPI_MIN, world);
   MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_DOUBLE, MPI_MAX, world);
   MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, world);
-  int counts[2] = {replays_, slots_made_};
+  int counts[2] = {replays_, slots()};
   MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_INT, MPI_MAX, world);
   const std::string activations =
       keeps_slots_ ? fmt::format("activations kept for up to {} micro-batches per rank", counts[1])
                    : fmt::format("forwards replayed for a backward (context parallelism), per step: up to {} per rank",
                                  counts[0]);
+  const std::string schedule =
+      pipeline_.virtual_stages() > 1
+          ? fmt::format("{} ({} virtual stages)", to_string(pipeline_.schedule_kind()), pipeline_.virtual_stages())
+          : std::string(to_string(pipeline_.schedule_kind()));
   return fmt::format("pipeline {}, pp {} x {} micro-batches, blocks {}: bubble measured {:.1f} / {:.1f} / {:.1f} % "
                      "(min / avg / max over ranks: time waiting for another stage, of the micro-batches' time); "
-                     "ideal (p-1)/(m+p-1) {:.1f} %; {}",
-                     to_string(pipeline_.schedule_kind()), pipeline_.stages(), microbatches, pipeline_.split().ranges(),
-                     100 * low, 100 * sum / ranks, 100 * high,
+                     "the schedule's ideal (equal stages) {:.1f} %, 1f1b's (p-1)/(m+p-1) {:.1f} %; {}",
+                     schedule, pipeline_.stages(), microbatches, pipeline_.split().ranges(),
+                     100 * low, 100 * sum / ranks, 100 * high, 100 * pipeline_.ideal_bubble(),
                      100 * one_f_one_b_ideal_bubble(pipeline_.stages(), microbatches), activations);
 }
 
-void PipelineStep::forward(Flow& flow, int i, int m, bool replay) {
+std::size_t PipelineStep::cell(int chunk, int microbatch) const {
+  return static_cast<std::size_t>(chunk * microbatches_ + microbatch);
+}
+
+void PipelineStep::select_slot(int chunk, int slot) {
+  // Chunk-local slot k of chunk c is the model's slot k v + c: every chunk's modules see slots of their own only.
+  model_.select_activation_slot(slot * pipeline_.virtual_stages() + chunk);
+}
+
+void PipelineStep::forward(Flow& flow, int chunk, int i, int m, bool replay) {
   data_.load_train(i, flow);
   flow.training = true;
   flow.loss_scale = parallel_.loss_scale(m);
   const std::size_t n = residual_elements(flow);  // before forward: context parallelism shortens flow.T there
-  const int s = pipeline_.stage();
+  const int s = pipeline_.global_stage(chunk);
+  const std::size_t at = cell(chunk, i);
+  model_.select_pipeline_chunk(chunk);
   if (keeps_slots_) {  // a slot of its own until its backward
-    int& slot = slot_of_[static_cast<std::size_t>(i)];
-    if (free_slots_.empty()) free_slots_.push_back(slots_made_++);
-    slot = free_slots_.back();
-    free_slots_.pop_back();
-    model_.select_activation_slot(slot);
+    std::vector<int>& free = free_slots_[static_cast<std::size_t>(chunk)];
+    if (free.empty()) free.push_back(slots_made_[static_cast<std::size_t>(chunk)]++);
+    slot_of_[at] = free.back();
+    free.pop_back();
+    select_slot(chunk, slot_of_[at]);
   }
-  if (!pipeline_.first()) {
-    View1<float>& input = inputs_[static_cast<std::size_t>(i)];
+  if (!pipeline_.first_stage(s)) {
+    View1<float>& input = inputs_[at];
     if (input.extent(0) != n) input = uninitialized<float>("fsdpp::pipeline_input", n);
-    if (!replay) pipeline_.receive(input, n, s - 1, i, false);
+    if (!replay) pipeline_.receive(input, n, s, s - 1, i, false);
     flow.x = input;
   }
   model_(flow);
   Kokkos::fence();
-  if (!replay && !pipeline_.last()) pipeline_.send(flow.x, n, s + 1, i, false);
-  held_ = i;
-  elements_[static_cast<std::size_t>(i)] = n;
+  if (!replay && !pipeline_.last_stage(s)) pipeline_.send(flow.x, n, s, s + 1, i, false);
+  held_ = static_cast<int>(at);
+  elements_[at] = n;
 }
 
-void PipelineStep::backward(Flow& flow, int i, int m) {
+void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool last_of_step) {
+  const std::size_t at = cell(chunk, i);
+  model_.select_pipeline_chunk(chunk);
   if (keeps_slots_) {  // its own activations: the slot its forward computed in, and its tokens again
     data_.load_train(i, flow);
     flow.training = true;
     flow.loss_scale = parallel_.loss_scale(m);
-    model_.select_activation_slot(slot_of_[static_cast<std::size_t>(i)]);
-  } else if (held_ != i) {  // a later micro-batch's forward ran since: rebuild this one's activations
+    select_slot(chunk, slot_of_[at]);
+  } else if (held_ != static_cast<int>(at)) {  // another forward ran since: rebuild this one's activations
     const TimelineScope span(timeline_names::pipeline_replay);
-    forward(flow, i, m, true);
+    forward(flow, chunk, i, m, true);
     ++replays_;
   }
-  const std::size_t n = elements_[static_cast<std::size_t>(i)];
-  const int s = pipeline_.stage();
-  if (!pipeline_.last()) {
+  const std::size_t n = elements_[at];
+  const int s = pipeline_.global_stage(chunk);
+  if (!pipeline_.last_stage(s)) {
     if (gradient_.extent(0) != n) gradient_ = uninitialized<float>("fsdpp::pipeline_output_gradient", n);
-    pipeline_.receive(gradient_, n, s + 1, i, true);
+    pipeline_.receive(gradient_, n, s, s + 1, i, true);
     flow.dx = gradient_;
   }
-  parallel_.before_micro_batch(i, m);  // the last micro-batch's backward synchronizes the gradients
+  // The last micro-batch's backward synchronizes the chunk's gradients; the root's, the rank's last backward.
+  parallel_.before_micro_batch(i, m, last_of_step);
   model_(flow, Pass::backward);
   Kokkos::fence();
-  if (!pipeline_.first()) pipeline_.send(flow.dx, n, s - 1, i, true);
+  if (!pipeline_.first_stage(s)) pipeline_.send(flow.dx, n, s, s - 1, i, true);
   held_ = -1;  // backward has consumed the activations (the head's loss gradient among them)
-  if (keeps_slots_) free_slots_.push_back(slot_of_[static_cast<std::size_t>(i)]);
+  if (keeps_slots_) free_slots_[static_cast<std::size_t>(chunk)].push_back(slot_of_[at]);
 }
 
 double PipelineStep::evaluate(Flow& flow, int index) {
   data_.load_val(index, flow);
   flow.training = false;
   const std::size_t n = residual_elements(flow);
-  const int s = pipeline_.stage();
-  if (!pipeline_.first()) {
-    if (inputs_.empty()) inputs_.resize(1);
-    if (inputs_[0].extent(0) < n) inputs_[0] = uninitialized<float>("fsdpp::pipeline_input", n);
-    pipeline_.receive(inputs_[0], n, s - 1, index, false);
-    flow.x = Kokkos::subview(inputs_[0], std::make_pair(std::size_t{0}, n));
+  if (inputs_.empty()) inputs_.resize(1);
+  if (inputs_[0].extent(0) < n) inputs_[0] = uninitialized<float>("fsdpp::pipeline_input", n);
+  for (int chunk = 0; chunk < pipeline_.virtual_stages(); ++chunk) {  // each chunk in its own slot 0
+    const int s = pipeline_.global_stage(chunk);
+    model_.select_pipeline_chunk(chunk);
+    if (keeps_slots_) select_slot(chunk, 0);
+    if (!pipeline_.first_stage(s)) {
+      pipeline_.receive(inputs_[0], n, s, s - 1, index, false);
+      flow.x = Kokkos::subview(inputs_[0], std::make_pair(std::size_t{0}, n));
+    }
+    model_(flow);
+    Kokkos::fence();
+    if (!pipeline_.last_stage(s)) pipeline_.send(flow.x, n, s, s + 1, index, false);
+    pipeline_.wait_sends();  // the next chunk's receive reuses the input buffer only after
   }
-  model_(flow);
-  Kokkos::fence();
-  if (!pipeline_.last()) pipeline_.send(flow.x, n, s + 1, index, false);
-  pipeline_.wait_sends();
+  model_.select_pipeline_chunk(0);
+  if (keeps_slots_) select_slot(0, 0);
   return pipeline_.last() ? flow.loss : 0.0;
 }
 

@@ -15,6 +15,11 @@
 // parallelism (whose ring keeps one micro-batch) the stage instead replays F i from the input it kept when a later
 // micro-batch's forward ran since, as activation checkpointing replays a block: the same kernels on the same
 // input, so the gradients are those of an unbroken forward and backward, at the cost of a forward.
+//
+// Interleaved 1F1B: a rank holds several chunks (global stages r, r + pp, ...) and its actions name the stage;
+// each action selects its chunk (LanguageModel::select_pipeline_chunk), and each chunk has slots of its own. A
+// chunk's blocks synchronize their gradients on its last micro-batch's backward; the root's own parameters (the
+// embedding, the head) on the rank's last backward of the step, after every chunk has added to them.
 #include "fsdpp/nn/language_model.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/parallel/pipeline_parallel.hpp"
@@ -38,7 +43,12 @@ class PipelineStep {
   double evaluate(Flow& flow, int index);
   double from_last_stage(double value) { return pipeline_.from_last_stage(value); }
   int replays() const { return replays_; }  // forwards replayed for a backward, in the last step
-  int slots() const { return slots_made_; }  // activation slots this rank has made (the most in flight)
+  // Activation slots this rank has made, over its chunks (the most (chunk, micro-batch) pairs in flight).
+  int slots() const {
+    int n = 0;
+    for (int k : slots_made_) n += k;
+    return n;
+  }
   // Over every train() so far: the seconds spent in it, and waiting there for another stage (receives).
   double train_s() const { return train_s_; }
   double train_waited_s() const { return train_waited_s_; }
@@ -48,22 +58,26 @@ class PipelineStep {
   std::string summary(MPI_Comm world, int microbatches) const;
 
  private:
-  void forward(Flow& flow, int microbatch, int microbatches, bool replay);
-  void backward(Flow& flow, int microbatch, int microbatches);
+  // Under interleaving a rank runs several chunks (global stages); what a micro-batch keeps is per (chunk, micro-batch).
+  void forward(Flow& flow, int chunk, int microbatch, int microbatches, bool replay);
+  void backward(Flow& flow, int chunk, int microbatch, int microbatches, bool last_of_step);
   std::size_t residual_elements(const Flow& flow) const;
+  std::size_t cell(int chunk, int microbatch) const;  // index of (chunk, micro-batch) in the per-step tables
+  void select_slot(int chunk, int slot);
 
   PipelineParallel& pipeline_;
   LanguageModel& model_;
   Parallelism& parallel_;
   DataFeed& data_;
-  std::vector<View1<float>> inputs_;  // per micro-batch: what this stage received (stages after the first)
+  std::vector<View1<float>> inputs_;  // per cell: what this stage received (stages after the first)
   View1<float> gradient_;             // the gradient of this stage's output, as received
   const bool keeps_slots_;            // activation slots per micro-batch (else replays)
-  std::vector<int> slot_of_;          // per micro-batch: its activation slot
-  std::vector<int> free_slots_;
-  int slots_made_ = 0;
-  int held_ = -1;                     // replays: the micro-batch whose activations the modules hold
-  std::vector<std::size_t> elements_;  // per micro-batch: its residual stream's floats on this rank
+  std::vector<int> slot_of_;          // per cell: its chunk's activation slot
+  std::vector<std::vector<int>> free_slots_;  // per chunk
+  std::vector<int> slots_made_;               // per chunk
+  int microbatches_ = 0;              // of the step running
+  int held_ = -1;                     // replays: the cell whose activations the modules hold
+  std::vector<std::size_t> elements_;  // per cell: its residual stream's floats on this rank
   int replays_ = 0;
   double train_s_ = 0, train_waited_s_ = 0, last_bubble_ = 0;
 };
