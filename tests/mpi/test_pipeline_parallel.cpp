@@ -1,9 +1,8 @@
 // Pipeline parallelism (mesh.pp, parallel/pipeline_parallel.hpp, train/pipeline_step.hpp): one rank's per-step losses
 // and gradient norms (pp 1) at pp 2 and 4 under GPipe, 1F1B and interleaved 1F1B (2 chunks per rank), within fp32
-// parity (1e-5 relative), for GPT-2 (tied
-// embedding: its gradient summed over the first and the last stage) and Llama (untied head, RoPE), with
-// accumulation and clipping, and composed with dp_shard, HSDP, tp (with sequence parallelism), cp and activation
-// checkpointing; an evaluation through the stages; checkpoints saved at one pp resumed at another; what does not
+// parity (1e-5 relative), for GPT-2 (tied embedding: its gradient summed over the first and the last stage) and
+// Llama (untied head, RoPE), with accumulation and clipping, and composed with dp_shard, HSDP, tp (with sequence
+// parallelism), cp and activation checkpointing; an evaluation through the stages; checkpoints saved at one pp resumed at another; what does not
 // run yet refused with its text.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
