@@ -4,15 +4,18 @@
 // external program on a data file and a script written next to the report.
 // --trace: the timeline of run.trace instead (observe/trace_analysis.hpp): <run>/trace/merged.json, a table of
 // communication per unit, operation and mesh dimension, and trace.png (one row per rank and track); --json
-// prints the table as one JSON object.
+// prints the table as one JSON object. Under a pipeline it also draws the schedule as it ran, from each rank's
+// action spans (parallel/pipeline_schedule.hpp's picture: digits forwards, letters backwards, dots idle).
 #include "commands.hpp"
 
 #include "fsdpp/observe/trace_analysis.hpp"
+#include "fsdpp/parallel/pipeline_schedule.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -101,12 +104,62 @@ void plot_trace(const TraceReport& t, const std::filesystem::path& folder) {
   run_gnuplot(folder, script, "trace.log");
 }
 
+// The pipeline's actions as they ran, drawn like the schedule's replay: an action from when its inputs had arrived
+// (its span's start plus its receive wait) to its end, one character per half a median forward, time 0 at the
+// first.
+struct RanPipeline {
+  double unit_ms = 0;
+  std::string picture;
+  std::vector<std::vector<std::string>> order;  // per rank, the actions in the order they ran
+};
+
+std::optional<RanPipeline> ran_pipeline(const TraceReport& t) {
+  if (t.pipeline.empty()) return std::nullopt;
+  PipelineTimeline timeline;
+  timeline.ranks.resize(t.pipeline.size());
+  RanPipeline out;
+  out.order.resize(t.pipeline.size());
+  double zero = 1e300;
+  std::vector<double> forwards;
+  for (const auto& ran : t.pipeline)
+    for (const TracedAction& a : ran) zero = std::min(zero, a.start_ms + a.waited_ms);
+  for (std::size_t r = 0; r < t.pipeline.size(); ++r)
+    for (const TracedAction& a : t.pipeline[r]) {
+      const std::optional<PipelineAction> action = parse_pipeline_action(a.action);
+      if (!action) continue;
+      const double start = a.start_ms + a.waited_ms - zero, end = a.end_ms - zero;
+      timeline.ranks[r].push_back({*action, start, end});
+      timeline.makespan = std::max(timeline.makespan, end);
+      if (action->op == PipelineOp::forward) forwards.push_back(end - start);
+      out.order[r].push_back(a.action);
+    }
+  if (forwards.empty()) return std::nullopt;
+  std::nth_element(forwards.begin(), forwards.begin() + forwards.size() / 2, forwards.end());
+  // Half a forward per character (so that every action has a cell of its own), unless that is wider than 200
+  // characters (several traced steps).
+  out.unit_ms = std::max({forwards[forwards.size() / 2] / 2, timeline.makespan / 200, 1e-6});
+  out.picture = draw_pipeline(timeline, out.unit_ms);
+  return out;
+}
+
 int report_trace(const std::string& run, bool json) {
   const TraceReport t = analyze_trace(run);
   const std::filesystem::path folder = std::filesystem::path(run) / "trace";
   plot_trace(t, folder);
-  if (json) fmt::print("{}\n", t.json);
-  else Log::info("{}wrote {} and {}", t.table, t.merged_path, (folder / "trace.png").string());
+  const std::optional<RanPipeline> pipeline = ran_pipeline(t);
+  if (json) {
+    nlohmann::json out = nlohmann::json::parse(t.json);
+    if (pipeline)
+      out["pipeline"] = {{"unit_ms", pipeline->unit_ms}, {"picture", pipeline->picture}, {"order", pipeline->order}};
+    fmt::print("{}\n", out.dump());
+    return 0;
+  }
+  std::string text = t.table;
+  if (pipeline)
+    text += fmt::format("pipeline schedule as it ran (world ranks; one character = {:.2f} ms, half a forward's median or 1/200 of the whole; digits: "
+                        "forwards of micro-batch i mod 10, letters: their backwards, dots: idle or another phase)\n{}",
+                        pipeline->unit_ms, pipeline->picture);
+  Log::info("{}wrote {} and {}", text, t.merged_path, (folder / "trace.png").string());
   return 0;
 }
 

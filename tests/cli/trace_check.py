@@ -62,10 +62,13 @@ def check_rank(folder, rank, world):
     complete = [e for e in events if e["ph"] == "X"]
     compute = [e for e in complete if e["tid"] == 0]
     names = {e["name"] for e in compute}
-    for needed in ("fsdpp::forward h.0", "fsdpp::backward h.0", "fsdpp::optimizer", "fsdpp::data", "fsdpp::grad_sync",
-                   *EXTRA_SPANS):
+    for needed in ("fsdpp::optimizer", "fsdpp::data", "fsdpp::grad_sync", *EXTRA_SPANS):
         if needed not in names:
             fail(f"{path}: no compute span '{needed}'")
+    # every rank runs units forward and backward; rank 0 holds h.0 (a later pipeline stage holds later blocks)
+    for pass_ in ("forward", "backward"):
+        if not any(n.startswith(f"fsdpp::{pass_} ") for n in names) or (rank == 0 and f"fsdpp::{pass_} h.0" not in names):
+            fail(f"{path}: no compute span 'fsdpp::{pass_} <unit>' (rank 0: h.0)")
     collectives = {}
     per_tid = collections.Counter()
     for e in complete:

@@ -23,7 +23,8 @@ const std::vector<std::string> kSpanCategories = {"step", "forward", "backward",
                                               "reduce_scatter", "all_reduce", "other collective", "wait", "blocking"};
 
 int category_of(const Json& e) {
-  const std::string cat = e.value("cat", "");
+  std::string cat = e.value("cat", "");
+  if (cat == "pipeline_receive") cat = "wait";  // waiting for another pipeline stage
   const auto at = std::find(kSpanCategories.begin(), kSpanCategories.end(), cat);
   if (at != kSpanCategories.end()) return static_cast<int>(at - kSpanCategories.begin());
   if (e.value("tid", 0) != 0) return 7;  // broadcast, barrier
@@ -144,6 +145,18 @@ std::vector<std::string> keys_of(const std::map<std::string, Totals>& m) {
   return out;
 }
 
+// A pipeline action's span starts a TracedAction; a receive inside it adds to its wait.
+void note_pipeline_span(const std::string& name, int rank, double start_ms, double end_ms, TraceReport& report) {
+  const std::string action_prefix = "fsdpp::pipeline ";
+  const bool action = name.rfind(action_prefix, 0) == 0, receive = name == "fsdpp::pipeline_receive";
+  if (!action && !receive) return;
+  if (report.pipeline.size() <= static_cast<std::size_t>(rank)) report.pipeline.resize(static_cast<std::size_t>(rank) + 1);
+  std::vector<TracedAction>& ran = report.pipeline[static_cast<std::size_t>(rank)];
+  if (action) ran.push_back({name.substr(action_prefix.size()), start_ms, end_ms, 0.0});
+  else if (!ran.empty() && start_ms >= ran.back().start_ms && end_ms <= ran.back().end_ms)
+    ran.back().waited_ms += end_ms - start_ms;  // (an evaluation's receives are outside any action)
+}
+
 // One rank's events, shifted to the common time base, into `merged`; its rows and boxes into the report.
 void merge_rank(const RankTrace& r, std::int64_t zero_ns, Json& merged, TraceReport& report) {
   std::map<std::uint32_t, int> row_of;  // track id -> row of trace.png, from the thread_name metadata
@@ -171,6 +184,7 @@ void merge_rank(const RankTrace& r, std::int64_t zero_ns, Json& merged, TraceRep
       while (!open_ends.empty() && open_ends.back() <= start && open_ends.back() < end) open_ends.pop_back();
       box.depth = static_cast<int>(open_ends.size());
       open_ends.push_back(end);
+      note_pipeline_span(e.value("name", ""), r.rank, box.start_ms, box.end_ms, report);
     }
     report.boxes.push_back(box);
     merged.push_back(std::move(e));

@@ -2,6 +2,7 @@
 
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/nn/causal_lm.hpp"
+#include "fsdpp/observe/timeline.hpp"
 #include "fsdpp/observe/watchdog.hpp"
 #include "fsdpp/runtime/error.hpp"
 
@@ -113,6 +114,8 @@ const std::vector<PipelineAction>& PipelineParallel::actions(int microbatches) {
   const PipelineSchedule schedule = make_pipeline_schedule(kind_, shape);
   ideal_bubble_ = simulate_pipeline(schedule, shape, PipelineCosts::uniform(shape.stages())).bubble;  // refuses a hang
   actions_ = schedule[static_cast<std::size_t>(stage_)];
+  action_regions_.clear();
+  for (const PipelineAction& a : actions_) action_regions_.push_back("fsdpp::pipeline " + to_string(a));
   schedule_microbatches_ = microbatches;
   return actions_;
 }
@@ -141,8 +144,11 @@ void PipelineParallel::receive(const View1<float>& x, std::size_t count, int at_
       "pipeline stage {} waiting for {} of micro-batch {} from stage {} (world rank {})", at_stage,
       gradient ? "the output gradient" : "the activations", microbatch, from_stage,
       stage_world_ranks_[static_cast<std::size_t>(from_rank)]));
-  MPI_Recv(receive_buffer_.data(), static_cast<int>(count), MPI_FLOAT, from_rank,
-           tag_of(from_stage, microbatch, gradient), pp_comm_, MPI_STATUS_IGNORE);
+  {
+    const TimelineScope waiting(timeline_names::pipeline_receive);
+    MPI_Recv(receive_buffer_.data(), static_cast<int>(count), MPI_FLOAT, from_rank,
+             tag_of(from_stage, microbatch, gradient), pp_comm_, MPI_STATUS_IGNORE);
+  }
   waited_s_ += MPI_Wtime() - start;
   Kokkos::deep_copy(Kokkos::subview(x, std::make_pair(std::size_t{0}, count)),
                     HostView1<float>(receive_buffer_.data(), count));

@@ -64,6 +64,9 @@ class PipelineParallel {
   // This rank's actions of the deck's schedule over `microbatches` (replayed against every rank's first).
   const std::vector<PipelineAction>& actions(int microbatches);
   PipelineScheduleKind schedule_kind() const { return kind_; }
+  // The timeline span of action k of those ("fsdpp::pipeline F3@s1": `fsdpp report --trace` draws the schedule as
+  // it ran from them), built with the list.
+  const std::string& action_region(std::size_t k) const { return action_regions_[k]; }
   // The bubble of that schedule with equal stages and free transfers (its replay): what the schedule itself costs.
   double ideal_bubble() const { return ideal_bubble_; }
 
@@ -96,6 +99,7 @@ class PipelineParallel {
   std::unique_ptr<MpiCommunicator> pp_group_;
   int schedule_microbatches_ = 0;
   std::vector<PipelineAction> actions_;
+  std::vector<std::string> action_regions_;
   double ideal_bubble_ = 0;
   struct PendingSend {
     std::vector<float> data;

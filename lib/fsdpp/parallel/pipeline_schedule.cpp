@@ -177,6 +177,20 @@ std::string to_string(const PipelineAction& a) {
   return fmt::format("{}{}@s{}", op_letter(a.op), a.microbatch, a.stage);
 }
 
+std::optional<PipelineAction> parse_pipeline_action(const std::string& text) {
+  const std::string letters = "FBIW";
+  const std::size_t at = text.find("@s");
+  if (text.size() < 4 || letters.find(text[0]) == std::string::npos || at == std::string::npos) return std::nullopt;
+  auto number = [](const std::string& digits) -> std::optional<int> {
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos)
+      return std::nullopt;
+    return std::stoi(digits);
+  };
+  const auto mb = number(text.substr(1, at - 1)), stage = number(text.substr(at + 2));
+  if (!mb || !stage) return std::nullopt;
+  return PipelineAction{static_cast<PipelineOp>(letters.find(text[0])), *stage, *mb};
+}
+
 PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, const PipelineShape& shape) {
   FSDPP_REQUIRE(shape.ranks >= 1 && shape.virtual_stages >= 1 && shape.microbatches >= 1,
                 "pipeline: pp {}, virtual stages {} and micro-batches {} must all be at least 1", shape.ranks,

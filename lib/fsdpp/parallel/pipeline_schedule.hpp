@@ -20,6 +20,7 @@
 #include "fsdpp/config/deck_enums.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,8 @@ struct PipelineAction {
   }
 };
 std::string to_string(const PipelineAction& a);  // "F3@s1", "B3@s1", "I3@s1", "W3@s1"
+// The action to_string wrote, or nullopt for any other text.
+std::optional<PipelineAction> parse_pipeline_action(const std::string& text);
 
 struct PipelineShape {
   int ranks = 1;           // pp

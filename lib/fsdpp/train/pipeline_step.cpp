@@ -31,6 +31,7 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
   for (std::size_t k = 0; k < actions.size(); ++k) {
     const PipelineAction& a = actions[k];
     const int chunk = pipeline_.chunk_of(a.stage);
+    const TimelineScope span(pipeline_.action_region(k));
     if (a.op == PipelineOp::forward) {
       forward(flow, chunk, a.microbatch, microbatches, false);
       if (pipeline_.last_stage(a.stage)) loss += flow.loss;
@@ -87,7 +88,10 @@ void PipelineStep::select_slot(int chunk, int slot) {
 }
 
 void PipelineStep::forward(Flow& flow, int chunk, int i, int m, bool replay) {
-  data_.load_train(i, flow);
+  {
+    const TimelineScope loading(timeline_names::data);
+    data_.load_train(i, flow);
+  }
   flow.training = true;
   flow.loss_scale = parallel_.loss_scale(m);
   const std::size_t n = residual_elements(flow);  // before forward: context parallelism shortens flow.T there
@@ -118,7 +122,10 @@ void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool last_of_st
   const std::size_t at = cell(chunk, i);
   model_.select_pipeline_chunk(chunk);
   if (keeps_slots_) {  // its own activations: the slot its forward computed in, and its tokens again
-    data_.load_train(i, flow);
+    {
+      const TimelineScope loading(timeline_names::data);
+      data_.load_train(i, flow);
+    }
     flow.training = true;
     flow.loss_scale = parallel_.loss_scale(m);
     select_slot(chunk, slot_of_[at]);
