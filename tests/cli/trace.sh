@@ -50,6 +50,15 @@ rows = got["picture"].splitlines()
 if len(rows) != world or not all(row.startswith(f"rank {r} |") for r, row in enumerate(rows)) or \
         not all(str(i) in rows[r] and chr(ord("a") + i) in rows[r] for r in range(world) for i in range(m)):
     print("FAIL: pipeline picture", got["picture"]); sys.exit(1)
+# a stage keeps its blocks whole from its first forward to its last backward: one all-gather per unit and step
+# (2 blocks and the root per stage, 2 traced steps), where resharding after each backward would gather 4 times
+import os
+run = os.path.dirname(sys.argv[1]) + "/pipeline"
+for rank in range(world):
+    counters = json.load(open(f"{run}/trace/rank{rank}.json"))["otherData"]["counters"]
+    if counters["fsdp_all_gathers"] != 3 * 2:
+        print(f"FAIL: rank {rank}: {counters['fsdp_all_gathers']} all-gathers in 2 steps, want 6 (3 units x 2 steps)")
+        sys.exit(1)
 print("pipeline trace OK:", got["unit_ms"], "ms per character\n" + got["picture"])
 PY
 # The text form names the units and says where it wrote.

@@ -212,6 +212,15 @@ FsdpGroup& fully_shard(Module& module, const DeviceMesh& mesh, FullyShardOptions
 
 FsdpGroup* FsdpGroup::group_of(Module* m) const { return m ? fsdp_group(*m) : nullptr; }
 
+void FsdpGroup::set_reshard_after_backward(bool value, bool recurse) {
+  if (!recurse) {
+    reshard_after_backward_ = value;
+    return;
+  }
+  for (Module* m : module_.modules())
+    if (FsdpGroup* g = fsdp_group(*m)) g->reshard_after_backward_ = value;
+}
+
 void FsdpGroup::set_requires_gradient_sync(bool value, bool recurse) {
   if (!recurse) {
     requires_gradient_sync_ = value;
@@ -475,14 +484,15 @@ void FsdpGroup::after(Module&, Pass pass, Flow& flow) {
   if (requires_gradient_sync_) reduce_scatter_gradients();
   // Gradients point back at the shards; unreduced ones (sync off) stay in full_grad_ for the next backward.
   for (std::size_t i = 0; i < params_.size(); ++i) params_[i]->use_grad(shard_grad_[i]);
-  reshard();
+  if (reshard_after_backward_) reshard();
   if (is_root_) {
     // The last unit's backward ended: every reduction completes here (FSDP2's post-backward final callback),
     // so the gradients are whole when backward returns.
     context_->drain();
-    // A prefetch that no backward consumed would hold whole parameters past the step: release it.
+    // A prefetch that no backward consumed would hold whole parameters past the step: release it (unless the
+    // groups keep their parameters for the next micro-batch).
     for (FsdpGroup* g : context_->groups)
-      if (g != this && (g->gather_started_ || g->unsharded_)) g->reshard();
+      if (g != this && g->reshard_after_backward_ && (g->gather_started_ || g->unsharded_)) g->reshard();
     context_->in_backward = false;
   }
 }

@@ -127,6 +127,10 @@ class FsdpGroup final : public ModuleHooks {
   // it on adds that sum and all-reduces once (deck fsdp.replica_all_reduce: last_micro_batch). Without replicas
   // it changes nothing. `recurse`: also every sharded module below this one (FSDP2's default).
   void set_requires_all_reduce(bool value, bool recurse = true);
+  // FSDP2's set_reshard_after_backward: off, backward leaves the parameters whole (and the root's end of backward
+  // leaves every group's), so the next micro-batch's forward and backward gather nothing. Pipeline stages keep
+  // them between micro-batches and reshard after the step's last backward. `recurse`: every group below too.
+  void set_reshard_after_backward(bool value, bool recurse = true);
   void set_gradient_divide_factor(double factor) { divide_factor_ = factor; }
   // Exact reduction: units > 0: the next backward is the only one of its step (no accumulation), so its reduced
   // words are the step's sum of `units` units (one per data-parallel rank; the cp ranks of one share it): they are
@@ -257,6 +261,7 @@ class FsdpGroup final : public ModuleHooks {
   bool unsharded_ = false;
   bool grads_unsharded_ = false;  // full_grad_ holds unreduced gradients (gradient sync off)
   bool requires_gradient_sync_ = true;
+  bool reshard_after_backward_ = true;
   bool requires_all_reduce_ = true;
   std::int64_t exact_single_backward_ = 0;  // set_exact_single_backward's units
   double divide_factor_ = 0;  // 0: average over the data-parallel ranks

@@ -211,6 +211,11 @@ void Parallelism::before_micro_batch(int index, int count, bool root_too) {
   }
 }
 
+void Parallelism::keep_parameters_between_micro_batches(bool keep) {
+  const bool whole_after_forward = layout_.block_options.reshard_after_forward == false;
+  root_->set_reshard_after_backward(!(keep && whole_after_forward));
+}
+
 void Parallelism::after_evaluation() { root_->reshard(); }
 
 double Parallelism::mean_over_ranks(double value) const {

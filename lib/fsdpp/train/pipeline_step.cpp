@@ -143,6 +143,7 @@ void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool last_of_st
   }
   // The last micro-batch's backward synchronizes the chunk's gradients; the root's, the rank's last backward.
   parallel_.before_micro_batch(i, m, last_of_step);
+  parallel_.keep_parameters_between_micro_batches(!last_of_step);  // gathered once per step
   model_(flow, Pass::backward);
   Kokkos::fence();
   if (!pipeline_.first_stage(s)) pipeline_.send(flow.dx, n, s, s - 1, i, true);
