@@ -12,6 +12,7 @@
 #include "fsdpp/plan/memory_plan.hpp"
 #include "fsdpp/plan/pipeline_plan.hpp"
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <optional>
@@ -80,7 +81,8 @@ nlohmann::json plan_json(const MemoryPlan& plan, std::optional<std::int64_t> mem
                                           {"optimizer", m.optimizer}, {"unsharded_parameters", m.unsharded_parameters},
                                           {"unsharded_gradients", m.unsharded_gradients},
                                           {"comm_buffers", m.comm_buffers}, {"pool_cached", m.pool_cached},
-                                          {"activations", m.activations}, {"batch", m.batch}, {"total", m.total()}}},
+                                          {"activations", m.activations}, {"batch", m.batch},
+                                          {"pipeline_messages", m.pipeline_messages}, {"total", m.total()}}},
                       {"per_sequence_bytes", plan.per_sequence_bytes}, {"peak", plan.peak_moment},
                       {"ring_bytes_per_step", plan.ring_bytes_per_step},
                       {"recomputing_blocks", plan.recomputing_blocks},
@@ -88,6 +90,10 @@ nlohmann::json plan_json(const MemoryPlan& plan, std::optional<std::int64_t> mem
                       {"forward_prefetch", prefetch_json(plan.forward_prefetch)},
                       {"backward_prefetch", prefetch_json(plan.backward_prefetch)},
                       {"reduce_scatter_in_flight", plan.reduce_scatter_in_flight}};
+  if (plan.pipeline_stage >= 0) {
+    j["pipeline_stage"] = plan.pipeline_stage;
+    j["pipeline_slots"] = plan.pipeline_slots;
+  }
   if (mem) {
     j["mem_per_rank"] = *mem;
     j["fits"] = m.total() <= *mem;
@@ -162,10 +168,18 @@ int plan_scaling(MPI_Comm world, const PlanArgs& args, const std::vector<int>& c
   return 0;
 }
 
-// mesh.pp > 1: the stages, the schedule and its bubble. The memory and step time per stage come with the
-// pipeline's execution; until then the plan says so rather than print a whole-model figure.
-int plan_pipeline_only(const PlanArgs& args, const Deck& deck, int ranks, bool machine) {
+// mesh.pp > 1: the stages, the schedule and its bubble, and the memory of each stage's ranks (they differ: the
+// embedding, the head, the micro-batches in flight). The step time is not priced per stage yet.
+int plan_pipeline_deck(const PlanArgs& args, const Deck& deck, int ranks, bool machine, std::optional<std::int64_t> mem) {
   const PipelinePlan plan = plan_pipeline(deck, ranks);
+  std::vector<MemoryPlan> stages_memory;
+  std::int64_t most = 0;
+  for (int r = 0; r < plan.shape.ranks; ++r) {
+    stages_memory.push_back(plan_stage_memory(deck, ranks, r));
+    most = std::max(most, stages_memory.back().memory.total());
+  }
+  nlohmann::json memory = nlohmann::json::array();
+  for (const MemoryPlan& s : stages_memory) memory.push_back(plan_json(s, mem));
   if (args.json) {
     nlohmann::json stages = nlohmann::json::array();
     for (int s = 0; s < plan.shape.stages(); ++s)
@@ -180,15 +194,31 @@ int plan_pipeline_only(const PlanArgs& args, const Deck& deck, int ranks, bool m
                                       {"bubble", plan.timeline.bubble},
                                       {"equal_stages_bubble", plan.equal_stages_bubble},
                                       {"one_f_one_b_bubble", plan.one_f_one_b_bubble},
-                                      {"peak_in_flight", plan.timeline.peak_in_flight}}}})
+                                      {"peak_in_flight", plan.timeline.peak_in_flight}}},
+                                    {"stages_memory", memory},
+                                    {"total", most}})
                         .dump());
-    return 0;
+    return mem && most > *mem ? 3 : 0;
   }
-  Log::info("fsdpp plan: {} on {} rank(s); nothing runs and no model is allocated\n{}"
-            "memory and{} time per stage: not planned yet (the pipeline does not train yet)",
-            args.words.empty() ? "the embedded tiny deck" : args.words.front(), ranks, format_pipeline_plan(plan),
-            machine ? " --machine's" : "");
-  return 0;
+  std::string table = fmt::format(
+      "Memory per rank of each pipeline stage ({} rank(s) per stage; MiB; the ranks of a stage need the same):\n"
+      "  {:>5}  {:>12}  {:>12}  {:>12}  {:>20}  {:>9}  {:>9}\n",
+      ranks / plan.shape.ranks, "stage", "model states", "unsharded", "activations", "(micro-batches kept)", "messages",
+      "total");
+  for (const MemoryPlan& s : stages_memory) {
+    const PlannedMemory& m = s.memory;
+    table += fmt::format("  {:>5}  {:>12.1f}  {:>12.1f}  {:>12.1f}  {:>20}  {:>9.1f}  {:>9.1f}{}\n", s.pipeline_stage,
+                         (m.parameters + m.gradients + m.optimizer) / 1048576.0,
+                         (m.unsharded_parameters + m.unsharded_gradients + m.comm_buffers + m.pool_cached) / 1048576.0,
+                         (m.activations + m.batch) / 1048576.0, fmt::format("({})", fmt::join(s.pipeline_slots, " + ")),
+                         m.pipeline_messages / 1048576.0, m.total() / 1048576.0,
+                         mem ? (m.total() <= *mem ? "  fits" : "  DOES NOT FIT") : "");
+  }
+  Log::info("fsdpp plan: {} on {} rank(s); nothing runs and no model is allocated\n{}{}"
+            "step time per stage: not priced yet{}",
+            args.words.empty() ? "the embedded tiny deck" : args.words.front(), ranks, format_pipeline_plan(plan), table,
+            machine ? " (--machine is not used for a pipeline)" : "");
+  return mem && most > *mem ? 3 : 0;
 }
 
 int plan_training(MPI_Comm world, const PlanArgs& args, std::optional<std::int64_t> mem) {
@@ -212,7 +242,7 @@ int plan_training(MPI_Comm world, const PlanArgs& args, std::optional<std::int64
     return best.empty() ? 3 : 0;
   }
   const Deck deck = deck_from_words(world, args.words, hf_folder_reader(world));
-  if (deck.mesh.pp > 1) return plan_pipeline_only(args, deck, ranks, machine.has_value());
+  if (deck.mesh.pp > 1) return plan_pipeline_deck(args, deck, ranks, machine.has_value(), mem);
   StepPlan step;
   if (machine) step = plan_step(deck, ranks, *machine);
   else step.memory = plan_memory(deck, ranks);

@@ -12,6 +12,7 @@
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/parallel/pipeline_schedule.hpp"
 #include "fsdpp/parallel/pipeline_stages.hpp"
+#include "fsdpp/plan/memory_plan.hpp"
 #include "fsdpp/plan/pipeline_plan.hpp"
 #include "fsdpp/runtime/error.hpp"
 
@@ -213,13 +214,42 @@ TEST_CASE("pipeline plan: the deck's stages, schedule and bubble on N ranks") {
   CHECK(text.find("rank 1 |") != std::string::npos);
 }
 
-// Training parallelizes each stage on its own ranks (build_model.hpp); the whole job's layout, which only the
-// planner's memory and time would ask for, is refused until they are planned per stage.
+// Each stage's memory (plan_stage_memory; tests/cli/plan_vs_measured.sh holds it within 1% of measured peaks):
+// activation slots as the schedule holds micro-batches in flight, the messages a stage keeps, its own units.
+TEST_CASE("pipeline plan: each stage's memory, by its schedule's micro-batches in flight") {
+  Deck deck = parse_deck("model: {n_layer: 8, n_embd: 64, n_head: 4, vocab_size: 512, context_length: 32}\n"
+                         "train: {steps: 1, global_batch: 16, micro_batch: 2}\nmesh: {pp: 2}\n",
+                         "deck.yaml", {});
+  const MemoryPlan first = plan_stage_memory(deck, 2, 0), last = plan_stage_memory(deck, 2, 1);
+  CHECK(first.accum_steps == 8);
+  CHECK(first.pipeline_slots == std::vector<int>{2});  // 1F1B: pp - r micro-batches in flight
+  CHECK(last.pipeline_slots == std::vector<int>{1});
+  // residual stream of one micro-batch: 2 x 32 x 64 floats; stage 0 keeps its output gradient, stage 1 an input
+  // per slot
+  CHECK(first.memory.pipeline_messages == 2 * 32 * 64 * 4);
+  CHECK(last.memory.pipeline_messages == 2 * 32 * 64 * 4);
+  CHECK(first.units.back().name == "GPT (root)");
+  CHECK(first.units.size() + last.units.size() == 8 + 2);  // every block once, a root per stage
+  deck.pipeline.schedule = PipelineScheduleKind::gpipe;
+  const MemoryPlan gpipe = plan_stage_memory(deck, 2, 1);
+  CHECK(gpipe.pipeline_slots == std::vector<int>{8});  // all m
+  CHECK(gpipe.memory.activations > last.memory.activations);
+  CHECK(gpipe.memory.pipeline_messages == 8 * 2 * 32 * 64 * 4);
+  deck.pipeline.schedule = PipelineScheduleKind::interleaved_1f1b;
+  deck.pipeline.virtual_stages = 2;
+  const MemoryPlan interleaved = plan_stage_memory(deck, 2, 0);
+  CHECK(interleaved.pipeline_slots.size() == 2);  // slots per chunk
+  CHECK_THROWS_AS(plan_stage_memory(deck, 2, 2), UsageError);
+}
+
+// Training parallelizes each stage on its own ranks (build_model.hpp), and the planner plans each stage's memory
+// (plan_stage_memory); the whole job's layout, which only the step-time model would ask for, is refused.
 TEST_CASE("pipeline: the whole job's layout under mesh.pp > 1 is refused aloud, and the job size rule") {
   const Deck deck = parse_deck("train: {steps: 1}\nmodel: {n_layer: 4}\nmesh: {pp: 2}\n", "deck.yaml", {});
   CHECK_THROWS_WITH_AS(parallel_layout(deck, 2),
-                       "mesh.pp is 2: a pipeline's memory and time are not planned per stage yet. `fsdpp plan --ranks "
-                       "2` prints its stages, the schedule and its bubble", UsageError);
+                       "mesh.pp is 2: a pipeline has a layout per stage, not one for the job, and its step time is not "
+                       "priced yet. `fsdpp plan --ranks 2` prints each stage's memory, the schedule and its bubble",
+                       UsageError);
   CHECK_THROWS_WITH_AS(parallel_layout(deck, 3),
                        "mesh.pp x mesh.cp x mesh.tp is 2 x 1 x 1 = 2, which does not divide the 3 ranks of the job: "
                        "launch a multiple of 2 ranks, or change mesh.pp", UsageError);

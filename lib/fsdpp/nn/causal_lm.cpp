@@ -142,6 +142,13 @@ std::pair<std::size_t, std::size_t> CausalLM::chunk_blocks() const {
   return {chunk_begin_[sz(chunk_)], chunk_begin_[sz(chunk_) + 1]};
 }
 
+bool CausalLM::runs_child(const Module& child) const {
+  const auto [begin, end] = chunk_blocks();
+  for (std::size_t b = 0; b < blocks_.size(); ++b)
+    if (blocks_[b].get() == &child) return b >= begin && b < end;
+  return true;  // not a block
+}
+
 void CausalLM::swap_activation_slot(int from, int to) {
   FSDPP_CHECK(!context_->cp->active(), "activation slots under context parallelism: its ring keeps one micro-batch");
   SlotState current{std::move(head_), std::move(head_buffers_), final_x_};
@@ -227,11 +234,11 @@ std::vector<Module*> CausalLM::apply_expert_parallel(std::shared_ptr<ExpertParal
 // ---------------------------------------------------------------------------------------------------------
 // Buffers: the head's table, and the whole model's bytes from the tables
 
-BufferTable CausalLM::head_table(Head& h, int B, int T) const {
+BufferTable CausalLM::head_table(Head& h, int B, int T, int chunk) const {
   const TensorParallelGroup& tp = *context_->tp;
   const std::int64_t N = std::int64_t{B} * T, C = config_.n_embd, Nl = tp.local_rows(static_cast<int>(N));
   // A pipeline rank holds the buffers of the chunk it runs: each chunk has activation slots of its own.
-  const bool embeds = stage_.embeds(chunk_), heads = stage_.heads(chunk_);
+  const bool embeds = stage_.embeds(chunk), heads = stage_.heads(chunk);
   BufferTable t;
   if (embeds) t.add("x0", sz(Nl * C), h.x0);  // the embedding's output, the first block's input
   // The final norm's output, gathered: the head's input (and the embedding's partial sums under sp).
@@ -272,42 +279,49 @@ std::int64_t CausalLM::activation_bytes() const {
 // From the same tables, for a shape not run yet: every block's output, one activation set per block that keeps
 // its own plus one shared by the `recomputing_blocks`, the shared scratch, the head's buffers and RoPE's tables.
 // Sparse blocks add their routed rows' sets the same way (one shared by those that recompute), the experts'
-// scratch once, and under expert parallelism the exchange's staging buffer. Which blocks recompute: the blocks' own flags when they are `recomputing_blocks` many (a model
-// parallelize has set), else the first `recomputing_blocks` (the same count for a model of one kind of block).
-std::int64_t CausalLM::activation_bytes_for(int B, int T_sequence, int recomputing_blocks) const {
+// scratch once, and under expert parallelism the exchange's staging buffer. Which blocks recompute: the blocks'
+// own flags when they are `recomputing_blocks` many (a model parallelize has set), else the first
+// `recomputing_blocks` (the same count for a model of one kind of block). A block's output and own sets, and the
+// head's buffers, are its chunk's per micro-batch in flight (activation slots); the rest is shared.
+LanguageModel::ActivationSplit CausalLM::activation_split(int B, int T_sequence, int recomputing_blocks) const {
   // Under context parallelism the blocks and the head hold T/cp rows, and the ring its buffers.
   ContextParallelGroup& cp = *context_->cp;
   const int T = cp.active() ? cp.local_length(T_sequence) : T_sequence;
-  const std::int64_t ring = cp.active() ? cp.buffer_table(B, T).bytes() : 0;
   const DecoderBlock& block = *blocks_.front();
   BlockActivations acts;
   BlockScratch scratch;
-  Head head;
   RotaryTables rotary = context_->rotary;
-  const std::int64_t L = static_cast<std::int64_t>(blocks_.size());  // a pipeline stage's own
-  const std::int64_t sets = L - recomputing_blocks + (recomputing_blocks > 0 ? 1 : 0);
-  std::int64_t total = L * block.output_bytes(B, T) + sets * block.activation_table(acts, B, T).bytes() +
-                       block.scratch_table(scratch, B, T).bytes() + head_table(head, B, T).bytes() +
-                       rotary.table().bytes() + ring + chunk_scratch_bytes();
+  const std::int64_t set = block.activation_table(acts, B, T).bytes();
+  ActivationSplit out;
+  out.shared = block.scratch_table(scratch, B, T).bytes() + rotary.table().bytes() +
+               (cp.active() ? cp.buffer_table(B, T).bytes() : 0) + chunk_scratch_bytes() +
+               (recomputing_blocks > 0 ? set : 0) + (context_->ep ? context_->ep->buffer_bytes() : 0);
   const bool use_flags = recomputing_blocks == recomputing_blocks_now();
   bool shared_moe = false, any_moe = false;
   const int N = B * T;
-  for (std::size_t l = 0; l < blocks_.size(); ++l) {
-    const MoeFeedForward* moe = blocks_[l]->moe();
-    if (!moe) continue;
-    MoeActivations moe_acts;
-    const std::int64_t set = moe->activation_table(moe_acts, N).bytes();
-    const bool recomputes = use_flags ? blocks_[l]->recomputes_in_backward() : static_cast<int>(l) < recomputing_blocks;
-    if (!recomputes) total += set;
-    if (recomputes && !shared_moe) total += set, shared_moe = true;
-    if (!any_moe) {
-      MoeScratch moe_scratch;
-      total += moe->scratch_table(moe_scratch, N).bytes();
-      any_moe = true;
+  for (int c = 0; c < stage_.count(); ++c) {
+    Head head;
+    std::int64_t slot = head_table(head, B, T, c).bytes();
+    const std::size_t begin = chunk_begin_.empty() ? 0 : chunk_begin_[sz(c)];
+    const std::size_t end = chunk_begin_.empty() ? blocks_.size() : chunk_begin_[sz(c) + 1];
+    for (std::size_t l = begin; l < end; ++l) {
+      const bool recomputes = use_flags ? blocks_[l]->recomputes_in_backward() : static_cast<int>(l) < recomputing_blocks;
+      slot += block.output_bytes(B, T) + (recomputes ? 0 : set);
+      const MoeFeedForward* moe = blocks_[l]->moe();
+      if (!moe) continue;
+      MoeActivations moe_acts;
+      const std::int64_t moe_set = moe->activation_table(moe_acts, N).bytes();
+      if (!recomputes) slot += moe_set;
+      if (recomputes && !shared_moe) out.shared += moe_set, shared_moe = true;
+      if (!any_moe) {
+        MoeScratch moe_scratch;
+        out.shared += moe->scratch_table(moe_scratch, N).bytes();
+        any_moe = true;
+      }
     }
+    out.per_slot.push_back(slot);
   }
-  if (context_->ep) total += context_->ep->buffer_bytes();
-  return total;
+  return out;
 }
 
 // The gradient chunks' scratch: the largest gradient, and beside it the largest that is cut second (a bias, a
@@ -408,7 +422,7 @@ void CausalLM::forward(Flow& flow) {
   const bool sp = tp.sequence_parallel();
   if (sp) check_sequence_parallel_tokens(B, T, tp.ranks());
   const int Nl = tp.local_rows(N);
-  head_buffers_.ensure("lm", B, T, [&] { return head_table(head_, B, T); });
+  head_buffers_.ensure("lm", B, T, [&] { return head_table(head_, B, T, chunk_); });
   if (masks_.enabled() && !context_->cp->active()) {  // the blocks read them, in forward, a recomputation, backward
     document_starts(head_.document_starts, flow.tokens, B, T, masks_.eot_id);
     context_->document_starts = head_.document_starts;

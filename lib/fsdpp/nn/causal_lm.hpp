@@ -68,7 +68,7 @@ class CausalLM : public LanguageModel {
   // (N, Vl) logits of the last evaluation forward (a training forward leaves d(loss)/d(logits) there instead).
   View1<float> logits() const { return head_.logits; }
   std::int64_t activation_bytes() const override;
-  std::int64_t activation_bytes_for(int B, int T, int recomputing_blocks = 0) const override;
+  ActivationSplit activation_split(int B, int T, int recomputing_blocks = 0) const override;
   void set_document_masks(const DocumentMasks& masks) override;
   std::int64_t parameter_count() const override;
   FlopsByPiece flops_per_token_by_piece(int T) const override;
@@ -126,7 +126,7 @@ class CausalLM : public LanguageModel {
     View1<std::int32_t> local_tokens;
     View1<std::int32_t> document_starts;
   };
-  BufferTable head_table(Head& h, int B, int T) const;
+  BufferTable head_table(Head& h, int B, int T, int chunk) const;  // the buffers of pipeline chunk `chunk`
   struct DecodeHead {  // the decode forward's own buffers: each sequence's last row through the norm and the head
     View1<float> last, lnf, logits;
     NormStats lnf_stats;
@@ -163,6 +163,7 @@ class CausalLM : public LanguageModel {
   // the whole model, one chunk of every block.
   std::vector<std::size_t> chunk_begin_;
   std::pair<std::size_t, std::size_t> chunk_blocks() const;  // the selected chunk's
+  bool runs_child(const Module& child) const override;
 };
 
 }  // namespace fsdpp

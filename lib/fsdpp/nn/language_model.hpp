@@ -79,7 +79,23 @@ class LanguageModel : public Module {
   // What activation_bytes() will be after a forward and backward of B sequences of T tokens when
   // `recomputing_blocks` of the blocks recompute in backward (activation checkpointing, module.hpp), from the
   // shapes alone (fsdpp plan; exact, the plan is checked against measured peaks).
-  virtual std::int64_t activation_bytes_for(int B, int T, int recomputing_blocks = 0) const = 0;
+  std::int64_t activation_bytes_for(int B, int T, int recomputing_blocks = 0) const {
+    return activation_split(B, T, recomputing_blocks).with_slots({});
+  }
+  // The same bytes, split: what one micro-batch in flight keeps in each chunk's activation slot (its blocks'
+  // outputs and own activation sets, the head's buffers: per chunk of pipeline_stage()), and what every slot
+  // shares (the backward scratch, the recomputation set, RoPE's tables, the ring's buffers).
+  struct ActivationSplit {
+    std::int64_t shared = 0;
+    std::vector<std::int64_t> per_slot;  // per chunk
+    // With `slots[c]` slots in chunk c (empty: one each), as a pipeline stage allocates them.
+    std::int64_t with_slots(const std::vector<int>& slots) const {
+      std::int64_t total = shared;
+      for (std::size_t c = 0; c < per_slot.size(); ++c) total += per_slot[c] * (slots.empty() ? 1 : slots[c]);
+      return total;
+    }
+  };
+  virtual ActivationSplit activation_split(int B, int T, int recomputing_blocks = 0) const = 0;
   // Blocks set to recompute in backward (parallelize's apply_activation_checkpointing sets them).
   int recomputing_blocks() const {
     int n = 0;

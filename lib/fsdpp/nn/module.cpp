@@ -52,10 +52,13 @@ void Module::recompute(const Flow& flow) {
 
 void Module::dry_run(Flow& flow, Pass pass) {
   for (auto& h : hooks_) h->before(*this, pass, flow);
-  if (pass == Pass::forward)
-    for (Module* child : children_) child->dry_run(flow, pass);
-  else
-    for (auto it = children_.rbegin(); it != children_.rend(); ++it) (*it)->dry_run(flow, pass);
+  if (pass == Pass::forward) {
+    for (Module* child : children_)
+      if (runs_child(*child)) child->dry_run(flow, pass);
+  } else {
+    for (auto it = children_.rbegin(); it != children_.rend(); ++it)
+      if (runs_child(**it)) (*it)->dry_run(flow, pass);
+  }
   for (auto it = hooks_.rbegin(); it != hooks_.rend(); ++it) (*it)->after(*this, pass, flow);
 }
 

@@ -85,6 +85,9 @@ class Module {
   // forward visits children in registration order, backward in reverse (models register children in the
   // order their forward calls them). `fsdpp plan` replays fully_shard's schedule this way on meta.
   void dry_run(Flow& flow, Pass pass);
+  // Whether a pass of this module runs `child` (dry_run asks): false for the blocks of a pipeline chunk not
+  // selected (LanguageModel::select_pipeline_chunk).
+  virtual bool runs_child(const Module& /*child*/) const { return true; }
 
   const std::string& path() const { return path_; }  // "" for the root, "h.0" for the first block
   const std::string& type_name() const { return type_name_; }

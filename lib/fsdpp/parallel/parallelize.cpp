@@ -51,8 +51,9 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   check_job_size(deck.mesh, world_size);
   check_pipeline(deck.model, deck.mesh, deck.pipeline);
   // A pipeline's stages are parallelized one by one (build_model.hpp, PipelineParallel::stage_deck).
-  FSDPP_REQUIRE(deck.mesh.pp == 1, "mesh.pp is {}: a pipeline's memory and time are not planned per stage yet. "
-                "`fsdpp plan --ranks {}` prints its stages, the schedule and its bubble", deck.mesh.pp, world_size);
+  FSDPP_REQUIRE(deck.mesh.pp == 1, "mesh.pp is {}: a pipeline has a layout per stage, not one for the job, and its "
+                "step time is not priced yet. `fsdpp plan --ranks {}` prints each stage's memory, the schedule and its "
+                "bubble", deck.mesh.pp, world_size);
   ParallelLayout layout;
   layout.strategy = deck.fsdp.strategy;
   layout.backend = choose_backend(deck.comm.backend);

@@ -78,19 +78,9 @@ PipelineParallel::~PipelineParallel() {
   free_comm(stage_comm_);
 }
 
-PipelineStagePart PipelineParallel::part() const {
-  PipelineStagePart part;
-  part.chunks.clear();
-  for (int c = 0; c < virtual_stages_; ++c) {
-    const int s = global_stage(c);
-    part.chunks.push_back({split_.first[s], split_.first[s + 1]});
-  }
-  part.embedding = first();
-  part.head = last();
-  return part;
-}
+PipelineStagePart PipelineParallel::part() const { return pipeline_stage_part(split_, stages_, stage_); }
 
-Deck PipelineParallel::stage_deck(const Deck& deck) const {
+Deck pipeline_stage_deck(const Deck& deck) {
   Deck d = deck;
   d.mesh.pp = 1;
   d.pipeline = {};  // the stage runs no pipeline of its own

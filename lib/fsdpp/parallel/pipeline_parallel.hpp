@@ -33,6 +33,10 @@
 
 namespace fsdpp {
 
+// The deck as one stage sees it: mesh.pp 1, and fully_shard's reshard_after_forward false unless the deck sets it
+// (every micro-batch reuses the parameters: torchtitan's choice under pp).
+Deck pipeline_stage_deck(const Deck& deck);
+
 class PipelineParallel {
  public:
   // Collective over `world`. `whole`: the deck's whole model on meta (its per-block FLOPs balance the stages).
@@ -57,9 +61,7 @@ class PipelineParallel {
   bool last_stage(int global) const { return global == stages_ * virtual_stages_ - 1; }
   const StageSplit& split() const { return split_; }  // over the pp x v global stages
   PipelineStagePart part() const;  // what this rank's model keeps: its chunks
-  // The deck as one stage sees it: mesh.pp 1, and fully_shard's reshard_after_forward false unless the deck sets
-  // it (every micro-batch reuses the parameters: torchtitan's choice under pp).
-  Deck stage_deck(const Deck& deck) const;
+  Deck stage_deck(const Deck& deck) const { return pipeline_stage_deck(deck); }
 
   // This rank's actions of the deck's schedule over `microbatches` (replayed against every rank's first).
   const std::vector<PipelineAction>& actions(int microbatches);

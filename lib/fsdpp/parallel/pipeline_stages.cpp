@@ -54,4 +54,15 @@ StageSplit split_stages(const LanguageModel::FlopsByPiece& flops, int stages, co
   return out;
 }
 
+PipelineStagePart pipeline_stage_part(const StageSplit& split, int pp, int rank) {
+  FSDPP_CHECK(pp >= 1 && split.stages() % pp == 0 && rank >= 0 && rank < pp, "pipeline rank {} of {} over {} stages",
+              rank, pp, split.stages());
+  PipelineStagePart part;
+  part.chunks.clear();
+  for (int s = rank; s < split.stages(); s += pp) part.chunks.push_back({split.first[s], split.first[s + 1]});
+  part.embedding = rank == 0;
+  part.head = rank == pp - 1;
+  return part;
+}
+
 }  // namespace fsdpp

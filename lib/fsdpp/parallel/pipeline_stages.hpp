@@ -24,4 +24,8 @@ struct StageSplit {
 // has checked it), or empty for the balanced cut.
 StageSplit split_stages(const LanguageModel::FlopsByPiece& flops, int stages, const std::vector<int>& split);
 
+// What pipeline rank `rank` of `pp` keeps of a model cut by `split` into pp x v stages: the blocks of stages
+// rank, rank + pp, ... (its chunks), the embedding on rank 0 and the head on rank pp - 1.
+PipelineStagePart pipeline_stage_part(const StageSplit& split, int pp, int rank);
+
 }  // namespace fsdpp

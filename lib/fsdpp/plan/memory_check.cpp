@@ -98,14 +98,29 @@ bool memory_check_enabled(MPI_Comm world) {
   return enabled != 0;
 }
 
+namespace {
+std::string what_is_needed(MemoryUse use, const MemoryPlan& plan) {
+  if (use == MemoryUse::init) return "sharded parameters and one gathered unit";
+  if (plan.pipeline_stage < 0) return "the plan's total at the step's peak";
+  return fmt::format("the plan's total at the step's peak on the ranks of pipeline stage {}, the stage that needs most",
+                     plan.pipeline_stage);
+}
+}  // namespace
+
 void check_memory_before_allocation(MPI_Comm world, const Deck& deck, MemoryUse use) {
   int ranks = 1;
   MPI_Comm_size(world, &ranks);
-  // A pipeline's stages are not planned one by one yet (their memory differs): no check rather than a wrong one.
-  if (deck.mesh.pp > 1 && use == MemoryUse::training) return;
   // The planner's UsageError for a deck that cannot run so; init builds the model and runs no step, so only
   // the model states are planned for it (a batch that does not split over these ranks is training's business).
-  const MemoryPlan plan = use == MemoryUse::training ? plan_memory(deck, ranks) : plan_model_states(deck, ranks);
+  // A pipeline's stages differ: every rank plans each, and the one that needs most is checked.
+  const MemoryPlan plan = [&] {
+    if (use != MemoryUse::training) return plan_model_states(deck, ranks);
+    if (deck.mesh.pp == 1) return plan_memory(deck, ranks);
+    MemoryPlan most = plan_stage_memory(deck, ranks, 0);
+    for (int s = 1; s < deck.mesh.pp; ++s)
+      if (MemoryPlan p = plan_stage_memory(deck, ranks, s); p.memory.total() > most.memory.total()) most = std::move(p);
+    return most;
+  }();
   const auto available = memory_available_per_rank(world);
   if (!available) return;
   const std::int64_t have = available->bytes_per_rank;
@@ -125,8 +140,7 @@ void check_memory_before_allocation(MPI_Comm world, const Deck& deck, MemoryUse 
       "not enough memory: {} on {} rank(s) needs {} per rank ({}), but a rank has {} ({}): DOES NOT FIT, so "
       "nothing was allocated.\n{}.\nSet FSDPP_MEMORY_CHECK=0 to skip this check.",
       use == MemoryUse::training ? "training this deck" : "writing this deck's initial weights", ranks,
-      bytes_text(need), use == MemoryUse::training ? "the plan's total at the step's peak" : "sharded parameters and one "
-      "gathered unit", bytes_text(have), available->source, advice));
+      bytes_text(need), what_is_needed(use, plan), bytes_text(have), available->source, advice));
 }
 
 }  // namespace fsdpp

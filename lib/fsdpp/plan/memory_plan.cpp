@@ -4,6 +4,7 @@
 
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
+#include "fsdpp/parallel/pipeline_parallel.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/nn/make_model.hpp"
@@ -76,12 +77,12 @@ struct PlannedModel {
 };
 
 // The mesh, the units and the model states (parameters, gradients, optimizer state): what building the model
-// needs, and no batch.
-PlannedModel plan_sharding(const Deck& deck, int ranks) {
+// needs, and no batch. `shapes`: the model to shard (a pipeline stage's), or null for the deck's whole model.
+PlannedModel plan_sharding(const Deck& deck, int ranks, std::unique_ptr<LanguageModel> shapes = nullptr) {
   FSDPP_REQUIRE(ranks >= 1, "--ranks is {}; it must be at least 1", ranks);
   PlannedModel out;
   // Shapes only: a model on meta allocates nothing, and its groups run dry on a planning mesh.
-  out.shapes = make_model(deck);
+  out.shapes = shapes ? std::move(shapes) : make_model(deck);
   out.par = parallelize_for_planning(*out.shapes, deck, ranks);
   MemoryPlan& plan = out.plan;
   plan.ranks = ranks;
@@ -106,6 +107,42 @@ PlannedModel plan_sharding(const Deck& deck, int ranks) {
   return out;
 }
 
+// mesh.cp > 1: what the attention ring sends per rank and step (ContextParallelGroup::ring_bytes_per_step).
+std::int64_t ring_bytes(const Deck& deck, const Parallelism& par, const MemoryPlan& plan) {
+  const int cp = par.layout().cp;
+  if (cp <= 1) return 0;
+  const int kv_width = ContextParallelGroup::kv_width_of(deck.model, par.layout().tp);
+  return plan.accum_steps * static_cast<std::int64_t>(ContextParallelGroup::ring_bytes_per_step(
+                                cp, plan.micro_batch, deck.model.context_length / cp, kv_width, deck.model.n_layer));
+}
+
+// One training step of fully_shard's real schedule, dry (`passes` runs the model's forwards and backwards on a
+// flow of the plan's micro-batch): its events are the unsharded memory.
+template <class Passes>
+void run_dry_step(PlannedModel& planned, std::shared_ptr<FsdpMemoryListener> schedule, const Passes& passes) {
+  MemoryPlan& plan = planned.plan;
+  Parallelism& par = *planned.par;
+  PlannedMemory& m = plan.memory;
+  auto peak = std::make_shared<PeakOfEvents>();
+  par.root().add_memory_listener(peak);
+  if (schedule) par.root().add_memory_listener(std::move(schedule));
+  Flow flow;
+  flow.B = plan.micro_batch;
+  flow.T = planned.shapes->context_length();
+  passes(flow);
+  if (par.layout().exact_reduction)  // as TrainStep does before the optimizer
+    finish_exact_gradients(par.root().module(), std::int64_t{plan.accum_steps} * par.data_parallel_size());
+  else
+    finish_gradient_reduction(par.root().module());
+  m.unsharded_parameters = peak->unsharded_parameters();
+  m.unsharded_gradients = peak->unsharded_gradients();
+  m.comm_buffers = peak->comm_buffers();
+  // The dry groups ran the buffer pool's rule too: what it reserves beyond the live peak is cached free blocks.
+  const FsdpStats pool = fsdp_stats(par.root().module());
+  m.pool_cached = pool.pool_peak_reserved_bytes - pool.pool_peak_live_bytes;
+  plan.peak_moment = peak->moment();
+}
+
 // One training step on top: the batch split, activations, and fully_shard's unsharded memory at its peak.
 void plan_training_step(const Deck& deck, PlannedModel& planned, std::shared_ptr<FsdpMemoryListener> schedule) {
   MemoryPlan& plan = planned.plan;
@@ -122,38 +159,95 @@ void plan_training_step(const Deck& deck, PlannedModel& planned, std::shared_ptr
   plan.activations_without_checkpointing = shapes.activation_bytes_for(plan.micro_batch, T, 0);
   m.batch = std::int64_t{2} * plan.micro_batch * T * 4;
   plan.per_sequence_bytes = shapes.activation_bytes_for(1, T, plan.recomputing_blocks) + std::int64_t{2} * T * 4;
-  if (const int cp = par.layout().cp; cp > 1) {
-    const int kv_width = ContextParallelGroup::kv_width_of(deck.model, par.layout().tp);
-    plan.ring_bytes_per_step = plan.accum_steps * static_cast<std::int64_t>(ContextParallelGroup::ring_bytes_per_step(
-                                   cp, plan.micro_batch, T / cp, kv_width, deck.model.n_layer));
-  }
+  plan.ring_bytes_per_step = ring_bytes(deck, par, plan);
+  run_dry_step(planned, std::move(schedule), [&](Flow& flow) {
+    for (int a = 0; a < plan.accum_steps; ++a) {
+      par.before_micro_batch(a, plan.accum_steps);
+      shapes.dry_run(flow, Pass::forward);
+      shapes.dry_run(flow, Pass::backward);
+    }
+  });
+}
 
-  // One training step of fully_shard's real schedule, dry: its events are the unsharded memory.
-  auto peak = std::make_shared<PeakOfEvents>();
-  par.root().add_memory_listener(peak);
-  if (schedule) par.root().add_memory_listener(std::move(schedule));
-  Flow flow;
-  flow.B = plan.micro_batch;
-  flow.T = T;
-  for (int a = 0; a < plan.accum_steps; ++a) {
-    par.before_micro_batch(a, plan.accum_steps);
-    shapes.dry_run(flow, Pass::forward);
-    shapes.dry_run(flow, Pass::backward);
+// A pipeline stage's step: pipeline rank `stage`'s actions in its schedule's order, each on its chunk, with the
+// gradient synchronization and the parameters kept whole between micro-batches as train/pipeline_step.cpp runs
+// them; the activation slots its chunks fill and the messages it keeps, counted as that file allocates them.
+void plan_pipeline_step(const Deck& deck, PlannedModel& planned, int stage,
+                        std::shared_ptr<FsdpMemoryListener> schedule) {
+  MemoryPlan& plan = planned.plan;
+  LanguageModel& shapes = *planned.shapes;
+  Parallelism& par = *planned.par;
+  PlannedMemory& m = plan.memory;
+  const int pp = deck.mesh.pp, v = deck.pipeline.virtual_stages, T = deck.model.context_length;
+  plan.micro_batch = training_forward_batch(deck.train);
+  plan.accum_steps = grad_accum_steps(deck.train.global_batch, plan.micro_batch, par.data_parallel_size());
+  plan.pipeline_stage = stage;
+  const PipelineShape shape{pp, v, plan.accum_steps};
+  const std::vector<PipelineAction> actions = make_pipeline_schedule(deck.pipeline.schedule, shape)[sz(stage)];
+  // Slots per chunk: the most of its micro-batches in flight at once. Under cp the forwards replay instead: one
+  // set, and every micro-batch's input kept.
+  const bool replays = deck.mesh.cp > 1;
+  std::vector<int> slots(sz(v), 0), in_flight(sz(v), 0);
+  for (const PipelineAction& a : actions) {
+    const std::size_t c = sz(a.stage / pp);
+    if (a.op == PipelineOp::forward) slots[c] = std::max(slots[c], ++in_flight[c]);
+    else if (a.op != PipelineOp::backward_input) --in_flight[c];
   }
-  if (par.layout().exact_reduction)  // as TrainStep does before the optimizer
-    finish_exact_gradients(par.root().module(), std::int64_t{plan.accum_steps} * par.data_parallel_size());
-  else
-    finish_gradient_reduction(par.root().module());
-  m.unsharded_parameters = peak->unsharded_parameters();
-  m.unsharded_gradients = peak->unsharded_gradients();
-  m.comm_buffers = peak->comm_buffers();
-  // The dry groups ran the buffer pool's rule too: what it reserves beyond the live peak is cached free blocks.
-  const FsdpStats pool = fsdp_stats(par.root().module());
-  m.pool_cached = pool.pool_peak_reserved_bytes - pool.pool_peak_live_bytes;
-  plan.peak_moment = peak->moment();
+  if (replays) slots.assign(sz(v), 1);
+  plan.pipeline_slots = slots;
+  // Messages kept: a received input per slot (per micro-batch when replaying) of each stage after the first, and
+  // one output gradient buffer where a stage before the last runs.
+  int messages = 0;
+  bool gradient = false;
+  for (int c = 0; c < v; ++c) {
+    const int s = c * pp + stage;
+    if (s > 0) messages += replays ? plan.accum_steps : slots[sz(c)];
+    gradient = gradient || s < pp * v - 1;
+  }
+  messages += gradient ? 1 : 0;
+  auto residual_bytes = [&](int B) { return static_cast<std::int64_t>(shapes.residual_elements(B, T)) * 4; };
+  plan.recomputing_blocks = shapes.recomputing_blocks();
+  m.activations = shapes.activation_split(plan.micro_batch, T, plan.recomputing_blocks).with_slots(slots);
+  plan.activations_without_checkpointing = shapes.activation_split(plan.micro_batch, T, 0).with_slots(slots);
+  m.pipeline_messages = messages * residual_bytes(plan.micro_batch);
+  m.batch = std::int64_t{2} * plan.micro_batch * T * 4;
+  plan.per_sequence_bytes = shapes.activation_split(1, T, plan.recomputing_blocks).with_slots(slots) +
+                            messages * residual_bytes(1) + std::int64_t{2} * T * 4;
+  plan.ring_bytes_per_step = ring_bytes(deck, par, plan);
+  std::size_t last_backward = 0;
+  for (std::size_t k = 0; k < actions.size(); ++k)
+    if (actions[k].op != PipelineOp::forward) last_backward = k;
+  run_dry_step(planned, std::move(schedule), [&](Flow& flow) {
+    for (std::size_t k = 0; k < actions.size(); ++k) {
+      const PipelineAction& a = actions[k];
+      shapes.select_pipeline_chunk(a.stage / pp);
+      if (a.op == PipelineOp::forward) {
+        shapes.dry_run(flow, Pass::forward);
+        continue;
+      }
+      par.before_micro_batch(a.microbatch, plan.accum_steps, k == last_backward);
+      par.keep_parameters_between_micro_batches(k != last_backward);
+      shapes.dry_run(flow, Pass::backward);
+    }
+    shapes.select_pipeline_chunk(0);
+  });
 }
 
 }  // namespace
+
+MemoryPlan plan_stage_memory(const Deck& deck, int ranks, int stage, std::shared_ptr<FsdpMemoryListener> schedule) {
+  check_job_size(deck.mesh, ranks);
+  check_pipeline(deck.model, deck.mesh, deck.pipeline);
+  const int pp = deck.mesh.pp;
+  FSDPP_REQUIRE(pp > 1 && stage >= 0 && stage < pp, "pipeline stage {} of mesh.pp {}", stage, pp);
+  std::unique_ptr<LanguageModel> shapes = make_model(deck);
+  const StageSplit split = split_stages(shapes->flops_per_token_by_piece(deck.model.context_length),
+                                        pp * deck.pipeline.virtual_stages, deck.pipeline.split);
+  shapes->keep_pipeline_stage(pipeline_stage_part(split, pp, stage));
+  PlannedModel planned = plan_sharding(pipeline_stage_deck(deck), ranks / pp, std::move(shapes));
+  plan_pipeline_step(deck, planned, stage, std::move(schedule));
+  return std::move(planned.plan);
+}
 
 MemoryPlan plan_model_states(const Deck& deck, int ranks) { return plan_sharding(deck, ranks).plan; }
 

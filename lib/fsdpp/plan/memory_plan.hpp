@@ -38,9 +38,11 @@ struct PlannedMemory {
   std::int64_t pool_cached = 0;         // fully_shard's buffer pool: reserved beyond the live peak (free blocks)
   std::int64_t activations = 0;         // saved activations, logits and backward scratch of one micro-batch
   std::int64_t batch = 0;               // the micro-batch's tokens and targets
+  // A pipeline stage: the activations it received, kept until their backward, and its output's gradient.
+  std::int64_t pipeline_messages = 0;
   std::int64_t total() const {
     return parameters + gradients + optimizer + unsharded_parameters + unsharded_gradients + comm_buffers +
-           pool_cached + activations + batch;
+           pool_cached + activations + batch + pipeline_messages;
   }
 };
 
@@ -57,6 +59,8 @@ struct MemoryPlan {
   // mesh.cp > 1: what the attention ring sends per rank and step (ContextParallelGroup::ring_bytes_per_step)
   std::int64_t ring_bytes_per_step = 0;
   int recomputing_blocks = 0;           // train.activation_checkpointing: blocks that recompute in backward
+  int pipeline_stage = -1;              // plan_stage_memory: the pipeline rank planned (ranks: its stage's)
+  std::vector<int> pipeline_slots;      // ... and its activation slots per chunk (micro-batches in flight)
   std::int64_t activations_without_checkpointing = 0;  // memory.activations had no block recomputed
   // fsdp.forward_prefetch / backward_prefetch and comm.overlap: with overlap, a unit's reduce-scatter buffers
   // stay live through the next unit's backward, and the dry step counts them there.
@@ -72,6 +76,12 @@ struct MemoryPlan {
 // `schedule`, when given, also hears every event of the dry step (the time model, plan/step_cost.hpp, prices
 // them); it sees the model while the step runs, and the model is gone when this returns.
 MemoryPlan plan_memory(const Deck& deck, int ranks, std::shared_ptr<FsdpMemoryListener> schedule = nullptr);
+// mesh.pp > 1: the memory of a rank of pipeline stage `stage` (0 .. pp - 1): the stage's model (its blocks, the
+// embedding or the head) sharded over the stage's ranks / pp ranks as parallel/pipeline_parallel.hpp shards it,
+// and one step of its schedule's actions run dry, with the activations of the micro-batches its chunks hold in
+// flight and the messages it keeps. The ranks of one stage need the same; stages differ.
+MemoryPlan plan_stage_memory(const Deck& deck, int ranks, int stage,
+                             std::shared_ptr<FsdpMemoryListener> schedule = nullptr);
 // The model states alone: mesh, units, parameters, gradients and optimizer state on `ranks`, without a step
 // (micro_batch and accum_steps stay 1, the batch-dependent figures 0). For building a model without training
 // it (fsdpp init), so training's rules, the batch split among them, do not apply.

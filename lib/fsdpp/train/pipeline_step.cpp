@@ -13,7 +13,6 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
                            int backward_section) {
   microbatches_ = microbatches;
   const std::size_t cells = static_cast<std::size_t>(pipeline_.virtual_stages() * microbatches);
-  if (inputs_.size() < cells) inputs_.resize(cells);
   elements_.resize(cells);
   slot_of_.assign(cells, -1);
   free_slots_.resize(static_cast<std::size_t>(pipeline_.virtual_stages()));
@@ -82,9 +81,16 @@ std::size_t PipelineStep::cell(int chunk, int microbatch) const {
   return static_cast<std::size_t>(chunk * microbatches_ + microbatch);
 }
 
-void PipelineStep::select_slot(int chunk, int slot) {
+int PipelineStep::slot_id(int chunk, int slot) const {
   // Chunk-local slot k of chunk c is the model's slot k v + c: every chunk's modules see slots of their own only.
-  model_.select_activation_slot(slot * pipeline_.virtual_stages() + chunk);
+  return slot * pipeline_.virtual_stages() + chunk;
+}
+
+void PipelineStep::select_slot(int chunk, int slot) { model_.select_activation_slot(slot_id(chunk, slot)); }
+
+View1<float>& PipelineStep::input_buffer(std::size_t index) {
+  if (inputs_.size() <= index) inputs_.resize(index + 1);
+  return inputs_[index];
 }
 
 void PipelineStep::forward(Flow& flow, int chunk, int i, int m, bool replay) {
@@ -106,7 +112,8 @@ void PipelineStep::forward(Flow& flow, int chunk, int i, int m, bool replay) {
     select_slot(chunk, slot_of_[at]);
   }
   if (!pipeline_.first_stage(s)) {
-    View1<float>& input = inputs_[at];
+    // Kept until the backward: per slot (the micro-batches in flight), or per micro-batch when forwards replay.
+    View1<float>& input = input_buffer(keeps_slots_ ? static_cast<std::size_t>(slot_id(chunk, slot_of_[at])) : at);
     if (input.extent(0) != n) input = uninitialized<float>("fsdpp::pipeline_input", n);
     if (!replay) pipeline_.receive(input, n, s, s - 1, i, false);
     flow.x = input;
@@ -155,15 +162,15 @@ double PipelineStep::evaluate(Flow& flow, int index) {
   data_.load_val(index, flow);
   flow.training = false;
   const std::size_t n = residual_elements(flow);
-  if (inputs_.empty()) inputs_.resize(1);
-  if (inputs_[0].extent(0) < n) inputs_[0] = uninitialized<float>("fsdpp::pipeline_input", n);
   for (int chunk = 0; chunk < pipeline_.virtual_stages(); ++chunk) {  // each chunk in its own slot 0
     const int s = pipeline_.global_stage(chunk);
     model_.select_pipeline_chunk(chunk);
     if (keeps_slots_) select_slot(chunk, 0);
-    if (!pipeline_.first_stage(s)) {
-      pipeline_.receive(inputs_[0], n, s, s - 1, index, false);
-      flow.x = Kokkos::subview(inputs_[0], std::make_pair(std::size_t{0}, n));
+    if (!pipeline_.first_stage(s)) {  // training's buffer of (chunk, slot 0), or of micro-batch 0
+      View1<float>& input = input_buffer(keeps_slots_ ? static_cast<std::size_t>(slot_id(chunk, 0)) : 0);
+      if (input.extent(0) < n) input = uninitialized<float>("fsdpp::pipeline_input", n);
+      pipeline_.receive(input, n, s, s - 1, index, false);
+      flow.x = Kokkos::subview(input, std::make_pair(std::size_t{0}, n));
     }
     model_(flow);
     Kokkos::fence();

@@ -63,13 +63,16 @@ class PipelineStep {
   void backward(Flow& flow, int chunk, int microbatch, int microbatches, bool last_of_step);
   std::size_t residual_elements(const Flow& flow) const;
   std::size_t cell(int chunk, int microbatch) const;  // index of (chunk, micro-batch) in the per-step tables
+  int slot_id(int chunk, int slot) const;  // the model's activation slot of a chunk's slot
   void select_slot(int chunk, int slot);
+  View1<float>& input_buffer(std::size_t index);
 
   PipelineParallel& pipeline_;
   LanguageModel& model_;
   Parallelism& parallel_;
   DataFeed& data_;
-  std::vector<View1<float>> inputs_;  // per cell: what this stage received (stages after the first)
+  // What this rank's stages after the first received: per model slot (slot_id), or per cell when forwards replay.
+  std::vector<View1<float>> inputs_;
   View1<float> gradient_;             // the gradient of this stage's output, as received
   const bool keeps_slots_;            // activation slots per micro-batch (else replays)
   std::vector<int> slot_of_;          // per cell: its chunk's activation slot
