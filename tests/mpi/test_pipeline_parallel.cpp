@@ -2,8 +2,9 @@
 // and gradient norms (pp 1) at pp 2 and 4 under GPipe, 1F1B and interleaved 1F1B (2 chunks per rank), within fp32
 // parity (1e-5 relative), for GPT-2 (tied embedding: its gradient summed over the first and the last stage) and
 // Llama (untied head, RoPE), with accumulation and clipping, and composed with dp_shard, HSDP, tp (with sequence
-// parallelism), cp and activation checkpointing; an evaluation through the stages; checkpoints saved at one pp resumed at another; what does not
-// run yet refused with its text.
+// parallelism), cp and activation checkpointing; bitwise across pp, schedules and data-parallel layouts in
+// reproducible mode; an evaluation through the stages; checkpoints saved at one pp resumed at another; what does
+// not run yet refused with its text.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
 #include "train_runs.hpp"
@@ -77,6 +78,25 @@ MPI_TEST_CASE("pipeline parallel: Llama (untied head, RoPE) as on one rank, with
                  one, "pp 2 x 2 virtual stages, interleaved 1f1b");
   check_same_run(run_on(test_comm, test_rank, 4, llama({"mesh.pp=2", "mesh.cp=2", "model.attention=fused"})),
                  run_on(test_comm, test_rank, 1, llama({"model.attention=fused"})), "pp 2 x cp 2");
+}
+
+// Reproducible mode (docs/reproducible.md): each micro-batch a unit, its gradient words summed exactly over the
+// stage's ranks and the unit losses and the norm's words over the stages: the same bits at any pp, schedule and
+// data-parallel layout (an untied head: a tied embedding is refused, test below).
+MPI_TEST_CASE("pipeline parallel: reproducible mode is bitwise across pp, schedules and data-parallel layouts", 4) {
+  const std::vector<std::string> exact = {"train.reproducible=true"};
+  const Run one = run_on(test_comm, test_rank, 1, llama(exact));
+  auto check = [&](int n, const std::vector<std::string>& layout, const std::string& name) {
+    CAPTURE(name);
+    const Run got = run_on(test_comm, test_rank, n, llama(with(exact, layout)));
+    test::check_bitwise(got.losses, one.losses, "loss");
+    test::check_bitwise(got.norms, one.norms, "gradient norm");
+  };
+  check(2, {"mesh.pp=2"}, "pp 2, 1f1b");
+  check(2, {"mesh.pp=2", "pipeline.schedule=gpipe"}, "pp 2, gpipe");
+  check(4, {"mesh.pp=4"}, "pp 4, 1f1b");
+  check(4, {"mesh.pp=2", "mesh.dp_shard=2"}, "pp 2 x dp_shard 2");
+  check(2, {"mesh.pp=2", "pipeline.schedule=interleaved_1f1b", "pipeline.virtual_stages=2"}, "pp 2 x 2, interleaved");
 }
 
 // The training loop end to end: the losses a pipeline logs, and its evaluation through the stages, as pp 1's.
@@ -177,8 +197,8 @@ MPI_TEST_CASE("pipeline parallel: what does not run yet is refused on every rank
   }
   CHECK(micro_error.find("pipeline.microbatches is 8, but each step has 4 micro-batches") != std::string::npos);
   CHECK(test::run_steps(test_comm, gpt2({"mesh.pp=2", "pipeline.microbatches=4"})).losses.size() == 3);
-  CHECK(refusal({"train.reproducible=true"}).find("train.reproducible with mesh.pp 2: not run yet") !=
-        std::string::npos);
+  CHECK(refusal({"train.reproducible=true"}).find("train.reproducible with mesh.pp 2 and a tied embedding "
+                                                  "(model.tie_embeddings: true)") != std::string::npos);
   CHECK(refusal({"train.sample_interval=2"}).find("samples are not generated through a pipeline yet") !=
         std::string::npos);
 }

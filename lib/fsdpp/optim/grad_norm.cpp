@@ -110,8 +110,10 @@ void reduce_words(ExactSquares& words, Communicator& group) {
   Kokkos::deep_copy(Kokkos::View<std::int64_t[n], Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(words.w), buf);
 }
 
-// The l2 norm with the squares summed exactly: the same bits for any split of the gradients over ranks.
-double exact_grad_norm(const std::vector<Parameter*>& params, Communicator* sum_over, Communicator* tensor_parallel) {
+// The l2 norm with the squares summed exactly: the same bits for any split of the gradients over ranks (and over
+// pipeline stages: their words summed over `stages`).
+double exact_grad_norm(const std::vector<Parameter*>& params, Communicator* sum_over, Communicator* tensor_parallel,
+                       Communicator* stages) {
   ExactSquares squared;
   if (tensor_parallel) {
     std::vector<Parameter*> split, replicated;
@@ -123,6 +125,7 @@ double exact_grad_norm(const std::vector<Parameter*>& params, Communicator* sum_
     squared = exact_squares_local(params);
   }
   if (sum_over != nullptr) reduce_words(squared, *sum_over);
+  if (stages != nullptr) reduce_words(squared, *stages);
   if (squared.w[SquareWords::words] > 0) return std::numeric_limits<double>::quiet_NaN();
   return std::sqrt(SquareWords::value(squared.w));
 }
@@ -148,9 +151,8 @@ double global_grad_norm(const std::vector<Parameter*>& all_params, Communicator*
   std::vector<Parameter*> params;
   for (Parameter* p : all_params)
     if (p != counted_elsewhere) params.push_back(p);
+  if (type == NormType::l2_exact) return exact_grad_norm(params, sum_over, tensor_parallel, stages);
   if (stages != nullptr) {  // this stage's norm, then the stages' together
-    FSDPP_REQUIRE(type != NormType::l2_exact, "train.reproducible with mesh.pp > 1: the exact gradient norm over "
-                  "pipeline stages is not implemented yet; use mesh.pp: 1 or train.reproducible: false");
     const double norm = global_grad_norm(params, sum_over, type, tensor_parallel);
     if (type == NormType::inf) return reduce_scalar(norm, *stages, ReduceOp::max);
     return std::sqrt(reduce_scalar(norm * norm, *stages, ReduceOp::sum));
@@ -160,7 +162,6 @@ double global_grad_norm(const std::vector<Parameter*>& all_params, Communicator*
     if (tensor_parallel) m = reduce_scalar(m, *tensor_parallel, ReduceOp::max);
     return sum_over ? reduce_scalar(m, *sum_over, ReduceOp::max) : m;
   }
-  if (type == NormType::l2_exact) return exact_grad_norm(params, sum_over, tensor_parallel);
   double squared = 0.0;
   if (tensor_parallel) {
     std::vector<Parameter*> split, replicated;

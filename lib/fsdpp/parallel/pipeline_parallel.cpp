@@ -30,8 +30,12 @@ void check_runnable(const Deck& deck) {
   FSDPP_REQUIRE(deck.pipeline.virtual_stages == 1 || deck.mesh.cp == 1, "pipeline.virtual_stages {} with mesh.cp {}: "
                 "an interleaved pipeline under context parallelism is not run yet; use pipeline.schedule: 1f1b (one "
                 "stage per rank) with mesh.cp", deck.pipeline.virtual_stages, deck.mesh.cp);
-  FSDPP_REQUIRE(!deck.train.reproducible, "train.reproducible with mesh.pp {}: not run yet; use mesh.pp: 1 for "
-                "bitwise-reproducible training", deck.mesh.pp);
+  // The tied embedding's two gradients are summed after each stage has rounded its own, where one rank sums them
+  // within each unit's backward: the same on any pp > 1, but not bitwise pp 1's.
+  FSDPP_REQUIRE(!deck.train.reproducible || !deck.model.tie_embeddings, "train.reproducible with mesh.pp {} and a "
+                "tied embedding (model.tie_embeddings: true): its copies on the first and the last stage would round "
+                "their gradients apart, so the bits would differ from mesh.pp: 1; use model.tie_embeddings: false, or "
+                "mesh.pp: 1", deck.mesh.pp);
   FSDPP_REQUIRE(deck.train.sample_interval == 0, "train.sample_interval with mesh.pp {}: samples are not generated "
                 "through a pipeline yet; set train.sample_interval: 0 (`fsdpp generate` reads the checkpoint at any "
                 "mesh)", deck.mesh.pp);

@@ -10,8 +10,10 @@ namespace fsdpp {
 std::size_t PipelineStep::residual_elements(const Flow& flow) const { return model_.residual_elements(flow.B, flow.T); }
 
 double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, int forward_section,
-                           int backward_section) {
+                           int backward_section, ExactLossMean* exact_loss) {
   microbatches_ = microbatches;
+  exact_ = exact_loss != nullptr;
+  const bool chunked = parallel_.layout().token_chunk_rows > 0;
   const std::size_t cells = static_cast<std::size_t>(pipeline_.virtual_stages() * microbatches);
   elements_.resize(cells);
   slot_of_.assign(cells, -1);
@@ -33,7 +35,11 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
     const TimelineScope span(pipeline_.action_region(k));
     if (a.op == PipelineOp::forward) {
       forward(flow, chunk, a.microbatch, microbatches, false);
-      if (pipeline_.last_stage(a.stage)) loss += flow.loss;
+      if (pipeline_.last_stage(a.stage)) {
+        loss += flow.loss;
+        if (exact_loss && chunked) exact_loss->add_each(model_.losses());
+        else if (exact_loss) exact_loss->add(flow.loss);
+      }
       timers.mark(forward_section);
     } else {
       FSDPP_CHECK(a.op == PipelineOp::backward, "pipeline action {} is not run by this schedule", to_string(a));
@@ -99,7 +105,7 @@ void PipelineStep::forward(Flow& flow, int chunk, int i, int m, bool replay) {
     data_.load_train(i, flow);
   }
   flow.training = true;
-  flow.loss_scale = parallel_.loss_scale(m);
+  flow.loss_scale = exact_ ? 1.0f : parallel_.loss_scale(m);
   const std::size_t n = residual_elements(flow);  // before forward: context parallelism shortens flow.T there
   const int s = pipeline_.global_stage(chunk);
   const std::size_t at = cell(chunk, i);
@@ -134,7 +140,7 @@ void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool last_of_st
       data_.load_train(i, flow);
     }
     flow.training = true;
-    flow.loss_scale = parallel_.loss_scale(m);
+    flow.loss_scale = exact_ ? 1.0f : parallel_.loss_scale(m);
     select_slot(chunk, slot_of_[at]);
   } else if (held_ != static_cast<int>(at)) {  // another forward ran since: rebuild this one's activations
     const TimelineScope span(timeline_names::pipeline_replay);

@@ -25,6 +25,7 @@
 #include "fsdpp/parallel/pipeline_parallel.hpp"
 #include "fsdpp/runtime/timers.hpp"
 #include "fsdpp/train/data_feed.hpp"
+#include "fsdpp/train/reproducible.hpp"
 
 #include <vector>
 
@@ -38,7 +39,10 @@ class PipelineStep {
 
   // The step's `microbatches` forwards and backwards on this stage; returns the sum of their losses on the last
   // stage (0 on the others). Marks `forward_section` and `backward_section` on `timers` after each.
-  double train(Flow& flow, int microbatches, SectionTimers& timers, int forward_section, int backward_section);
+  // Reproducible mode (`exact_loss` not null): each micro-batch is a unit with the gradient of its own mean loss
+  // (loss scale 1), and the last stage adds each unit's loss there, as TrainStep does without a pipeline.
+  double train(Flow& flow, int microbatches, SectionTimers& timers, int forward_section, int backward_section,
+               ExactLossMean* exact_loss = nullptr);
   // Evaluation batch `index` through this stage: its loss on the last stage, 0 on the others.
   double evaluate(Flow& flow, int index);
   double from_last_stage(double value) { return pipeline_.from_last_stage(value); }
@@ -79,6 +83,7 @@ class PipelineStep {
   std::vector<std::vector<int>> free_slots_;  // per chunk
   std::vector<int> slots_made_;               // per chunk
   int microbatches_ = 0;              // of the step running
+  bool exact_ = false;                // of the step running: reproducible mode's loss scale
   int held_ = -1;                     // replays: the cell whose activations the modules hold
   std::vector<std::size_t> elements_;  // per cell: its residual stream's floats on this rank
   int replays_ = 0;

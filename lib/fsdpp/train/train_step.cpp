@@ -31,7 +31,7 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
   model_.tensor_parallel().reset_stats();
   double loss = 0, aux = 0, dropped = 0;
   std::vector<double> selections;  // (sparse layers, E): the step's tokens per expert, over its micro-batches
-  if (pipeline_) loss = pipeline_step_->train(flow_, accum, timers_, kForward, kBackward);
+  if (pipeline_) loss = pipeline_step_->train(flow_, accum, timers_, kForward, kBackward, exact ? &exact_loss_ : nullptr);
   for (int a = 0; a < accum && !pipeline_; ++a) {
     {
       const TimelineScope span(timeline_names::data);
@@ -75,7 +75,8 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
              : exact ? exact_loss_.mean(comm_, units, parallel_.layout().tp)
                      : parallel_.mean_over_ranks(loss / accum);
     if (pipeline_) {
-      r.loss = pipeline_->from_last_stage(r.loss);  // the stage's ranks, then the last stage's
+      // The stage's ranks, then the last stage's (reproducible mode's mean was over the job: the last stage's words).
+      if (!exact) r.loss = pipeline_->from_last_stage(r.loss);
       double bubble = pipeline_step_->last_bubble();
       MPI_Allreduce(MPI_IN_PLACE, &bubble, 1, MPI_DOUBLE, MPI_SUM, comm_);
       int ranks = 1;
