@@ -169,8 +169,9 @@ int plan_scaling(MPI_Comm world, const PlanArgs& args, const std::vector<int>& c
 }
 
 // mesh.pp > 1: the stages, the schedule and its bubble, and the memory of each stage's ranks (they differ: the
-// embedding, the head, the micro-batches in flight). The step time is not priced per stage yet.
-int plan_pipeline_deck(const PlanArgs& args, const Deck& deck, int ranks, bool machine, std::optional<std::int64_t> mem) {
+// embedding, the head, the micro-batches in flight); with --machine the step priced per stage and replayed.
+int plan_pipeline_deck(const PlanArgs& args, const Deck& deck, int ranks, const std::optional<Machine>& machine,
+                       std::optional<std::int64_t> mem) {
   const PipelinePlan plan = plan_pipeline(deck, ranks);
   std::vector<MemoryPlan> stages_memory;
   std::int64_t most = 0;
@@ -180,12 +181,14 @@ int plan_pipeline_deck(const PlanArgs& args, const Deck& deck, int ranks, bool m
   }
   nlohmann::json memory = nlohmann::json::array();
   for (const MemoryPlan& s : stages_memory) memory.push_back(plan_json(s, mem));
+  std::optional<PipelineStepPlan> step;
+  if (machine) step = plan_pipeline_step(deck, ranks, *machine);
   if (args.json) {
     nlohmann::json stages = nlohmann::json::array();
     for (int s = 0; s < plan.shape.stages(); ++s)
       stages.push_back({{"stage", s}, {"rank", plan.shape.rank_of_stage(s)}, {"first_block", plan.split.first[s]},
                         {"blocks", plan.split.blocks(s)}, {"flops_per_token", plan.split.flops[s]}});
-    Log::info("{}", nlohmann::json({{"pipeline",
+    nlohmann::json j({{"pipeline",
                                      {{"schedule", std::string(to_string(plan.kind))},
                                       {"pp", plan.shape.ranks},
                                       {"virtual_stages", plan.shape.virtual_stages},
@@ -196,8 +199,13 @@ int plan_pipeline_deck(const PlanArgs& args, const Deck& deck, int ranks, bool m
                                       {"one_f_one_b_bubble", plan.one_f_one_b_bubble},
                                       {"peak_in_flight", plan.timeline.peak_in_flight}}},
                                     {"stages_memory", memory},
-                                    {"total", most}})
-                        .dump());
+                                    {"total", most}});
+    if (step) {
+      j["time"] = step_time_json(step->time);
+      j["time"]["pipeline"] = {{"makespan_ms", step->timeline.makespan}, {"bubble", step->timeline.bubble},
+                               {"p2p_ms", step->p2p_ms}, {"message_bytes", step->message_bytes}};
+    }
+    Log::info("{}", j.dump());
     return mem && most > *mem ? 3 : 0;
   }
   std::string table = fmt::format(
@@ -214,10 +222,11 @@ int plan_pipeline_deck(const PlanArgs& args, const Deck& deck, int ranks, bool m
                          m.pipeline_messages / 1048576.0, m.total() / 1048576.0,
                          mem ? (m.total() <= *mem ? "  fits" : "  DOES NOT FIT") : "");
   }
-  Log::info("fsdpp plan: {} on {} rank(s); nothing runs and no model is allocated\n{}{}"
-            "step time per stage: not priced yet{}",
+  Log::info("fsdpp plan: {} on {} rank(s); nothing runs and no model is allocated\n{}{}{}",
             args.words.empty() ? "the embedded tiny deck" : args.words.front(), ranks, format_pipeline_plan(plan), table,
-            machine ? " (--machine is not used for a pipeline)" : "");
+            step ? format_pipeline_step_time(*step)
+                 : std::string("step time: add --machine h100-sxm-8x (or any of --list-machines, or a YAML file from "
+                               "`fsdpp bench calibrate`) to price each stage and replay the schedule"));
   return mem && most > *mem ? 3 : 0;
 }
 
@@ -242,7 +251,7 @@ int plan_training(MPI_Comm world, const PlanArgs& args, std::optional<std::int64
     return best.empty() ? 3 : 0;
   }
   const Deck deck = deck_from_words(world, args.words, hf_folder_reader(world));
-  if (deck.mesh.pp > 1) return plan_pipeline_deck(args, deck, ranks, machine.has_value(), mem);
+  if (deck.mesh.pp > 1) return plan_pipeline_deck(args, deck, ranks, machine, mem);
   StepPlan step;
   if (machine) step = plan_step(deck, ranks, *machine);
   else step.memory = plan_memory(deck, ranks);

@@ -41,7 +41,9 @@ std::optional<StepTimePrediction> predict_step_time(const Deck& deck, int ranks)
   if (const std::string mismatch = blas_threads_mismatch(machine, forced > 0 ? forced : blas_threads(), "run.machine");
       !mismatch.empty())
     Log::warn("{}", mismatch);
-  return StepTimePrediction{machine.name, plan_step(deck, ranks, machine).time.ms_per_step};
+  const double ms = deck.mesh.pp > 1 ? plan_pipeline_step(deck, ranks, machine).time.ms_per_step
+                                     : plan_step(deck, ranks, machine).time.ms_per_step;
+  return StepTimePrediction{machine.name, ms};
 }
 
 int run_train(Runtime& rt, const TrainArgs& args) {
@@ -55,11 +57,19 @@ int run_train(Runtime& rt, const TrainArgs& args) {
     Log::tee_to(deck.run.output + "/log.txt");
   }
   if (args.dry_run) {
-    const MemoryPlan plan = plan_memory(deck, rt.size());
+    // A pipeline's stages differ: each one's plan (its ranks need the same).
+    std::vector<MemoryPlan> plans;
+    if (deck.mesh.pp == 1) plans.push_back(plan_memory(deck, rt.size()));
+    for (int s = 0; s < deck.mesh.pp && deck.mesh.pp > 1; ++s) plans.push_back(plan_stage_memory(deck, rt.size(), s));
+    const MemoryPlan& plan = plans.front();
     Log::info("---- resolved deck ----\n{}-----------------------", resolved_deck_yaml(deck));
-    Log::info("{}", format_memory_plan(deck, plan, std::nullopt));
+    for (const MemoryPlan& p : plans)
+      Log::info("{}{}", p.pipeline_stage >= 0 ? fmt::format("pipeline stage {} ({} of the job's {} ranks):\n",
+                                                            p.pipeline_stage, p.ranks, rt.size())
+                                              : std::string(),
+                format_memory_plan(deck, p, std::nullopt));
     Log::info("dry run: {} parameters, {} data-parallel rank(s) x {} micro-batch(es) of {} sequences; nothing was "
-              "trained", make_model(deck.model)->parameter_count(), rt.size() / deck.mesh.tp, plan.accum_steps,
+              "trained", make_model(deck.model)->parameter_count(), rt.size() / (deck.mesh.tp * deck.mesh.pp), plan.accum_steps,
               deck.train.micro_batch);
     return 0;
   }

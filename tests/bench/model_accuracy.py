@@ -37,6 +37,8 @@ def batch(mb, dp, accum=1):
 HSDP = ["fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2", "mesh.dp_shard=2"]
 AC = ["train.activation_checkpointing=full"]
 TP2 = ["mesh.tp=2"]
+PP2 = ["mesh.pp=2"]  # a pipeline: each stage priced, the schedule replayed (plan_pipeline_step)
+INTERLEAVED = ["pipeline.schedule=interleaved_1f1b", "pipeline.virtual_stages=2"]
 
 # (label, deck, overrides) per launch; the label says deck / layout / micro-batch.
 LOCAL = {
@@ -53,7 +55,9 @@ LOCAL = {
         ("small/full_shard-2/ac/mb8", SMALL, batch(8, 2) + AC),
         ("llama-tiny/full_shard-2/mb8", LLAMA, batch(8, 2)),
         ("llama-tiny/tp2/mb8", LLAMA, batch(8, 1) + TP2),
-        ("llama-mid/full_shard-2/mb1", MID, batch(1, 2))],
+        ("llama-mid/full_shard-2/mb1", MID, batch(1, 2)),
+        ("small/pp2-1f1b/mb1x8", SMALL, batch(1, 1, 8) + PP2),
+        ("small/pp2-interleaved/mb1x8", SMALL, batch(1, 1, 8) + PP2 + INTERLEAVED)],
     4: [("small/full_shard-4/mb4", SMALL, batch(4, 4)),
         ("small/hsdp-2x2/mb4", SMALL, batch(4, 4) + HSDP),
         ("small/tp2-dp2/mb4", SMALL, batch(4, 2) + TP2),
@@ -82,7 +86,7 @@ SEARCH = [("full_shard-4/mb4", batch(4, 4)),
 CI = {1: [("small/1-rank/mb4", SMALL, batch(4, 1)), ("small/1-rank/mb2", SMALL, batch(2, 1)),
           ("llama-tiny/1-rank/mb16", LLAMA, batch(16, 1)), ("qwen2-tiny/1-rank/mb16", QWEN, batch(16, 1))],
       2: [("small/full_shard-2/mb4", SMALL, batch(4, 2)), ("small/tp2/mb4", SMALL, batch(4, 1) + TP2),
-          ("llama-mid/full_shard-2/mb1", MID, batch(1, 2))]}
+          ("llama-mid/full_shard-2/mb1", MID, batch(1, 2)), ("small/pp2-1f1b/mb1x8", SMALL, batch(1, 1, 8) + PP2)]}
 
 
 def log(*a):

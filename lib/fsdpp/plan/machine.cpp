@@ -409,6 +409,10 @@ double collective_seconds(const Machine& m, CollectiveOp op, std::int64_t bytes,
   return std::min(by_ring, collective_seconds(tree, op, bytes, ranks, true, false));  // NCCL picks the faster
 }
 
+double point_to_point_seconds(const Machine& m, std::int64_t bytes, bool spans_nodes, int per_node) {
+  return collective_seconds(m, CollectiveOp::all_gather, 2 * bytes, 2, spans_nodes, per_node);
+}
+
 int group_ranks_per_node(const Machine& m, int stride, int ranks) {
   const int per_node = std::max(1, m.devices_per_node);
   return std::clamp(per_node / std::max(1, stride), 1, std::max(1, ranks));

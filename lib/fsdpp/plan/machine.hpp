@@ -103,6 +103,9 @@ std::string to_yaml(const Machine& m);
 // ranks' groups use the rest at the same time); "measured" figures are taken as they are.
 double collective_seconds(const Machine& m, CollectiveOp op, std::int64_t bytes, int ranks, bool spans_nodes,
                           int per_node = 0);
+// One message of `bytes` from a rank to another (a pipeline stage's activations or their gradient): priced as an
+// all-gather of two ranks, in which each rank sends its half to the other, so measured figures serve too.
+double point_to_point_seconds(const Machine& m, std::int64_t bytes, bool spans_nodes, int per_node = 0);
 // The ranks of a group with `stride` between neighbours that share a node (at most `ranks`).
 int group_ranks_per_node(const Machine& m, int stride, int ranks);
 // The same, on an explicit algorithm's figures (tests, and the measured override).

@@ -209,7 +209,8 @@ void plan_pipeline_step(const Deck& deck, PlannedModel& planned, int stage,
   plan.recomputing_blocks = shapes.recomputing_blocks();
   m.activations = shapes.activation_split(plan.micro_batch, T, plan.recomputing_blocks).with_slots(slots);
   plan.activations_without_checkpointing = shapes.activation_split(plan.micro_batch, T, 0).with_slots(slots);
-  m.pipeline_messages = messages * residual_bytes(plan.micro_batch);
+  plan.pipeline_message_bytes = residual_bytes(plan.micro_batch);
+  m.pipeline_messages = messages * plan.pipeline_message_bytes;
   m.batch = std::int64_t{2} * plan.micro_batch * T * 4;
   plan.per_sequence_bytes = shapes.activation_split(1, T, plan.recomputing_blocks).with_slots(slots) +
                             messages * residual_bytes(1) + std::int64_t{2} * T * 4;
@@ -336,8 +337,15 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
   row(plan.reduce_scatter_in_flight ? "communication buffers (all-gather, reduce-scatter in flight)"
                                     : "communication buffers (all-gather, reduce-scatter)", m.comm_buffers);
   row("cached in fully_shard's buffer pool (reserved, free)", m.pool_cached);
-  row(fmt::format("activations and backward scratch ({} sequences)", plan.micro_batch), m.activations);
+  std::string slots;  // a pipeline stage keeps the activations of each micro-batch in flight
+  for (int k : plan.pipeline_slots) slots += fmt::format("{}{}", slots.empty() ? "" : " + ", k);
+  row(plan.pipeline_slots.empty()
+          ? fmt::format("activations and backward scratch ({} sequences)", plan.micro_batch)
+          : fmt::format("activations ({} sequences x {} micro-batches in flight)", plan.micro_batch, slots),
+      m.activations);
   row("batch tokens and targets", m.batch);
+  if (plan.pipeline_stage >= 0)
+    row("pipeline messages (inputs in flight, output gradient)", m.pipeline_messages);
   line(fmt::format("  {:<61} {:>10}", "", "----------"));
   std::string verdict;
   if (mem_per_rank)

@@ -61,6 +61,7 @@ struct MemoryPlan {
   int recomputing_blocks = 0;           // train.activation_checkpointing: blocks that recompute in backward
   int pipeline_stage = -1;              // plan_stage_memory: the pipeline rank planned (ranks: its stage's)
   std::vector<int> pipeline_slots;      // ... and its activation slots per chunk (micro-batches in flight)
+  std::int64_t pipeline_message_bytes = 0;  // ... and one message between stages (a micro-batch's residual stream)
   std::int64_t activations_without_checkpointing = 0;  // memory.activations had no block recomputed
   // fsdp.forward_prefetch / backward_prefetch and comm.overlap: with overlap, a unit's reduce-scatter buffers
   // stay live through the next unit's backward, and the dry step counts them there.

@@ -10,6 +10,7 @@
 #include "fsdpp/plan/machine.hpp"
 #include "fsdpp/plan/simulate.hpp"
 #include "fsdpp/plan/memory_plan.hpp"
+#include "fsdpp/parallel/pipeline_schedule.hpp"
 
 #include <map>
 #include <string>
@@ -41,8 +42,23 @@ struct StepPlan {
   StepTime time;
 };
 
-// UsageError as plan_memory's when the deck cannot run on `ranks`.
+// UsageError as plan_memory's when the deck cannot run on `ranks`. mesh.pp 1 (a pipeline: plan_pipeline_step).
 StepPlan plan_step(const Deck& deck, int ranks, const Machine& machine);
+
+// mesh.pp > 1: each stage's step priced as plan_step prices one (its units and collectives over its own actions,
+// its optimizer), then the schedule replayed (parallel/pipeline_schedule.hpp) with each global stage's share of
+// its rank's forward and backward per micro-batch and one message's time between ranks: ms/step = the replay's
+// makespan + the longest tail after it (the reductions left exposed, the optimizer). `time` is the job's: the
+// slowest stage's figures with that step.
+struct PipelineStepPlan {
+  std::vector<StepPlan> stages;  // per pipeline rank, alone
+  PipelineTimeline timeline;     // the priced replay (ms)
+  std::int64_t message_bytes = 0;
+  double p2p_ms = 0;             // one message
+  StepTime time;
+};
+PipelineStepPlan plan_pipeline_step(const Deck& deck, int ranks, const Machine& machine);
+std::string format_pipeline_step_time(const PipelineStepPlan& plan);
 
 // The "Predicted time" section of `fsdpp plan`'s table.
 std::string format_step_time(const StepTime& t);
