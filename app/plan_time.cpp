@@ -16,11 +16,13 @@ nlohmann::json step_time_json(const StepTime& t) {
   for (const auto& [dim, ms] : t.exposed_comm_ms) exposed[dim] = ms;
   for (const auto& [dim, ms] : t.busy_comm_ms) busy[dim] = ms;
   for (const auto& [dim, b] : t.comm_bytes) bytes[dim] = b;
+  nlohmann::json links = nlohmann::json::object();
+  for (const auto& [dim, link] : t.link_of) links[dim] = link;
   return {{"machine", t.machine}, {"precision", t.precision}, {"peak_tflops", t.peak_tflops},
           {"ms_per_step", t.ms_per_step}, {"tokens_per_s_per_device", t.tokens_per_s_per_device},
           {"tokens_per_s", t.tokens_per_s}, {"mfu", t.mfu}, {"critical_resource", t.critical_resource},
           {"exposed_comm_ms", exposed}, {"comm_ms_by_dim", busy}, {"compute_ms", t.compute_ms},
-          {"comm_ms", t.comm_ms}, {"comm_bytes_by_dim", bytes}};
+          {"comm_ms", t.comm_ms}, {"comm_bytes_by_dim", bytes}, {"link_by_dim", links}};
 }
 
 std::vector<int> parse_rank_list(const std::string& text) {

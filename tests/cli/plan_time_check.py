@@ -120,6 +120,19 @@ roomy = plan_json(small, "--ranks", "4", "--machine", "h100-sxm-8x", "--search")
 check(roomy["fitting_layouts"] > found["fitting_layouts"], "more memory: more layouts fit")
 text = plan(small, "--ranks", "4", "--machine", "h100-sxm-8x", "--search").stdout
 check("why #1:" in text, "the search says why the best wins")
+# Pipelines take part: with links across nodes 100x slower still, one stage per node (activations between the
+# nodes, every gradient reduction inside one) beats the data-parallel layouts, whose reductions cross them.
+crawl = os.path.join(work, "crawl.yaml")
+with open(crawl, "w") as f:
+    f.write(open(machine).read().replace("busbw_gbs: 0.1}", "busbw_gbs: 0.001}").replace("memory_gib: 0.25",
+                                                                                          "memory_gib: 4"))
+best = plan_json(small, "--ranks", "4", "--machine", crawl, "--search")["best"]
+check("mesh.pp=2" in best[0]["overrides"], f"--search with slow links across nodes picks a pipeline across them "
+      f"({best[0]['layout']})")
+priced = time_of(small, "--ranks", "4", "--machine", crawl, *best[0]["overrides"])
+check(priced["comm_bytes_by_dim"]["pp"] > 0 and priced["link_by_dim"]["pp"] == "inter-node" and
+      priced["link_by_dim"].get("dp_shard", "intra-node") == "intra-node",
+      "its plan sends pipeline messages across the nodes and reduces gradients inside them")
 
 # --ranks list: one row per count, in order, total tokens/s growing.
 scaling = plan_json(llama8b, "train.global_batch=512", "--ranks", "8,64,512", "--machine", "h100-sxm-8x")["scaling"]

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace fsdpp {
 
@@ -15,6 +16,30 @@ std::vector<int> divisors(int n) {
   for (int d = 1; d <= n; ++d)
     if (n % d == 0) out.push_back(d);
   return out;
+}
+
+// The pipelines a deck of `layers` blocks may take on `ranks` ranks (overrides): none, and for each pp dividing the
+// ranks (the outermost dimension) 1f1b, and interleaved_1f1b with 2 stages per rank where the blocks allow.
+std::vector<std::vector<std::string>> pipelines(int ranks, int layers) {
+  std::vector<std::vector<std::string>> out = {{"mesh.pp=1"}};
+  for (int pp : divisors(ranks)) {
+    if (pp == 1 || pp > layers) continue;
+    out.push_back({fmt::format("mesh.pp={}", pp), "pipeline.schedule=1f1b"});
+    if (2 * pp <= layers)
+      out.push_back({fmt::format("mesh.pp={}", pp), "pipeline.schedule=interleaved_1f1b", "pipeline.virtual_stages=2"});
+  }
+  return out;
+}
+
+// A layout's plan: one step of the whole job, or under a pipeline its priced replay with the memory of the stage
+// that needs most.
+StepPlan plan_layout(const Deck& deck, int ranks, const Machine& machine) {
+  if (deck.mesh.pp == 1) return plan_step(deck, ranks, machine);
+  PipelineStepPlan p = plan_pipeline_step(deck, ranks, machine);
+  const auto most = std::max_element(p.stages.begin(), p.stages.end(), [](const StepPlan& a, const StepPlan& b) {
+    return a.memory.memory.total() < b.memory.memory.total();
+  });
+  return {most->memory, p.time};
 }
 
 // The data-parallel meshes of `dp` ranks: full_shard over all of them, and HSDP with the shard groups filling
@@ -37,8 +62,13 @@ std::vector<std::vector<std::string>> data_parallel_meshes(int dp, int dp_per_no
 }
 
 std::string layout_line(const Deck& d, const StepPlan& p) {
-  std::string mesh;
-  for (const MeshDim& m : p.memory.mesh) mesh += fmt::format("{}{} {}", mesh.empty() ? "" : " x ", m.name, m.size);
+  std::string mesh = d.mesh.pp > 1 ? fmt::format("pp {}{} ({}) x ", d.mesh.pp,
+                                                 d.pipeline.virtual_stages > 1
+                                                     ? fmt::format(" x {}", d.pipeline.virtual_stages) : "",
+                                                 to_string(d.pipeline.schedule))
+                                   : std::string();
+  bool first = true;
+  for (const MeshDim& m : p.memory.mesh) mesh += fmt::format("{}{} {}", std::exchange(first, false) ? "" : " x ", m.name, m.size);
   if (d.mesh.ep > 1) mesh += fmt::format(" (ep {})", d.mesh.ep);
   return fmt::format("{}, {}, reshard {}, ac {}, mb {} x {}, {}", mesh, to_string(d.fsdp.strategy),
                      to_string(d.fsdp.reshard_after_forward), to_string(d.train.activation_checkpointing),
@@ -51,23 +81,29 @@ std::vector<Candidate> search_layouts(const DeckWith& deck_with, int ranks, cons
   const Deck base = deck_with({});
   const auto fits = static_cast<std::int64_t>(machine.memory_gib * 1073741824.0);
   std::vector<Candidate> out;
+  for (const std::vector<std::string>& pipeline : pipelines(ranks, base.model.n_layer))
   for (int tp : divisors(std::min(ranks, machine.devices_per_node)))  // tensor parallelism inside a node
     for (int cp : divisors(ranks / std::max(1, tp))) {  // context parallelism: powers of two the sequence allows
-      if (ranks % tp || base.model.n_head % tp || (cp & (cp - 1)) != 0) continue;
+      const int pp = std::stoi(pipeline[0].substr(std::string("mesh.pp=").size()));
+      if (ranks % (tp * pp) || base.model.n_head % tp || (cp & (cp - 1)) != 0 || (ranks / pp) % (tp * cp)) continue;
       if (cp > 1 && base.model.context_length % (2 * cp) != 0) continue;
-      const int dp = ranks / tp / cp, per_rank = base.train.global_batch / std::max(1, dp);
+      const int dp = ranks / pp / tp / cp, per_rank = base.train.global_batch / std::max(1, dp);
       if (per_rank < 1) continue;
       std::vector<int> micro_batches;
       for (int b : divisors(per_rank))
         if ((b & (b - 1)) == 0 || b == per_rank) micro_batches.push_back(b);  // powers of two, and all at once
       const int experts = is_moe_arch(base.model.arch) ? base.model.moe.num_experts : 0;
+      // A pipeline keeps its stage's parameters whole through the step (its default): the reshard choice is moot.
+      const std::vector<const char*> reshards = pp > 1 ? std::vector<const char*>{"false"}
+                                                       : std::vector<const char*>{"true", "false"};
       for (const auto& mesh : data_parallel_meshes(dp, std::max(1, machine.devices_per_node / tp / cp), experts))
-        for (const char* reshard : {"true", "false"})
+        for (const char* reshard : reshards)
           for (const char* ac : {"none", "full"})
             for (int b : micro_batches)
               for (const char* dtype : {"bf16", "f32"}) {
                 Candidate c;
-                c.overrides = mesh;
+                c.overrides = pipeline;
+                c.overrides.insert(c.overrides.end(), mesh.begin(), mesh.end());
                 c.overrides.push_back(fmt::format("mesh.tp={}", tp));
                 c.overrides.push_back(fmt::format("mesh.cp={}", cp));
                 c.overrides.push_back(fmt::format("fsdp.reshard_after_forward={}", reshard));
@@ -76,7 +112,7 @@ std::vector<Candidate> search_layouts(const DeckWith& deck_with, int ranks, cons
                 c.overrides.push_back(fmt::format("fsdp.param_dtype={}", dtype));
                 try {
                   const Deck deck = deck_with(c.overrides);  // the trainer's rules decide what may run
-                  c.plan = plan_step(deck, ranks, machine);
+                  c.plan = plan_layout(deck, ranks, machine);
                   c.layout = layout_line(deck, c.plan);
                 } catch (const UsageError&) {
                   continue;  // a layout the trainer would refuse (divisibility, heads over tp, ...)
