@@ -2,6 +2,7 @@
 
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/nn/causal_lm.hpp"
+#include "fsdpp/observe/flight_recorder.hpp"
 #include "fsdpp/observe/timeline.hpp"
 #include "fsdpp/observe/watchdog.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -65,6 +66,10 @@ PipelineParallel::PipelineParallel(MPI_Comm world, const Deck& deck, const Langu
   tied_comm_ = split_comm(world, tied_ && (first() || last()) ? place : MPI_UNDEFINED, stage_);
   pp_group_ = std::make_unique<MpiCommunicator>(pp_comm_);
   pp_group_->set_label("pp");  // the flight recorder's and the traffic table's name for it
+  if (tied_comm_ != MPI_COMM_NULL) {
+    tied_group_ = std::make_unique<MpiCommunicator>(tied_comm_);
+    tied_group_->set_label("pp (tied embedding)");
+  }
   int* tag_ub = nullptr;
   int has_tag_ub = 0;
   MPI_Comm_get_attr(pp_comm_, MPI_TAG_UB, &tag_ub, &has_tag_ub);
@@ -77,6 +82,7 @@ PipelineParallel::~PipelineParallel() {
   for (PendingSend& s : sends_)
     if (s.request != MPI_REQUEST_NULL) MPI_Wait(&s.request, MPI_STATUS_IGNORE);
   pp_group_.reset();
+  tied_group_.reset();
   free_comm(tied_comm_);
   free_comm(pp_comm_);
   free_comm(stage_comm_);
@@ -154,7 +160,9 @@ void PipelineParallel::wait_sends() {
 }
 
 double PipelineParallel::from_last_stage(double value) {
-  MPI_Bcast(&value, 1, MPI_DOUBLE, stages_ - 1, pp_comm_);
+  static const std::string name = "pipeline loss from the last stage";  // FlightSite keeps a pointer to it
+  const FlightSite site(name);
+  pp_group_->broadcast(&value, 1, stages_ - 1);
   return value;
 }
 
@@ -163,7 +171,7 @@ Parameter* tied_embedding(LanguageModel& model) { return &static_cast<CausalLM&>
 }  // namespace
 
 void PipelineParallel::sum_tied_gradient(LanguageModel& model) {
-  if (tied_comm_ == MPI_COMM_NULL) return;
+  if (!tied_group_) return;
   Parameter* p = tied_embedding(model);
   FSDPP_CHECK(p, "pipeline stage {}: a tied embedding was expected on the first and the last stage", stage_);
   const std::size_t n = p->grad().extent(0);
@@ -171,7 +179,9 @@ void PipelineParallel::sum_tied_gradient(LanguageModel& model) {
   Kokkos::fence();
   const HostView1<float> host(receive_buffer_.data(), n);
   Kokkos::deep_copy(host, p->grad());
-  MPI_Allreduce(MPI_IN_PLACE, receive_buffer_.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, tied_comm_);
+  static const std::string name = "pipeline tied embedding gradient";  // FlightSite keeps a pointer to it
+  const FlightSite site(name);
+  tied_group_->all_reduce(receive_buffer_.data(), n, ReduceOp::sum);  // host staging: an MPI group
   Kokkos::deep_copy(p->grad(), host);
 }
 

@@ -99,6 +99,7 @@ class PipelineParallel {
   MPI_Comm pp_comm_ = MPI_COMM_NULL;
   MPI_Comm tied_comm_ = MPI_COMM_NULL;  // the first and the last stage's ranks of one place, when tied
   std::unique_ptr<MpiCommunicator> pp_group_;
+  std::unique_ptr<MpiCommunicator> tied_group_;  // on tied_comm_
   int schedule_microbatches_ = 0;
   std::vector<PipelineAction> actions_;
   std::vector<std::string> action_regions_;
