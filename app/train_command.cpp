@@ -12,6 +12,7 @@
 #include "fsdpp/plan/memory_check.hpp"
 #include "fsdpp/plan/memory_plan.hpp"
 #include "fsdpp/plan/machine.hpp"
+#include "fsdpp/plan/pipeline_plan.hpp"
 #include "fsdpp/plan/step_cost.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/train/reproducible.hpp"

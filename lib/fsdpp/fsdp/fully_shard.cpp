@@ -212,27 +212,26 @@ FsdpGroup& fully_shard(Module& module, const DeviceMesh& mesh, FullyShardOptions
 
 FsdpGroup* FsdpGroup::group_of(Module* m) const { return m ? fsdp_group(*m) : nullptr; }
 
-void FsdpGroup::set_reshard_after_backward(bool value, bool recurse) {
+// This group's `flag`, and with `recurse` every group's below it (FSDP2's setters recurse by default).
+void FsdpGroup::set_flag(bool FsdpGroup::*flag, bool value, bool recurse) {
   if (!recurse) {
-    reshard_after_backward_ = value;
+    this->*flag = value;
     return;
   }
   for (Module* m : module_.modules())
-    if (FsdpGroup* g = fsdp_group(*m)) g->reshard_after_backward_ = value;
+    if (FsdpGroup* g = fsdp_group(*m)) g->*flag = value;
+}
+
+void FsdpGroup::set_reshard_after_backward(bool value, bool recurse) {
+  set_flag(&FsdpGroup::reshard_after_backward_, value, recurse);
 }
 
 void FsdpGroup::set_requires_gradient_sync(bool value, bool recurse) {
-  if (!recurse) {
-    requires_gradient_sync_ = value;
-    return;
-  }
-  for (Module* m : module_.modules())
-    if (FsdpGroup* g = fsdp_group(*m)) g->requires_gradient_sync_ = value;
+  set_flag(&FsdpGroup::requires_gradient_sync_, value, recurse);
 }
 
 void FsdpGroup::set_requires_all_reduce(bool value, bool recurse) {
-  for (Module* m : module_.modules())
-    if (FsdpGroup* g = fsdp_group(*m); g && (recurse || g == this)) g->requires_all_reduce_ = value;
+  set_flag(&FsdpGroup::requires_all_reduce_, value, recurse);
 }
 
 void FsdpGroup::set_exact_single_backward(std::int64_t units, bool recurse) {

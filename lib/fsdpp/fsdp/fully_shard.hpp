@@ -262,6 +262,7 @@ class FsdpGroup final : public ModuleHooks {
   bool grads_unsharded_ = false;  // full_grad_ holds unreduced gradients (gradient sync off)
   bool requires_gradient_sync_ = true;
   bool reshard_after_backward_ = true;
+  void set_flag(bool FsdpGroup::*flag, bool value, bool recurse);
   bool requires_all_reduce_ = true;
   std::int64_t exact_single_backward_ = 0;  // set_exact_single_backward's units
   double divide_factor_ = 0;  // 0: average over the data-parallel ranks

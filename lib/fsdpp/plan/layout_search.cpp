@@ -1,5 +1,7 @@
 #include "fsdpp/plan/layout_search.hpp"
 
+#include "fsdpp/plan/pipeline_plan.hpp"
+
 #include "fsdpp/runtime/error.hpp"
 
 #include <fmt/format.h>

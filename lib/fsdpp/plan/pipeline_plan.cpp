@@ -1,5 +1,8 @@
 #include "fsdpp/plan/pipeline_plan.hpp"
 
+#include "fsdpp/parallel/pipeline_parallel.hpp"
+#include "fsdpp/plan/memory_plan.hpp"
+
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/nn/make_model.hpp"
 
@@ -78,5 +81,73 @@ std::string format_pipeline_plan(const PipelinePlan& plan) {
   }
   return out;
 }
+
+PipelineStepPlan plan_pipeline_step(const Deck& deck, int ranks, const Machine& machine) {
+  const int pp = deck.mesh.pp, v = deck.pipeline.virtual_stages, stage_ranks = ranks / pp;
+  const PipelinePlan pipeline = plan_pipeline(deck, ranks);
+  const Deck stage_deck = pipeline_stage_deck(deck);
+  PipelineStepPlan out;
+  for (int r = 0; r < pp; ++r)
+    out.stages.push_back(price_step(stage_deck, stage_ranks, machine, [&](std::shared_ptr<FsdpMemoryListener> recorder) {
+      return plan_stage_memory(deck, ranks, r, std::move(recorder));
+    }));
+  // Per micro-batch, each global stage's share of its rank's passes (by FLOPs, over the rank's chunks); the input
+  // and weight gradients half a backward each. The rest of a rank's step (reductions left exposed at its end, the
+  // optimizer) follows the pipeline's last action.
+  const int m = pipeline.shape.microbatches, S = pipeline.shape.stages();
+  PipelineCosts costs;
+  costs.forward.resize(sz(S));
+  costs.backward_input.resize(sz(S));
+  costs.backward_weight.resize(sz(S));
+  double after = 0;
+  for (int r = 0; r < pp; ++r) {
+    const StepTime& t = out.stages[sz(r)].time;
+    auto ms = [&](const char* what) { return t.compute_ms_by_what.count(what) ? t.compute_ms_by_what.at(what) : 0.0; };
+    const double forward = ms("forward"), backward = ms("backward") + ms("recompute");
+    double rank_flops = 0;
+    for (int s = r; s < S; s += pp) rank_flops += pipeline.split.flops[sz(s)];
+    for (int s = r; s < S; s += pp) {
+      const double share = rank_flops > 0 ? pipeline.split.flops[sz(s)] / rank_flops : 1.0 / v;
+      costs.forward[sz(s)] = forward * share / m;
+      costs.backward_input[sz(s)] = costs.backward_weight[sz(s)] = backward * share / m / 2;
+    }
+    after = std::max(after, t.ms_per_step - forward - backward);
+  }
+  const MemoryPlan& first = out.stages.front().memory;  // every stage's message is the residual stream's
+  out.message_bytes = first.pipeline_message_bytes;
+  const bool spans = group_spans_nodes(machine, 0, stage_ranks, pp);
+  out.p2p_ms = 1e3 * point_to_point_seconds(machine, out.message_bytes, spans,
+                                            spans ? group_ranks_per_node(machine, stage_ranks, pp) : 0);
+  costs.p2p = out.p2p_ms;
+  out.timeline = simulate_pipeline(make_pipeline_schedule(deck.pipeline.schedule, pipeline.shape), pipeline.shape, costs);
+  // The job's figures: the slowest stage's, with the step the pipeline's makespan plus the longest tail.
+  const auto slowest = std::max_element(out.stages.begin(), out.stages.end(), [](const StepPlan& a, const StepPlan& b) {
+    return a.time.ms_per_step < b.time.ms_per_step;
+  });
+  StepTime& t = out.time;
+  t = slowest->time;
+  t.ms_per_step = out.timeline.makespan + after;
+  const double tokens = static_cast<double>(deck.train.global_batch) * deck.model.context_length;
+  t.tokens_per_s = t.ms_per_step > 0 ? tokens / (t.ms_per_step / 1e3) : 0;
+  t.tokens_per_s_per_device = t.tokens_per_s / ranks;
+  double model_flops = 0;  // per rank, averaged over the stages (each stage's ranks compute its own share)
+  for (const StepPlan& s : out.stages) model_flops += s.time.model_flops_per_rank / pp;
+  t.model_flops_per_rank = model_flops;
+  t.mfu = t.ms_per_step > 0 ? mfu(model_flops / (t.ms_per_step / 1e3), t.peak_tflops * 1e12) : 0;
+  t.busy_comm_ms["pp"] = out.p2p_ms * m * 2 * v;  // a rank's sends: each micro-batch's activations and gradient
+  t.link_of["pp"] = spans ? "inter-node" : "intra-node";
+  t.comm_bytes["pp"] = static_cast<double>(out.message_bytes) * m * 2 * v;
+  return out;
+}
+
+std::string format_pipeline_step_time(const PipelineStepPlan& p) {
+  std::string out = format_step_time(p.time);
+  out += fmt::format("  pipeline: schedule replayed with each stage's priced passes and {:.3f} ms per message "
+                     "({:.2f} MiB): makespan {:.2f} ms, bubble {:.1f}%; per stage ms/step alone:",
+                     p.p2p_ms, p.message_bytes / 1048576.0, p.timeline.makespan, 100 * p.timeline.bubble);
+  for (std::size_t r = 0; r < p.stages.size(); ++r) out += fmt::format(" {:.2f}", p.stages[r].time.ms_per_step);
+  return out + "\n";
+}
+
 
 }  // namespace fsdpp

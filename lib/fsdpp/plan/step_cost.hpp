@@ -10,9 +10,10 @@
 #include "fsdpp/plan/machine.hpp"
 #include "fsdpp/plan/simulate.hpp"
 #include "fsdpp/plan/memory_plan.hpp"
-#include "fsdpp/parallel/pipeline_schedule.hpp"
 
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 namespace fsdpp {
@@ -45,20 +46,10 @@ struct StepPlan {
 // UsageError as plan_memory's when the deck cannot run on `ranks`. mesh.pp 1 (a pipeline: plan_pipeline_step).
 StepPlan plan_step(const Deck& deck, int ranks, const Machine& machine);
 
-// mesh.pp > 1: each stage's step priced as plan_step prices one (its units and collectives over its own actions,
-// its optimizer), then the schedule replayed (parallel/pipeline_schedule.hpp) with each global stage's share of
-// its rank's forward and backward per micro-batch and one message's time between ranks: ms/step = the replay's
-// makespan + the longest tail after it (the reductions left exposed, the optimizer). `time` is the job's: the
-// slowest stage's figures with that step.
-struct PipelineStepPlan {
-  std::vector<StepPlan> stages;  // per pipeline rank, alone
-  PipelineTimeline timeline;     // the priced replay (ms)
-  std::int64_t message_bytes = 0;
-  double p2p_ms = 0;             // one message
-  StepTime time;
-};
-PipelineStepPlan plan_pipeline_step(const Deck& deck, int ranks, const Machine& machine);
-std::string format_pipeline_step_time(const PipelineStepPlan& plan);
+// One dry step priced: `run` plans its memory with the step's recorder listening (plan_memory for the job, or
+// plan_stage_memory for a pipeline stage: pipeline_plan.hpp), and the recorded schedule is replayed.
+StepPlan price_step(const Deck& deck, int ranks, const Machine& machine,
+                    const std::function<MemoryPlan(std::shared_ptr<FsdpMemoryListener>)>& run);
 
 // The "Predicted time" section of `fsdpp plan`'s table.
 std::string format_step_time(const StepTime& t);
