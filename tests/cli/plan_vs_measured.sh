@@ -10,8 +10,8 @@
 # parallelism (llama-cp2*: cp 2 on 2 ranks, beside tp 2 with sequence parallelism, and inside HSDP 2 x 1 with
 # activation checkpointing: the local chunks' rows and the ring's buffers; Qwen3-MoE at ep 2 x cp 2; cp 2 in
 # reproducible mode with token chunks: the whole sequences' attention buffers and the chunks' gradient scratch),
-# and pipeline stages (pp*: pp 2 and 4 under 1f1b, gpipe with activation checkpointing and interleaved, beside
-# dp_shard 2, and for the Llama beside tp 2 with sequence parallelism and cp 2: each stage's plan against the
+# and pipeline stages (pp*: pp 4 and pp 2 x dp_shard 2 under 1f1b, pp 2 under gpipe with activation checkpointing
+# and interleaved, and for the Llama beside tp 2 with sequence parallelism and cp 2: each stage's plan against the
 # measured peaks, the largest and the smallest over the ranks), the planned per-rank total must be within 1% of the peak the trainer measures (Views counted by
 # MemoryAccounting, largest over ranks). The plan runs fully_shard's own schedule dry, so it should agree to
 # the byte but for what MemoryAccounting sees outside FSDP's buffers.
@@ -45,7 +45,7 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
             "4 llama-cp2-hsdp mesh.cp=2 fsdp.strategy=hybrid_shard mesh.dp_replicate=2 model.attention=fused train.activation_checkpointing=full" \
             "4 moe-ep2-cp2 mesh.ep=2 mesh.cp=2 model.attention=fused" \
             "2 llama-cp2-repro mesh.cp=2 model.attention=fused train.reproducible=true train.reproducible_chunks=4" \
-            "2 pp2 mesh.pp=2" "4 pp4 mesh.pp=4" "4 pp2-dp2 mesh.pp=2 mesh.dp_shard=2" \
+            "4 pp4 mesh.pp=4" "4 pp2-dp2 mesh.pp=2 mesh.dp_shard=2" \
             "2 pp2-gpipe-ac mesh.pp=2 pipeline.schedule=gpipe train.activation_checkpointing=full" \
             "2 pp2-interleaved mesh.pp=2 pipeline.schedule=interleaved_1f1b pipeline.virtual_stages=2" \
             "4 llama-pp2-tp2 mesh.pp=2 mesh.tp=2 mesh.tp_sequence_parallel=true" \
