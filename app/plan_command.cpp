@@ -82,7 +82,8 @@ nlohmann::json plan_json(const MemoryPlan& plan, std::optional<std::int64_t> mem
                                           {"unsharded_gradients", m.unsharded_gradients},
                                           {"comm_buffers", m.comm_buffers}, {"pool_cached", m.pool_cached},
                                           {"activations", m.activations}, {"batch", m.batch},
-                                          {"pipeline_messages", m.pipeline_messages}, {"total", m.total()}}},
+                                          {"pipeline_messages", m.pipeline_messages}, {"weight_stash", m.weight_stash},
+                                          {"total", m.total()}}},
                       {"per_sequence_bytes", plan.per_sequence_bytes}, {"peak", plan.peak_moment},
                       {"ring_bytes_per_step", plan.ring_bytes_per_step},
                       {"recomputing_blocks", plan.recomputing_blocks},
@@ -93,6 +94,7 @@ nlohmann::json plan_json(const MemoryPlan& plan, std::optional<std::int64_t> mem
   if (plan.pipeline_stage >= 0) {
     j["pipeline_stage"] = plan.pipeline_stage;
     j["pipeline_slots"] = plan.pipeline_slots;
+    j["pipeline_stashes"] = plan.pipeline_stashes;
   }
   if (mem) {
     j["mem_per_rank"] = *mem;
@@ -218,7 +220,8 @@ int plan_pipeline_deck(const PlanArgs& args, const Deck& deck, int ranks, const 
     table += fmt::format("  {:>5}  {:>12.1f}  {:>12.1f}  {:>12.1f}  {:>20}  {:>9.1f}  {:>9.1f}{}\n", s.pipeline_stage,
                          (m.parameters + m.gradients + m.optimizer) / 1048576.0,
                          (m.unsharded_parameters + m.unsharded_gradients + m.comm_buffers + m.pool_cached) / 1048576.0,
-                         (m.activations + m.batch) / 1048576.0, fmt::format("({})", fmt::join(s.pipeline_slots, " + ")),
+                         (m.activations + m.batch + m.weight_stash) / 1048576.0,
+                         fmt::format("({})", fmt::join(s.pipeline_slots, " + ")),
                          m.pipeline_messages / 1048576.0, m.total() / 1048576.0,
                          mem ? (m.total() <= *mem ? "  fits" : "  DOES NOT FIT") : "");
   }

@@ -157,7 +157,8 @@ int report_trace(const std::string& run, bool json) {
   std::string text = t.table;
   if (pipeline)
     text += fmt::format("pipeline schedule as it ran (world ranks; one character = {:.2f} ms, half a forward's median or 1/200 of the whole; digits: "
-                        "forwards of micro-batch i mod 10, letters: their backwards, dots: idle or another phase)\n{}",
+                        "forwards of micro-batch i mod 10, letters: their backwards (zero_bubble: their input gradients, and "
+                        "capitals their weight gradients), dots: idle or another phase)\n{}",
                         pipeline->unit_ms, pipeline->picture);
   Log::info("{}wrote {} and {}", text, t.merged_path, (folder / "trace.png").string());
   return 0;

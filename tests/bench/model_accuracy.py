@@ -39,6 +39,7 @@ AC = ["train.activation_checkpointing=full"]
 TP2 = ["mesh.tp=2"]
 PP2 = ["mesh.pp=2"]  # a pipeline: each stage priced, the schedule replayed (plan_pipeline_step)
 INTERLEAVED = ["pipeline.schedule=interleaved_1f1b", "pipeline.virtual_stages=2"]
+ZERO_BUBBLE = ["pipeline.schedule=zero_bubble"]  # the weight passes priced apart (StepRecorder's backward_weight)
 
 # (label, deck, overrides) per launch; the label says deck / layout / micro-batch.
 LOCAL = {
@@ -57,7 +58,8 @@ LOCAL = {
         ("llama-tiny/tp2/mb8", LLAMA, batch(8, 1) + TP2),
         ("llama-mid/full_shard-2/mb1", MID, batch(1, 2)),
         ("small/pp2-1f1b/mb1x8", SMALL, batch(1, 1, 8) + PP2),
-        ("small/pp2-interleaved/mb1x8", SMALL, batch(1, 1, 8) + PP2 + INTERLEAVED)],
+        ("small/pp2-interleaved/mb1x8", SMALL, batch(1, 1, 8) + PP2 + INTERLEAVED),
+        ("small/pp2-zero_bubble/mb1x8", SMALL, batch(1, 1, 8) + PP2 + ZERO_BUBBLE)],
     4: [("small/full_shard-4/mb4", SMALL, batch(4, 4)),
         ("small/hsdp-2x2/mb4", SMALL, batch(4, 4) + HSDP),
         ("small/tp2-dp2/mb4", SMALL, batch(4, 2) + TP2),

@@ -18,3 +18,17 @@ export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_T
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+
+# vcluster_up: a virtual cluster of 2 nodes for the bench's srun jobs (tests/cluster/vcluster, root; V names it),
+# brought down on exit; fails, with its reason in $work/vcluster.log, where none can be made.
+vcluster_up() {
+  export FSDPP_VCLUSTER_DIR=$work/vcluster
+  V=tests/cluster/vcluster
+  local up
+  up=$("$V" up --nodes 2 --cpus 2 2>"$work/vcluster.log") || return 1
+  trap '"$V" down >/dev/null 2>&1; rm -rf "$work"' EXIT
+  eval "$up"
+  export SLURM_CONF FSDPP_DEVICE=host
+}
+# The bytes the virtual cluster's links have carried so far (after vcluster_up).
+vcluster_bytes() { "$V" bytes | awk '{s += $2} END {print s}'; }

@@ -86,22 +86,17 @@ done
 # The virtual cluster: 2 nodes; the bench's jobs run with srun from an allocation made by salloc.
 cluster_note="not run (--nodes off)"
 if [ "$nodes" = auto ]; then
-  export FSDPP_VCLUSTER_DIR=$work/vcluster
-  V=tests/cluster/vcluster
-  if up=$("$V" up --nodes 2 --cpus 2 2>"$work/vcluster.log"); then
-    trap '"$V" down >/dev/null 2>&1; rm -rf "$work"' EXIT
-    eval "$up"
-    export SLURM_CONF FSDPP_DEVICE=host
+  if vcluster_up; then
     job_1x2=(srun --mpi=pmix --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --partition=vc)
     job_2x2=(srun --mpi=pmix --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --partition=vc)
     # Calibration: full_shard of the first deck, blocking, links unshaped: bytes one node sends per step and
     # the compute seconds per step (ms/step minus the communication waited on).
     d0=${decks%% *}
-    before=$("$V" bytes | awk '{s += $2} END {print s}')
+    before=$(vcluster_bytes)
     mb0=$("$fsdpp" plan "$d0" "${overrides[@]+"${overrides[@]}"}" --ranks 1 --json |
           python3 -c 'import json, sys; print(json.load(sys.stdin)["micro_batch"])')
     train calibrate false "${job_1x2[@]}" -- "$d0" "train.micro_batch=$mb0" "train.global_batch=$((2 * mb0))"
-    after=$("$V" bytes | awk '{s += $2} END {print s}')
+    after=$(vcluster_bytes)
     calib=$(awk '{print $3}' "$results" | tail -1)
     sed -i '$d' "$results"
     rate=$(python3 - "$calib" "$((after - before))" "$steps" <<'PY'

@@ -1,10 +1,10 @@
 // Pipeline parallelism (mesh.pp, parallel/pipeline_parallel.hpp, train/pipeline_step.hpp): one rank's per-step losses
-// and gradient norms (pp 1) at pp 2 and 4 under GPipe, 1F1B and interleaved 1F1B (2 chunks per rank), within fp32
-// parity (1e-5 relative), for GPT-2 (tied embedding: its gradient summed over the first and the last stage) and
-// Llama (untied head, RoPE), with accumulation and clipping, and composed with dp_shard, HSDP, tp (with sequence
-// parallelism), cp and activation checkpointing; bitwise across pp, schedules and data-parallel layouts in
-// reproducible mode; an evaluation through the stages; checkpoints saved at one pp resumed at another; what does
-// not run yet refused with its text.
+// and gradient norms (pp 1) at pp 2 and 4 under GPipe, 1F1B, interleaved 1F1B (2 chunks per rank) and zero_bubble
+// (weight gradients in a pass of their own), within fp32 parity (1e-5 relative), for GPT-2 (tied embedding: its
+// gradient summed over the first and the last stage) and Llama (untied head, RoPE), with accumulation and clipping,
+// and composed with dp_shard, HSDP, tp (with sequence parallelism), cp and activation checkpointing; bitwise across
+// pp, schedules and data-parallel layouts in reproducible mode (a resume across pp and dp too); an evaluation
+// through the stages; checkpoints saved at one pp resumed at another; what does not run yet refused with its text.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
 #include "train_runs.hpp"
@@ -56,6 +56,16 @@ MPI_TEST_CASE("pipeline parallel: GPT-2 (tied embedding) as on one rank, every r
                  "pp 2, activation checkpointing");
   check_same_run(run_on(test_comm, test_rank, 2, gpt2({"mesh.pp=2", "pipeline.split=[1]"})), one,
                  "pp 2, pipeline.split [1]");
+  // zero_bubble: weight gradients computed in a later pass than the input gradients, synchronized after the last.
+  const std::vector<std::string> zero_bubble = {"pipeline.schedule=zero_bubble"};
+  check_same_run(run_on(test_comm, test_rank, 2, gpt2(with(zero_bubble, {"mesh.pp=2"}))), one, "pp 2, zero_bubble");
+  check_same_run(run_on(test_comm, test_rank, 4, gpt2(with(zero_bubble, {"mesh.pp=4"}))), one, "pp 4, zero_bubble");
+  check_same_run(run_on(test_comm, test_rank, 4, gpt2(with(zero_bubble, {"mesh.pp=2", "mesh.dp_shard=2"}))), one,
+                 "pp 2 x dp_shard 2, zero_bubble");
+  check_same_run(run_on(test_comm, test_rank, 4,
+                        gpt2(with(zero_bubble, {"mesh.pp=2", "fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2",
+                                                "mesh.dp_shard=1", "train.activation_checkpointing=full"}))),
+                 one, "pp 2 x HSDP 2 x 1, zero_bubble, activation checkpointing");
   // Interleaved: rank 0 holds blocks 0 and 2, rank 1 blocks 1 and 3 (the tied head after chunk 1 on rank 1).
   const std::vector<std::string> interleaved = {"pipeline.schedule=interleaved_1f1b", "pipeline.virtual_stages=2"};
   check_same_run(run_on(test_comm, test_rank, 2, gpt2(with(interleaved, {"mesh.pp=2"}))), one,
@@ -66,6 +76,9 @@ MPI_TEST_CASE("pipeline parallel: GPT-2 (tied embedding) as on one rank, every r
                         gpt2(with(interleaved, {"mesh.pp=2", "fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2",
                                                 "mesh.dp_shard=1", "train.activation_checkpointing=full"}))),
                  one, "pp 2 x 2 virtual stages x HSDP 2 x 1, interleaved 1f1b, activation checkpointing");
+  // pp 4 x 2 virtual stages: eight stages of one block each
+  check_same_run(run_on(test_comm, test_rank, 4, gpt2(with(interleaved, {"mesh.pp=4", "model.n_layer=8"}))),
+                 run_on(test_comm, test_rank, 1, gpt2({"model.n_layer=8"})), "pp 4 x 2 virtual stages, interleaved 1f1b");
 }
 
 MPI_TEST_CASE("pipeline parallel: Llama (untied head, RoPE) as on one rank, with tp and cp", 4) {
@@ -76,6 +89,12 @@ MPI_TEST_CASE("pipeline parallel: Llama (untied head, RoPE) as on one rank, with
   check_same_run(run_on(test_comm, test_rank, 2, llama({"mesh.pp=2", "pipeline.schedule=interleaved_1f1b",
                                                         "pipeline.virtual_stages=2"})),
                  one, "pp 2 x 2 virtual stages, interleaved 1f1b");
+  check_same_run(run_on(test_comm, test_rank, 4, llama({"mesh.pp=2", "mesh.tp=2", "mesh.tp_sequence_parallel=true",
+                                                        "pipeline.schedule=zero_bubble"})),
+                 one, "pp 2 x tp 2, sequence parallel, zero_bubble");
+  check_same_run(run_on(test_comm, test_rank, 4, llama({"mesh.pp=4", "pipeline.schedule=zero_bubble",
+                                                        "train.activation_checkpointing=every_2"})),
+                 one, "pp 4, zero_bubble, activation checkpointing of every second block");
   check_same_run(run_on(test_comm, test_rank, 4, llama({"mesh.pp=2", "mesh.cp=2", "model.attention=fused"})),
                  run_on(test_comm, test_rank, 1, llama({"model.attention=fused"})), "pp 2 x cp 2");
 }
@@ -97,6 +116,29 @@ MPI_TEST_CASE("pipeline parallel: reproducible mode is bitwise across pp, schedu
   check(4, {"mesh.pp=4"}, "pp 4, 1f1b");
   check(4, {"mesh.pp=2", "mesh.dp_shard=2"}, "pp 2 x dp_shard 2");
   check(2, {"mesh.pp=2", "pipeline.schedule=interleaved_1f1b", "pipeline.virtual_stages=2"}, "pp 2 x 2, interleaved");
+  check(4, {"mesh.pp=4", "pipeline.schedule=zero_bubble"}, "pp 4, zero_bubble");
+  check(4, {"mesh.pp=2", "mesh.dp_shard=2", "pipeline.schedule=zero_bubble"}, "pp 2 x dp_shard 2, zero_bubble");
+  // A checkpoint saved at pp 2 x dp_shard 2 (zero_bubble) and resumed at pp 4 and at pp 1 x dp_shard 3 continues
+  // with the uninterrupted run's bits.
+  const std::string dir = test::shared_temp_dir(test_comm, test_rank, "fsdpp-pp-exact-resume");
+  const std::vector<std::string> twelve = with(exact, {"train.global_batch=12", "train.steps=4"});
+  const std::vector<double> whole = test::losses_on(test_comm, test_rank, 1, llama(twelve));
+  const std::vector<std::string> saving = with(twelve, {"checkpoint.interval=2", "checkpoint.resume=auto"});
+  for (const std::string& folder : {dir + "/a", dir + "/b"})  // stopped after step 2
+    test::losses_on(test_comm, test_rank, 4, llama(with(saving, {"checkpoint.dir=" + folder, "mesh.pp=2",
+                                                                 "mesh.dp_shard=2", "pipeline.schedule=zero_bubble"})), 2);
+  auto check_resumed = [&](const std::vector<double>& resumed, const std::string& layout) {
+    CAPTURE(layout);
+    const std::vector<double> want(whole.begin() + 2, whole.end()), got(resumed.begin(), resumed.begin() + 2);
+    test::check_bitwise(got, want, "resumed loss");
+    CHECK(resumed[2] == 0.0);  // the run resumed at step 3: it did not start again
+  };
+  check_resumed(test::losses_on(test_comm, test_rank, 4, llama(with(saving, {"checkpoint.dir=" + dir + "/a", "mesh.pp=4"}))),
+                "pp 4");
+  check_resumed(test::losses_on(test_comm, test_rank, 3, llama(with(saving, {"checkpoint.dir=" + dir + "/b",
+                                                                             "mesh.dp_shard=3"}))),
+                "pp 1 x dp_shard 3");
+  if (test_rank == 0) std::filesystem::remove_all(dir);
 }
 
 // The training loop end to end: the losses a pipeline logs, and its evaluation through the stages, as pp 1's.
@@ -171,9 +213,10 @@ MPI_TEST_CASE("pipeline parallel: what does not run yet is refused on every rank
     }
     return "";
   };
-  CHECK(refusal({"pipeline.schedule=zero_bubble"}) ==
-        "pipeline.schedule zero_bubble is planned (`fsdpp plan` replays it) but not run yet; train with gpipe, 1f1b "
-        "or interleaved_1f1b");
+  CHECK(refusal({"pipeline.schedule=zero_bubble", "mesh.cp=2", "model.attention=fused"}).find(
+            "pipeline.schedule zero_bubble with mesh.cp 2: under context parallelism a stage replays its forwards, so "
+            "a weight pass would find another micro-batch's activations; use pipeline.schedule: 1f1b with mesh.cp") !=
+        std::string::npos);
   CHECK(refusal({"pipeline.schedule=interleaved_1f1b", "pipeline.virtual_stages=2", "mesh.cp=2",
                  "model.attention=fused"}).find("an interleaved pipeline under context parallelism is not run yet") !=
         std::string::npos);

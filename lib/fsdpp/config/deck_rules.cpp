@@ -418,6 +418,16 @@ void check_pipeline(const ModelConfig& m, const MeshConfig& mesh, const Pipeline
       previous = first;
     }
   }
+  // Under context parallelism a stage keeps one micro-batch's activations and replays the forwards of the others
+  // (its ring buffers are one set), which neither interleaving's chunks nor zero_bubble's weight passes allow yet.
+  if (mesh.cp > 1 && p.virtual_stages > 1)
+    broken({"pipeline.virtual_stages", "mesh.cp"}, "pipeline.virtual_stages {} with mesh.cp {}: an interleaved "
+           "pipeline under context parallelism is not run yet; use pipeline.schedule: 1f1b (one stage per rank) with "
+           "mesh.cp", p.virtual_stages, mesh.cp);
+  if (mesh.cp > 1 && p.schedule == PipelineScheduleKind::zero_bubble)
+    broken({"pipeline.schedule", "mesh.cp"}, "pipeline.schedule zero_bubble with mesh.cp {}: under context "
+           "parallelism a stage replays its forwards, so a weight pass would find another micro-batch's activations; "
+           "use pipeline.schedule: 1f1b with mesh.cp", mesh.cp);
   if (p.microbatches > 0) (void)pipeline_microbatches(mesh, p, p.microbatches);
 }
 

@@ -159,9 +159,10 @@ void FsdpGroup::schedule(FsdpScheduleEvent event) {
   for (const auto& listener : context_->listeners) listener->on_schedule(event);
 }
 
-void FsdpGroup::schedule_pass(FsdpScheduleEvent::Kind kind, Pass pass) {
+void FsdpGroup::schedule_pass(FsdpScheduleEvent::Kind kind, Pass pass, bool defers_weight_gradients) {
   FsdpScheduleEvent e(kind);
   e.pass = pass;
+  e.defers_weight_gradients = defers_weight_gradients;
   schedule(e);
 }
 
@@ -448,7 +449,7 @@ void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
   grads_unsharded_ = true;
   // Backward prefetch: the group that ran just before this one in forward runs just after it in backward.
   prefetch(backward_prefetch_, context_->forward_order, -1);
-  schedule_pass(FsdpScheduleEvent::Kind::pass_begin, pass);
+  schedule_pass(FsdpScheduleEvent::Kind::pass_begin, pass, flow.weight_stash != nullptr);
 }
 
 // Starts the all-gathers of the explicitly chosen modules, or else of this group's neighbour in `order`.

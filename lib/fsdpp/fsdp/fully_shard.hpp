@@ -188,7 +188,7 @@ class FsdpGroup final : public ModuleHooks {
   void note(FsdpBuffer kind, std::int64_t bytes);  // reports to FsdpStats and the root's listeners
   // Schedule events (fsdp/time_events.hpp) to the root's listeners; no-ops without listeners.
   void schedule(FsdpScheduleEvent event);
-  void schedule_pass(FsdpScheduleEvent::Kind kind, Pass pass);
+  void schedule_pass(FsdpScheduleEvent::Kind kind, Pass pass, bool defers_weight_gradients = false);
   void schedule_kernel(std::int64_t bytes);
   void schedule_host_copy(std::int64_t bytes);
   // Returns the collective's id (`id` when given: several issues waited for together).

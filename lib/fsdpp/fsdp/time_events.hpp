@@ -30,6 +30,9 @@ struct FsdpScheduleEvent {
   } kind;
   const Module* module = nullptr;  // pass_begin / pass_end
   Pass pass{};
+  // pass_begin of a backward whose Linear weight gradients wait for a Pass::backward_weight of the same unit
+  // (zero_bubble's input-gradient pass: nn/weight_gradient_stash.hpp).
+  bool defers_weight_gradients = false;
   CollectiveOp op = CollectiveOp::all_gather;
   std::int64_t bytes = 0;          // issue: the full (unsharded) buffer of the operation
   int ranks = 1;                   // issue: ranks in the group

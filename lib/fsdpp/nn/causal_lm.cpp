@@ -1,5 +1,7 @@
 #include "fsdpp/nn/causal_lm.hpp"
 
+#include "fsdpp/nn/weight_gradient_stash.hpp"
+
 #include "fsdpp/config/deck_rules.hpp"
 
 #include "fsdpp/nn/expert_parallel.hpp"
@@ -471,6 +473,20 @@ void CausalLM::backward(Flow& flow) {
   if (stage_.embeds(chunk_)) embed_backward(flow, flow.dx, N);  // else flow.dx leaves for the previous stage
 }
 
+void CausalLM::backward_weight(Flow& flow) {
+  FSDPP_CHECK(flow.weight_stash, "a weight pass without the stash its backward recorded in");
+  if (stage_.heads(chunk_)) flow.weight_stash->compute(*this);  // the head's
+  const auto [begin, end] = chunk_blocks();
+  for (std::size_t b = end; b-- > begin;) (*blocks_[b])(flow, Pass::backward_weight);
+}
+
+std::int64_t CausalLM::weight_stash_elements(int B, int T) const {
+  const auto [begin, end] = chunk_blocks();
+  std::int64_t n = 0;
+  for (std::size_t b = begin; b < end; ++b) n += blocks_[b]->weight_stash_elements(B, T);
+  return n;
+}
+
 // From d(loss)/d(logits) (in the logits) to the gradient of the last block's output, in flow.dx.
 void CausalLM::head_backward(Flow& flow, int N, int Nl) {
   const int C = config_.n_embd, Vl = static_cast<int>(head().rows());
@@ -482,10 +498,8 @@ void CausalLM::head_backward(Flow& flow, int N, int Nl) {
   // while the head's weight gradient (the largest product) is computed (tensor_parallel.hpp). The tied wte gets
   // it before the embedding's backward adds its own, as without overlap.
   TpPending reduction = tp.reduce_region_gradient_async(head_.dlnf, head_.dlnf_local, N, C);
-  context_->chunks.sum(&head(), nullptr, N, [&](const View1<float>& dw, const View1<float>& none, int row0, int rows) {
-    linear_backward_weight<float>(dw, none, chunk_rows(head_.logits, row0, rows, Vl), chunk_rows(head_.lnf, row0, rows, C),
-                                  rows, C, Vl);
-  });
+  linear_weight_gradients(flow, *this, Linear{head(), nullptr}, context_->chunks, head_.logits, head_.lnf, N, C, Vl,
+                          OutputGradient::in_slot);
   const View1<float> dlnf = tp.wait(reduction);
   Kokkos::deep_copy(head_.dx, 0.0f);
   if (sp) Kokkos::deep_copy(head_.norm_grads, 0.0f);

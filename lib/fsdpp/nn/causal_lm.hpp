@@ -81,6 +81,7 @@ class CausalLM : public LanguageModel {
   void apply_reproducible_chunks(int rows) override;
   void keep_pipeline_stage(const PipelineStagePart& part) override;
   std::size_t residual_elements(int B, int T) const override;
+  std::int64_t weight_stash_elements(int B, int T) const override;
   const ContextParallelStats* context_parallel_stats() const override {
     return context_->cp->active() ? &context_->cp->stats() : nullptr;
   }
@@ -109,6 +110,7 @@ class CausalLM : public LanguageModel {
   }
   void forward(Flow& flow) override;
   void backward(Flow& flow) override;
+  void backward_weight(Flow& flow) override;  // the head's (on the last stage), then the selected chunk's blocks'
 
  public:
   // Mixture-of-experts models: the router's statistics of the last training forward (nullptr for dense models).

@@ -1,5 +1,7 @@
 #include "fsdpp/nn/decoder_block.hpp"
 
+#include "fsdpp/nn/weight_gradient_stash.hpp"
+
 #include "fsdpp/nn/attention_dispatch.hpp"
 #include "fsdpp/nn/kernels/decode.hpp"
 #include "fsdpp/nn/kernels/linear.hpp"
@@ -365,7 +367,8 @@ void DecoderBlock::backward(Flow& flow) {
   // MLP: out = res2 + Wd act(branches(norm2(res2))), or res2 + experts(norm2(res2))
   const auto mlp_in_weight_gradients = [&] {
     for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i) {
-      parts_.mlp_in[i]->weight_gradients(context_->chunks, s.dbranches[i], a.ln2, N, C, l.mlp_width);
+      linear_weight_gradients(flow, *this, *parts_.mlp_in[i], context_->chunks, s.dbranches[i], a.ln2, N, C,
+                              l.mlp_width);
     }
   };
   View1<float> dln2 = s.dln;
@@ -382,7 +385,7 @@ void DecoderBlock::backward(Flow& flow) {
     for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i)
       linear_backward_input<float>(s.dln, s.dbranches[i], parts_.mlp_in[i]->weight.value(), N, C, l.mlp_width);
     TpPending reduction = tp.reduce_region_gradient_async(s.dln, s.dln_local, N, C);  // every rank's features fed it
-    down.weight_gradients(context_->chunks, dout_rows, a.h, N, l.mlp_width, C);
+    linear_weight_gradients(flow, *this, down, context_->chunks, dout_rows, a.h, N, l.mlp_width, C);
     if (!sp) mlp_in_weight_gradients();  // under sp, they overlap the all-gather below
     dln2 = tp.wait(reduction);
   }
@@ -439,9 +442,9 @@ void DecoderBlock::backward(Flow& flow) {
     linear_backward_input<float>(s.dln, s.dqkv, q.weight.value(), N, C, width, W, at);
   });
   TpPending reduction = tp.reduce_region_gradient_async(s.dln, s.dln_local, N, C);
-  wo.weight_gradients(context_->chunks, s.dres2, a.atty, N, l.attention_width, C);
+  linear_weight_gradients(flow, *this, wo, context_->chunks, s.dres2, a.atty, N, l.attention_width, C);
   each_qkv([&](const Linear& q, int width, int at) {
-    q.weight_gradients(context_->chunks, s.dqkv, a.ln1, N, C, width, W, at);
+    linear_weight_gradients(flow, *this, q, context_->chunks, s.dqkv, a.ln1, N, C, width, W, at);
   });
   const View1<float> dln1 = tp.wait(reduction);
   Kokkos::deep_copy(dout, dres2);  // the residual path, into the caller's buffer: d(out) is no longer needed
@@ -453,6 +456,22 @@ void DecoderBlock::backward(Flow& flow) {
     for (Parameter* p : parts_.mlp_norm->parameters()) norms.push_back(p);
     tp.add_norm_gradients(s.norm_grads, norms);
   }
+}
+
+void DecoderBlock::backward_weight(Flow& flow) {
+  FSDPP_CHECK(flow.weight_stash, "{}: a weight pass without the stash its backward recorded in", display_name());
+  flow.weight_stash->compute(*this);
+}
+
+// What backward above records under zero_bubble (weight_gradient_stash.hpp), one copy per output gradient: Wd's
+// (N,C) and each MLP branch's (N,Fl) (a sparse block's experts are not deferred), Wo's (N,C), the packed qkv's
+// (N,W); recomputing, the inputs too: Wd's h (N,Fl), the branches' ln2 (N,C), Wo's atty (N,Al), qkv's ln1 (N,C).
+std::int64_t DecoderBlock::weight_stash_elements(int B, int T) const {
+  const Local l = local();
+  const std::int64_t N = std::int64_t{B} * T, C = dims_.C;
+  const std::int64_t mlp = parts_.moe ? 0 : C + static_cast<std::int64_t>(parts_.mlp_in.size()) * l.mlp_width;
+  const std::int64_t inputs = !recomputes_in_backward() ? 0 : (parts_.moe ? 0 : l.mlp_width + C) + l.attention_width + C;
+  return N * (mlp + C + l.qkv_width + inputs);
 }
 
 // Qwen3's q/k norms under reproducible chunks: each chunk's rows (the input gradient is row-wise, the weights' a

@@ -175,6 +175,8 @@ class DecoderBlock : public Module {
   // The dense MLP's width in the tables above: this rank's F when some block of the model is dense, else 0.
   int dense_mlp_table_width() const;
   std::int64_t output_bytes(int B, int T) const;  // the block's output, kept for the next block
+  // The floats a backward of B sequences of T tokens leaves in a weight-gradient stash (zero_bubble's I).
+  std::int64_t weight_stash_elements(int B, int T) const;
   // Held by this block now: its output and, unless it recomputes, its own activation set.
   std::int64_t activation_bytes() const;
 
@@ -201,6 +203,7 @@ class DecoderBlock : public Module {
 
   void forward(Flow& flow) override;
   void backward(Flow& flow) override;
+  void backward_weight(Flow& flow) override;
 
  private:
   friend class CausalLM;  // numbers the blocks

@@ -20,6 +20,8 @@ void Module::operator()(Flow& flow, Pass pass) {
   if (pass == Pass::forward) {
     if (recompute_in_backward_) checkpoint_input_ = flow.x;  // after the hooks: what forward() reads
     forward(flow);
+  } else if (pass == Pass::backward_weight) {
+    backward_weight(flow);  // from what backward recorded: nothing to recompute
   } else {
     if (recompute_in_backward_) {
       const TimelineScope span(recompute_region_);

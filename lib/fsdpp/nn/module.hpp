@@ -45,7 +45,8 @@
 
 namespace fsdpp {
 
-struct DecodeStep;  // nn/kv_cache.hpp
+struct DecodeStep;            // nn/kv_cache.hpp
+class WeightGradientStash;  // nn/weight_gradient_stash.hpp
 
 // What flows between modules of a language model: tokens in, the residual stream through, a loss out, and
 // the gradient of the residual stream back.
@@ -59,9 +60,13 @@ struct Flow {
   double loss = 0.0;                  // mean cross-entropy over B*T positions
   float loss_scale = 1.0f;            // d(total objective)/d(loss): 1/accumulation_steps under accumulation
   DecodeStep* decode = nullptr;       // set: a decode forward with a KV cache (nn/kv_cache.hpp), not training's
+  // Set: backward leaves the Linear weight gradients here for a later Pass::backward_weight (zero_bubble's split).
+  WeightGradientStash* weight_stash = nullptr;
 };
 
-enum class Pass { forward, backward };
+// backward_weight: the weight gradients a backward left in flow.weight_stash (nn/weight_gradient_stash.hpp). Hooks
+// see it as a second backward of the same micro-batch (fully_shard keeps the gradients whole between the two).
+enum class Pass { forward, backward, backward_weight };
 
 class Module;
 
@@ -144,6 +149,9 @@ class Module {
   void add_child(Module& child, const std::string& name);
   virtual void forward(Flow& flow) = 0;
   virtual void backward(Flow& flow) = 0;
+  // Pass::backward_weight: the weight gradients this module's backward recorded in flow.weight_stash, and its
+  // children's (in backward order). Modules without Linear weights have none.
+  virtual void backward_weight(Flow& flow) { (void)flow; }
   // The module's own per-micro-batch state (its activations, its output) into slot `from`'s keeping, and slot
   // `to`'s back (select_activation_slot). Modules that keep none have nothing to do.
   virtual void swap_activation_slot(int from, int to) {

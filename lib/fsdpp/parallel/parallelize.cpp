@@ -212,6 +212,16 @@ void Parallelism::before_micro_batch(int index, int count, bool root_too) {
   }
 }
 
+void Parallelism::before_input_gradients() {
+  // Reproducible mode rounds each synchronized backward's gradients to words, so a float sum across micro-batches
+  // would change the bits: I synchronizes what it computed (norms, embedding, head) and W the weights'. Each
+  // parameter's gradient comes whole from one of the two, so its words are those of a whole backward.
+  const bool exact = layout_.exact_reduction;
+  root_->set_requires_gradient_sync(exact);
+  root_->set_requires_all_reduce(exact && layout_.all_reduce_every_micro_batch);
+  if (exact) root_->set_exact_single_backward(0);
+}
+
 void Parallelism::keep_parameters_between_micro_batches(bool keep) {
   const bool whole_after_forward = layout_.block_options.reshard_after_forward == false;
   root_->set_reshard_after_backward(!(keep && whole_after_forward));

@@ -131,6 +131,10 @@ class Parallelism {
   // `root_too` false: the root's own parameters wait for a later backward of the same micro-batch (a pipeline rank
   // holding several chunks runs the root once per chunk; its embedding or head is complete after its last one).
   void before_micro_batch(int index, int count, bool root_too = true);
+  // zero_bubble's input-gradient pass (nn/weight_gradient_stash.hpp): its weight gradients come in a later pass,
+  // so no group reduces after it (but in reproducible mode); that pass calls before_micro_batch as a whole
+  // backward would.
+  void before_input_gradients();
   // Pipeline stages (torch.distributed.pipelining's set_reshard_after_backward(False) but for the last backward):
   // where the parameters stay whole after forward (reshard_after_forward false, a stage's default) they stay whole
   // after backward too while `keep`, so a stage gathers its blocks once per step instead of once per micro-batch.

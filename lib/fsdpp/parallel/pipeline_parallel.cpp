@@ -25,12 +25,6 @@ void free_comm(MPI_Comm& comm) {
 
 // What a pipeline does not run yet: refused on every rank alike, before any communicator is made.
 void check_runnable(const Deck& deck) {
-  const PipelineScheduleKind kind = deck.pipeline.schedule;
-  FSDPP_REQUIRE(kind != PipelineScheduleKind::zero_bubble, "pipeline.schedule {} is planned (`fsdpp plan` replays "
-                "it) but not run yet; train with gpipe, 1f1b or interleaved_1f1b", to_string(kind));
-  FSDPP_REQUIRE(deck.pipeline.virtual_stages == 1 || deck.mesh.cp == 1, "pipeline.virtual_stages {} with mesh.cp {}: "
-                "an interleaved pipeline under context parallelism is not run yet; use pipeline.schedule: 1f1b (one "
-                "stage per rank) with mesh.cp", deck.pipeline.virtual_stages, deck.mesh.cp);
   // The tied embedding's two gradients are summed after each stage has rounded its own, where one rank sums them
   // within each unit's backward: the same on any pp > 1, but not bitwise pp 1's.
   FSDPP_REQUIRE(!deck.train.reproducible || !deck.model.tie_embeddings, "train.reproducible with mesh.pp {} and a "

@@ -21,12 +21,14 @@ std::vector<int> divisors(int n) {
 }
 
 // The pipelines a deck of `layers` blocks may take on `ranks` ranks (overrides): none, and for each pp dividing the
-// ranks (the outermost dimension) 1f1b, and interleaved_1f1b with 2 stages per rank where the blocks allow.
+// ranks (the outermost dimension) 1f1b, zero_bubble, and interleaved_1f1b with 2 stages per rank where the blocks
+// allow (the deck's rules drop those the micro-batches or the mesh do not allow).
 std::vector<std::vector<std::string>> pipelines(int ranks, int layers) {
   std::vector<std::vector<std::string>> out = {{"mesh.pp=1"}};
   for (int pp : divisors(ranks)) {
     if (pp == 1 || pp > layers) continue;
     out.push_back({fmt::format("mesh.pp={}", pp), "pipeline.schedule=1f1b"});
+    out.push_back({fmt::format("mesh.pp={}", pp), "pipeline.schedule=zero_bubble"});
     if (2 * pp <= layers)
       out.push_back({fmt::format("mesh.pp={}", pp), "pipeline.schedule=interleaved_1f1b", "pipeline.virtual_stages=2"});
   }

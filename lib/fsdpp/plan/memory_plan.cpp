@@ -4,10 +4,12 @@
 
 #include "fsdpp/config/deck_rules.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
+#include "fsdpp/parallel/pipeline_gradient_sync.hpp"
 #include "fsdpp/parallel/pipeline_parallel.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/nn/make_model.hpp"
+#include "fsdpp/nn/weight_gradient_stash.hpp"
 #include "fsdpp/optim/deck_optimizer.hpp"
 
 #include <fmt/format.h>
@@ -187,12 +189,25 @@ void plan_pipeline_step(const Deck& deck, PlannedModel& planned, int stage,
   // Slots per chunk: the most of its micro-batches in flight at once. Under cp the forwards replay instead: one
   // set, and every micro-batch's input kept.
   const bool replays = deck.mesh.cp > 1;
-  std::vector<int> slots(sz(v), 0), in_flight(sz(v), 0);
+  // Stashes per chunk: the most of its micro-batches between their I and their W (pipeline_step.cpp makes one each).
+  std::vector<int> slots(sz(v), 0), in_flight(sz(v), 0), stashes(sz(v), 0), pending(sz(v), 0);
   for (const PipelineAction& a : actions) {
     const std::size_t c = sz(a.stage / pp);
     if (a.op == PipelineOp::forward) slots[c] = std::max(slots[c], ++in_flight[c]);
-    else if (a.op != PipelineOp::backward_input) --in_flight[c];
+    else if (a.op == PipelineOp::backward_input) stashes[c] = std::max(stashes[c], ++pending[c]);
+    else --in_flight[c];
+    if (a.op == PipelineOp::backward_weight) --pending[c];
   }
+  plan.pipeline_stashes = stashes;
+  auto stash_bytes = [&](int B) {
+    std::int64_t bytes = 0;
+    for (int c = 0; c < v; ++c) {
+      shapes.select_pipeline_chunk(c);
+      bytes += stashes[sz(c)] * shapes.weight_stash_elements(B, T) * 4;
+    }
+    shapes.select_pipeline_chunk(0);
+    return bytes;
+  };
   if (replays) slots.assign(sz(v), 1);
   plan.pipeline_slots = slots;
   // Messages kept: a received input per slot (per micro-batch when replaying) of each stage after the first, and
@@ -211,13 +226,13 @@ void plan_pipeline_step(const Deck& deck, PlannedModel& planned, int stage,
   plan.activations_without_checkpointing = shapes.activation_split(plan.micro_batch, T, 0).with_slots(slots);
   plan.pipeline_message_bytes = residual_bytes(plan.micro_batch);
   m.pipeline_messages = messages * plan.pipeline_message_bytes;
+  m.weight_stash = stash_bytes(plan.micro_batch);
   m.batch = std::int64_t{2} * plan.micro_batch * T * 4;
   plan.per_sequence_bytes = shapes.activation_split(1, T, plan.recomputing_blocks).with_slots(slots) +
-                            messages * residual_bytes(1) + std::int64_t{2} * T * 4;
+                            messages * residual_bytes(1) + stash_bytes(1) + std::int64_t{2} * T * 4;
   plan.ring_bytes_per_step = ring_bytes(deck, par, plan);
-  std::size_t last_backward = 0;
-  for (std::size_t k = 0; k < actions.size(); ++k)
-    if (actions[k].op != PipelineOp::forward) last_backward = k;
+  PipelineGradientSync sync(actions, pp, plan.accum_steps);
+  WeightGradientStash stash;  // a dry run records nothing in it: set, it marks an I for fully_shard's listeners
   run_dry_step(planned, std::move(schedule), [&](Flow& flow) {
     for (std::size_t k = 0; k < actions.size(); ++k) {
       const PipelineAction& a = actions[k];
@@ -226,9 +241,10 @@ void plan_pipeline_step(const Deck& deck, PlannedModel& planned, int stage,
         shapes.dry_run(flow, Pass::forward);
         continue;
       }
-      par.before_micro_batch(a.microbatch, plan.accum_steps, k == last_backward);
-      par.keep_parameters_between_micro_batches(k != last_backward);
-      shapes.dry_run(flow, Pass::backward);
+      sync.before(par, k);
+      flow.weight_stash = a.op == PipelineOp::backward_input ? &stash : nullptr;
+      shapes.dry_run(flow, a.op == PipelineOp::backward_weight ? Pass::backward_weight : Pass::backward);
+      flow.weight_stash = nullptr;
     }
     shapes.select_pipeline_chunk(0);
   });
@@ -346,6 +362,9 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
   row("batch tokens and targets", m.batch);
   if (plan.pipeline_stage >= 0)
     row("pipeline messages (inputs in flight, output gradient)", m.pipeline_messages);
+  if (m.weight_stash > 0)
+    row(fmt::format("weight-gradient stashes ({} micro-batches between I and W)", fmt::join(plan.pipeline_stashes, " + ")),
+        m.weight_stash);
   line(fmt::format("  {:<61} {:>10}", "", "----------"));
   std::string verdict;
   if (mem_per_rank)

@@ -40,9 +40,11 @@ struct PlannedMemory {
   std::int64_t batch = 0;               // the micro-batch's tokens and targets
   // A pipeline stage: the activations it received, kept until their backward, and its output's gradient.
   std::int64_t pipeline_messages = 0;
+  // zero_bubble: the weight-gradient stashes (nn/weight_gradient_stash.hpp) of the micro-batches between I and W.
+  std::int64_t weight_stash = 0;
   std::int64_t total() const {
     return parameters + gradients + optimizer + unsharded_parameters + unsharded_gradients + comm_buffers +
-           pool_cached + activations + batch + pipeline_messages;
+           pool_cached + activations + batch + pipeline_messages + weight_stash;
   }
 };
 
@@ -61,6 +63,7 @@ struct MemoryPlan {
   int recomputing_blocks = 0;           // train.activation_checkpointing: blocks that recompute in backward
   int pipeline_stage = -1;              // plan_stage_memory: the pipeline rank planned (ranks: its stage's)
   std::vector<int> pipeline_slots;      // ... and its activation slots per chunk (micro-batches in flight)
+  std::vector<int> pipeline_stashes;    // ... and its weight-gradient stashes per chunk (zero_bubble: Is before their W)
   std::int64_t pipeline_message_bytes = 0;  // ... and one message between stages (a micro-batch's residual stream)
   std::int64_t activations_without_checkpointing = 0;  // memory.activations had no block recomputed
   // fsdp.forward_prefetch / backward_prefetch and comm.overlap: with overlap, a unit's reduce-scatter buffers

@@ -91,10 +91,12 @@ PipelineStepPlan plan_pipeline_step(const Deck& deck, int ranks, const Machine& 
     out.stages.push_back(price_step(stage_deck, stage_ranks, machine, [&](std::shared_ptr<FsdpMemoryListener> recorder) {
       return plan_stage_memory(deck, ranks, r, std::move(recorder));
     }));
-  // Per micro-batch, each global stage's share of its rank's passes (by FLOPs, over the rank's chunks); the input
-  // and weight gradients half a backward each. The rest of a rank's step (reductions left exposed at its end, the
-  // optimizer) follows the pipeline's last action.
+  // Per micro-batch, each global stage's share of its rank's passes (by FLOPs, over the rank's chunks). zero_bubble's
+  // weight pass is what the rank's Ws were priced at, per W; elsewhere the input and weight gradients are half a
+  // backward each. The rest of a rank's step (reductions left exposed at its end, the optimizer) follows the
+  // pipeline's last action.
   const int m = pipeline.shape.microbatches, S = pipeline.shape.stages();
+  const PipelineSchedule schedule = make_pipeline_schedule(deck.pipeline.schedule, pipeline.shape);
   PipelineCosts costs;
   costs.forward.resize(sz(S));
   costs.backward_input.resize(sz(S));
@@ -103,13 +105,17 @@ PipelineStepPlan plan_pipeline_step(const Deck& deck, int ranks, const Machine& 
   for (int r = 0; r < pp; ++r) {
     const StepTime& t = out.stages[sz(r)].time;
     auto ms = [&](const char* what) { return t.compute_ms_by_what.count(what) ? t.compute_ms_by_what.at(what) : 0.0; };
-    const double forward = ms("forward"), backward = ms("backward") + ms("recompute");
+    const double forward = ms("forward"), backward = ms("backward") + ms("recompute") + ms("backward_weight");
+    int weight_passes = 0;
+    for (const PipelineAction& a : schedule[sz(r)]) weight_passes += a.op == PipelineOp::backward_weight ? 1 : 0;
+    const double weight = weight_passes > 0 ? ms("backward_weight") / weight_passes : backward / m / 2;
     double rank_flops = 0;
     for (int s = r; s < S; s += pp) rank_flops += pipeline.split.flops[sz(s)];
     for (int s = r; s < S; s += pp) {
       const double share = rank_flops > 0 ? pipeline.split.flops[sz(s)] / rank_flops : 1.0 / v;
       costs.forward[sz(s)] = forward * share / m;
-      costs.backward_input[sz(s)] = costs.backward_weight[sz(s)] = backward * share / m / 2;
+      costs.backward_weight[sz(s)] = weight * share;
+      costs.backward_input[sz(s)] = backward * share / m - costs.backward_weight[sz(s)];
     }
     after = std::max(after, t.ms_per_step - forward - backward);
   }
@@ -119,7 +125,7 @@ PipelineStepPlan plan_pipeline_step(const Deck& deck, int ranks, const Machine& 
   out.p2p_ms = 1e3 * point_to_point_seconds(machine, out.message_bytes, spans,
                                             spans ? group_ranks_per_node(machine, stage_ranks, pp) : 0);
   costs.p2p = out.p2p_ms;
-  out.timeline = simulate_pipeline(make_pipeline_schedule(deck.pipeline.schedule, pipeline.shape), pipeline.shape, costs);
+  out.timeline = simulate_pipeline(schedule, pipeline.shape, costs);
   // The job's figures: the slowest stage's, with the step the pipeline's makespan plus the longest tail.
   const auto slowest = std::max_element(out.stages.begin(), out.stages.end(), [](const StepPlan& a, const StepPlan& b) {
     return a.time.ms_per_step < b.time.ms_per_step;

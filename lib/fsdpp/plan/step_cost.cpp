@@ -97,9 +97,11 @@ class StepRecorder final : public FsdpMemoryListener {
   void ring_forward(double products_seconds, const std::string& what);
   void ring_backward(double products_seconds);
   void forward(const std::vector<Region>& regions, const std::string& what, bool count);
-  void backward(const std::vector<Region>& regions, bool count);
+  // `deferred` set (zero_bubble's I): the weight-gradient GEMMs go there for the unit's Pass::backward_weight.
+  void backward(const std::vector<Region>& regions, bool count, std::vector<Gemm>* deferred = nullptr);
 
   Pricing p_;
+  std::map<const Module*, std::vector<Gemm>> deferred_;  // per unit: its I's weight-gradient GEMMs until its W
   int next_id_ = 1 << 24;  // ids for the collectives priced here (fully_shard's count up from 0)
 };
 
@@ -342,7 +344,7 @@ void StepRecorder::forward(const std::vector<Region>& regions, const std::string
 
 // Backward, regions in reverse: dX GEMMs (and the products'), then (tp) the region input's gradient reduction
 // issued, the dW GEMMs under it (comm.overlap), and waited for.
-void StepRecorder::backward(const std::vector<Region>& regions, bool count) {
+void StepRecorder::backward(const std::vector<Region>& regions, bool count, std::vector<Gemm>* deferred) {
   for (auto it = regions.rbegin(); it != regions.rend(); ++it) {
     const Region& r = *it;
     if (p_.sequence_parallel) tp_blocking(CollectiveOp::all_gather);
@@ -367,12 +369,14 @@ void StepRecorder::backward(const std::vector<Region>& regions, bool count) {
                         N() * p_.C * 4, p_.tp, "tp");
       if (!p_.overlap) wait(reduction);
     }
-    compute(gemms_seconds(dw), "backward");
+    if (deferred) deferred->insert(deferred->end(), dw.begin(), dw.end());
+    else compute(gemms_seconds(dw), "backward");
     exchange_rows(r, false);  // dispatch's backward takes the inputs' gradients home
     if (reduction >= 0 && p_.overlap) wait(reduction);
     if (!count) continue;
     for (const Gemm& g : dx) priced_flops += g.flops();
-    for (const Gemm& g : dw) priced_flops += g.flops();
+    if (!deferred)
+      for (const Gemm& g : dw) priced_flops += g.flops();
     priced_flops += 2 * r.elementwise_flops;
   }
 }
@@ -386,11 +390,18 @@ void StepRecorder::on_schedule(const FsdpScheduleEvent& e) {
           model_flops += lm->flops_per_token(p_.T_keys) * std_N() / p_.tp;
       break;
     case Kind::pass_begin:
+      if (e.pass == Pass::backward_weight) {  // what the unit's I left: its weight-gradient GEMMs, now
+        const std::vector<Gemm> dw = std::move(deferred_[e.module]);
+        deferred_.erase(e.module);
+        compute(gemms_seconds(dw), "backward_weight");
+        for (const Gemm& g : dw) priced_flops += g.flops();
+        break;
+      }
       if (e.pass != Pass::backward) break;
       // Activation checkpointing: the forward runs again first, up to the block's output projection (its TP
       // collectives too, not its all-gather).
       if (e.module->recomputes_in_backward()) forward(regions_of(*e.module, true), "recompute", false);
-      backward(regions_of(*e.module), true);
+      backward(regions_of(*e.module), true, e.defers_weight_gradients ? &deferred_[e.module] : nullptr);
       break;
     case Kind::issue: {
       const int stride = p_.stride.count(e.group) ? p_.stride.at(e.group) : 1;

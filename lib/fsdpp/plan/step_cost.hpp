@@ -32,7 +32,7 @@ struct StepTime {
   std::string critical_resource;   // "compute", or "<mesh dim> (intra-node|inter-node)"
   std::map<std::string, double> exposed_comm_ms;  // per mesh dimension (and host_link)
   std::map<std::string, double> busy_comm_ms;     // per mesh dimension
-  std::map<std::string, double> compute_ms_by_what;  // forward, backward, recompute, copies, optimizer
+  std::map<std::string, double> compute_ms_by_what;  // forward, backward, recompute, copies, optimizer, backward_weight (zero_bubble's W)
   std::map<std::string, std::string> link_of;     // mesh dimension -> "intra-node" / "inter-node"
   std::map<std::string, double> comm_bytes;       // per mesh dimension: this rank's payload per step (observe's
                                                   // traffic table counts the same: count x dtype, all_gather's input)

@@ -1,6 +1,7 @@
 #include "fsdpp/train/pipeline_step.hpp"
 
 #include "fsdpp/observe/timeline.hpp"
+#include "fsdpp/parallel/pipeline_gradient_sync.hpp"
 #include "fsdpp/runtime/error.hpp"
 
 #include <fmt/format.h>
@@ -24,11 +25,8 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
   replays_ = 0;
   const double start = MPI_Wtime(), waited = pipeline_.waited_s();
   const std::vector<PipelineAction>& actions = pipeline_.actions(microbatches);
-  // The root's own parameters (the embedding, the head) synchronize on this rank's last backward: under
-  // interleaving the root runs once per chunk, and the last micro-batch's backward of a later chunk comes first.
-  std::size_t last_backward = 0;
-  for (std::size_t k = 0; k < actions.size(); ++k)
-    if (actions[k].op != PipelineOp::forward) last_backward = k;
+  PipelineGradientSync sync(actions, pipeline_.stages(), microbatches);
+  stash_of_.assign(cells, -1);
   for (std::size_t k = 0; k < actions.size(); ++k) {
     const PipelineAction& a = actions[k];
     const int chunk = pipeline_.chunk_of(a.stage);
@@ -42,8 +40,9 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
       }
       timers.mark(forward_section);
     } else {
-      FSDPP_CHECK(a.op == PipelineOp::backward, "pipeline action {} is not run by this schedule", to_string(a));
-      backward(flow, chunk, a.microbatch, microbatches, k == last_backward);
+      sync.before(parallel_, k);
+      if (a.op == PipelineOp::backward_weight) backward_weight(flow, chunk, a.microbatch);
+      else backward(flow, chunk, a.microbatch, microbatches, a.op == PipelineOp::backward_input);
       timers.mark(backward_section);
     }
   }
@@ -65,12 +64,14 @@ std::string PipelineStep::summary(MPI_Comm world, int microbatches) const {
   MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_DOUBLE, MPI_MIN, world);
   MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_DOUBLE, MPI_MAX, world);
   MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, world);
-  int counts[2] = {replays_, slots()};
-  MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_INT, MPI_MAX, world);
-  const std::string activations =
+  int counts[3] = {replays_, slots(), stashes()};
+  MPI_Allreduce(MPI_IN_PLACE, counts, 3, MPI_INT, MPI_MAX, world);
+  std::string activations =
       keeps_slots_ ? fmt::format("activations kept for up to {} micro-batches per rank", counts[1])
                    : fmt::format("forwards replayed for a backward (context parallelism), per step: up to {} per rank",
                                  counts[0]);
+  if (counts[2] > 0)
+    activations += fmt::format(", weight gradients held back (I before W) for up to {} of them", counts[2]);
   const std::string schedule =
       pipeline_.virtual_stages() > 1
           ? fmt::format("{} ({} virtual stages)", to_string(pipeline_.schedule_kind()), pipeline_.virtual_stages())
@@ -131,7 +132,7 @@ void PipelineStep::forward(Flow& flow, int chunk, int i, int m, bool replay) {
   elements_[at] = n;
 }
 
-void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool last_of_step) {
+void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool input_only) {
   const std::size_t at = cell(chunk, i);
   model_.select_pipeline_chunk(chunk);
   if (keeps_slots_) {  // its own activations: the slot its forward computed in, and its tokens again
@@ -154,14 +155,36 @@ void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool last_of_st
     pipeline_.receive(gradient_, n, s, s + 1, i, true);
     flow.dx = gradient_;
   }
-  // The last micro-batch's backward synchronizes the chunk's gradients; the root's, the rank's last backward.
-  parallel_.before_micro_batch(i, m, last_of_step);
-  parallel_.keep_parameters_between_micro_batches(!last_of_step);  // gathered once per step
+  if (input_only) {  // zero_bubble's I: the weight gradients wait in a stash for W
+    if (free_stashes_.empty()) {
+      free_stashes_.push_back(static_cast<int>(stashes_.size()));
+      stashes_.push_back(std::make_unique<WeightGradientStash>());
+    }
+    stash_of_[at] = free_stashes_.back();
+    free_stashes_.pop_back();
+    flow.weight_stash = stashes_[static_cast<std::size_t>(stash_of_[at])].get();
+  }
   model_(flow, Pass::backward);
+  flow.weight_stash = nullptr;
   Kokkos::fence();
   if (!pipeline_.first_stage(s)) pipeline_.send(flow.dx, n, s, s - 1, i, true);
   held_ = -1;  // backward has consumed the activations (the head's loss gradient among them)
-  if (keeps_slots_) free_slots_[static_cast<std::size_t>(chunk)].push_back(slot_of_[at]);
+  // After I the stash still reads the slot's activations (the weights' inputs): W frees it.
+  if (keeps_slots_ && !input_only) free_slots_[static_cast<std::size_t>(chunk)].push_back(slot_of_[at]);
+}
+
+void PipelineStep::backward_weight(Flow& flow, int chunk, int i) {
+  const std::size_t at = cell(chunk, i);
+  FSDPP_CHECK(stash_of_[at] >= 0, "pipeline: W{} before its I on this rank", i);
+  WeightGradientStash& stash = *stashes_[static_cast<std::size_t>(stash_of_[at])];
+  model_.select_pipeline_chunk(chunk);
+  flow.weight_stash = &stash;
+  model_(flow, Pass::backward_weight);
+  flow.weight_stash = nullptr;
+  stash.finish();
+  free_stashes_.push_back(stash_of_[at]);
+  stash_of_[at] = -1;
+  free_slots_[static_cast<std::size_t>(chunk)].push_back(slot_of_[at]);
 }
 
 double PipelineStep::evaluate(Flow& flow, int index) {

@@ -16,17 +16,24 @@
 // micro-batch's forward ran since, as activation checkpointing replays a block: the same kernels on the same
 // input, so the gradients are those of an unbroken forward and backward, at the cost of a forward.
 //
+// zero_bubble (ZB-H1): I i is B i with its weight gradients recorded in a stash (nn/weight_gradient_stash.hpp)
+// instead of computed, and the slot kept; W i computes them and frees the slot and the stash. Gradients
+// synchronize as parallel/pipeline_gradient_sync.hpp says: on a chunk's last B or W, never after an I (its weight
+// gradients are missing).
+//
 // Interleaved 1F1B: a rank holds several chunks (global stages r, r + pp, ...) and its actions name the stage;
 // each action selects its chunk (LanguageModel::select_pipeline_chunk), and each chunk has slots of its own. A
 // chunk's blocks synchronize their gradients on its last micro-batch's backward; the root's own parameters (the
 // embedding, the head) on the rank's last backward of the step, after every chunk has added to them.
 #include "fsdpp/nn/language_model.hpp"
+#include "fsdpp/nn/weight_gradient_stash.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/parallel/pipeline_parallel.hpp"
 #include "fsdpp/runtime/timers.hpp"
 #include "fsdpp/train/data_feed.hpp"
 #include "fsdpp/train/reproducible.hpp"
 
+#include <memory>
 #include <vector>
 
 namespace fsdpp {
@@ -53,6 +60,7 @@ class PipelineStep {
     for (int k : slots_made_) n += k;
     return n;
   }
+  int stashes() const { return static_cast<int>(stashes_.size()); }  // zero_bubble: most Ws pending at once
   // Over every train() so far: the seconds spent in it, and waiting there for another stage (receives).
   double train_s() const { return train_s_; }
   double train_waited_s() const { return train_waited_s_; }
@@ -64,7 +72,10 @@ class PipelineStep {
  private:
   // Under interleaving a rank runs several chunks (global stages); what a micro-batch keeps is per (chunk, micro-batch).
   void forward(Flow& flow, int chunk, int microbatch, int microbatches, bool replay);
-  void backward(Flow& flow, int chunk, int microbatch, int microbatches, bool last_of_step);
+  // A whole backward (B), or with `input_only` zero_bubble's I: its weight gradients into a stash of their own.
+  // FSDP's flags are set before (parallel/pipeline_gradient_sync.hpp).
+  void backward(Flow& flow, int chunk, int microbatch, int microbatches, bool input_only);
+  void backward_weight(Flow& flow, int chunk, int microbatch);  // W: the stash's gradients
   std::size_t residual_elements(const Flow& flow) const;
   std::size_t cell(int chunk, int microbatch) const;  // index of (chunk, micro-batch) in the per-step tables
   int slot_id(int chunk, int slot) const;  // the model's activation slot of a chunk's slot
@@ -82,6 +93,10 @@ class PipelineStep {
   std::vector<int> slot_of_;          // per cell: its chunk's activation slot
   std::vector<std::vector<int>> free_slots_;  // per chunk
   std::vector<int> slots_made_;               // per chunk
+  // zero_bubble: a stash per micro-batch between its I and its W (made in the first step, then reused).
+  std::vector<std::unique_ptr<WeightGradientStash>> stashes_;
+  std::vector<int> free_stashes_;
+  std::vector<int> stash_of_;  // per cell
   int microbatches_ = 0;              // of the step running
   bool exact_ = false;                // of the step running: reproducible mode's loss scale
   int held_ = -1;                     // replays: the cell whose activations the modules hold
