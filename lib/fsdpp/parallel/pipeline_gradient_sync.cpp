@@ -2,6 +2,8 @@
 
 #include "fsdpp/runtime/error.hpp"
 
+#include <algorithm>
+
 namespace fsdpp {
 
 PipelineGradientSync::PipelineGradientSync(const std::vector<PipelineAction>& actions, int pp, int microbatches)
