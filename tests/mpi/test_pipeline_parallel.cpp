@@ -5,6 +5,7 @@
 // and composed with dp_shard, HSDP, tp (with sequence parallelism), cp and activation checkpointing; bitwise across
 // pp, schedules and data-parallel layouts in reproducible mode (a resume across pp and dp too); an evaluation
 // through the stages; checkpoints saved at one pp resumed at another; what does not run yet refused with its text.
+// A mixture of experts too (its balancing losses over every stage's layers), with ep, cp and bias balance.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
 #include "train_runs.hpp"
@@ -97,6 +98,35 @@ MPI_TEST_CASE("pipeline parallel: Llama (untied head, RoPE) as on one rank, with
                  one, "pp 4, zero_bubble, activation checkpointing of every second block");
   check_same_run(run_on(test_comm, test_rank, 4, llama({"mesh.pp=2", "mesh.cp=2", "model.attention=fused"})),
                  run_on(test_comm, test_rank, 1, llama({"model.attention=fused"})), "pp 2 x cp 2");
+}
+
+// A mixture of experts (Qwen3-MoE: block 0 dense, 1-3 sparse): the balancing losses are over every layer, so the
+// router's statistics travel with the activations and back with the gradients, and each stage replays its forwards
+// (one route per layer is kept); with expert parallelism inside each stage, with cp, with the aux-loss-free bias
+// balance (moved by the step's selections of every layer, from the last stage), and bitwise in reproducible mode.
+MPI_TEST_CASE("pipeline parallel: Qwen3-MoE as on one rank, with ep, cp, bias balance; bitwise when reproducible", 4) {
+  auto moe = [](const std::vector<std::string>& extra) {
+    return test::input_deck("qwen3-moe-tiny.yaml", with(kShort, extra));
+  };
+  const Run one = run_on(test_comm, test_rank, 1, moe({}));
+  check_same_run(run_on(test_comm, test_rank, 2, moe({"mesh.pp=2"})), one, "Qwen3-MoE, pp 2, 1f1b");
+  check_same_run(run_on(test_comm, test_rank, 4, moe({"mesh.pp=4", "pipeline.schedule=gpipe"})), one,
+                 "Qwen3-MoE, pp 4, gpipe");
+  check_same_run(run_on(test_comm, test_rank, 4, moe({"mesh.pp=2", "mesh.ep=2"})), one, "Qwen3-MoE, pp 2 x ep 2");
+  check_same_run(run_on(test_comm, test_rank, 4, moe({"mesh.pp=2", "mesh.cp=2", "model.attention=fused"})),
+                 run_on(test_comm, test_rank, 1, moe({"model.attention=fused"})), "Qwen3-MoE, pp 2 x cp 2");
+  const std::vector<std::string> bias = {"model.moe.balance=bias", "model.moe.bias_update_rate=0.01"};
+  check_same_run(run_on(test_comm, test_rank, 2, moe(with(bias, {"mesh.pp=2"}))), run_on(test_comm, test_rank, 1, moe(bias)),
+                 "Qwen3-MoE, pp 2, bias balance");
+  const std::vector<std::string> exact = {"train.reproducible=true"};
+  const Run exact_one = run_on(test_comm, test_rank, 1, moe(exact));
+  for (const auto& [ranks, layout] : std::vector<std::pair<int, std::vector<std::string>>>{
+           {2, {"mesh.pp=2"}}, {4, {"mesh.pp=2", "mesh.ep=2"}}, {4, {"mesh.pp=4", "pipeline.schedule=gpipe"}}}) {
+    CAPTURE(layout.back());
+    const Run got = run_on(test_comm, test_rank, ranks, moe(with(exact, layout)));
+    test::check_bitwise(got.losses, exact_one.losses, "loss");
+    test::check_bitwise(got.norms, exact_one.norms, "gradient norm");
+  }
 }
 
 // Reproducible mode (docs/reproducible.md): each micro-batch a unit, its gradient words summed exactly over the
@@ -214,12 +244,21 @@ MPI_TEST_CASE("pipeline parallel: what does not run yet is refused on every rank
     return "";
   };
   CHECK(refusal({"pipeline.schedule=zero_bubble", "mesh.cp=2", "model.attention=fused"}).find(
-            "pipeline.schedule zero_bubble with mesh.cp 2: under context parallelism a stage replays its forwards, so "
-            "a weight pass would find another micro-batch's activations; use pipeline.schedule: 1f1b with mesh.cp") !=
-        std::string::npos);
+            "pipeline.schedule zero_bubble: a stage replays its forwards (mesh.cp 2: the ring's buffers hold one "
+            "micro-batch), so a weight pass would find another micro-batch's activations; use pipeline.schedule: "
+            "1f1b or gpipe") != std::string::npos);
   CHECK(refusal({"pipeline.schedule=interleaved_1f1b", "pipeline.virtual_stages=2", "mesh.cp=2",
-                 "model.attention=fused"}).find("an interleaved pipeline under context parallelism is not run yet") !=
-        std::string::npos);
+                 "model.attention=fused"}).find("pipeline.virtual_stages 2: an interleaved pipeline is not run yet "
+                                                "where a stage replays its forwards (mesh.cp 2") != std::string::npos);
+  std::string moe_error;
+  try {
+    build_model(test_comm, test::input_deck("qwen3-moe-tiny.yaml", with(kShort, {"mesh.pp=2",
+                                                                                  "pipeline.schedule=zero_bubble"})));
+  } catch (const UsageError& e) {
+    moe_error = e.what();
+  }
+  CHECK(moe_error.find("pipeline.schedule zero_bubble: a stage replays its forwards (model.arch qwen3_moe: a sparse "
+                       "layer keeps one forward's route and expert exchange)") != std::string::npos);
   // a stage's failure to read its weights stops every rank, naming the stage
   std::string init_error;
   try {

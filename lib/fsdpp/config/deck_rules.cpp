@@ -418,16 +418,23 @@ void check_pipeline(const ModelConfig& m, const MeshConfig& mesh, const Pipeline
       previous = first;
     }
   }
-  // Under context parallelism a stage keeps one micro-batch's activations and replays the forwards of the others
-  // (its ring buffers are one set), which neither interleaving's chunks nor zero_bubble's weight passes allow yet.
-  if (mesh.cp > 1 && p.virtual_stages > 1)
-    broken({"pipeline.virtual_stages", "mesh.cp"}, "pipeline.virtual_stages {} with mesh.cp {}: an interleaved "
-           "pipeline under context parallelism is not run yet; use pipeline.schedule: 1f1b (one stage per rank) with "
-           "mesh.cp", p.virtual_stages, mesh.cp);
-  if (mesh.cp > 1 && p.schedule == PipelineScheduleKind::zero_bubble)
-    broken({"pipeline.schedule", "mesh.cp"}, "pipeline.schedule zero_bubble with mesh.cp {}: under context "
-           "parallelism a stage replays its forwards, so a weight pass would find another micro-batch's activations; "
-           "use pipeline.schedule: 1f1b with mesh.cp", mesh.cp);
+  // A stage that replays its forwards keeps one micro-batch's activations, which neither interleaving's chunks
+  // nor zero_bubble's weight passes (they read their I's activations later) allow yet.
+  const std::string replays = pipeline_replay_reason(m, mesh);
+  const std::vector<std::string> replay_keys =
+      mesh.cp > 1 ? std::vector<std::string>{"mesh.cp"} : std::vector<std::string>{"model.arch"};
+  if (!replays.empty() && p.virtual_stages > 1) {
+    std::vector<std::string> keys = {"pipeline.virtual_stages"};
+    keys.insert(keys.end(), replay_keys.begin(), replay_keys.end());
+    broken(keys, "pipeline.virtual_stages {}: an interleaved pipeline is not run yet where a stage replays its "
+           "forwards ({}); use pipeline.schedule: 1f1b or gpipe (one stage per rank)", p.virtual_stages, replays);
+  }
+  if (!replays.empty() && p.schedule == PipelineScheduleKind::zero_bubble) {
+    std::vector<std::string> keys = {"pipeline.schedule"};
+    keys.insert(keys.end(), replay_keys.begin(), replay_keys.end());
+    broken(keys, "pipeline.schedule zero_bubble: a stage replays its forwards ({}), so a weight pass would find "
+           "another micro-batch's activations; use pipeline.schedule: 1f1b or gpipe", replays);
+  }
   if (p.microbatches > 0) (void)pipeline_microbatches(mesh, p, p.microbatches);
 }
 
@@ -436,6 +443,14 @@ void check_virtual_stages(PipelineScheduleKind schedule, int virtual_stages) {
     broken({"pipeline.virtual_stages", "pipeline.schedule"},
            "pipeline.virtual_stages {} needs pipeline.schedule: interleaved_1f1b ({} runs one stage per rank)",
            virtual_stages, to_string(schedule));
+}
+
+std::string pipeline_replay_reason(const ModelConfig& m, const MeshConfig& mesh) {
+  if (mesh.pp <= 1) return {};
+  if (mesh.cp > 1) return fmt::format("mesh.cp {}: the ring's buffers hold one micro-batch", mesh.cp);
+  if (is_moe_arch(m.arch))
+    return fmt::format("model.arch {}: a sparse layer keeps one forward's route and expert exchange", to_string(m.arch));
+  return {};
 }
 
 void check_pipeline_microbatches(PipelineScheduleKind schedule, int pp, int m, bool from_batch) {

@@ -105,8 +105,6 @@ void CausalLM::keep_pipeline_stage(const PipelineStagePart& part) {
   const int L = config_.n_layer;
   FSDPP_CHECK(static_cast<int>(blocks_.size()) == L && part.count() >= 1, "pipeline stage of a {}-block model cut before",
               L);
-  FSDPP_REQUIRE(!context_->router, "mesh.pp: {} has sparse (mixture-of-experts) blocks, which fsdpp does not run in a "
-                "pipeline yet; use mesh.pp: 1 with mesh.ep", describe());
   PipelineStagePart kept_part = part;
   for (std::size_t c = 0; c < kept_part.chunks.size(); ++c) {
     BlockRange& r = kept_part.chunks[c];
@@ -212,12 +210,12 @@ void CausalLM::apply_tensor_parallel(std::shared_ptr<TensorParallelGroup> tp) {
 
 void CausalLM::balance_expert_load(const std::vector<double>& tokens) {
   const std::size_t E = sz(config_.moe.num_experts);
-  std::size_t layer = 0;
-  for (auto& block : blocks_)
+  for (auto& block : blocks_)  // a pipeline stage's blocks: their rows of the whole model's (sparse layers, E)
     if (MoeFeedForward* moe = block->moe()) {
+      const std::size_t layer = sz(block->sparse_index());
       FSDPP_CHECK(tokens.size() >= (layer + 1) * E, "balance_expert_load: {} counts for {} experts x more layers",
                   tokens.size(), E);
-      moe->balance_load(tokens.data() + layer++ * E, config_.moe.bias_update_rate);
+      moe->balance_load(tokens.data() + layer * E, config_.moe.bias_update_rate);
     }
 }
 
@@ -435,7 +433,8 @@ void CausalLM::forward(Flow& flow) {
     flow.x = head_.x0;
   }  // else a later pipeline stage: the previous stage's output is in flow.x
   RouterStatistics* router = flow.training ? context_->router.get() : nullptr;
-  if (router) router->begin();
+  // A later pipeline stage records on from what the stages before it recorded (restored by pipeline_step.cpp).
+  if (router && stage_.embeds(chunk_)) router->begin();
   context_->recording = router;
   const auto [begin, end] = chunk_blocks();
   for (std::size_t b = begin; b < end; ++b) (*blocks_[b])(flow);
@@ -459,9 +458,13 @@ void CausalLM::forward(Flow& flow) {
     crossentropy_forward<float>(head_.losses, head_.logits, flow.targets, N, V);
   flow.loss = mean_loss(head_.losses, N);
   if (router) {  // every layer has routed: the balancing losses over them all, before any backward reads them
-    router->finish(flow.loss_scale, context_->cp->active() ? context_->cp.get() : nullptr);
+    finish_router_statistics(flow.loss_scale);
     flow.loss += router->weighted_loss();
   }
+}
+
+void CausalLM::finish_router_statistics(float loss_scale) {
+  if (context_->router) context_->router->finish(loss_scale, context_->cp->active() ? context_->cp.get() : nullptr);
 }
 
 void CausalLM::backward(Flow& flow) {

@@ -115,6 +115,8 @@ class CausalLM : public LanguageModel {
  public:
   // Mixture-of-experts models: the router's statistics of the last training forward (nullptr for dense models).
   const RouterStatistics* router_statistics() const override { return context_->router.get(); }
+  RouterStatistics* router_statistics() override { return context_->router.get(); }
+  void finish_router_statistics(float loss_scale) override;
   void balance_expert_load(const std::vector<double>& tokens) override;
 
  private:

@@ -54,8 +54,8 @@ class LanguageModel : public Module {
   using Module::Module;
 
   // Pipeline parallelism: keep only `part` of the model, on meta, before anything else (parallelize, storage).
-  // Every kept parameter keeps its whole-model name, so checkpoints are the same at any pp. UsageError for a model
-  // that cannot be cut (a mixture of experts, for now).
+  // Every kept parameter keeps its whole-model name, so checkpoints are the same at any pp.
+  // A sparse model's balancing losses span the stages: RouterStatistics::state (moe.hpp) travels between them.
   virtual void keep_pipeline_stage(const PipelineStagePart& part) = 0;
   const PipelineStagePart& pipeline_stage() const { return stage_; }
   // Which of the kept chunks the next forward and backward run (0 .. count-1): the embedding only before chunk 0,
@@ -129,6 +129,10 @@ class LanguageModel : public Module {
   virtual int vocab_size() const = 0;
   // Mixture-of-experts models: what the router did in the last training forward (nn/moe.hpp); nullptr otherwise.
   virtual const RouterStatistics* router_statistics() const { return nullptr; }
+  virtual RouterStatistics* router_statistics() { return nullptr; }
+  // Totals the router statistics as they stand (RouterStatistics::finish, over the cp ranks when a sequence is
+  // split): a pipeline stage does so with the whole forward's, restored, before its backward.
+  virtual void finish_router_statistics(float loss_scale) { (void)loss_scale; }
   // model.moe.balance: bias, after an optimizer step: moves each sparse layer's routing bias toward an even load.
   // `tokens`: (sparse layers, E), the step's tokens per expert over every rank (the same on every rank).
   virtual void balance_expert_load(const std::vector<double>& tokens) { (void)tokens; }

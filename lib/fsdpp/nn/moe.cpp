@@ -88,6 +88,28 @@ void RouterStatistics::finish(float loss_scale, ContextParallelGroup* cp) {
   }
 }
 
+void RouterStatistics::state(std::vector<double>& out) const {
+  const std::size_t n = selections_.size();
+  out.resize(state_size());
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<double>(selections_[i]), out[n + i] = probability_sums_[i];
+  out[2 * n] = lse_squared_sum_;
+  out[2 * n + 1] = static_cast<double>(rows_);
+  out[2 * n + 2] = static_cast<double>(dropped_);
+  out[2 * n + 3] = recorded_ ? 1.0 : 0.0;
+}
+
+void RouterStatistics::restore(const std::vector<double>& state) {
+  const std::size_t n = selections_.size();
+  FSDPP_CHECK(state.size() == state_size(), "router statistics of {} values where {} were expected", state.size(),
+              state_size());
+  for (std::size_t i = 0; i < n; ++i)
+    selections_[i] = static_cast<std::int64_t>(state[i]), probability_sums_[i] = state[n + i];
+  lse_squared_sum_ = state[2 * n];
+  rows_ = static_cast<std::int64_t>(state[2 * n + 1]);
+  dropped_ = static_cast<std::int64_t>(state[2 * n + 2]);
+  recorded_ = state[2 * n + 3] != 0.0;
+}
+
 double RouterStatistics::weighted_loss() const {
   return (config_.balance == MoeBalance::aux_loss ? config_.aux_loss_coef * aux_loss_ : 0.0) +
          config_.router_z_loss_coef * z_loss_;

@@ -71,6 +71,16 @@ class RouterStatistics {
   int layers() const { return layers_; }
   std::int64_t dropped() const { return dropped_; }  // (token, choice) pairs a capacity dropped, all layers
 
+  // Pipeline parallelism (train/pipeline_step.hpp): a stage routes only its own layers, but the losses are over
+  // every layer. What has been recorded so far travels with the residual stream as state() (doubles: the counts
+  // are exact in them), which the next stage restore()s and records on; the last stage finishes the totals, and
+  // they go back with the output gradient so that each stage finishes them too before its backward. The losses
+  // are then those of one unbroken forward, bit for bit: each layer's row of the arrays is its own, and the
+  // logsumexp sum is added to in layer order.
+  std::size_t state_size() const { return 2 * selections_.size() + 4; }
+  void state(std::vector<double>& out) const;  // resized to state_size()
+  void restore(const std::vector<double>& state);
+
  private:
   MoeConfig config_;
   int layers_;

@@ -8,6 +8,7 @@
 #include "fsdpp/runtime/error.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 namespace fsdpp {
 
@@ -34,15 +35,14 @@ void check_runnable(const Deck& deck) {
   FSDPP_REQUIRE(deck.train.sample_interval == 0, "train.sample_interval with mesh.pp {}: samples are not generated "
                 "through a pipeline yet; set train.sample_interval: 0 (`fsdpp generate` reads the checkpoint at any "
                 "mesh)", deck.mesh.pp);
-  FSDPP_REQUIRE(!is_moe_arch(deck.model.arch), "mesh.pp {}: mixture-of-experts models do not run in a pipeline "
-                "yet; use mesh.pp: 1", deck.mesh.pp);
 }
 
 }  // namespace
 
 PipelineParallel::PipelineParallel(MPI_Comm world, const Deck& deck, const LanguageModel& whole)
     : stages_(deck.mesh.pp), virtual_stages_(deck.pipeline.virtual_stages), kind_(deck.pipeline.schedule),
-      configured_microbatches_(deck.pipeline.microbatches) {
+      configured_microbatches_(deck.pipeline.microbatches),
+      replay_reason_(pipeline_replay_reason(deck.model, deck.mesh)) {
   int rank = 0, size = 1;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
@@ -118,19 +118,29 @@ int PipelineParallel::tag_of(int from_stage, int microbatch, bool gradient) cons
   return (microbatch * stages_ * virtual_stages_ + from_stage) * 2 + (gradient ? 1 : 0);
 }
 
+namespace {
+// A message's trailer of doubles rides after its floats, bit for bit, two floats' room each.
+std::size_t trailer_floats(const std::vector<double>* trailer) {
+  return trailer ? trailer->size() * sizeof(double) / sizeof(float) : 0;
+}
+}  // namespace
+
 void PipelineParallel::send(const View1<float>& x, std::size_t count, int from_stage, int to_stage, int microbatch,
-                            bool gradient) {
+                            bool gradient, const std::vector<double>* trailer) {
   if (sends_in_flight_ == sends_.size()) sends_.emplace_back();
   PendingSend& s = sends_[sends_in_flight_++];
-  s.data.resize(count);
+  const std::size_t total = count + trailer_floats(trailer);
+  s.data.resize(total);
   Kokkos::deep_copy(HostView1<float>(s.data.data(), count), Kokkos::subview(x, std::make_pair(std::size_t{0}, count)));
-  MPI_Isend(s.data.data(), static_cast<int>(count), MPI_FLOAT, to_stage % stages_,
+  if (trailer) std::memcpy(s.data.data() + count, trailer->data(), trailer->size() * sizeof(double));
+  MPI_Isend(s.data.data(), static_cast<int>(total), MPI_FLOAT, to_stage % stages_,
             tag_of(from_stage, microbatch, gradient), pp_comm_, &s.request);
 }
 
 void PipelineParallel::receive(const View1<float>& x, std::size_t count, int at_stage, int from_stage, int microbatch,
-                               bool gradient) {
-  receive_buffer_.resize(count);
+                               bool gradient, std::vector<double>* trailer) {
+  const std::size_t total = count + trailer_floats(trailer);
+  receive_buffer_.resize(total);
   const double start = MPI_Wtime();
   const int from_rank = from_stage % stages_;
   // Watched with comm.timeout_s: a stage that never sends ends the job, naming the stage it waits on.
@@ -140,10 +150,11 @@ void PipelineParallel::receive(const View1<float>& x, std::size_t count, int at_
       stage_world_ranks_[static_cast<std::size_t>(from_rank)]));
   {
     const TimelineScope waiting(timeline_names::pipeline_receive);
-    MPI_Recv(receive_buffer_.data(), static_cast<int>(count), MPI_FLOAT, from_rank,
+    MPI_Recv(receive_buffer_.data(), static_cast<int>(total), MPI_FLOAT, from_rank,
              tag_of(from_stage, microbatch, gradient), pp_comm_, MPI_STATUS_IGNORE);
   }
   waited_s_ += MPI_Wtime() - start;
+  if (trailer) std::memcpy(trailer->data(), receive_buffer_.data() + count, trailer->size() * sizeof(double));
   Kokkos::deep_copy(Kokkos::subview(x, std::make_pair(std::size_t{0}, count)),
                     HostView1<float>(receive_buffer_.data(), count));
 }
@@ -158,6 +169,12 @@ double PipelineParallel::from_last_stage(double value) {
   const FlightSite site(name);
   pp_group_->broadcast(&value, 1, stages_ - 1);
   return value;
+}
+
+void PipelineParallel::from_last_stage(std::vector<double>& values) {
+  static const std::string name = "pipeline statistics from the last stage";  // FlightSite keeps a pointer to it
+  const FlightSite site(name);
+  pp_group_->broadcast(values.data(), values.size(), stages_ - 1);
 }
 
 namespace {

@@ -12,7 +12,8 @@
 // stages r, r + pp, r + 2 pp, ... as its chunks (LanguageModel::select_pipeline_chunk); stage pp v - 1 hands
 // nothing on, and stage pp - 1's output goes round to rank 0's chunk 1.
 //
-// Activations go forward and their gradients back as MPI messages on the pp group, (rows, C) floats each,
+// Activations go forward and their gradients back as MPI messages on the pp group, (rows, C) floats each (and, for
+// a mixture of experts, the router's statistics: RouterStatistics::state),
 // tagged by micro-batch and sending stage; sends are non-blocking (issued as soon as a forward or backward ends,
 // completed at the step's end), receives wait. Every rank builds the same schedule (pipeline_schedule.hpp) and
 // replays it before the first step, so a schedule that would hang is refused instead.
@@ -62,6 +63,9 @@ class PipelineParallel {
   const StageSplit& split() const { return split_; }  // over the pp x v global stages
   PipelineStagePart part() const;  // what this rank's model keeps: its chunks
   Deck stage_deck(const Deck& deck) const { return pipeline_stage_deck(deck); }
+  // A stage keeps one micro-batch's activations and replays forwards (config/deck_rules.hpp says when and why).
+  bool replays_forwards() const { return !replay_reason_.empty(); }
+  const std::string& replay_reason() const { return replay_reason_; }
 
   // This rank's actions of the deck's schedule over `microbatches` (replayed against every rank's first).
   const std::vector<PipelineAction>& actions(int microbatches);
@@ -74,8 +78,12 @@ class PipelineParallel {
 
   // Point to point on the pp group between global stages (the rank of stage s: s mod pp). `x` holds `count`
   // floats; sends copy it and return at once. `gradient`: an output gradient going back (else activations forward).
-  void send(const View1<float>& x, std::size_t count, int from_stage, int to_stage, int microbatch, bool gradient);
-  void receive(const View1<float>& x, std::size_t count, int at_stage, int from_stage, int microbatch, bool gradient);
+  // `trailer`: doubles that travel in the same message (a sparse model's router statistics); the receiver's is
+  // sized to what it expects.
+  void send(const View1<float>& x, std::size_t count, int from_stage, int to_stage, int microbatch, bool gradient,
+            const std::vector<double>* trailer = nullptr);
+  void receive(const View1<float>& x, std::size_t count, int at_stage, int from_stage, int microbatch, bool gradient,
+               std::vector<double>* trailer = nullptr);
   void wait_sends();  // the step's sends have completed (their buffers are free again)
   // Seconds this rank has spent waiting in receives since construction: the pipeline's bubble as this rank saw it
   // (with the transfers' own time, which the bubble's formula leaves out).
@@ -84,6 +92,7 @@ class PipelineParallel {
   // The pp group (one rank per stage) for scalars: the loss from the last stage, gradient norms.
   Communicator& stages_group() { return *pp_group_; }
   double from_last_stage(double value);  // the last stage's value on every stage
+  void from_last_stage(std::vector<double>& values);  // the same for a vector of the same size on every stage
   // The tied embedding's gradient summed over its two copies (first and last stage); a no-op without one.
   void sum_tied_gradient(LanguageModel& model);
   // The parameter whose gradient norm another stage counts (the last stage's tied embedding), or null.
@@ -93,6 +102,7 @@ class PipelineParallel {
   int stages_ = 1, stage_ = 0, virtual_stages_ = 1;
   PipelineScheduleKind kind_ = PipelineScheduleKind::one_f_one_b;
   int configured_microbatches_ = 0;  // pipeline.microbatches (0: the step's)
+  std::string replay_reason_;  // pipeline_replay_reason: empty where slots are kept
   StageSplit split_;
   bool tied_ = false;
   MPI_Comm stage_comm_ = MPI_COMM_NULL;

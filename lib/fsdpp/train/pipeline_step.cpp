@@ -1,5 +1,6 @@
 #include "fsdpp/train/pipeline_step.hpp"
 
+#include "fsdpp/nn/moe.hpp"
 #include "fsdpp/observe/timeline.hpp"
 #include "fsdpp/parallel/pipeline_gradient_sync.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -21,12 +22,15 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
   free_slots_.resize(static_cast<std::size_t>(pipeline_.virtual_stages()));
   slots_made_.resize(free_slots_.size(), 0);
   double loss = 0;
-  held_ = -1;
   replays_ = 0;
   const double start = MPI_Wtime(), waited = pipeline_.waited_s();
   const std::vector<PipelineAction>& actions = pipeline_.actions(microbatches);
   PipelineGradientSync sync(actions, pipeline_.stages(), microbatches);
+  const std::vector<bool> replaying = backwards_replaying_forward(actions);
   stash_of_.assign(cells, -1);
+  router_in_.resize(cells);
+  router_totals_ = {};
+  RouterStatistics* router = model_.router_statistics();
   for (std::size_t k = 0; k < actions.size(); ++k) {
     const PipelineAction& a = actions[k];
     const int chunk = pipeline_.chunk_of(a.stage);
@@ -35,6 +39,7 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
       forward(flow, chunk, a.microbatch, microbatches, false);
       if (pipeline_.last_stage(a.stage)) {
         loss += flow.loss;
+        if (router) add_router_totals(*router);
         if (exact_loss && chunked) exact_loss->add_each(model_.losses());
         else if (exact_loss) exact_loss->add(flow.loss);
       }
@@ -42,7 +47,7 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
     } else {
       sync.before(parallel_, k);
       if (a.op == PipelineOp::backward_weight) backward_weight(flow, chunk, a.microbatch);
-      else backward(flow, chunk, a.microbatch, microbatches, a.op == PipelineOp::backward_input);
+      else backward(flow, chunk, a.microbatch, microbatches, a.op == PipelineOp::backward_input, replaying[k]);
       timers.mark(backward_section);
     }
   }
@@ -54,6 +59,14 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
   train_waited_s_ += step_waited;
   last_bubble_ = spent > 0 ? step_waited / spent : 0.0;
   return pipeline_.last() ? loss : 0.0;
+}
+
+void PipelineStep::add_router_totals(const RouterStatistics& router) {
+  RouterTotals& t = router_totals_;
+  t.aux += router.aux_loss();
+  t.dropped += static_cast<double>(router.dropped());
+  t.selections.resize(router.selections().size());
+  for (std::size_t i = 0; i < t.selections.size(); ++i) t.selections[i] += static_cast<double>(router.selections()[i]);
 }
 
 std::string PipelineStep::summary(MPI_Comm world, int microbatches) const {
@@ -68,8 +81,8 @@ std::string PipelineStep::summary(MPI_Comm world, int microbatches) const {
   MPI_Allreduce(MPI_IN_PLACE, counts, 3, MPI_INT, MPI_MAX, world);
   std::string activations =
       keeps_slots_ ? fmt::format("activations kept for up to {} micro-batches per rank", counts[1])
-                   : fmt::format("forwards replayed for a backward (context parallelism), per step: up to {} per rank",
-                                 counts[0]);
+                   : fmt::format("forwards replayed for a backward ({}), per step: up to {} per rank",
+                                 pipeline_.replay_reason(), counts[0]);
   if (counts[2] > 0)
     activations += fmt::format(", weight gradients held back (I before W) for up to {} of them", counts[2]);
   const std::string schedule =
@@ -118,21 +131,27 @@ void PipelineStep::forward(Flow& flow, int chunk, int i, int m, bool replay) {
     free.pop_back();
     select_slot(chunk, slot_of_[at]);
   }
+  RouterStatistics* router = model_.router_statistics();
   if (!pipeline_.first_stage(s)) {
     // Kept until the backward: per slot (the micro-batches in flight), or per micro-batch when forwards replay.
     View1<float>& input = input_buffer(keeps_slots_ ? static_cast<std::size_t>(slot_id(chunk, slot_of_[at])) : at);
     if (input.extent(0) != n) input = uninitialized<float>("fsdpp::pipeline_input", n);
-    if (!replay) pipeline_.receive(input, n, s, s - 1, i, false);
+    std::vector<double>* recorded = router ? &router_in_[at] : nullptr;  // by the stages before
+    if (recorded) recorded->resize(router->state_size());
+    if (!replay) pipeline_.receive(input, n, s, s - 1, i, false, recorded);
+    if (recorded) router->restore(*recorded);
     flow.x = input;
   }
   model_(flow);
   Kokkos::fence();
-  if (!replay && !pipeline_.last_stage(s)) pipeline_.send(flow.x, n, s, s + 1, i, false);
-  held_ = static_cast<int>(at);
+  if (!replay && !pipeline_.last_stage(s)) {
+    if (router) router->state(router_out_);
+    pipeline_.send(flow.x, n, s, s + 1, i, false, router ? &router_out_ : nullptr);
+  }
   elements_[at] = n;
 }
 
-void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool input_only) {
+void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool input_only, bool replaying) {
   const std::size_t at = cell(chunk, i);
   model_.select_pipeline_chunk(chunk);
   if (keeps_slots_) {  // its own activations: the slot its forward computed in, and its tokens again
@@ -143,17 +162,25 @@ void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool input_only
     flow.training = true;
     flow.loss_scale = exact_ ? 1.0f : parallel_.loss_scale(m);
     select_slot(chunk, slot_of_[at]);
-  } else if (held_ != static_cast<int>(at)) {  // another forward ran since: rebuild this one's activations
+  } else if (replaying) {  // another forward ran since: rebuild this one's activations
     const TimelineScope span(timeline_names::pipeline_replay);
     forward(flow, chunk, i, m, true);
     ++replays_;
   }
   const std::size_t n = elements_[at];
   const int s = pipeline_.global_stage(chunk);
+  RouterStatistics* router = model_.router_statistics();
+  if (router) router_finished_.resize(router->state_size());
   if (!pipeline_.last_stage(s)) {
     if (gradient_.extent(0) != n) gradient_ = uninitialized<float>("fsdpp::pipeline_output_gradient", n);
-    pipeline_.receive(gradient_, n, s, s + 1, i, true);
+    pipeline_.receive(gradient_, n, s, s + 1, i, true, router ? &router_finished_ : nullptr);
     flow.dx = gradient_;
+    if (router) {  // the whole forward's statistics: this stage's layers' gradients of the balancing losses
+      router->restore(router_finished_);
+      model_.finish_router_statistics(flow.loss_scale);
+    }
+  } else if (router) {
+    router->state(router_finished_);  // its forward (the one just held, or replayed) finished them
   }
   if (input_only) {  // zero_bubble's I: the weight gradients wait in a stash for W
     if (free_stashes_.empty()) {
@@ -167,8 +194,7 @@ void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool input_only
   model_(flow, Pass::backward);
   flow.weight_stash = nullptr;
   Kokkos::fence();
-  if (!pipeline_.first_stage(s)) pipeline_.send(flow.dx, n, s, s - 1, i, true);
-  held_ = -1;  // backward has consumed the activations (the head's loss gradient among them)
+  if (!pipeline_.first_stage(s)) pipeline_.send(flow.dx, n, s, s - 1, i, true, router ? &router_finished_ : nullptr);
   // After I the stash still reads the slot's activations (the weights' inputs): W frees it.
   if (keeps_slots_ && !input_only) free_slots_[static_cast<std::size_t>(chunk)].push_back(slot_of_[at]);
 }

@@ -11,10 +11,15 @@
 //
 // Each micro-batch in flight keeps its activations in an activation slot of its own (module.hpp): F i takes a free
 // slot, B i computes in it and frees it, so a stage holds as many micro-batches' activations as its schedule has in
-// flight (GPipe m, 1F1B at most pp - stage) and the slots are allocated in the first step only. Under context
-// parallelism (whose ring keeps one micro-batch) the stage instead replays F i from the input it kept when a later
-// micro-batch's forward ran since, as activation checkpointing replays a block: the same kernels on the same
-// input, so the gradients are those of an unbroken forward and backward, at the cost of a forward.
+// flight (GPipe m, 1F1B at most pp - stage) and the slots are allocated in the first step only. Where the deck's
+// rules say so (pipeline_replays_forwards: context parallelism's ring, a sparse layer's route) the stage instead
+// replays F i from the input it kept when a later micro-batch's forward ran since, as activation checkpointing
+// replays a block: the same kernels on the same input, so the gradients are those of an unbroken forward and
+// backward, at the cost of a forward.
+//
+// A mixture of experts' balancing losses are over every sparse layer of the model (nn/moe.hpp), so its router
+// statistics travel with the messages: F i hands on what the stages so far recorded, the last stage finishes them,
+// and B i hands the finished ones back, which each stage finishes too before its backward reads their gradients.
 //
 // zero_bubble (ZB-H1): I i is B i with its weight gradients recorded in a stash (nn/weight_gradient_stash.hpp)
 // instead of computed, and the slot kept; W i computes them and frees the slot and the stash. Gradients
@@ -42,7 +47,7 @@ class PipelineStep {
  public:
   PipelineStep(PipelineParallel& pipeline, LanguageModel& model, Parallelism& parallel, DataFeed& data)
       : pipeline_(pipeline), model_(model), parallel_(parallel), data_(data),
-        keeps_slots_(parallel.context_parallel_group() == nullptr) {}
+        keeps_slots_(!pipeline.replays_forwards()) {}
 
   // The step's `microbatches` forwards and backwards on this stage; returns the sum of their losses on the last
   // stage (0 on the others). Marks `forward_section` and `backward_section` on `timers` after each.
@@ -65,6 +70,13 @@ class PipelineStep {
   double train_s() const { return train_s_; }
   double train_waited_s() const { return train_waited_s_; }
   double last_bubble() const { return last_bubble_; }  // the last train()'s share waited, on this rank
+  // A mixture of experts' step statistics, over the last train()'s forwards on the last stage (zeros elsewhere):
+  // what TrainStep sums over its micro-batches without a pipeline.
+  struct RouterTotals {
+    double aux = 0, dropped = 0;
+    std::vector<double> selections;  // (sparse layers, E)
+  };
+  const RouterTotals& router_totals() const { return router_totals_; }
   // "pipeline 1f1b, pp 2 x 4 micro-batches: bubble measured 31.2 / 33.0 / 34.8 % (min / avg / max over ranks) of
   // the step's micro-batch time; ideal (p-1)/(m+p-1) 20.0 %; ...": collective over `world`, the job's ranks.
   std::string summary(MPI_Comm world, int microbatches) const;
@@ -73,14 +85,16 @@ class PipelineStep {
   // Under interleaving a rank runs several chunks (global stages); what a micro-batch keeps is per (chunk, micro-batch).
   void forward(Flow& flow, int chunk, int microbatch, int microbatches, bool replay);
   // A whole backward (B), or with `input_only` zero_bubble's I: its weight gradients into a stash of their own.
-  // FSDP's flags are set before (parallel/pipeline_gradient_sync.hpp).
-  void backward(Flow& flow, int chunk, int microbatch, int microbatches, bool input_only);
+  // FSDP's flags are set before (parallel/pipeline_gradient_sync.hpp). `replaying`: without slots, another
+  // forward ran since this one's (backwards_replaying_forward), so it runs again first.
+  void backward(Flow& flow, int chunk, int microbatch, int microbatches, bool input_only, bool replaying);
   void backward_weight(Flow& flow, int chunk, int microbatch);  // W: the stash's gradients
   std::size_t residual_elements(const Flow& flow) const;
   std::size_t cell(int chunk, int microbatch) const;  // index of (chunk, micro-batch) in the per-step tables
   int slot_id(int chunk, int slot) const;  // the model's activation slot of a chunk's slot
   void select_slot(int chunk, int slot);
   View1<float>& input_buffer(std::size_t index);
+  void add_router_totals(const RouterStatistics& router);
 
   PipelineParallel& pipeline_;
   LanguageModel& model_;
@@ -99,9 +113,13 @@ class PipelineStep {
   std::vector<int> stash_of_;  // per cell
   int microbatches_ = 0;              // of the step running
   bool exact_ = false;                // of the step running: reproducible mode's loss scale
-  int held_ = -1;                     // replays: the cell whose activations the modules hold
   std::vector<std::size_t> elements_;  // per cell: its residual stream's floats on this rank
   int replays_ = 0;
+  // Mixture of experts: per cell, the router statistics received with its input (a replay restores them again);
+  // the finished ones of the backward running (received, or the last stage's own); a send's copy.
+  std::vector<std::vector<double>> router_in_;
+  std::vector<double> router_finished_, router_out_;
+  RouterTotals router_totals_;
   double train_s_ = 0, train_waited_s_ = 0, last_bubble_ = 0;
 };
 

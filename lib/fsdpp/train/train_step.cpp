@@ -31,7 +31,11 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
   model_.tensor_parallel().reset_stats();
   double loss = 0, aux = 0, dropped = 0;
   std::vector<double> selections;  // (sparse layers, E): the step's tokens per expert, over its micro-batches
-  if (pipeline_) loss = pipeline_step_->train(flow_, accum, timers_, kForward, kBackward, exact ? &exact_loss_ : nullptr);
+  if (pipeline_) {
+    loss = pipeline_step_->train(flow_, accum, timers_, kForward, kBackward, exact ? &exact_loss_ : nullptr);
+    const PipelineStep::RouterTotals& routed = pipeline_step_->router_totals();  // the last stage's; zeros elsewhere
+    aux = routed.aux, dropped = routed.dropped, selections = routed.selections;
+  }
   for (int a = 0; a < accum && !pipeline_; ++a) {
     {
       const TimelineScope span(timeline_names::data);
@@ -89,9 +93,15 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
       // busiest expert's over the mean.
       selections.resize(model_.router_statistics()->selections().size());
       parallel_.sum_over_ranks(selections);
+      double dropped_pairs = parallel_.mean_over_ranks(dropped) * parallel_.mesh().size();
+      if (pipeline_) {  // the last stage saw every layer's: its figures on every stage
+        r.aux_loss = pipeline_->from_last_stage(*r.aux_loss);
+        dropped_pairs = pipeline_->from_last_stage(dropped_pairs);
+        pipeline_->from_last_stage(selections);
+      }
       r.expert_load_per_layer = expert_load_per_layer(selections, model_.router_statistics()->layers());
       r.expert_load = *std::max_element(r.expert_load_per_layer.begin(), r.expert_load_per_layer.end());
-      r.dropped = static_cast<std::int64_t>(std::llround(parallel_.mean_over_ranks(dropped) * parallel_.mesh().size()));
+      r.dropped = static_cast<std::int64_t>(std::llround(dropped_pairs));
     }
     timers_.mark(kGradSync);
   }
