@@ -75,6 +75,10 @@ PipelineParallel::PipelineParallel(MPI_Comm world, const Deck& deck, const Langu
 PipelineParallel::~PipelineParallel() {
   for (PendingSend& s : sends_)
     if (s.request != MPI_REQUEST_NULL) MPI_Wait(&s.request, MPI_STATUS_IGNORE);
+  for (PostedReceive& p : posted_) {  // a step that failed part-way: its receives are withdrawn
+    MPI_Cancel(&p.request);
+    MPI_Wait(&p.request, MPI_STATUS_IGNORE);
+  }
   pp_group_.reset();
   tied_group_.reset();
   free_comm(tied_comm_);
@@ -108,6 +112,7 @@ const std::vector<PipelineAction>& PipelineParallel::actions(int microbatches) {
   const PipelineSchedule schedule = make_pipeline_schedule(kind_, shape);
   ideal_bubble_ = simulate_pipeline(schedule, shape, PipelineCosts::uniform(shape.stages())).bubble;  // refuses a hang
   actions_ = schedule[static_cast<std::size_t>(stage_)];
+  message_plan_ = plan_pipeline_messages(schedule, shape)[static_cast<std::size_t>(stage_)];
   action_regions_.clear();
   for (const PipelineAction& a : actions_) action_regions_.push_back("fsdpp::pipeline " + to_string(a));
   schedule_microbatches_ = microbatches;
@@ -118,18 +123,36 @@ int PipelineParallel::tag_of(int from_stage, int microbatch, bool gradient) cons
   return (microbatch * stages_ * virtual_stages_ + from_stage) * 2 + (gradient ? 1 : 0);
 }
 
-namespace {
-// A message's trailer of doubles rides after its floats, bit for bit, two floats' room each.
-std::size_t trailer_floats(const std::vector<double>* trailer) {
-  return trailer ? trailer->size() * sizeof(double) / sizeof(float) : 0;
+std::size_t PipelineParallel::message_floats(std::size_t count, std::size_t trailer_doubles) {
+  return count + trailer_doubles * sizeof(double) / sizeof(float);
 }
-}  // namespace
+
+void PipelineParallel::post_receives(std::size_t action, std::size_t capacity) {
+  for (const PipelineMessage& m : message_plan_.receives_before[action]) {
+    if (free_landings_.empty()) {
+      free_landings_.push_back(static_cast<int>(landings_.size()));
+      landings_.emplace_back();
+    }
+    PostedReceive posted{m, free_landings_.back(), MPI_REQUEST_NULL};
+    free_landings_.pop_back();
+    std::vector<float>& landing = landings_[static_cast<std::size_t>(posted.landing)];
+    landing.resize(capacity);
+    MPI_Irecv(landing.data(), static_cast<int>(capacity), MPI_FLOAT, m.from_stage % stages_,
+              tag_of(m.from_stage, m.microbatch, m.gradient), pp_comm_, &posted.request);
+    posted_.push_back(posted);
+  }
+}
+
+void PipelineParallel::check_no_posted_receives() const {
+  FSDPP_CHECK(posted_.empty(), "pipeline stage {}: {} receive(s) posted for this step were never waited on", stage_,
+              posted_.size());
+}
 
 void PipelineParallel::send(const View1<float>& x, std::size_t count, int from_stage, int to_stage, int microbatch,
                             bool gradient, const std::vector<double>* trailer) {
   if (sends_in_flight_ == sends_.size()) sends_.emplace_back();
   PendingSend& s = sends_[sends_in_flight_++];
-  const std::size_t total = count + trailer_floats(trailer);
+  const std::size_t total = message_floats(count, trailer ? trailer->size() : 0);
   s.data.resize(total);
   Kokkos::deep_copy(HostView1<float>(s.data.data(), count), Kokkos::subview(x, std::make_pair(std::size_t{0}, count)));
   if (trailer) std::memcpy(s.data.data() + count, trailer->data(), trailer->size() * sizeof(double));
@@ -139,8 +162,7 @@ void PipelineParallel::send(const View1<float>& x, std::size_t count, int from_s
 
 void PipelineParallel::receive(const View1<float>& x, std::size_t count, int at_stage, int from_stage, int microbatch,
                                bool gradient, std::vector<double>* trailer) {
-  const std::size_t total = count + trailer_floats(trailer);
-  receive_buffer_.resize(total);
+  const std::size_t total = message_floats(count, trailer ? trailer->size() : 0);
   const double start = MPI_Wtime();
   const int from_rank = from_stage % stages_;
   // Watched with comm.timeout_s: a stage that never sends ends the job, naming the stage it waits on.
@@ -148,15 +170,36 @@ void PipelineParallel::receive(const View1<float>& x, std::size_t count, int at_
       "pipeline stage {} waiting for {} of micro-batch {} from stage {} (world rank {})", at_stage,
       gradient ? "the output gradient" : "the activations", microbatch, from_stage,
       stage_world_ranks_[static_cast<std::size_t>(from_rank)]));
+  // Posted early by post_receives (training), or received here (an evaluation's, which has no plan).
+  const PipelineMessage wanted{from_stage, at_stage, microbatch, gradient};
+  const auto posted = std::find_if(posted_.begin(), posted_.end(), [&](const PostedReceive& p) {
+    return p.message == wanted;
+  });
+  const float* landed = nullptr;
   {
     const TimelineScope waiting(timeline_names::pipeline_receive);
-    MPI_Recv(receive_buffer_.data(), static_cast<int>(total), MPI_FLOAT, from_rank,
-             tag_of(from_stage, microbatch, gradient), pp_comm_, MPI_STATUS_IGNORE);
+    MPI_Status status;
+    if (posted != posted_.end()) {
+      MPI_Wait(&posted->request, &status);
+      landed = landings_[static_cast<std::size_t>(posted->landing)].data();
+    } else {
+      receive_buffer_.resize(total);
+      MPI_Recv(receive_buffer_.data(), static_cast<int>(total), MPI_FLOAT, from_rank,
+               tag_of(from_stage, microbatch, gradient), pp_comm_, &status);
+      landed = receive_buffer_.data();
+    }
+    int got = 0;
+    MPI_Get_count(&status, MPI_FLOAT, &got);
+    FSDPP_CHECK(static_cast<std::size_t>(got) == total, "pipeline stage {}: {} floats arrived from stage {} for "
+                "micro-batch {}, {} were expected", at_stage, got, from_stage, microbatch, total);
   }
   waited_s_ += MPI_Wtime() - start;
-  if (trailer) std::memcpy(trailer->data(), receive_buffer_.data() + count, trailer->size() * sizeof(double));
-  Kokkos::deep_copy(Kokkos::subview(x, std::make_pair(std::size_t{0}, count)),
-                    HostView1<float>(receive_buffer_.data(), count));
+  if (trailer) std::memcpy(trailer->data(), landed + count, trailer->size() * sizeof(double));
+  Kokkos::deep_copy(Kokkos::subview(x, std::make_pair(std::size_t{0}, count)), HostView1<const float>(landed, count));
+  if (posted != posted_.end()) {
+    free_landings_.push_back(posted->landing);
+    posted_.erase(posted);
+  }
 }
 
 void PipelineParallel::wait_sends() {

@@ -15,7 +15,8 @@
 // Activations go forward and their gradients back as MPI messages on the pp group, (rows, C) floats each (and, for
 // a mixture of experts, the router's statistics: RouterStatistics::state),
 // tagged by micro-batch and sending stage; sends are non-blocking (issued as soon as a forward or backward ends,
-// completed at the step's end), receives wait. Every rank builds the same schedule (pipeline_schedule.hpp) and
+// completed at the step's end), and receives are posted ahead, in an order every rank agrees on
+// (pipeline_messages.hpp), and waited on by the action that needs them. Every rank builds the same schedule (pipeline_schedule.hpp) and
 // replays it before the first step, so a schedule that would hang is refused instead.
 //
 // A tied embedding (GPT-2's wte) lives on the first stage (the lookup) and the last (the head): both copies start
@@ -24,6 +25,7 @@
 #include "fsdpp/comm/mpi_communicator.hpp"
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/nn/language_model.hpp"
+#include "fsdpp/parallel/pipeline_messages.hpp"
 #include "fsdpp/parallel/pipeline_schedule.hpp"
 #include "fsdpp/parallel/pipeline_stages.hpp"
 
@@ -85,6 +87,13 @@ class PipelineParallel {
   void receive(const View1<float>& x, std::size_t count, int at_stage, int from_stage, int microbatch, bool gradient,
                std::vector<double>* trailer = nullptr);
   void wait_sends();  // the step's sends have completed (their buffers are free again)
+  // The receives the schedule's posting order (pipeline_messages.hpp) posts before action `action` of actions(),
+  // each into a landing buffer of `capacity` floats (message_floats) until receive() waits on it. Training calls
+  // it before every action; receive() takes a message posted so, or receives it there (an evaluation's).
+  void post_receives(std::size_t action, std::size_t capacity);
+  void check_no_posted_receives() const;  // at a step's end: every posted receive was waited on
+  // The floats a message of `count` floats and a trailer of `trailer_doubles` doubles takes.
+  static std::size_t message_floats(std::size_t count, std::size_t trailer_doubles);
   // Seconds this rank has spent waiting in receives since construction: the pipeline's bubble as this rank saw it
   // (with the transfers' own time, which the bubble's formula leaves out).
   double waited_s() const { return waited_s_; }
@@ -121,6 +130,15 @@ class PipelineParallel {
   std::vector<PendingSend> sends_;  // reused step to step: no allocation once the pipeline is full
   std::size_t sends_in_flight_ = 0;
   std::vector<float> receive_buffer_;
+  RankMessagePlan message_plan_;  // this rank's part of the schedule's posting order
+  struct PostedReceive {
+    PipelineMessage message;
+    int landing = -1;  // index into landings_
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  std::vector<PostedReceive> posted_;          // posted, not yet waited on
+  std::vector<std::vector<float>> landings_;   // reused step to step (at most RankMessagePlan::most_pending)
+  std::vector<int> free_landings_;
   double waited_s_ = 0;
   std::vector<int> stage_world_ranks_;
   int tag_limit_ = 32767;  // MPI_TAG_UB: the standard's least

@@ -28,6 +28,7 @@ class DataFeed final : public Stateful {
   // per computation unit (training_forward_batch).
   int accumulation_steps() const;
   int data_parallel_size() const { return dp_size_; }
+  int train_batch() const { return train_batch_; }  // sequences per training pass (load_train's)
 
   // Pass `micro_step` (training_forward_batch sequences) of the current global batch into flow.tokens/targets.
   void load_train(int micro_step, Flow& flow);

@@ -31,9 +31,13 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
   router_in_.resize(cells);
   router_totals_ = {};
   RouterStatistics* router = model_.router_statistics();
+  // Every message of the step has one size: a micro-batch's residual stream (and the router's statistics).
+  const std::size_t message = PipelineParallel::message_floats(
+      model_.residual_elements(data_.train_batch(), model_.context_length()), router ? router->state_size() : 0);
   for (std::size_t k = 0; k < actions.size(); ++k) {
     const PipelineAction& a = actions[k];
     const int chunk = pipeline_.chunk_of(a.stage);
+    pipeline_.post_receives(k, message);
     const TimelineScope span(pipeline_.action_region(k));
     if (a.op == PipelineOp::forward) {
       forward(flow, chunk, a.microbatch, microbatches, false);
@@ -52,6 +56,7 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
     }
   }
   pipeline_.wait_sends();
+  pipeline_.check_no_posted_receives();
   model_.select_pipeline_chunk(0);
   if (keeps_slots_) model_.select_activation_slot(0);  // every slot is free again; the rest of training uses 0
   const double spent = MPI_Wtime() - start, step_waited = pipeline_.waited_s() - waited;
