@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A stalled pipeline stage: rank 1 (stage 1 of mesh.pp 2) sleeps 100 s before step 3 (FSDPP_TEST_STALL); stage 0
 # waits there for the gradient of its first micro-batch, which the watchdog (comm.timeout_s 3) ends within seconds,
-# naming the stage and world rank it waits on; the flight report carries that reason.
+# naming the stage and world rank it waits on; the flight report carries that reason and the receive it waits in.
 set -u
 fsdpp=$1; mpirun=$2; dir=$3
 rm -rf "$dir"; mkdir -p "$dir"
@@ -19,4 +19,8 @@ n=$(grep -Ec "error: $expected" "$dir/run.log")
 report=$("$fsdpp" debug flight "$dir/run/flight") || { echo "FAIL: fsdpp debug flight"; exit 1; }
 echo "$report"
 grep -Eq "aborted the job \($expected" <<< "$report" || { echo "FAIL: the flight report does not name the stage"; exit 1; }
+# the messages are point to point: the report shows the receive stage 0 waits in, and reads no desync from them
+grep -Eq "Messages unfinished: on pp \(messages\) \(ranks 0 and 1\) rank 0 waits in recv #[0-9]+ of [0-9]+ f32 \(step 3\)" <<< "$report" ||
+  { echo "FAIL: the flight report does not show the receive stage 0 waits in"; exit 1; }
+! grep -q "desynchronised" <<< "$report" || { echo "FAIL: the flight report reads a desync from the messages"; exit 1; }
 echo "pipeline stall: the job ended after $elapsed s naming stage 1 (world rank 1) as the one stage 0 waits on"

@@ -296,3 +296,39 @@ MPI_TEST_CASE("collectives: a failed collective rethrows from wait(), and the co
   comm.all_reduce(&x, 1, ReduceOp::sum);
   CHECK(x == 2);
 }
+
+// Point to point (a pipeline's messages): around a ring of 3 ranks, receives posted before the sends, in pieces of
+// at most 12 bytes (a 3-float piece) too, a zero-length message among them; messages to oneself are refused, and
+// each message is one record in the flight recorder (send / recv, counted on this communicator).
+MPI_TEST_CASE("collectives: send and receive around a ring, in pieces and empty, matched in posting order", 3) {
+  MpiAlgorithms pieces;
+  pieces.max_message_elements = 12;  // bytes per MPI call for messages
+  for (const MpiAlgorithms& algorithms : {MpiAlgorithms{}, pieces}) {
+    MpiCommunicator comm(test_comm, algorithms);
+    const int n = comm.size(), right = (test_rank + 1) % n, left = (test_rank + n - 1) % n;
+    const std::uint64_t before = comm.issued();
+    std::vector<std::vector<float>> in = {std::vector<float>(1001), {}, std::vector<float>(7)};
+    std::vector<WorkHandle> receives, sends;
+    for (std::size_t k = 0; k < in.size(); ++k)
+      receives.push_back(comm.receive_async(in[k].data(), in[k].size(), DType::f32, left, static_cast<int>(k)));
+    std::vector<std::vector<float>> out = {std::vector<float>(1001), {}, std::vector<float>(7)};
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      for (std::size_t i = 0; i < out[k].size(); ++i) out[k][i] = float(test_rank * 10000 + k * 1000 + i);
+      sends.push_back(comm.send_async(out[k].data(), out[k].size(), DType::f32, right, static_cast<int>(k)));
+    }
+    for (auto& r : receives) r->wait();
+    for (auto& s : sends) s->wait();
+    int wrong = 0;
+    for (std::size_t k = 0; k < in.size(); ++k)
+      for (std::size_t i = 0; i < in[k].size(); ++i) wrong += in[k][i] != float(left * 10000 + k * 1000 + i);
+    CHECK(wrong == 0);
+    CHECK(comm.issued() == before + 6);
+    bool refused = false;
+    try {
+      (void)comm.send_async(out[0].data(), 1, DType::f32, test_rank, 0);
+    } catch (const Error& e) {
+      refused = std::string(e.what()).find("send on") != std::string::npos;
+    }
+    CHECK(refused);
+  }
+}

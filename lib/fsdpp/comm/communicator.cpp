@@ -20,6 +20,8 @@ std::uint64_t ring_bytes_sent(CollectiveOp op, std::size_t count, DType dtype, i
     case CollectiveOp::broadcast: return (rank + 1) % ranks == root ? 0 : bytes;
     case CollectiveOp::barrier: return 0;
     case CollectiveOp::all_to_all: return 0;  // per-peer counts: all_to_all_bytes_to_peers
+    case CollectiveOp::send: return bytes;      // to its one peer
+    case CollectiveOp::receive: return 0;
   }
   return 0;
 }
@@ -189,6 +191,32 @@ void Communicator::all_to_all_v(const void* send, void* recv, const AllToAllCoun
       CollectiveOp::all_to_all, all_to_all_send_total(counts, size()), dtype, -1,
       [&](const CollectiveTicket& t) { run_all_to_all_v(send, recv, counts, dtype, t); },
       all_to_all_bytes_to_peers(counts, size(), rank(), dtype));
+}
+
+WorkHandle Communicator::send_async(const void* buf, std::size_t count, DType dtype, int peer, int tag) {
+  FSDPP_CHECK(peer >= 0 && peer < size() && peer != rank(), "send on {}: peer {} of ranks 0..{} (this one {})", label_,
+              peer, size() - 1, rank());
+  return issue_async(CollectiveOp::send, count, dtype, peer, [&](const CollectiveTicket& t) {
+    return start_send(buf, count, dtype, peer, tag, t);
+  });
+}
+
+WorkHandle Communicator::receive_async(void* buf, std::size_t count, DType dtype, int peer, int tag) {
+  FSDPP_CHECK(peer >= 0 && peer < size() && peer != rank(), "receive on {}: peer {} of ranks 0..{} (this one {})",
+              label_, peer, size() - 1, rank());
+  return issue_async(CollectiveOp::receive, count, dtype, peer, [&](const CollectiveTicket& t) {
+    return start_receive(buf, count, dtype, peer, tag, t);
+  });
+}
+
+WorkHandle Communicator::start_send(const void*, std::size_t, DType, int, int, const CollectiveTicket&) {
+  throw Error(fmt::format("send: the {} communicator of {} has no point-to-point messages ({})",
+                          comm_backend_name(backend()), label_, describe()));
+}
+
+WorkHandle Communicator::start_receive(void*, std::size_t, DType, int, int, const CollectiveTicket&) {
+  throw Error(fmt::format("receive: the {} communicator of {} has no point-to-point messages ({})",
+                          comm_backend_name(backend()), label_, describe()));
 }
 
 WorkHandle Communicator::start_all_to_all_v(const void*, void*, const AllToAllCounts&, DType, const CollectiveTicket&) {

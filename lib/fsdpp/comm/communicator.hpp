@@ -108,6 +108,14 @@ class Communicator {
   WorkHandle barrier_async();
   WorkHandle all_to_all_v_async(const void* send, void* recv, const AllToAllCounts& counts, DType dtype);
 
+  // Point to point (a pipeline's activations and gradients): `count` elements to, or from, group rank `peer`.
+  // Messages between two ranks match in the order they are posted: NCCL has no tags, and its sends may wait for
+  // their receive on a stream that runs one operation after another, so callers post in an order both ends agree
+  // on (parallel/pipeline_messages.hpp); MPI matches `tag` too, which NCCL ignores. The send's buffer must stay
+  // unchanged, and the receive's unread, until wait().
+  WorkHandle send_async(const void* buf, std::size_t count, DType dtype, int peer, int tag);
+  WorkHandle receive_async(void* buf, std::size_t count, DType dtype, int peer, int tag);
+
   void all_gather(const void* send, void* recv, std::size_t count, DType dtype);
   void reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceScatterOptions options = {});
   void all_reduce(void* buf, std::size_t count, DType dtype, ReduceOp op);
@@ -151,6 +159,11 @@ class Communicator {
   virtual WorkHandle start_broadcast(void* buf, std::size_t count, DType dtype, int root,
                                      const CollectiveTicket& ticket) = 0;
   virtual WorkHandle start_barrier(const CollectiveTicket& ticket) = 0;
+  // Backends without messages (a planning mesh) keep these defaults, which refuse.
+  virtual WorkHandle start_send(const void* buf, std::size_t count, DType dtype, int peer, int tag,
+                                const CollectiveTicket& ticket);
+  virtual WorkHandle start_receive(void* buf, std::size_t count, DType dtype, int peer, int tag,
+                                   const CollectiveTicket& ticket);
   // Backends without an all-to-all (a planning mesh) keep this default, which refuses.
   virtual WorkHandle start_all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype,
                                         const CollectiveTicket& ticket);

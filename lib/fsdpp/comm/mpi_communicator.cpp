@@ -30,6 +30,38 @@ class MpiWork final : public Work {
   bool waited_ = false;
 };
 
+// A message's requests (MPI_Isend / MPI_Irecv pieces): wait() is MPI_Waitall, inside the watchdog's scope so
+// that a message that never comes is named and timed out like a collective.
+// A receive dropped unwaited (a step that failed part-way) is cancelled; a send is waited for.
+class MpiMessageWork final : public Work {
+ public:
+  MpiMessageWork(std::vector<MPI_Request> requests, const CollectiveTicket& ticket, bool receive)
+      : requests_(std::move(requests)), ticket_(ticket), receive_(receive) {}
+  ~MpiMessageWork() override {
+    if (waited_) return;
+    if (receive_)
+      for (MPI_Request& r : requests_) MPI_Cancel(&r);
+    MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  }
+  void wait() override {
+    if (waited_) return;
+    const CollectiveWatchdog::Scope watched(ticket_);
+    FSDPP_MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+    waited_ = true;
+  }
+  bool is_completed() override {
+    int done = 0;
+    MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
+    return done != 0;
+  }
+
+ private:
+  std::vector<MPI_Request> requests_;
+  CollectiveTicket ticket_;
+  bool receive_ = false;
+  bool waited_ = false;
+};
+
 std::string env_or(const char* name, const char* fallback) {
   const char* value = std::getenv(name);
   return value && *value ? value : fallback;
@@ -104,6 +136,46 @@ MpiCommunicator::~MpiCommunicator() {
 std::string MpiCommunicator::describe() const {
   return fmt::format("mpi (size {}, {}, {})", size_, algorithms_.describe(),
                      executor_.threaded() ? "async on a communication thread" : "async runs eagerly: MPI lacks THREAD_MULTIPLE");
+}
+
+namespace {
+// Messages of more than max_message_elements bytes go as several, which MPI keeps in order (same peer and tag).
+template <class Post>
+std::vector<MPI_Request> post_pieces(std::size_t bytes, std::size_t max_bytes, Post&& post) {
+  std::vector<MPI_Request> requests;
+  std::size_t at = 0;
+  do {
+    const std::size_t n = std::min(max_bytes, bytes - at);
+    requests.emplace_back();
+    post(at, static_cast<int>(n), &requests.back());
+    at += n;
+  } while (at < bytes);
+  return requests;
+}
+}  // namespace
+
+WorkHandle MpiCommunicator::start_send(const void* buf, std::size_t count, DType dtype, int peer, int tag,
+                                       const CollectiveTicket& ticket) {
+  check_buffer(buf, count, "send", "send");
+  const auto* bytes = static_cast<const unsigned char*>(buf);
+  return std::make_unique<MpiMessageWork>(
+      post_pieces(count * dtype_size(dtype), algorithms_.max_message_elements,
+                  [&](std::size_t at, int n, MPI_Request* r) {
+                    FSDPP_MPI_CHECK(MPI_Isend(bytes + at, n, MPI_BYTE, peer, tag, comm_, r));
+                  }),
+      ticket, false);
+}
+
+WorkHandle MpiCommunicator::start_receive(void* buf, std::size_t count, DType dtype, int peer, int tag,
+                                          const CollectiveTicket& ticket) {
+  check_buffer(buf, count, "receive", "receive");
+  auto* bytes = static_cast<unsigned char*>(buf);
+  return std::make_unique<MpiMessageWork>(
+      post_pieces(count * dtype_size(dtype), algorithms_.max_message_elements,
+                  [&](std::size_t at, int n, MPI_Request* r) {
+                    FSDPP_MPI_CHECK(MPI_Irecv(bytes + at, n, MPI_BYTE, peer, tag, comm_, r));
+                  }),
+      ticket, true);
 }
 
 WorkHandle MpiCommunicator::start(std::function<void()> task) {

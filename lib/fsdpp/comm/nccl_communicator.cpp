@@ -359,6 +359,20 @@ WorkHandle NcclCommunicator::start_barrier(const CollectiveTicket& ticket) {
 
 // NCCL reads the counts while enqueuing, so the caller's arrays need only outlive this call. Zero-count peers
 // post nothing; NCCL matches each pair's send and receive inside the group, self included.
+WorkHandle NcclCommunicator::start_send(const void* buf, std::size_t count, DType dtype, int peer, int tag,
+                                         const CollectiveTicket& ticket) {
+  (void)tag;
+  require_device_memory(buf, count, "send", "buffer");
+  return launch(ticket, [&] { NCCL_CHECK(ncclSend(buf, count, nccl_type(dtype), peer, comm_, stream_)); });
+}
+
+WorkHandle NcclCommunicator::start_receive(void* buf, std::size_t count, DType dtype, int peer, int tag,
+                                            const CollectiveTicket& ticket) {
+  (void)tag;
+  require_device_memory(buf, count, "receive", "buffer");
+  return launch(ticket, [&] { NCCL_CHECK(ncclRecv(buf, count, nccl_type(dtype), peer, comm_, stream_)); });
+}
+
 WorkHandle NcclCommunicator::start_all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype,
                                                 const CollectiveTicket& ticket) {
   const std::size_t elem = dtype_size(dtype);

@@ -59,6 +59,12 @@ class NcclCommunicator final : public Communicator {
   WorkHandle start_all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype,
                                 const CollectiveTicket& ticket) override;
 
+  // ncclSend / ncclRecv on the communicator's stream (`tag` unused: messages match in posting order).
+  WorkHandle start_send(const void* buf, std::size_t count, DType dtype, int peer, int tag,
+                        const CollectiveTicket& ticket) override;
+  WorkHandle start_receive(void* buf, std::size_t count, DType dtype, int peer, int tag,
+                           const CollectiveTicket& ticket) override;
+
   void run_all_gather(const void* send, void* recv, std::size_t count, DType dtype,
                       const CollectiveTicket& ticket) override;
   void run_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype, ReduceScatterOptions options,

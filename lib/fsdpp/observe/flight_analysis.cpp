@@ -153,6 +153,14 @@ std::optional<std::string> find_desync(const Analysis& a, const Group& g) {
   return std::nullopt;
 }
 
+bool point_to_point(const Analysis& a, const Group& g) {
+  for (const auto& [rank, d] : a.dumps)
+    if (const auto l = d.records.find(g); l != d.records.end())
+      for (const Record& r : l->second)
+        if (r.op == "send" || r.op == "recv") return true;
+  return false;
+}
+
 struct Hang {
   Group group;
   std::uint64_t seq = 0;
@@ -341,13 +349,27 @@ std::string explain_flight_dumps(const std::string& dir) {
     for (const auto& [g, list] : d.issued) groups.insert(g);
   std::optional<std::string> desync;
   std::optional<Hang> hang;
+  std::vector<std::string> waiting;  // messages a rank waits in
   for (const Group& g : groups) {
+    // Messages (a pipeline's sends and receives) are numbered per rank, not in step across the group: the k-th of
+    // one rank need not be the k-th of another, so neither a desync nor a hang is read from their numbers (the
+    // pipeline's own wait names the stage it waits on).
+    if (point_to_point(a, g)) {
+      for (const auto& [rank, d] : a.dumps)
+        if (const auto l = d.records.find(g); l != d.records.end())
+          for (const Record& r : l->second)
+            if (r.state == "started")
+              waiting.push_back(fmt::format("on {} rank {} waits in {} #{} of {} {} (step {})", group_name(g), rank,
+                                            r.op, r.seq, r.count, r.dtype, r.step));
+      continue;
+    }
     if (!desync) desync = find_desync(a, g);
     if (auto h = find_hang(a, g, aborted, silent_ranks); h && (!hang || h->longest_wait_s > hang->longest_wait_s)) hang = h;
   }
   if (desync) sentences.push_back(*desync);
   if (hang) sentences.push_back(hang->text);
-  if (!desync && (!hang || !aborted)) {
+  if (!waiting.empty()) sentences.push_back(fmt::format("Messages unfinished: {}.", fmt::join(waiting, "; ")));
+  if (!desync && (!hang || !aborted) && waiting.empty()) {
     std::vector<std::string> where;
     for (const Group& g : groups) {
       std::uint64_t low = UINT64_MAX, high = 0;

@@ -74,6 +74,8 @@ const char* collective_op_name(CollectiveOp op) {
     case CollectiveOp::broadcast: return "broadcast";
     case CollectiveOp::barrier: return "barrier";
     case CollectiveOp::all_to_all: return "all_to_all";
+    case CollectiveOp::send: return "send";
+    case CollectiveOp::receive: return "recv";
   }
   return "?";
 }

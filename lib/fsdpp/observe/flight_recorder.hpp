@@ -18,7 +18,8 @@
 
 namespace fsdpp {
 
-enum class CollectiveOp : std::uint8_t { all_gather, reduce_scatter, all_reduce, broadcast, barrier, all_to_all };
+// send and receive: one message between two ranks (Communicator::send_async), recorded as the collectives are.
+enum class CollectiveOp : std::uint8_t { all_gather, reduce_scatter, all_reduce, broadcast, barrier, all_to_all, send, receive };
 const char* collective_op_name(CollectiveOp op);
 
 enum class RecordState : std::uint8_t { issued, started, completed, failed };

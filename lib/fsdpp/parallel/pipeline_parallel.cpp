@@ -1,6 +1,8 @@
 #include "fsdpp/parallel/pipeline_parallel.hpp"
 
+#include "fsdpp/comm/make_communicator.hpp"
 #include "fsdpp/config/deck_rules.hpp"
+#include "fsdpp/parallel/parallelize.hpp"
 #include "fsdpp/nn/causal_lm.hpp"
 #include "fsdpp/observe/flight_recorder.hpp"
 #include "fsdpp/observe/timeline.hpp"
@@ -60,6 +62,10 @@ PipelineParallel::PipelineParallel(MPI_Comm world, const Deck& deck, const Langu
   tied_comm_ = split_comm(world, tied_ && (first() || last()) ? place : MPI_UNDEFINED, stage_);
   pp_group_ = std::make_unique<MpiCommunicator>(pp_comm_);
   pp_group_->set_label("pp");  // the flight recorder's and the traffic table's name for it
+  // The messages go on the stage's own transport: NCCL between GPUs (device memory, no host staging), else MPI.
+  messages_ = make_communicator(choose_backend(deck.comm.backend), pp_comm_);
+  messages_->set_label("pp (messages)");
+  device_messages_ = messages_->stream_ordered();
   if (tied_comm_ != MPI_COMM_NULL) {
     tied_group_ = std::make_unique<MpiCommunicator>(tied_comm_);
     tied_group_->set_label("pp (tied embedding)");
@@ -73,12 +79,10 @@ PipelineParallel::PipelineParallel(MPI_Comm world, const Deck& deck, const Langu
 }
 
 PipelineParallel::~PipelineParallel() {
-  for (PendingSend& s : sends_)
-    if (s.request != MPI_REQUEST_NULL) MPI_Wait(&s.request, MPI_STATUS_IGNORE);
-  for (PostedReceive& p : posted_) {  // a step that failed part-way: its receives are withdrawn
-    MPI_Cancel(&p.request);
-    MPI_Wait(&p.request, MPI_STATUS_IGNORE);
-  }
+  for (MessageBuffer& s : sends_) s.work.reset();  // waits
+  posted_.clear();  // a step that failed part-way: its receives are withdrawn (MPI) or waited on
+  post_now_.work.reset();
+  messages_.reset();
   pp_group_.reset();
   tied_group_.reset();
   free_comm(tied_comm_);
@@ -119,12 +123,49 @@ const std::vector<PipelineAction>& PipelineParallel::actions(int microbatches) {
   return actions_;
 }
 
-int PipelineParallel::tag_of(int from_stage, int microbatch, bool gradient) const {
-  return (microbatch * stages_ * virtual_stages_ + from_stage) * 2 + (gradient ? 1 : 0);
-}
 
 std::size_t PipelineParallel::message_floats(std::size_t count, std::size_t trailer_doubles) {
   return count + trailer_doubles * sizeof(double) / sizeof(float);
+}
+
+float* PipelineParallel::MessageBuffer::ensure(std::size_t floats, bool on_device) {
+  if (!on_device) {
+    host.resize(floats);
+    return host.data();
+  }
+  if (device.extent(0) < floats) device = uninitialized<float>("fsdpp::pipeline_message", floats);
+  return device.data();
+}
+
+void PipelineParallel::fill(MessageBuffer& buffer, const View1<float>& x, std::size_t count,
+                            const std::vector<double>* trailer) {
+  const std::size_t total = message_floats(count, trailer ? trailer->size() : 0);
+  float* data = buffer.ensure(total, device_messages_);
+  const auto head = std::make_pair(std::size_t{0}, count);
+  if (device_messages_) Kokkos::deep_copy(Kokkos::subview(buffer.device, head), Kokkos::subview(x, head));
+  else Kokkos::deep_copy(HostView1<float>(data, count), Kokkos::subview(x, head));
+  if (!trailer || trailer->empty()) return;
+  trailer_floats_.resize(total - count);
+  std::memcpy(trailer_floats_.data(), trailer->data(), trailer->size() * sizeof(double));
+  if (device_messages_)
+    Kokkos::deep_copy(Kokkos::subview(buffer.device, std::make_pair(count, total)),
+                      HostView1<const float>(trailer_floats_.data(), total - count));
+  else std::memcpy(data + count, trailer_floats_.data(), (total - count) * sizeof(float));
+}
+
+void PipelineParallel::empty(const MessageBuffer& buffer, const View1<float>& x, std::size_t count,
+                             std::vector<double>* trailer) {
+  const auto head = std::make_pair(std::size_t{0}, count);
+  if (device_messages_) Kokkos::deep_copy(Kokkos::subview(x, head), Kokkos::subview(buffer.device, head));
+  else Kokkos::deep_copy(Kokkos::subview(x, head), HostView1<const float>(buffer.host.data(), count));
+  if (!trailer || trailer->empty()) return;
+  const std::size_t total = message_floats(count, trailer->size());
+  trailer_floats_.resize(total - count);
+  if (device_messages_)
+    Kokkos::deep_copy(HostView1<float>(trailer_floats_.data(), total - count),
+                      Kokkos::subview(buffer.device, std::make_pair(count, total)));
+  else std::memcpy(trailer_floats_.data(), buffer.host.data() + count, (total - count) * sizeof(float));
+  std::memcpy(trailer->data(), trailer_floats_.data(), trailer->size() * sizeof(double));
 }
 
 void PipelineParallel::post_receives(std::size_t action, std::size_t capacity) {
@@ -133,13 +174,12 @@ void PipelineParallel::post_receives(std::size_t action, std::size_t capacity) {
       free_landings_.push_back(static_cast<int>(landings_.size()));
       landings_.emplace_back();
     }
-    PostedReceive posted{m, free_landings_.back(), MPI_REQUEST_NULL};
+    PostedReceive posted{m, free_landings_.back(), capacity, nullptr};
     free_landings_.pop_back();
-    std::vector<float>& landing = landings_[static_cast<std::size_t>(posted.landing)];
-    landing.resize(capacity);
-    MPI_Irecv(landing.data(), static_cast<int>(capacity), MPI_FLOAT, m.from_stage % stages_,
-              tag_of(m.from_stage, m.microbatch, m.gradient), pp_comm_, &posted.request);
-    posted_.push_back(posted);
+    float* data = landings_[static_cast<std::size_t>(posted.landing)].ensure(capacity, device_messages_);
+    posted.work = messages_->receive_async(data, capacity, DType::f32, m.from_stage % stages_,
+                                           tag_of(m.from_stage, m.microbatch, m.gradient));
+    posted_.push_back(std::move(posted));
   }
 }
 
@@ -148,16 +188,18 @@ void PipelineParallel::check_no_posted_receives() const {
               posted_.size());
 }
 
+int PipelineParallel::tag_of(int from_stage, int microbatch, bool gradient) const {
+  return (microbatch * stages_ * virtual_stages_ + from_stage) * 2 + (gradient ? 1 : 0);
+}
+
 void PipelineParallel::send(const View1<float>& x, std::size_t count, int from_stage, int to_stage, int microbatch,
                             bool gradient, const std::vector<double>* trailer) {
   if (sends_in_flight_ == sends_.size()) sends_.emplace_back();
-  PendingSend& s = sends_[sends_in_flight_++];
+  MessageBuffer& s = sends_[sends_in_flight_++];
+  fill(s, x, count, trailer);
   const std::size_t total = message_floats(count, trailer ? trailer->size() : 0);
-  s.data.resize(total);
-  Kokkos::deep_copy(HostView1<float>(s.data.data(), count), Kokkos::subview(x, std::make_pair(std::size_t{0}, count)));
-  if (trailer) std::memcpy(s.data.data() + count, trailer->data(), trailer->size() * sizeof(double));
-  MPI_Isend(s.data.data(), static_cast<int>(total), MPI_FLOAT, to_stage % stages_,
-            tag_of(from_stage, microbatch, gradient), pp_comm_, &s.request);
+  s.work = messages_->send_async(device_messages_ ? s.device.data() : s.host.data(), total, DType::f32,
+                                 to_stage % stages_, tag_of(from_stage, microbatch, gradient));
 }
 
 void PipelineParallel::receive(const View1<float>& x, std::size_t count, int at_stage, int from_stage, int microbatch,
@@ -170,32 +212,27 @@ void PipelineParallel::receive(const View1<float>& x, std::size_t count, int at_
       "pipeline stage {} waiting for {} of micro-batch {} from stage {} (world rank {})", at_stage,
       gradient ? "the output gradient" : "the activations", microbatch, from_stage,
       stage_world_ranks_[static_cast<std::size_t>(from_rank)]));
-  // Posted early by post_receives (training), or received here (an evaluation's, which has no plan).
+  // Posted early by post_receives (training), or posted here (an evaluation's, which has no plan).
   const PipelineMessage wanted{from_stage, at_stage, microbatch, gradient};
-  const auto posted = std::find_if(posted_.begin(), posted_.end(), [&](const PostedReceive& p) {
-    return p.message == wanted;
-  });
-  const float* landed = nullptr;
+  auto posted = std::find_if(posted_.begin(), posted_.end(), [&](const PostedReceive& p) { return p.message == wanted; });
+  if (posted == posted_.end()) {
+    post_now_.message = wanted;
+    post_now_.work = messages_->receive_async(receive_buffer_.ensure(total, device_messages_), total, DType::f32,
+                                             from_rank, tag_of(from_stage, microbatch, gradient));
+    post_now_.capacity = total;
+  }
+  PostedReceive& r = posted != posted_.end() ? *posted : post_now_;
+  FSDPP_CHECK(r.capacity == total, "pipeline stage {}: a receive of {} floats was posted for micro-batch {} from stage "
+              "{}, but {} are expected", at_stage, r.capacity, microbatch, from_stage, total);
   {
     const TimelineScope waiting(timeline_names::pipeline_receive);
-    MPI_Status status;
-    if (posted != posted_.end()) {
-      MPI_Wait(&posted->request, &status);
-      landed = landings_[static_cast<std::size_t>(posted->landing)].data();
-    } else {
-      receive_buffer_.resize(total);
-      MPI_Recv(receive_buffer_.data(), static_cast<int>(total), MPI_FLOAT, from_rank,
-               tag_of(from_stage, microbatch, gradient), pp_comm_, &status);
-      landed = receive_buffer_.data();
-    }
-    int got = 0;
-    MPI_Get_count(&status, MPI_FLOAT, &got);
-    FSDPP_CHECK(static_cast<std::size_t>(got) == total, "pipeline stage {}: {} floats arrived from stage {} for "
-                "micro-batch {}, {} were expected", at_stage, got, from_stage, microbatch, total);
+    r.work->wait();
+    if (device_messages_) Kokkos::fence();  // the message is in: the wait above only ordered the device after it
   }
   waited_s_ += MPI_Wtime() - start;
-  if (trailer) std::memcpy(trailer->data(), landed + count, trailer->size() * sizeof(double));
-  Kokkos::deep_copy(Kokkos::subview(x, std::make_pair(std::size_t{0}, count)), HostView1<const float>(landed, count));
+  empty(posted != posted_.end() ? landings_[static_cast<std::size_t>(posted->landing)] : receive_buffer_, x, count,
+        trailer);
+  r.work.reset();
   if (posted != posted_.end()) {
     free_landings_.push_back(posted->landing);
     posted_.erase(posted);
@@ -203,7 +240,7 @@ void PipelineParallel::receive(const View1<float>& x, std::size_t count, int at_
 }
 
 void PipelineParallel::wait_sends() {
-  for (std::size_t i = 0; i < sends_in_flight_; ++i) MPI_Wait(&sends_[i].request, MPI_STATUS_IGNORE);
+  for (std::size_t i = 0; i < sends_in_flight_; ++i) sends_[i].work->wait();
   sends_in_flight_ = 0;
 }
 
@@ -229,13 +266,13 @@ void PipelineParallel::sum_tied_gradient(LanguageModel& model) {
   Parameter* p = tied_embedding(model);
   FSDPP_CHECK(p, "pipeline stage {}: a tied embedding was expected on the first and the last stage", stage_);
   const std::size_t n = p->grad().extent(0);
-  receive_buffer_.resize(n);
+  tied_buffer_.resize(n);
   Kokkos::fence();
-  const HostView1<float> host(receive_buffer_.data(), n);
+  const HostView1<float> host(tied_buffer_.data(), n);
   Kokkos::deep_copy(host, p->grad());
   static const std::string name = "pipeline tied embedding gradient";  // FlightSite keeps a pointer to it
   const FlightSite site(name);
-  tied_group_->all_reduce(receive_buffer_.data(), n, ReduceOp::sum);  // host staging: an MPI group
+  tied_group_->all_reduce(tied_buffer_.data(), n, ReduceOp::sum);  // host staging: an MPI group
   Kokkos::deep_copy(p->grad(), host);
 }
 

@@ -23,6 +23,7 @@
 // equal, their gradients are summed over the two after each step's reduction, and the same optimizer step keeps
 // them equal. The gradient norm counts the first stage's copy.
 #include "fsdpp/comm/mpi_communicator.hpp"
+#include "fsdpp/tensor/types.hpp"
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/nn/language_model.hpp"
 #include "fsdpp/parallel/pipeline_messages.hpp"
@@ -123,26 +124,37 @@ class PipelineParallel {
   std::vector<PipelineAction> actions_;
   std::vector<std::string> action_regions_;
   double ideal_bubble_ = 0;
-  struct PendingSend {
-    std::vector<float> data;
-    MPI_Request request = MPI_REQUEST_NULL;
+  // A message's floats where its transport reads them: host memory for MPI, device memory for NCCL.
+  struct MessageBuffer {
+    std::vector<float> host;
+    View1<float> device;
+    WorkHandle work;  // the send's (sends_)
+    float* ensure(std::size_t floats, bool on_device);
   };
-  std::vector<PendingSend> sends_;  // reused step to step: no allocation once the pipeline is full
+  void fill(MessageBuffer& buffer, const View1<float>& x, std::size_t count, const std::vector<double>* trailer);
+  void empty(const MessageBuffer& buffer, const View1<float>& x, std::size_t count, std::vector<double>* trailer);
+  std::unique_ptr<Communicator> messages_;  // on pp_comm_: the activations and gradients
+  bool device_messages_ = false;            // messages_ moves device memory (NCCL)
+  std::vector<MessageBuffer> sends_;  // reused step to step: no allocation once the pipeline is full
   std::size_t sends_in_flight_ = 0;
-  std::vector<float> receive_buffer_;
+  MessageBuffer receive_buffer_;      // an evaluation's receive
+  std::vector<float> tied_buffer_;    // the tied embedding's gradient, staged for its MPI group
+  std::vector<float> trailer_floats_;
   RankMessagePlan message_plan_;  // this rank's part of the schedule's posting order
   struct PostedReceive {
     PipelineMessage message;
     int landing = -1;  // index into landings_
-    MPI_Request request = MPI_REQUEST_NULL;
+    std::size_t capacity = 0;
+    WorkHandle work;
   };
-  std::vector<PostedReceive> posted_;          // posted, not yet waited on
-  std::vector<std::vector<float>> landings_;   // reused step to step (at most RankMessagePlan::most_pending)
+  std::vector<PostedReceive> posted_;     // posted, not yet waited on
+  PostedReceive post_now_;                // a receive posted as it is waited on
+  std::vector<MessageBuffer> landings_;   // reused step to step (at most RankMessagePlan::most_pending)
   std::vector<int> free_landings_;
   double waited_s_ = 0;
-  std::vector<int> stage_world_ranks_;
+  std::vector<int> stage_world_ranks_;  // the world rank of this place in each stage (messages name it)
   int tag_limit_ = 32767;  // MPI_TAG_UB: the standard's least
-  int tag_of(int from_stage, int microbatch, bool gradient) const;  // the world rank of this place in each stage (messages name it)
+  int tag_of(int from_stage, int microbatch, bool gradient) const;
 };
 
 }  // namespace fsdpp
