@@ -121,10 +121,12 @@ std::string StepMetrics::prediction_line(const TrainSummary& s) const {
                      measured > 0 ? 100.0 * (predicted - measured) / measured : 0.0);
 }
 
-void StepMetrics::banner(const LanguageModel& model, const DataFeed& data, const Optimizer& optimizer) {
+void StepMetrics::banner(const LanguageModel& model, const DataFeed& data, const Optimizer& optimizer,
+                         const LanguageModel* whole) {
   const int T = deck_.model.context_length;
   summary_.loss_floor = data.entropy_floor();
-  summary_.flops_per_token = model.flops_per_token(T);
+  const LanguageModel& job = whole ? *whole : model;  // every token goes through every stage
+  summary_.flops_per_token = job.flops_per_token(T);
   if (!speaks_) return;
   Log::info("{}", format_build_info(matmul_build_info()));
   const bool one_blas_thread = deck_.train.reproducible && blas_threads() > 0;  // OpenBLAS; cuBLAS has no threads
@@ -134,7 +136,7 @@ void StepMetrics::banner(const LanguageModel& model, const DataFeed& data, const
   if (const std::string overridden = blas_threads_override(deck_.train); one_blas_thread && !overridden.empty())
     Log::warn("{}", overridden);
   Log::info("---- resolved deck ----\n{}-----------------------", resolved_deck_yaml(deck_));
-  Log::info("model: {}, {} parameters", model.describe(), model.parameter_count());
+  Log::info("model: {}, {} parameters", job.describe(), job.parameter_count());
   Log::info("data: {}", data.description());
   Log::info("batch: {} sequences x {} tokens = {:.0f} tokens per step; {} data-parallel rank(s) x {} {} of {}",
             deck_.train.global_batch, T, tokens_per_step_, data.data_parallel_size(), data.accumulation_steps(),

@@ -31,7 +31,10 @@ class StepMetrics {
 
   bool speaks() const { return speaks_; }
   SectionTimers& timers() { return timers_; }
-  void banner(const LanguageModel& model, const DataFeed& data, const Optimizer& optimizer);
+  // `whole`: the whole model on meta where `model` is one pipeline stage of it (its FLOPs per token and parameters
+  // are the job's), else null.
+  void banner(const LanguageModel& model, const DataFeed& data, const Optimizer& optimizer,
+              const LanguageModel* whole = nullptr);
 
   void start_loop(std::int64_t first_step);
   // After each step: adds its communication times; every log.interval steps (and the first and last) writes

@@ -151,7 +151,8 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   const LrSchedule schedule = make_schedule(deck);
 
   StepMetrics metrics(comm, deck, parallel, speaks, options.measure_peak, options.prediction);
-  metrics.banner(model, data, *optimizer);
+  const std::unique_ptr<LanguageModel> whole = built.pipeline ? make_model(deck) : nullptr;  // on meta
+  metrics.banner(model, data, *optimizer, whole.get());
   TrainStep train_step(comm, model, parallel, *optimizer, data, deck.train, metrics.timers());
   train_step.set_pipeline(built.pipeline.get());
   Evaluator evaluator(model, parallel, data, deck.train);
