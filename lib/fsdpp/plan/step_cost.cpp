@@ -13,7 +13,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
 #include <functional>
+#include <map>
 #include <cmath>
 
 namespace fsdpp {
@@ -101,7 +103,9 @@ class StepRecorder final : public FsdpMemoryListener {
   void backward(const std::vector<Region>& regions, bool count, std::vector<Gemm>* deferred = nullptr);
 
   Pricing p_;
-  std::map<const Module*, std::vector<Gemm>> deferred_;  // per unit: its I's weight-gradient GEMMs until its W
+  // Per unit, oldest first: each pending I's weight-gradient GEMMs until its W (a stage may run several Is before
+  // the first W; the Ws come in the Is' order).
+  std::map<const Module*, std::deque<std::vector<Gemm>>> deferred_;
   int next_id_ = 1 << 24;  // ids for the collectives priced here (fully_shard's count up from 0)
 };
 
@@ -391,8 +395,10 @@ void StepRecorder::on_schedule(const FsdpScheduleEvent& e) {
       break;
     case Kind::pass_begin:
       if (e.pass == Pass::backward_weight) {  // what the unit's I left: its weight-gradient GEMMs, now
-        const std::vector<Gemm> dw = std::move(deferred_[e.module]);
-        deferred_.erase(e.module);
+        std::deque<std::vector<Gemm>>& pending = deferred_[e.module];
+        FSDPP_CHECK(!pending.empty(), "step pricing: a weight pass of {} without its I", e.module->path());
+        const std::vector<Gemm> dw = std::move(pending.front());
+        pending.pop_front();
         compute(gemms_seconds(dw), "backward_weight");
         for (const Gemm& g : dw) priced_flops += g.flops();
         break;
@@ -401,7 +407,8 @@ void StepRecorder::on_schedule(const FsdpScheduleEvent& e) {
       // Activation checkpointing: the forward runs again first, up to the block's output projection (its TP
       // collectives too, not its all-gather).
       if (e.module->recomputes_in_backward()) forward(regions_of(*e.module, true), "recompute", false);
-      backward(regions_of(*e.module), true, e.defers_weight_gradients ? &deferred_[e.module] : nullptr);
+      if (e.defers_weight_gradients) deferred_[e.module].emplace_back();
+      backward(regions_of(*e.module), true, e.defers_weight_gradients ? &deferred_[e.module].back() : nullptr);
       break;
     case Kind::issue: {
       const int stride = p_.stride.count(e.group) ? p_.stride.at(e.group) : 1;
