@@ -17,28 +17,31 @@ ckpt=run/checkpoints/step_00000030.h5
 continuation() { sed -n '/^---- continuation/{n;p}' "$1"; }
 "$fsdpp" generate "$ckpt" --prompt "fsdpp trains " --max-new-tokens 40 >one.txt
 # Samples while training (train.sample_interval) are, byte for byte, what generate gives from that step's
-# checkpoint, on 1 rank and under fully_shard on 2 ranks (the forwards gather the shards). After one step of a
-# Llama (untied head): its continuations are varied bytes, where a trained tiny model continues with blanks
-# that would agree whatever ran.
+# checkpoint, on 1 rank, under fully_shard on 2 ranks (the forwards gather the shards) and through a pipeline of 2
+# stages (mesh.pp 2: each decode forward's rows go from stage to stage, the last stage's logits back to all).
+# After one step of a Llama (untied head): its continuations are varied bytes, where a trained tiny model
+# continues with blanks that would agree whatever ran.
 train=("$root/input/llama-tiny.yaml" data.source=readme.bin model.vocab_size=256 model.context_length=64
        schedule.warmup_steps=1 train.eval_interval=0 'train.sample_prompt=fsdpp trains ' train.sample_tokens=40)
 text_after() {  # FILE HEADING END: the bytes between the line HEADING and END, in hex
   python3 -c 'import sys; d = open(sys.argv[1], "rb").read(); h = sys.argv[2].encode() + b"\n"; i = d.index(h) + len(h)
 print(d[i:d.index(sys.argv[3].encode(), i)].hex())' "$@"
 }
-for ranks in 1 2; do
-  "$mpiexec" -n $ranks "$fsdpp" train "${train[@]}" train.steps=1 checkpoint.interval=1 train.sample_interval=1 \
-    run.output=samples$ranks >samples$ranks.txt
-  "$fsdpp" generate samples$ranks/checkpoints/step_00000001.h5 --prompt "fsdpp trains " --max-new-tokens 40 \
-    >from-checkpoint$ranks.txt
-  sampled=$(text_after samples$ranks.txt '---- sample at step 1: 40 tokens after "fsdpp trains " (greedy) ----' \
-            $'\n---- end of sample ----') || { cat samples$ranks.txt; echo "FAIL: no sample at step 1"; exit 1; }
-  generated=$(text_after from-checkpoint$ranks.txt '---- continuation (40 tokens) ----' $'\nprefill ')
+for layout in 1 2 "2 mesh.pp=2"; do
+  read -r ranks mesh <<<"$layout"
+  name=$ranks${mesh:+-pp}
+  "$mpiexec" -n $ranks "$fsdpp" train "${train[@]}" $mesh train.steps=1 checkpoint.interval=1 train.sample_interval=1 \
+    run.output=samples$name >samples$name.txt
+  "$fsdpp" generate samples$name/checkpoints/step_00000001.h5 --prompt "fsdpp trains " --max-new-tokens 40 \
+    >from-checkpoint$name.txt
+  sampled=$(text_after samples$name.txt '---- sample at step 1: 40 tokens after "fsdpp trains " (greedy) ----' \
+            $'\n---- end of sample ----') || { cat samples$name.txt; echo "FAIL: no sample at step 1"; exit 1; }
+  generated=$(text_after from-checkpoint$name.txt '---- continuation (40 tokens) ----' $'\nprefill ')
   [ "$(fold -w 2 <<<"$generated" | sort -u | wc -l)" -ge 3 ] ||
-    { cat from-checkpoint$ranks.txt; echo "FAIL: the continuation is not varied enough to compare"; exit 1; }
+    { cat from-checkpoint$name.txt; echo "FAIL: the continuation is not varied enough to compare"; exit 1; }
   [ "$sampled" = "$generated" ] ||
     { echo "sample $sampled"; echo "generate $generated"
-      echo "FAIL: on $ranks rank(s) the sample at step 1 is not generate's text from step 1's checkpoint"; exit 1; }
+      echo "FAIL: on $ranks rank(s) ${mesh:-} the sample at step 1 is not generate's text from step 1's checkpoint"; exit 1; }
 done
 if "$fsdpp" train data.source=readme.bin model.vocab_size=256 model.context_length=64 train.steps=2 \
   schedule.warmup_steps=1 train.sample_interval=1 'train.sample_prompt=fsdpp trains ' train.sample_tokens=60 \

@@ -27,13 +27,14 @@ struct Rows {
   }
 };
 
-void forward(CausalLM& model, KvCache& cache, Rows& rows, DecodeStep& step) {
+void forward(CausalLM& model, KvCache& cache, Rows& rows, DecodeStep& step, DecodeStageLink* link) {
   step.N = static_cast<int>(rows.tokens.size());
   step.tokens = to_device(rows.tokens, "generate.tokens");
   step.sequence = to_device(rows.sequence, "generate.sequence");
   step.position = to_device(rows.position, "generate.position");
   step.last_row = to_device(rows.last_row, "generate.last_row");
   step.cache = &cache;
+  step.stage_link = link;
   Flow flow;
   flow.B = 1, flow.T = step.N;
   flow.training = false;
@@ -114,7 +115,7 @@ Generation generate(CausalLM& model, const std::vector<std::vector<int>>& prompt
   Rows rows;
   std::vector<int> ends_here;  // the sequences whose last prompt token is in this forward
   auto flush = [&] {
-    forward(model, cache, rows, step);
+    forward(model, cache, rows, step, options.stage_link);
     for (int s : ends_here) choose(step, s, 0);
     out.prefill_tokens += static_cast<std::int64_t>(rows.tokens.size());
     rows = Rows();
@@ -141,7 +142,7 @@ Generation generate(CausalLM& model, const std::vector<std::vector<int>>& prompt
       if (!done[static_cast<std::size_t>(s)])
         next.add(out.tokens[static_cast<std::size_t>(s)].back(), s, length[static_cast<std::size_t>(s)]++);
     if (next.tokens.empty()) break;
-    forward(model, cache, next, step);
+    forward(model, cache, next, step, options.stage_link);
     for (int s = 0; s < S; ++s)
       if (!done[static_cast<std::size_t>(s)]) choose(step, s, produced);
     out.decode_tokens += static_cast<std::int64_t>(next.tokens.size());

@@ -21,6 +21,9 @@ struct GenerationOptions {
   Sampling sampling;
   std::vector<int> stop_tokens;  // generation of a sequence ends after it produces one of these (kept in its output)
   bool keep_prefill_logits = false;  // Generation::prefill_logits (fsdpp generate --logits)
+  // A pipeline stage's link to the others (samples during training under mesh.pp); every stage then runs
+  // generate() alike and chooses each token from the last stage's logits.
+  DecodeStageLink* stage_link = nullptr;
 };
 
 struct Generation {

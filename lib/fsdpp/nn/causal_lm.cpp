@@ -523,7 +523,9 @@ KvCache CausalLM::make_kv_cache(int sequences, int capacity) const {
   FSDPP_REQUIRE(capacity >= 1 && capacity <= config_.context_length, "a KV cache of {} positions: a sequence can "
                 "hold at most model.context_length = {} tokens (prompt and generated)", capacity, config_.context_length);
   const DecoderBlock::Local l = blocks_.front()->local();
-  return KvCache(config_.n_layer, sequences, capacity, l.kv_heads * l.head_size);
+  std::vector<bool> kept(sz(config_.n_layer), false);  // a pipeline stage caches its own blocks only
+  for (const auto& b : blocks_) kept[sz(b->index_)] = true;
+  return KvCache(config_.n_layer, sequences, capacity, l.kv_heads * l.head_size, &kept);
 }
 
 BufferTable CausalLM::decode_head_table(DecodeHead& h, int N, int S) const {
@@ -568,17 +570,34 @@ void CausalLM::decode_forward(Flow& flow) {
   DecodeHead& h = decode_head_;
   context_->rotary.ensure();
 
-  // x = E[tokens] (+ P[positions]); under tensor parallelism each rank's vocabulary rows, summed.
-  const View1<float> wpe = position_table && tp.rank() == 0 ? position_table->value() : View1<float>();
-  if (tp.active()) {
-    localize_tokens(h.local_tokens, step.tokens, tp.vocab_offset(V), N);
-    embedding_at<float>(d.x[0], h.local_tokens, step.position, token_embedding.value(), wpe, N, C);
-    tp.all_reduce(d.x[0], sz(std::int64_t{N} * C), ReduceOp::sum);
-  } else {
-    embedding_at<float>(d.x[0], step.tokens, step.position, token_embedding.value(), wpe, N, C);
+  // Chunk by chunk (the whole model is one): x = E[tokens] (+ P[positions]) before the first, under tensor
+  // parallelism each rank's vocabulary rows, summed; a later pipeline stage's rows from the stage before.
+  const std::size_t rows = sz(std::int64_t{N} * C);
+  for (int c = 0; c < stage_.count(); ++c) {
+    if (stage_.embeds(c)) {
+      const View1<float> wpe = position_table && tp.rank() == 0 ? position_table->value() : View1<float>();
+      if (tp.active()) {
+        localize_tokens(h.local_tokens, step.tokens, tp.vocab_offset(V), N);
+        embedding_at<float>(d.x[0], h.local_tokens, step.position, token_embedding.value(), wpe, N, C);
+        tp.all_reduce(d.x[0], rows, ReduceOp::sum);
+      } else {
+        embedding_at<float>(d.x[0], step.tokens, step.position, token_embedding.value(), wpe, N, C);
+      }
+    } else {
+      FSDPP_CHECK(step.stage_link, "a decode forward of a pipeline stage without its link to the other stages");
+      step.stage_link->receive(d.x[0], rows, c);
+    }
+    flow.x = d.x[0];
+    const std::size_t begin = chunk_begin_.empty() ? 0 : chunk_begin_[sz(c)];
+    const std::size_t end = chunk_begin_.empty() ? blocks_.size() : chunk_begin_[sz(c) + 1];
+    for (std::size_t b = begin; b < end; ++b) (*blocks_[b])(flow);
+    if (!stage_.heads(c)) step.stage_link->send(flow.x, rows, c);
   }
-  flow.x = d.x[0];
-  for (auto& block : blocks_) (*block)(flow);
+  step.logits.assign(sz(std::int64_t{S} * V), 0.0f);
+  if (!stage_.head) {  // the last stage's logits
+    step.stage_link->share_logits(step.logits);
+    return;
+  }
 
   // Each sequence's last row through the final norm and the head: (S, Vl) logits in this rank's block of the
   // gathered buffer (rows of the padded chunk width), then every rank's block, then (S, V) on the host.
@@ -590,13 +609,13 @@ void CausalLM::decode_forward(Flow& flow) {
   tp.all_gather(h.logits, block);
   std::vector<float> gathered(h.logits.extent(0));
   Kokkos::deep_copy(HostView1<float>(gathered.data(), gathered.size()), h.logits);
-  step.logits.assign(sz(std::int64_t{S} * V), 0.0f);
   for (int r = 0; r < tp.ranks(); ++r) {
     const int first = r * chunk, width = std::max(0, std::min(chunk, V - first));
     for (int s = 0; s < S; ++s)
       std::copy_n(gathered.begin() + static_cast<std::ptrdiff_t>((sz(r) * S + sz(s)) * sz(chunk)), width,
                   step.logits.begin() + static_cast<std::ptrdiff_t>(sz(std::int64_t{s} * V + first)));
   }
+  if (step.stage_link) step.stage_link->share_logits(step.logits);
 }
 
 }  // namespace fsdpp

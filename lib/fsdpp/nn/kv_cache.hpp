@@ -22,8 +22,9 @@ namespace fsdpp {
 class KvCache {
  public:
   KvCache() = default;
-  // Storage for `sequences` of up to `capacity` positions in `blocks` blocks of `kv_width` channels.
-  KvCache(int blocks, int sequences, int capacity, int kv_width);
+  // Storage for `sequences` of up to `capacity` positions in `blocks` blocks of `kv_width` channels; with `kept`
+  // (a pipeline stage's blocks: kept[b] for each of the model's), only those blocks get storage.
+  KvCache(int blocks, int sequences, int capacity, int kv_width, const std::vector<bool>* kept = nullptr);
   // What such a cache takes: 2 (k, v) x blocks x sequences x capacity x kv_width floats (`fsdpp plan --generate`).
   static std::int64_t bytes_for(int blocks, int sequences, int capacity, int kv_width);
 
@@ -31,11 +32,21 @@ class KvCache {
   int capacity() const { return capacity_; }
   const View1<float>& k(int block) const { return k_[static_cast<std::size_t>(block)]; }
   const View1<float>& v(int block) const { return v_[static_cast<std::size_t>(block)]; }
-  std::int64_t bytes() const { return bytes_for(static_cast<int>(k_.size()), sequences_, capacity_, kv_width_); }
+  std::int64_t bytes() const { return bytes_for(stored_, sequences_, capacity_, kv_width_); }
 
  private:
-  int sequences_ = 0, capacity_ = 0, kv_width_ = 0;
+  int sequences_ = 0, capacity_ = 0, kv_width_ = 0, stored_ = 0;
   std::vector<View1<float>> k_, v_;
+};
+
+// Under a pipeline (parallel/pipeline_parallel.hpp), how a stage's decode forward gets its rows' residual stream
+// from the stage before each of its chunks, hands it on after, and gets the last stage's logits.
+class DecodeStageLink {
+ public:
+  virtual ~DecodeStageLink() = default;
+  virtual void receive(const View1<float>& x, std::size_t count, int chunk) = 0;  // (N, C) into x
+  virtual void send(const View1<float>& x, std::size_t count, int chunk) = 0;
+  virtual void share_logits(std::vector<float>& logits) = 0;  // the last stage's, sized alike on every stage
 };
 
 // One decode forward: the rows in, the logits out.
@@ -46,6 +57,7 @@ struct DecodeStep {
   View1<const std::int32_t> position;        // (N) in [0, cache->capacity())
   View1<const std::int32_t> last_row;        // (S) the row whose logits each sequence gets
   KvCache* cache = nullptr;
+  DecodeStageLink* stage_link = nullptr;     // a pipeline stage's; null for the whole model
   // Out: (S, V) logits of each sequence's last row, whole vocabulary (gathered over tensor parallelism), on the
   // host: sampling reads them there.
   std::vector<float> logits;

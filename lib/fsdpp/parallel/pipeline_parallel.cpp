@@ -34,9 +34,6 @@ void check_runnable(const Deck& deck) {
                 "tied embedding (model.tie_embeddings: true): its copies on the first and the last stage would round "
                 "their gradients apart, so the bits would differ from mesh.pp: 1; use model.tie_embeddings: false, or "
                 "mesh.pp: 1", deck.mesh.pp);
-  FSDPP_REQUIRE(deck.train.sample_interval == 0, "train.sample_interval with mesh.pp {}: samples are not generated "
-                "through a pipeline yet; set train.sample_interval: 0 (`fsdpp generate` reads the checkpoint at any "
-                "mesh)", deck.mesh.pp);
 }
 
 }  // namespace
@@ -274,6 +271,23 @@ void PipelineParallel::sum_tied_gradient(LanguageModel& model) {
   const FlightSite site(name);
   tied_group_->all_reduce(tied_buffer_.data(), n, ReduceOp::sum);  // host staging: an MPI group
   Kokkos::deep_copy(p->grad(), host);
+}
+
+void PipelineDecodeLink::receive(const View1<float>& x, std::size_t count, int chunk) {
+  const int s = pipeline_.global_stage(chunk);
+  pipeline_.receive(x, count, s, s - 1, 0, false);
+}
+
+void PipelineDecodeLink::send(const View1<float>& x, std::size_t count, int chunk) {
+  const int s = pipeline_.global_stage(chunk);
+  pipeline_.send(x, count, s, s + 1, 0, false);
+}
+
+void PipelineDecodeLink::share_logits(std::vector<float>& logits) {
+  pipeline_.wait_sends();  // this forward's sends are done: their buffers serve the next forward
+  static const std::string name = "pipeline logits from the last stage";  // FlightSite keeps a pointer to it
+  const FlightSite site(name);
+  pipeline_.stages_group().broadcast(logits.data(), logits.size(), pipeline_.stages() - 1);
 }
 
 const Parameter* PipelineParallel::counted_elsewhere(LanguageModel& model) const {

@@ -25,6 +25,7 @@
 #include "fsdpp/comm/mpi_communicator.hpp"
 #include "fsdpp/tensor/types.hpp"
 #include "fsdpp/config/deck.hpp"
+#include "fsdpp/nn/kv_cache.hpp"
 #include "fsdpp/nn/language_model.hpp"
 #include "fsdpp/parallel/pipeline_messages.hpp"
 #include "fsdpp/parallel/pipeline_schedule.hpp"
@@ -155,6 +156,20 @@ class PipelineParallel {
   std::vector<int> stage_world_ranks_;  // the world rank of this place in each stage (messages name it)
   int tag_limit_ = 32767;  // MPI_TAG_UB: the standard's least
   int tag_of(int from_stage, int microbatch, bool gradient) const;
+};
+
+// A decode forward through the pipeline (samples during training, nn/kv_cache.hpp): each chunk's rows from the
+// stage before and to the stage after, as an evaluation's activations go, and the last stage's logits broadcast to
+// every stage, so that every stage chooses the same tokens.
+class PipelineDecodeLink final : public DecodeStageLink {
+ public:
+  explicit PipelineDecodeLink(PipelineParallel& pipeline) : pipeline_(pipeline) {}
+  void receive(const View1<float>& x, std::size_t count, int chunk) override;
+  void send(const View1<float>& x, std::size_t count, int chunk) override;
+  void share_logits(std::vector<float>& logits) override;
+
+ private:
+  PipelineParallel& pipeline_;
 };
 
 }  // namespace fsdpp

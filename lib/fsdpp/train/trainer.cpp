@@ -158,6 +158,7 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   Evaluator evaluator(model, parallel, data, deck.train);
   evaluator.set_pipeline(train_step.pipeline_step());
   TrainingSamples samples(comm, model, parallel, deck);
+  samples.set_pipeline(built.pipeline.get());
   ProgressState progress(static_cast<double>(deck.train.global_batch) * deck.model.context_length);
   ModelState model_state(model.parameters(), optimizer.get());
   Checkpointer checkpointer(comm, deck, parallel, {&model_state, &data, &progress}, progress, speaks);

@@ -2,11 +2,13 @@
 
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/infer/generator.hpp"
+#include "fsdpp/parallel/pipeline_parallel.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 
 #include <fmt/format.h>
 
 #include <exception>
+#include <optional>
 
 namespace fsdpp {
 
@@ -39,6 +41,8 @@ TrainingSamples::TrainingSamples(MPI_Comm comm, LanguageModel& model, Parallelis
 std::string TrainingSamples::run() {
   GenerationOptions options;  // greedy
   options.max_new_tokens = new_tokens_;
+  std::optional<PipelineDecodeLink> link;
+  if (pipeline_) options.stage_link = &link.emplace(*pipeline_);
   const Generation g = generate(dynamic_cast<CausalLM&>(model_), {prompt_}, options);
   parallel_.after_evaluation();  // the root unit, kept gathered after a forward for a backward, is resharded
   // A model whose vocabulary exceeds the tokenizer's (padded vocabularies, the byte-level default under a larger

@@ -6,6 +6,7 @@
 #include "fsdpp/data/tokenizer.hpp"
 #include "fsdpp/nn/language_model.hpp"
 #include "fsdpp/parallel/parallelize.hpp"
+#include "fsdpp/parallel/pipeline_parallel.hpp"
 
 #include <mpi.h>
 
@@ -28,11 +29,14 @@ class TrainingSamples {
   bool due(std::int64_t done) const { return interval_ > 0 && done % interval_ == 0; }
   // Collective: the continuation's text (the same on every rank).
   std::string run();
+  // Under mesh.pp: every stage generates, each chunk's rows going from stage to stage (PipelineDecodeLink).
+  void set_pipeline(PipelineParallel* pipeline) { pipeline_ = pipeline; }
   std::string heading(std::int64_t done) const;  // "---- sample at step 20: 32 tokens after "The" (greedy) ----"
 
  private:
   LanguageModel& model_;
   Parallelism& parallel_;
+  PipelineParallel* pipeline_ = nullptr;
   std::int64_t interval_ = 0;
   int new_tokens_ = 0;
   std::string prompt_text_;
