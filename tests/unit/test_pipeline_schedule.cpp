@@ -217,13 +217,14 @@ TEST_CASE("pipeline deck rules: refused with the key's line and column") {
         "deck.yaml:2:19: pipeline.* is set but mesh.pp is 1 (no pipeline): set mesh.pp > 1, or remove the pipeline "
         "keys");
   CHECK(deck_error(deck, {"pipeline.schedule=zero_bubble"}) == "(no error)");
-  // A mixture of experts replays its forwards: neither interleaving nor zero_bubble, named at the architecture
-  const std::string moe = "train: {steps: 1}\nmodel: {arch: qwen3_moe, n_layer: 4, moe: {num_experts: 4, expert_ffn_hidden: 32}}\nmesh:\n  pp: 2\n";
-  CHECK(deck_error(moe, {"pipeline.schedule=zero_bubble"}) ==
+  // Context parallelism replays its forwards: neither interleaving nor zero_bubble, named at mesh.cp
+  CHECK(deck_error(deck, {"mesh.cp=2", "pipeline.schedule=zero_bubble"}) ==
         "override 'pipeline.schedule=zero_bubble': pipeline.schedule zero_bubble: a stage replays its forwards "
-        "(model.arch qwen3_moe: a sparse layer keeps one forward's route and expert exchange), so a weight pass "
-        "would find another micro-batch's activations; use pipeline.schedule: 1f1b or gpipe");
-  CHECK(deck_error(moe, {"pipeline.schedule=gpipe"}) == "(no error)");
+        "(mesh.cp 2: the ring's buffers hold one micro-batch), so a weight pass would find another micro-batch's "
+        "activations; use pipeline.schedule: 1f1b or gpipe");
+  // A mixture of experts keeps each micro-batch's route in its slot: every schedule
+  const std::string moe = "train: {steps: 1}\nmodel: {arch: qwen3_moe, n_layer: 4, moe: {num_experts: 4, expert_ffn_hidden: 32}}\nmesh:\n  pp: 2\n";
+  CHECK(deck_error(moe, {"pipeline.schedule=zero_bubble"}) == "(no error)");
 }
 
 TEST_CASE("pipeline plan: the deck's stages, schedule and bubble on N ranks") {

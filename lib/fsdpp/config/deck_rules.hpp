@@ -87,11 +87,11 @@ void check_sequence_parallel_tokens(std::int64_t micro_batch, std::int64_t token
 void check_pipeline(const ModelConfig& model, const MeshConfig& mesh, const PipelineConfig& pipeline);
 // Why a stage keeps one micro-batch's activations and replays the forward of the one it runs backward on (its
 // kept input, the same kernels), instead of keeping an activation slot per micro-batch in flight: the cp ring's
-// buffers (mesh.cp > 1) and a sparse layer's route and expert exchange (a mixture-of-experts model) are one set.
+// buffers (mesh.cp > 1) are one set.
 // Empty when slots are kept. Asked by the trainer (pipeline_step.hpp), the planner and the rules here.
-std::string pipeline_replay_reason(const ModelConfig& model, const MeshConfig& mesh);
-inline bool pipeline_replays_forwards(const ModelConfig& model, const MeshConfig& mesh) {
-  return !pipeline_replay_reason(model, mesh).empty();
+std::string pipeline_replay_reason(const MeshConfig& mesh);
+inline bool pipeline_replays_forwards(const MeshConfig& mesh) {
+  return !pipeline_replay_reason(mesh).empty();
 }
 // The micro-batches that flow through the pipeline each step: pipeline.microbatches, or the step's micro-batches
 // (`accumulation_steps`) when it is 0; the interleaving rule above on the resolved count.

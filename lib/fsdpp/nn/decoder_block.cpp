@@ -150,10 +150,12 @@ MoeScratch& DecoderBlock::moe_scratch_for(int N) {
 }
 
 void DecoderBlock::swap_activation_slot(int from, int to) {
-  FSDPP_CHECK(!moe(), "{}: activation slots are not kept for sparse blocks", display_name());
-  SlotState current{std::move(acts_.own()), in_, out_, B_, T_};
+  SlotState current{std::move(acts_.own()), std::move(moe_acts_.own()), {}, in_, out_, B_, T_};
+  if (parts_.moe) parts_.moe->swap_forward_state(current.moe);
   slots_.swap(current, from, to);
+  if (parts_.moe) parts_.moe->swap_forward_state(current.moe);
   acts_.own() = std::move(current.acts);
+  moe_acts_.own() = std::move(current.moe_acts);
   in_ = current.in, out_ = current.out, B_ = current.B, T_ = current.T;
 }
 
@@ -461,6 +463,9 @@ void DecoderBlock::backward(Flow& flow) {
 void DecoderBlock::backward_weight(Flow& flow) {
   FSDPP_CHECK(flow.weight_stash, "{}: a weight pass without the stash its backward recorded in", display_name());
   flow.weight_stash->compute(*this);
+  // A sparse block's experts computed their weight gradients in I; their module passes through W too, so that a
+  // unit of their own (expert parallelism) synchronizes them when every other unit does (pipeline_gradient_sync).
+  if (parts_.moe) parts_.moe->experts(flow, Pass::backward_weight);
 }
 
 // What backward above records under zero_bubble (weight_gradient_stash.hpp), one copy per output gradient: Wd's

@@ -233,6 +233,8 @@ class DecoderBlock : public Module {
   // Activation slots (module.hpp): the own activations, input and output of the micro-batches not computed now.
   struct SlotState {
     BlockActivations acts;
+    MoeActivations moe_acts;               // a sparse block's
+    MoeFeedForward::ForwardState moe;      // its route and exchange
     View1<float> in, out;
     int B = 0, T = 0;
   };

@@ -195,7 +195,20 @@ void MoeFeedForward::use_expert_parallel(ExpertParallelGroup& group, const std::
   FSDPP_CHECK(experts.local_experts() == L, "{}: {} local experts after the split, expected {}", label,
               experts.local_experts(), L);
   ep_ = &group;
+  ep_label_ = label;
   routing_ = std::make_unique<ExpertRouting>(group.make_routing(label));
+}
+
+MoeFeedForward::ForwardState::ForwardState() = default;
+MoeFeedForward::ForwardState::~ForwardState() = default;
+MoeFeedForward::ForwardState::ForwardState(ForwardState&&) noexcept = default;
+MoeFeedForward::ForwardState& MoeFeedForward::ForwardState::operator=(ForwardState&&) noexcept = default;
+
+void MoeFeedForward::swap_forward_state(ForwardState& other) {
+  std::swap(routed_, other.routed);
+  std::swap(blocks_, other.blocks);
+  std::swap(by_source_, other.by_source);
+  std::swap(routing_, other.routing);  // a slot's first forward makes its own (forward)
 }
 
 std::int64_t MoeFeedForward::expert_rows_capacity(int N) const {
@@ -427,6 +440,7 @@ RoutedExperts::Batch MoeFeedForward::batch(MoeActivations& a, MoeScratch& s) con
 void MoeFeedForward::forward(const View1<float>& out, const View1<float>& x, int N, MoeActivations& a, MoeScratch& s,
                              RouterStatistics* stats, int layer) {
   const int C = C_, E = E_;
+  if (ep_ && !routing_) routing_ = std::make_unique<ExpertRouting>(ep_->make_routing(ep_label_));  // a new slot's
   linear_forward<float>(a.logits, x, router.value(), View1<float>(), N, C, E);
   const View1<float> bias = routing_bias ? routing_bias->value() : View1<float>();
   router_topk<float>(a.probs, a.lse, a.selected, a.weights, a.logits, bias, N, E, k_, normalize_);

@@ -216,6 +216,22 @@ class MoeFeedForward {
   const std::vector<std::int64_t>& expert_rows() const { return counts_; }
   std::int64_t dropped() const { return dropped_; }
 
+  // What a forward leaves for its backward besides its activation table: the route's row blocks and, under ep,
+  // the exchange's routing. A pipeline stage keeps one per micro-batch in flight (the block's activation slots,
+  // decoder_block.hpp): swap_forward_state exchanges the layer's with `other` (an empty one the first time: the
+  // slot's first forward makes its routing).
+  struct ForwardState {
+    ForwardState();
+    ~ForwardState();
+    ForwardState(ForwardState&&) noexcept;
+    ForwardState& operator=(ForwardState&&) noexcept;
+    std::int64_t routed = 0;
+    std::vector<RoutedExperts::RowBlock> blocks;
+    std::vector<std::vector<RoutedExperts::RowBlock>> by_source;
+    std::unique_ptr<ExpertRouting> routing;
+  };
+  void swap_forward_state(ForwardState& other);
+
  private:
   // The counting sort of the (N, k) choices by expert into the slot tables (host, then to the device).
   void route(MoeActivations& a, int N);
@@ -231,6 +247,7 @@ class MoeFeedForward {
   // Expert parallelism: the group, this layer's routing, the per-expert counts on the device (what dispatch
   // exchanges), and the rows each local expert received.
   ExpertParallelGroup* ep_ = nullptr;
+  std::string ep_label_;  // the layer, for a slot's routing
   std::unique_ptr<ExpertRouting> routing_;
   View1<std::int64_t> counts_device_;
   HostView1<std::int64_t> counts_host_;

@@ -186,9 +186,9 @@ void plan_pipeline_step(const Deck& deck, PlannedModel& planned, int stage,
   plan.pipeline_stage = stage;
   const PipelineShape shape{pp, v, plan.accum_steps};
   const std::vector<PipelineAction> actions = make_pipeline_schedule(deck.pipeline.schedule, shape)[sz(stage)];
-  // Slots per chunk: the most of its micro-batches in flight at once. Where forwards replay instead (cp, a mixture
-  // of experts): one set, and every micro-batch's input kept.
-  const bool replays = pipeline_replays_forwards(deck.model, deck.mesh);
+  // Slots per chunk: the most of its micro-batches in flight at once. Where forwards replay instead (cp): one set,
+  // and every micro-batch's input kept.
+  const bool replays = pipeline_replays_forwards(deck.mesh);
   // Stashes per chunk: the most of its micro-batches between their I and their W (pipeline_step.cpp makes one each).
   std::vector<int> slots(sz(v), 0), in_flight(sz(v), 0), stashes(sz(v), 0), pending(sz(v), 0);
   for (const PipelineAction& a : actions) {

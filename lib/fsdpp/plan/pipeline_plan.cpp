@@ -109,9 +109,9 @@ PipelineStepPlan plan_pipeline_step(const Deck& deck, int ranks, const Machine& 
     int weight_passes = 0;
     for (const PipelineAction& a : schedule[sz(r)]) weight_passes += a.op == PipelineOp::backward_weight ? 1 : 0;
     const double weight = weight_passes > 0 ? ms("backward_weight") / weight_passes : backward / m / 2;
-    // Where forwards replay (cp, a mixture of experts), the rank's replays are spread over its backwards.
+    // Where forwards replay (cp), the rank's replays are spread over its backwards.
     int replayed = 0;
-    if (pipeline_replays_forwards(deck.model, deck.mesh))
+    if (pipeline_replays_forwards(deck.mesh))
       for (bool replay : backwards_replaying_forward(schedule[sz(r)])) replayed += replay ? 1 : 0;
     double rank_flops = 0;
     for (int s = r; s < S; s += pp) rank_flops += pipeline.split.flops[sz(s)];

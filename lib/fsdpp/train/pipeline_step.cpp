@@ -29,6 +29,7 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
   const std::vector<bool> replaying = backwards_replaying_forward(actions);
   stash_of_.assign(cells, -1);
   router_in_.resize(cells);
+  router_finished_of_.resize(cells);
   router_totals_ = {};
   RouterStatistics* router = model_.router_statistics();
   // Every message of the step has one size: a micro-batch's residual stream (and the router's statistics).
@@ -153,6 +154,8 @@ void PipelineStep::forward(Flow& flow, int chunk, int i, int m, bool replay) {
     if (router) router->state(router_out_);
     pipeline_.send(flow.x, n, s, s + 1, i, false, router ? &router_out_ : nullptr);
   }
+  // The last stage keeps each micro-batch's finished statistics for its backward: other forwards may run between.
+  if (router && pipeline_.last_stage(s)) router->state(router_finished_of_[at]);
   elements_[at] = n;
 }
 
@@ -180,12 +183,12 @@ void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool input_only
     if (gradient_.extent(0) != n) gradient_ = uninitialized<float>("fsdpp::pipeline_output_gradient", n);
     pipeline_.receive(gradient_, n, s, s + 1, i, true, router ? &router_finished_ : nullptr);
     flow.dx = gradient_;
-    if (router) {  // the whole forward's statistics: this stage's layers' gradients of the balancing losses
-      router->restore(router_finished_);
-      model_.finish_router_statistics(flow.loss_scale);
-    }
   } else if (router) {
-    router->state(router_finished_);  // its forward (the one just held, or replayed) finished them
+    router_finished_ = router_finished_of_[at];  // what its forward finished
+  }
+  if (router) {  // the whole forward's statistics: this stage's layers' gradients of the balancing losses
+    router->restore(router_finished_);
+    model_.finish_router_statistics(flow.loss_scale);
   }
   if (input_only) {  // zero_bubble's I: the weight gradients wait in a stash for W
     if (free_stashes_.empty()) {

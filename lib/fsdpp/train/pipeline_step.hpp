@@ -12,14 +12,15 @@
 // Each micro-batch in flight keeps its activations in an activation slot of its own (module.hpp): F i takes a free
 // slot, B i computes in it and frees it, so a stage holds as many micro-batches' activations as its schedule has in
 // flight (GPipe m, 1F1B at most pp - stage) and the slots are allocated in the first step only. Where the deck's
-// rules say so (pipeline_replays_forwards: context parallelism's ring, a sparse layer's route) the stage instead
+// rules say so (pipeline_replays_forwards: context parallelism's ring) the stage instead
 // replays F i from the input it kept when a later micro-batch's forward ran since, as activation checkpointing
 // replays a block: the same kernels on the same input, so the gradients are those of an unbroken forward and
 // backward, at the cost of a forward.
 //
 // A mixture of experts' balancing losses are over every sparse layer of the model (nn/moe.hpp), so its router
 // statistics travel with the messages: F i hands on what the stages so far recorded, the last stage finishes them,
-// and B i hands the finished ones back, which each stage finishes too before its backward reads their gradients.
+// and B i hands the finished ones back, which each stage finishes too before its backward reads their gradients
+// (the last stage keeps its own per micro-batch). Each sparse layer's route and expert exchange live in the slot.
 //
 // zero_bubble (ZB-H1): I i is B i with its weight gradients recorded in a stash (nn/weight_gradient_stash.hpp)
 // instead of computed, and the slot kept; W i computes them and frees the slot and the stash. Gradients
@@ -115,9 +116,9 @@ class PipelineStep {
   bool exact_ = false;                // of the step running: reproducible mode's loss scale
   std::vector<std::size_t> elements_;  // per cell: its residual stream's floats on this rank
   int replays_ = 0;
-  // Mixture of experts: per cell, the router statistics received with its input (a replay restores them again);
-  // the finished ones of the backward running (received, or the last stage's own); a send's copy.
-  std::vector<std::vector<double>> router_in_;
+  // Mixture of experts: per cell, the router statistics received with its input (a replay restores them again),
+  // and on the last stage those its forward finished; the finished ones of the backward running; a send's copy.
+  std::vector<std::vector<double>> router_in_, router_finished_of_;
   std::vector<double> router_finished_, router_out_;
   RouterTotals router_totals_;
   double train_s_ = 0, train_waited_s_ = 0, last_bubble_ = 0;
