@@ -12,8 +12,11 @@
 # reproducible mode with token chunks: the whole sequences' attention buffers and the chunks' gradient scratch),
 # and pipeline stages (pp*: pp 4 and pp 2 x dp_shard 2 under 1f1b, pp 2 under gpipe with activation checkpointing
 # and interleaved, zero_bubble at pp 4 (its weight-gradient stashes) and for the Llama beside tp 2 with sequence
-# parallelism (also under zero_bubble with every second block recomputing, whose stash copies its inputs too) and
-# cp 2, and Qwen3-MoE at pp 2 x ep 2 under zero_bubble (each micro-batch's route in its slot): each stage's plan against the measured peaks, the largest and the smallest over the ranks), the planned per-rank total must be within 1% of the peak the trainer measures (Views counted by
+# parallelism (also under zero_bubble with every second block recomputing, whose stash copies its inputs too), cp 2
+# under zero_bubble (a stash of T/cp rows) and interleaved with document masks (each micro-batch's rows of the
+# sequences in its slot), and Qwen3-MoE at pp 2 x ep 2 under zero_bubble (each micro-batch's route in its slot):
+# each stage's plan against the measured peaks, the largest and the smallest over the ranks), the planned per-rank
+# total must be within 1% of the peak the trainer measures (Views counted by
 # MemoryAccounting, largest over ranks). The plan runs fully_shard's own schedule dry, so it should agree to
 # the byte but for what MemoryAccounting sees outside FSDP's buffers.
 set -u
@@ -52,7 +55,9 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
             "4 llama-pp2-tp2 mesh.pp=2 mesh.tp=2 mesh.tp_sequence_parallel=true" \
             "4 pp4-zb mesh.pp=4 pipeline.schedule=zero_bubble" \
             "4 llama-pp2-tp2-zb-ac mesh.pp=2 mesh.tp=2 mesh.tp_sequence_parallel=true pipeline.schedule=zero_bubble train.activation_checkpointing=every_2" \
-            "4 llama-pp2-cp2 mesh.pp=2 mesh.cp=2 model.attention=fused" "4 moe-pp2-ep2-zb mesh.pp=2 mesh.ep=2 pipeline.schedule=zero_bubble"; do
+            "4 llama-pp2-cp2-zb mesh.pp=2 mesh.cp=2 model.attention=fused pipeline.schedule=zero_bubble" \
+            "4 llama-pp2-cp2-il mesh.pp=2 mesh.cp=2 model.attention=fused pipeline.schedule=interleaved_1f1b pipeline.virtual_stages=2 data.document_mask=true data.eot_id=22" \
+            "4 moe-pp2-ep2-zb mesh.pp=2 mesh.ep=2 pipeline.schedule=zero_bubble"; do
   read -r n layout extra <<<"$spec"
   read -r -a more <<<"${extra:-}"
   case "$layout" in

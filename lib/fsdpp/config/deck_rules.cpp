@@ -418,16 +418,6 @@ void check_pipeline(const ModelConfig& m, const MeshConfig& mesh, const Pipeline
       previous = first;
     }
   }
-  // A stage that replays its forwards keeps one micro-batch's activations, which neither interleaving's chunks
-  // nor zero_bubble's weight passes (they read their I's activations later) allow yet.
-  const std::string replays = pipeline_replay_reason(mesh);
-  if (!replays.empty() && p.virtual_stages > 1)
-    broken({"pipeline.virtual_stages", "mesh.cp"}, "pipeline.virtual_stages {}: an interleaved pipeline is not run "
-           "yet where a stage replays its forwards ({}); use pipeline.schedule: 1f1b or gpipe (one stage per rank)",
-           p.virtual_stages, replays);
-  if (!replays.empty() && p.schedule == PipelineScheduleKind::zero_bubble)
-    broken({"pipeline.schedule", "mesh.cp"}, "pipeline.schedule zero_bubble: a stage replays its forwards ({}), so a "
-           "weight pass would find another micro-batch's activations; use pipeline.schedule: 1f1b or gpipe", replays);
   if (p.microbatches > 0) (void)pipeline_microbatches(mesh, p, p.microbatches);
 }
 
@@ -436,12 +426,6 @@ void check_virtual_stages(PipelineScheduleKind schedule, int virtual_stages) {
     broken({"pipeline.virtual_stages", "pipeline.schedule"},
            "pipeline.virtual_stages {} needs pipeline.schedule: interleaved_1f1b ({} runs one stage per rank)",
            virtual_stages, to_string(schedule));
-}
-
-std::string pipeline_replay_reason(const MeshConfig& mesh) {
-  if (mesh.pp <= 1) return {};
-  if (mesh.cp > 1) return fmt::format("mesh.cp {}: the ring's buffers hold one micro-batch", mesh.cp);
-  return {};
 }
 
 void check_pipeline_microbatches(PipelineScheduleKind schedule, int pp, int m, bool from_batch) {

@@ -82,17 +82,8 @@ void check_sequence_parallel_tokens(std::int64_t micro_batch, std::int64_t token
 // pp >= 1. pipeline.virtual_stages > 1 only with interleaved_1f1b; at least one block per stage (model.n_layer >=
 // pp x virtual_stages); pipeline.split, when given, names pp x virtual_stages - 1 ascending first blocks in
 // 1 .. n_layer - 1; interleaved_1f1b with pipeline.microbatches a multiple of pp (its groups of pp). pipeline.*
-// keys set with pp 1 are refused (they would do nothing). Interleaving and zero_bubble are refused where a stage
-// replays its forwards (pipeline_replays_forwards).
+// keys set with pp 1 are refused (they would do nothing).
 void check_pipeline(const ModelConfig& model, const MeshConfig& mesh, const PipelineConfig& pipeline);
-// Why a stage keeps one micro-batch's activations and replays the forward of the one it runs backward on (its
-// kept input, the same kernels), instead of keeping an activation slot per micro-batch in flight: the cp ring's
-// buffers (mesh.cp > 1) are one set.
-// Empty when slots are kept. Asked by the trainer (pipeline_step.hpp), the planner and the rules here.
-std::string pipeline_replay_reason(const MeshConfig& mesh);
-inline bool pipeline_replays_forwards(const MeshConfig& mesh) {
-  return !pipeline_replay_reason(mesh).empty();
-}
 // The micro-batches that flow through the pipeline each step: pipeline.microbatches, or the step's micro-batches
 // (`accumulation_steps`) when it is 0; the interleaving rule above on the resolved count.
 int pipeline_microbatches(const MeshConfig& mesh, const PipelineConfig& pipeline, int accumulation_steps);

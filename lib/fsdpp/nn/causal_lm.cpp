@@ -150,13 +150,13 @@ bool CausalLM::runs_child(const Module& child) const {
 }
 
 void CausalLM::swap_activation_slot(int from, int to) {
-  FSDPP_CHECK(!context_->cp->active(), "activation slots under context parallelism: its ring keeps one micro-batch");
   SlotState current{std::move(head_), std::move(head_buffers_), final_x_};
   slots_.swap(current, from, to);
   head_ = std::move(current.head);
   head_buffers_ = std::move(current.buffers);
   final_x_ = current.final_x;
-  if (masks_.enabled()) context_->document_starts = head_.document_starts;  // the blocks read the slot's
+  // The blocks read the slot's document starts (under cp its local rows', which backward takes: use_local_rows).
+  if (masks_.enabled() && !context_->cp->active()) context_->document_starts = head_.document_starts;
 }
 
 std::size_t CausalLM::residual_elements(int B, int T) const {
@@ -264,6 +264,7 @@ BufferTable CausalLM::head_table(Head& h, int B, int T, int chunk) const {
   }
   if (masks_.enabled() && !context_->cp->active())  // under cp the group finds them (context_parallel.hpp)
     t.add("document_starts", sz(N), h.document_starts);  // kernels/document.hpp; every row
+  if (context_->cp->active()) context_->cp->add_rows(t, h.cp_rows, B, T);  // T: the local rows
   return t;
 }
 
@@ -399,30 +400,42 @@ void CausalLM::embed_backward(const Flow& flow, const View1<float>& dx_local, in
 
 // Context parallelism: the flow's whole sequences become this rank's chunks of them (tokens, targets, T / cp), with
 // their global positions for RoPE and, under document masks, their documents' starts found over the whole rows.
-// The flow keeps them for backward (TrainStep runs both on one flow; the next micro-batch loads it anew).
+// They are kept with the micro-batch's activations (head_), for its backward.
 void CausalLM::localize_sequences(Flow& flow) {
-  ContextParallelGroup& cp = *context_->cp;
-  const ContextParallelGroup::Local local =
-      cp.localize(flow.tokens, flow.targets, flow.B, flow.T, masks_.enabled() ? masks_.eot_id : -1);
-  flow.T = cp.local_length(flow.T);
-  flow.tokens = local.tokens;
-  flow.targets = local.targets;
-  context_->positions = local.positions;
-  context_->document_starts = local.starts;
+  context_->cp->localize(head_.cp_rows, flow.tokens, flow.targets, flow.B, flow.T,
+                         masks_.enabled() ? masks_.eot_id : -1);
+  use_local_rows(flow);
+}
+
+void CausalLM::use_local_rows(Flow& flow) {
+  const ContextParallelGroup::LocalRows& rows = head_.cp_rows;
+  flow.T = static_cast<int>(rows.tokens.extent(0)) / flow.B;
+  flow.tokens = rows.tokens;
+  flow.targets = rows.targets;
+  attend_on_local_rows();
+}
+
+void CausalLM::attend_on_local_rows() {
+  context_->positions = head_.cp_rows.positions;
+  context_->document_starts = head_.cp_rows.starts;
   context_->reset_positions = masks_.reset_positions;
+  context_->cp->use_rows(head_.cp_rows);
 }
 
 void CausalLM::forward(Flow& flow) {
   if (flow.decode) return decode_forward(flow);
   FSDPP_REQUIRE(flow.T >= 1 && flow.T <= config_.context_length, "sequence length {} exceeds model.context_length {}",
                 flow.T, config_.context_length);
-  if (context_->cp->active()) localize_sequences(flow);  // from here on this rank's T/cp rows of each sequence
-  const int B = flow.B, T = flow.T, C = config_.n_embd, V = config_.vocab_size, N = B * T;
+  ContextParallelGroup& cp = *context_->cp;
+  // Under context parallelism this rank's T/cp rows of each sequence, from localize_sequences on.
+  const int B = flow.B, T = cp.active() ? cp.local_length(flow.T) : flow.T;
+  const int C = config_.n_embd, V = config_.vocab_size, N = B * T;
+  head_buffers_.ensure("lm", B, T, [&] { return head_table(head_, B, T, chunk_); });
+  if (cp.active()) localize_sequences(flow);
   TensorParallelGroup& tp = *context_->tp;
   const bool sp = tp.sequence_parallel();
   if (sp) check_sequence_parallel_tokens(B, T, tp.ranks());
   const int Nl = tp.local_rows(N);
-  head_buffers_.ensure("lm", B, T, [&] { return head_table(head_, B, T, chunk_); });
   if (masks_.enabled() && !context_->cp->active()) {  // the blocks read them, in forward, a recomputation, backward
     document_starts(head_.document_starts, flow.tokens, B, T, masks_.eot_id);
     context_->document_starts = head_.document_starts;
@@ -468,6 +481,8 @@ void CausalLM::finish_router_statistics(float loss_scale) {
 }
 
 void CausalLM::backward(Flow& flow) {
+  // The rows its forward localized: a pipeline's backward comes with the whole sequences loaded again.
+  if (context_->cp->active()) use_local_rows(flow);
   const int N = flow.B * flow.T, Nl = context_->tp->local_rows(N);
   FSDPP_CHECK(flow.training, "backward after a forward with training = false: the loss gradient was not prepared");
   if (stage_.heads(chunk_)) head_backward(flow, N, Nl);  // else a pipeline stage before the last: flow.dx has arrived
@@ -485,8 +500,9 @@ void CausalLM::backward_weight(Flow& flow) {
 
 std::int64_t CausalLM::weight_stash_elements(int B, int T) const {
   const auto [begin, end] = chunk_blocks();
+  const int local_T = context_->cp->active() ? context_->cp->local_length(T) : T;
   std::int64_t n = 0;
-  for (std::size_t b = begin; b < end; ++b) n += blocks_[b]->weight_stash_elements(B, T);
+  for (std::size_t b = begin; b < end; ++b) n += blocks_[b]->weight_stash_elements(B, local_T);
   return n;
 }
 

@@ -16,6 +16,7 @@
 // Dimensions: B batch, T sequence, N = B*T rows, C channels, V vocabulary (Vl this rank's rows of it under tensor
 // parallelism), L blocks; Nl = N/tp rows of the residual stream under sequence parallelism (N otherwise).
 #include "fsdpp/config/deck.hpp"
+#include "fsdpp/nn/context_parallel.hpp"
 #include "fsdpp/nn/decoder_block.hpp"
 #include "fsdpp/nn/kv_cache.hpp"
 #include "fsdpp/nn/language_model.hpp"
@@ -129,6 +130,7 @@ class CausalLM : public LanguageModel {
     NormStats lnf_stats;
     View1<std::int32_t> local_tokens;
     View1<std::int32_t> document_starts;
+    ContextParallelGroup::LocalRows cp_rows;  // context parallelism: this rank's rows of the sequences
   };
   BufferTable head_table(Head& h, int B, int T, int chunk) const;  // the buffers of pipeline chunk `chunk`
   struct DecodeHead {  // the decode forward's own buffers: each sequence's last row through the norm and the head
@@ -140,6 +142,8 @@ class CausalLM : public LanguageModel {
   void decode_forward(Flow& flow);
   Parameter& head() const { return lm_head ? *lm_head : token_embedding; }
   void localize_sequences(Flow& flow);
+  void use_local_rows(Flow& flow);  // the flow and the blocks on the rows localize_sequences made
+  void attend_on_local_rows();      // the blocks' positions and document starts, the ring's rows: head_.cp_rows
   void embed(const Flow& flow, int N);
   void embed_backward(const Flow& flow, const View1<float>& dx, int N);
   void head_backward(Flow& flow, int N, int Nl);

@@ -44,11 +44,6 @@ BufferTable ContextParallelGroup::buffer_table(int B, int T_local) {
   const std::size_t rows = static_cast<std::size_t>(B) * static_cast<std::size_t>(T_local);
   const std::size_t block = rows * static_cast<std::size_t>(kv_width);
   BufferTable t;
-  t.add("tokens", rows, tokens_).add("targets", rows, targets_).add("positions", rows, positions_);
-  if (document_masks_) {  // document starts over the whole rows, then this rank's
-    t.add("full_starts", rows * static_cast<std::size_t>(ranks_), full_starts_);
-    t.add("starts", rows, starts_);
-  }
   if (fixed_order_) {  // whole sequences' rows of every rank
     const std::size_t whole = rows * static_cast<std::size_t>(ranks_), W = static_cast<std::size_t>(q_width_ + kv_width);
     const std::size_t stats = whole * static_cast<std::size_t>(heads_);
@@ -73,20 +68,30 @@ std::uint64_t ContextParallelGroup::ring_bytes_per_step(int ranks, int B, int T_
   return std::uint64_t(layers) * std::uint64_t(hop_bytes(B, T_local, kv_width)) * std::uint64_t(3 * ranks - 2);
 }
 
-ContextParallelGroup::Local ContextParallelGroup::localize(const View1<const std::int32_t>& tokens,
-                                                           const View1<const std::int32_t>& targets, int B, int T,
-                                                           int eot_id) {
+void ContextParallelGroup::add_rows(BufferTable& t, LocalRows& rows, int B, int T_local) const {
+  const std::size_t n = static_cast<std::size_t>(B) * static_cast<std::size_t>(T_local);
+  t.add("cp_tokens", n, rows.tokens).add("cp_targets", n, rows.targets).add("cp_positions", n, rows.positions);
+  if (document_masks_) {  // document starts over the whole rows, then this rank's
+    t.add("cp_full_starts", n * static_cast<std::size_t>(ranks_), rows.full_starts);
+    t.add("cp_starts", n, rows.starts);
+  }
+}
+
+void ContextParallelGroup::localize(const LocalRows& rows, const View1<const std::int32_t>& tokens,
+                                    const View1<const std::int32_t>& targets, int B, int T, int eot_id) {
   FSDPP_CHECK(T % (2 * ranks_) == 0, "context parallelism: sequence length {} is not a multiple of 2 x cp = {}", T,
               2 * ranks_);
   FSDPP_CHECK((eot_id >= 0) == document_masks_, "context parallelism: localize with eot_id {} but configured {} "
               "document masks", eot_id, document_masks_ ? "with" : "without");
   const int Tl = local_length(T), c = T / (2 * ranks_);
-  ensure_buffers(B, Tl);
-  if (eot_id >= 0) document_starts(full_starts_, tokens, B, T, eot_id);
-  cp_localize(tokens_, targets_, positions_, starts_, tokens, targets,
-              eot_id >= 0 ? View1<const std::int32_t>(full_starts_) : View1<const std::int32_t>(), B, T, c,
+  FSDPP_CHECK(rows.tokens.extent(0) == static_cast<std::size_t>(B) * static_cast<std::size_t>(Tl),
+              "context parallelism: localize into rows for {} local positions, not B x T/cp = {} x {}",
+              rows.tokens.extent(0), B, Tl);
+  if (eot_id >= 0) document_starts(rows.full_starts, tokens, B, T, eot_id);
+  cp_localize(rows.tokens, rows.targets, rows.positions, rows.starts, tokens, targets,
+              eot_id >= 0 ? View1<const std::int32_t>(rows.full_starts) : View1<const std::int32_t>(), B, T, c,
               chunk_of(rank_, 0, ranks_), chunk_of(rank_, 1, ranks_));
-  return Local{tokens_, targets_, positions_, eot_id >= 0 ? starts_ : View1<std::int32_t>()};
+  use_rows(rows);
 }
 
 RingBlock ContextParallelGroup::block(const AttentionShape& s, int source) const {
@@ -215,7 +220,7 @@ void ContextParallelGroup::gather_whole(const View1<float>& whole, const View1<c
 AttentionShape ContextParallelGroup::whole_shape(const AttentionShape& s) const {
   AttentionShape w = s;
   w.T = s.T * ranks_;
-  w.starts = document_masks_ ? full_starts_.data() : nullptr;  // localize's, over the whole rows
+  w.starts = document_masks_ ? rows_.full_starts.data() : nullptr;  // localize's, over the whole rows
   return w;
 }
 

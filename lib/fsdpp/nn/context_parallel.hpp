@@ -70,16 +70,23 @@ class ContextParallelGroup {
   // The global position of local row t (0 <= t < T / cp) of a sequence of T positions.
   int global_position(int t, int T) const;
 
-  // Forward's entry: from the whole (B,T) `tokens` and `targets`, this rank's (B, T/cp) rows, their global
-  // positions, and (eot_id >= 0) their document starts at global positions. Views into this group's buffers.
-  struct Local {
-    View1<const std::int32_t> tokens, targets;
-    View1<std::int32_t> positions, starts;  // starts empty without document masks
+  // This rank's rows of a batch's sequences: tokens, targets and global positions of the (B, T/cp) local rows, and
+  // with document masks their documents' starts, as global positions, here and over the whole rows (the fixed
+  // order's attention reads those). Per micro-batch: the model keeps them with its activations (its activation
+  // slots, so a pipeline's backward finds its forward's rows) and hands the current ones back with use_rows.
+  struct LocalRows {
+    View1<std::int32_t> tokens, targets, positions;
+    View1<std::int32_t> starts, full_starts;  // empty without document masks
   };
-  Local localize(const View1<const std::int32_t>& tokens, const View1<const std::int32_t>& targets, int B, int T,
-                 int eot_id);  // eot_id >= 0 exactly when configured with document masks
+  // `rows`' buffers for a (B, T/cp) local batch, into the model's table `t`.
+  void add_rows(BufferTable& t, LocalRows& rows, int B, int T_local) const;
+  // Forward's entry: from the whole (B,T) `tokens` and `targets`, this rank's rows into `rows` (add_rows' buffers,
+  // eot_id >= 0 exactly when configured with document masks), which become the ones attention reads.
+  void localize(const LocalRows& rows, const View1<const std::int32_t>& tokens,
+                const View1<const std::int32_t>& targets, int B, int T, int eot_id);
+  void use_rows(const LocalRows& rows) { rows_ = rows; }
 
-  // Ring attention over the local rows (shape.T = T/cp), with the starts localize() made (or none). Forward:
+  // Ring attention over the local rows (shape.T = T/cp), with the starts localize() made (or none: `s.starts`). Forward:
   // out (B,Tl,NH*hs), lse (B,NH,Tl) for backward, row_sums (B,NH,Tl) scratch. Backward ACCUMULATES into dinp
   // like the kernels; delta (B,NH,Tl) scratch.
   void attention_forward(const View1<float>& out, const View1<float>& lse, const View1<float>& row_sums,
@@ -96,7 +103,7 @@ class ContextParallelGroup {
   // floats per row (this tp rank's). After configure.
   void set_fixed_order(int q_width, int heads);
   bool fixed_order() const { return fixed_order_; }
-  // The buffers a (B, T/cp) local batch needs: localization and the ring.
+  // The buffers the ring needs for a (B, T/cp) local batch (the rows it works on are the model's: add_rows).
   BufferTable buffer_table(int B, int T_local);
   std::int64_t buffer_bytes() const { return buffers_.bytes(); }
   // Bytes one rank sends per training step for `layers` attention layers: forward cp-1 block hops, backward cp-1
@@ -145,7 +152,7 @@ class ContextParallelGroup {
   std::vector<std::size_t> send_counts_, send_displs_, recv_counts_, recv_displs_;
   std::size_t hop_count_ = 0;
   Buffers buffers_{Growth::exact};
-  View1<std::int32_t> tokens_, targets_, positions_, starts_, full_starts_;
+  LocalRows rows_;  // the micro-batch's computed now (use_rows)
   View1<float> kv_[2], dkv_in_, dkv_out_;
   View1<double> sums_;  // sum_over_ranks' buffer
   // fixed order: the all-gather's blocks, and whole sequences' rows, outputs, their gradients and row statistics

@@ -69,8 +69,9 @@ class LanguageModel : public Module {
   // The floats of the residual stream this rank holds for B sequences of T tokens (what a stage hands on):
   // its T / cp rows of each sequence, 1 / tp of them under sequence parallelism, times C.
   virtual std::size_t residual_elements(int B, int T) const = 0;
-  // The floats one micro-batch's backward of the selected chunk leaves in a weight-gradient stash under
-  // zero_bubble (nn/weight_gradient_stash.hpp): its blocks' output-gradient copies.
+  // The floats one micro-batch of B sequences of T tokens leaves, in the selected chunk's backward, in a
+  // weight-gradient stash under zero_bubble (nn/weight_gradient_stash.hpp): its blocks' output-gradient copies, of
+  // the rows this rank computes on (T / cp of each sequence).
   virtual std::int64_t weight_stash_elements(int B, int T) const = 0;
 
   // The transformer blocks in forward order: fully_shard wraps each, then the root.

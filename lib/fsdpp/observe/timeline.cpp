@@ -22,7 +22,7 @@ namespace fsdpp {
 namespace timeline_names {
 const std::string data = "fsdpp::data", grad_sync = "fsdpp::grad_sync", optimizer = "fsdpp::optimizer",
                   eval = "fsdpp::eval", checkpoint = "fsdpp::checkpoint", sample = "fsdpp::sample",
-                  pipeline_replay = "fsdpp::pipeline_replay", pipeline_receive = "fsdpp::pipeline_receive";
+                  pipeline_receive = "fsdpp::pipeline_receive";
 }
 
 std::string timeline_region(const char* what, const std::string& unit) { return fmt::format("fsdpp::{} {}", what, unit); }

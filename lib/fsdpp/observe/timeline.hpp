@@ -93,7 +93,7 @@ class TimelineScope {
 };
 
 namespace timeline_names {
-extern const std::string data, grad_sync, optimizer, eval, checkpoint, sample, pipeline_replay, pipeline_receive;
+extern const std::string data, grad_sync, optimizer, eval, checkpoint, sample, pipeline_receive;
 }
 // "fsdpp::<what> <unit>": "fsdpp::forward h.3", "fsdpp::recompute h.1".
 std::string timeline_region(const char* what, const std::string& unit);

@@ -40,8 +40,7 @@ void check_runnable(const Deck& deck) {
 
 PipelineParallel::PipelineParallel(MPI_Comm world, const Deck& deck, const LanguageModel& whole)
     : stages_(deck.mesh.pp), virtual_stages_(deck.pipeline.virtual_stages), kind_(deck.pipeline.schedule),
-      configured_microbatches_(deck.pipeline.microbatches),
-      replay_reason_(pipeline_replay_reason(deck.mesh)) {
+      configured_microbatches_(deck.pipeline.microbatches) {
   int rank = 0, size = 1;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);

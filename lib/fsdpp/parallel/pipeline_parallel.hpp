@@ -67,9 +67,6 @@ class PipelineParallel {
   const StageSplit& split() const { return split_; }  // over the pp x v global stages
   PipelineStagePart part() const;  // what this rank's model keeps: its chunks
   Deck stage_deck(const Deck& deck) const { return pipeline_stage_deck(deck); }
-  // A stage keeps one micro-batch's activations and replays forwards (config/deck_rules.hpp says when and why).
-  bool replays_forwards() const { return !replay_reason_.empty(); }
-  const std::string& replay_reason() const { return replay_reason_; }
 
   // This rank's actions of the deck's schedule over `microbatches` (replayed against every rank's first).
   const std::vector<PipelineAction>& actions(int microbatches);
@@ -113,7 +110,6 @@ class PipelineParallel {
   int stages_ = 1, stage_ = 0, virtual_stages_ = 1;
   PipelineScheduleKind kind_ = PipelineScheduleKind::one_f_one_b;
   int configured_microbatches_ = 0;  // pipeline.microbatches (0: the step's)
-  std::string replay_reason_;  // pipeline_replay_reason: empty where slots are kept
   StageSplit split_;
   bool tied_ = false;
   MPI_Comm stage_comm_ = MPI_COMM_NULL;

@@ -210,18 +210,6 @@ PipelineCosts PipelineCosts::uniform(int stages, double f, double p2p) {
   return {std::vector<double>(stages, f), std::vector<double>(stages, f), std::vector<double>(stages, f), p2p};
 }
 
-std::vector<bool> backwards_replaying_forward(const std::vector<PipelineAction>& actions) {
-  std::vector<bool> out(actions.size(), false);
-  for (std::size_t k = 0; k < actions.size(); ++k) {
-    const PipelineAction& a = actions[k];
-    if (a.op != PipelineOp::backward && a.op != PipelineOp::backward_input) continue;
-    const bool just_ran = k > 0 && actions[k - 1].op == PipelineOp::forward && actions[k - 1].stage == a.stage &&
-                          actions[k - 1].microbatch == a.microbatch;
-    out[k] = !just_ran;
-  }
-  return out;
-}
-
 double one_f_one_b_ideal_bubble(int ranks, int microbatches) {
   return static_cast<double>(ranks - 1) / static_cast<double>(microbatches + ranks - 1);
 }

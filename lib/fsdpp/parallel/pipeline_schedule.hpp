@@ -89,11 +89,6 @@ struct PipelineTimeline {
 PipelineTimeline simulate_pipeline(const PipelineSchedule& schedule, const PipelineShape& shape,
                                    const PipelineCosts& costs);
 
-// Where a stage keeps one micro-batch's activations (pipeline_replays_forwards, config/deck_rules.hpp), a backward
-// (B or I) replays its micro-batch's forward first unless that forward is the rank's action just before it: per
-// action of one rank's list, whether it does. What train/pipeline_step.cpp runs and the performance model prices.
-std::vector<bool> backwards_replaying_forward(const std::vector<PipelineAction>& actions);
-
 // The bubble of 1F1B (and GPipe) with equal stages: (p - 1) / (m + p - 1).
 double one_f_one_b_ideal_bubble(int ranks, int microbatches);
 

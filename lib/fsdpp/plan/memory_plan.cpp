@@ -186,9 +186,7 @@ void plan_pipeline_step(const Deck& deck, PlannedModel& planned, int stage,
   plan.pipeline_stage = stage;
   const PipelineShape shape{pp, v, plan.accum_steps};
   const std::vector<PipelineAction> actions = make_pipeline_schedule(deck.pipeline.schedule, shape)[sz(stage)];
-  // Slots per chunk: the most of its micro-batches in flight at once. Where forwards replay instead (cp): one set,
-  // and every micro-batch's input kept.
-  const bool replays = pipeline_replays_forwards(deck.mesh);
+  // Slots per chunk: the most of its micro-batches in flight at once.
   // Stashes per chunk: the most of its micro-batches between their I and their W (pipeline_step.cpp makes one each).
   std::vector<int> slots(sz(v), 0), in_flight(sz(v), 0), stashes(sz(v), 0), pending(sz(v), 0);
   for (const PipelineAction& a : actions) {
@@ -208,15 +206,14 @@ void plan_pipeline_step(const Deck& deck, PlannedModel& planned, int stage,
     shapes.select_pipeline_chunk(0);
     return bytes;
   };
-  if (replays) slots.assign(sz(v), 1);
   plan.pipeline_slots = slots;
-  // Messages kept: a received input per slot (per micro-batch when replaying) of each stage after the first, and
+  // Messages kept: a received input per slot of each stage after the first, and
   // one output gradient buffer where a stage before the last runs.
   int messages = 0;
   bool gradient = false;
   for (int c = 0; c < v; ++c) {
     const int s = c * pp + stage;
-    if (s > 0) messages += replays ? plan.accum_steps : slots[sz(c)];
+    if (s > 0) messages += slots[sz(c)];
     gradient = gradient || s < pp * v - 1;
   }
   messages += gradient ? 1 : 0;

@@ -93,7 +93,7 @@ PipelineStepPlan plan_pipeline_step(const Deck& deck, int ranks, const Machine& 
     }));
   // Per micro-batch, each global stage's share of its rank's passes (by FLOPs, over the rank's chunks). zero_bubble's
   // weight pass is what the rank's Ws were priced at, per W; elsewhere the input and weight gradients are half a
-  // backward each. A replayed forward (backwards_replaying_forward) costs a forward more. The rest of a rank's step (reductions left exposed at its end, the optimizer) follows the
+  // backward each. The rest of a rank's step (reductions left exposed at its end, the optimizer) follows the
   // pipeline's last action.
   const int m = pipeline.shape.microbatches, S = pipeline.shape.stages();
   const PipelineSchedule schedule = make_pipeline_schedule(deck.pipeline.schedule, pipeline.shape);
@@ -109,18 +109,13 @@ PipelineStepPlan plan_pipeline_step(const Deck& deck, int ranks, const Machine& 
     int weight_passes = 0;
     for (const PipelineAction& a : schedule[sz(r)]) weight_passes += a.op == PipelineOp::backward_weight ? 1 : 0;
     const double weight = weight_passes > 0 ? ms("backward_weight") / weight_passes : backward / m / 2;
-    // Where forwards replay (cp), the rank's replays are spread over its backwards.
-    int replayed = 0;
-    if (pipeline_replays_forwards(deck.mesh))
-      for (bool replay : backwards_replaying_forward(schedule[sz(r)])) replayed += replay ? 1 : 0;
     double rank_flops = 0;
     for (int s = r; s < S; s += pp) rank_flops += pipeline.split.flops[sz(s)];
     for (int s = r; s < S; s += pp) {
       const double share = rank_flops > 0 ? pipeline.split.flops[sz(s)] / rank_flops : 1.0 / v;
       costs.forward[sz(s)] = forward * share / m;
       costs.backward_weight[sz(s)] = weight * share;
-      costs.backward_input[sz(s)] = backward * share / m - costs.backward_weight[sz(s)] +
-                                    costs.forward[sz(s)] * replayed / m;
+      costs.backward_input[sz(s)] = backward * share / m - costs.backward_weight[sz(s)];
     }
     after = std::max(after, t.ms_per_step - forward - backward);
   }

@@ -22,11 +22,9 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
   free_slots_.resize(static_cast<std::size_t>(pipeline_.virtual_stages()));
   slots_made_.resize(free_slots_.size(), 0);
   double loss = 0;
-  replays_ = 0;
   const double start = MPI_Wtime(), waited = pipeline_.waited_s();
   const std::vector<PipelineAction>& actions = pipeline_.actions(microbatches);
   PipelineGradientSync sync(actions, pipeline_.stages(), microbatches);
-  const std::vector<bool> replaying = backwards_replaying_forward(actions);
   stash_of_.assign(cells, -1);
   router_in_.resize(cells);
   router_finished_of_.resize(cells);
@@ -41,7 +39,7 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
     pipeline_.post_receives(k, message);
     const TimelineScope span(pipeline_.action_region(k));
     if (a.op == PipelineOp::forward) {
-      forward(flow, chunk, a.microbatch, microbatches, false);
+      forward(flow, chunk, a.microbatch, microbatches);
       if (pipeline_.last_stage(a.stage)) {
         loss += flow.loss;
         if (router) add_router_totals(*router);
@@ -52,14 +50,14 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
     } else {
       sync.before(parallel_, k);
       if (a.op == PipelineOp::backward_weight) backward_weight(flow, chunk, a.microbatch);
-      else backward(flow, chunk, a.microbatch, microbatches, a.op == PipelineOp::backward_input, replaying[k]);
+      else backward(flow, chunk, a.microbatch, microbatches, a.op == PipelineOp::backward_input);
       timers.mark(backward_section);
     }
   }
   pipeline_.wait_sends();
   pipeline_.check_no_posted_receives();
   model_.select_pipeline_chunk(0);
-  if (keeps_slots_) model_.select_activation_slot(0);  // every slot is free again; the rest of training uses 0
+  model_.select_activation_slot(0);  // every slot is free again; the rest of training uses 0
   const double spent = MPI_Wtime() - start, step_waited = pipeline_.waited_s() - waited;
   train_s_ += spent;
   train_waited_s_ += step_waited;
@@ -83,14 +81,11 @@ std::string PipelineStep::summary(MPI_Comm world, int microbatches) const {
   MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_DOUBLE, MPI_MIN, world);
   MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_DOUBLE, MPI_MAX, world);
   MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, world);
-  int counts[3] = {replays_, slots(), stashes()};
-  MPI_Allreduce(MPI_IN_PLACE, counts, 3, MPI_INT, MPI_MAX, world);
-  std::string activations =
-      keeps_slots_ ? fmt::format("activations kept for up to {} micro-batches per rank", counts[1])
-                   : fmt::format("forwards replayed for a backward ({}), per step: up to {} per rank",
-                                 pipeline_.replay_reason(), counts[0]);
-  if (counts[2] > 0)
-    activations += fmt::format(", weight gradients held back (I before W) for up to {} of them", counts[2]);
+  int counts[2] = {slots(), stashes()};
+  MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_INT, MPI_MAX, world);
+  std::string activations = fmt::format("activations kept for up to {} micro-batches per rank", counts[0]);
+  if (counts[1] > 0)
+    activations += fmt::format(", weight gradients held back (I before W) for up to {} of them", counts[1]);
   const std::string schedule =
       pipeline_.virtual_stages() > 1
           ? fmt::format("{} ({} virtual stages)", to_string(pipeline_.schedule_kind()), pipeline_.virtual_stages())
@@ -119,7 +114,7 @@ View1<float>& PipelineStep::input_buffer(std::size_t index) {
   return inputs_[index];
 }
 
-void PipelineStep::forward(Flow& flow, int chunk, int i, int m, bool replay) {
+void PipelineStep::forward(Flow& flow, int chunk, int i, int m) {
   {
     const TimelineScope loading(timeline_names::data);
     data_.load_train(i, flow);
@@ -130,7 +125,7 @@ void PipelineStep::forward(Flow& flow, int chunk, int i, int m, bool replay) {
   const int s = pipeline_.global_stage(chunk);
   const std::size_t at = cell(chunk, i);
   model_.select_pipeline_chunk(chunk);
-  if (keeps_slots_) {  // a slot of its own until its backward
+  {  // a slot of its own until its backward
     std::vector<int>& free = free_slots_[static_cast<std::size_t>(chunk)];
     if (free.empty()) free.push_back(slots_made_[static_cast<std::size_t>(chunk)]++);
     slot_of_[at] = free.back();
@@ -139,18 +134,18 @@ void PipelineStep::forward(Flow& flow, int chunk, int i, int m, bool replay) {
   }
   RouterStatistics* router = model_.router_statistics();
   if (!pipeline_.first_stage(s)) {
-    // Kept until the backward: per slot (the micro-batches in flight), or per micro-batch when forwards replay.
-    View1<float>& input = input_buffer(keeps_slots_ ? static_cast<std::size_t>(slot_id(chunk, slot_of_[at])) : at);
+    // Kept until the backward: per slot (the micro-batches in flight).
+    View1<float>& input = input_buffer(static_cast<std::size_t>(slot_id(chunk, slot_of_[at])));
     if (input.extent(0) != n) input = uninitialized<float>("fsdpp::pipeline_input", n);
     std::vector<double>* recorded = router ? &router_in_[at] : nullptr;  // by the stages before
     if (recorded) recorded->resize(router->state_size());
-    if (!replay) pipeline_.receive(input, n, s, s - 1, i, false, recorded);
+    pipeline_.receive(input, n, s, s - 1, i, false, recorded);
     if (recorded) router->restore(*recorded);
     flow.x = input;
   }
   model_(flow);
   Kokkos::fence();
-  if (!replay && !pipeline_.last_stage(s)) {
+  if (!pipeline_.last_stage(s)) {
     if (router) router->state(router_out_);
     pipeline_.send(flow.x, n, s, s + 1, i, false, router ? &router_out_ : nullptr);
   }
@@ -159,22 +154,16 @@ void PipelineStep::forward(Flow& flow, int chunk, int i, int m, bool replay) {
   elements_[at] = n;
 }
 
-void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool input_only, bool replaying) {
+void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool input_only) {
   const std::size_t at = cell(chunk, i);
   model_.select_pipeline_chunk(chunk);
-  if (keeps_slots_) {  // its own activations: the slot its forward computed in, and its tokens again
-    {
-      const TimelineScope loading(timeline_names::data);
-      data_.load_train(i, flow);
-    }
-    flow.training = true;
-    flow.loss_scale = exact_ ? 1.0f : parallel_.loss_scale(m);
-    select_slot(chunk, slot_of_[at]);
-  } else if (replaying) {  // another forward ran since: rebuild this one's activations
-    const TimelineScope span(timeline_names::pipeline_replay);
-    forward(flow, chunk, i, m, true);
-    ++replays_;
+  {  // its own activations: the slot its forward computed in, and its tokens again
+    const TimelineScope loading(timeline_names::data);
+    data_.load_train(i, flow);
   }
+  flow.training = true;
+  flow.loss_scale = exact_ ? 1.0f : parallel_.loss_scale(m);
+  select_slot(chunk, slot_of_[at]);
   const std::size_t n = elements_[at];
   const int s = pipeline_.global_stage(chunk);
   RouterStatistics* router = model_.router_statistics();
@@ -204,7 +193,7 @@ void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool input_only
   Kokkos::fence();
   if (!pipeline_.first_stage(s)) pipeline_.send(flow.dx, n, s, s - 1, i, true, router ? &router_finished_ : nullptr);
   // After I the stash still reads the slot's activations (the weights' inputs): W frees it.
-  if (keeps_slots_ && !input_only) free_slots_[static_cast<std::size_t>(chunk)].push_back(slot_of_[at]);
+  if (!input_only) free_slots_[static_cast<std::size_t>(chunk)].push_back(slot_of_[at]);
 }
 
 void PipelineStep::backward_weight(Flow& flow, int chunk, int i) {
@@ -228,9 +217,9 @@ double PipelineStep::evaluate(Flow& flow, int index) {
   for (int chunk = 0; chunk < pipeline_.virtual_stages(); ++chunk) {  // each chunk in its own slot 0
     const int s = pipeline_.global_stage(chunk);
     model_.select_pipeline_chunk(chunk);
-    if (keeps_slots_) select_slot(chunk, 0);
-    if (!pipeline_.first_stage(s)) {  // training's buffer of (chunk, slot 0), or of micro-batch 0
-      View1<float>& input = input_buffer(keeps_slots_ ? static_cast<std::size_t>(slot_id(chunk, 0)) : 0);
+    select_slot(chunk, 0);
+    if (!pipeline_.first_stage(s)) {  // training's buffer of (chunk, slot 0)
+      View1<float>& input = input_buffer(static_cast<std::size_t>(slot_id(chunk, 0)));
       if (input.extent(0) < n) input = uninitialized<float>("fsdpp::pipeline_input", n);
       pipeline_.receive(input, n, s, s - 1, index, false);
       flow.x = Kokkos::subview(input, std::make_pair(std::size_t{0}, n));
@@ -241,7 +230,7 @@ double PipelineStep::evaluate(Flow& flow, int index) {
     pipeline_.wait_sends();  // the next chunk's receive reuses the input buffer only after
   }
   model_.select_pipeline_chunk(0);
-  if (keeps_slots_) select_slot(0, 0);
+  select_slot(0, 0);
   return pipeline_.last() ? flow.loss : 0.0;
 }
 

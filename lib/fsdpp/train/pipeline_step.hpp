@@ -11,11 +11,8 @@
 //
 // Each micro-batch in flight keeps its activations in an activation slot of its own (module.hpp): F i takes a free
 // slot, B i computes in it and frees it, so a stage holds as many micro-batches' activations as its schedule has in
-// flight (GPipe m, 1F1B at most pp - stage) and the slots are allocated in the first step only. Where the deck's
-// rules say so (pipeline_replays_forwards: context parallelism's ring) the stage instead
-// replays F i from the input it kept when a later micro-batch's forward ran since, as activation checkpointing
-// replays a block: the same kernels on the same input, so the gradients are those of an unbroken forward and
-// backward, at the cost of a forward.
+// flight (GPipe m, 1F1B at most pp - stage) and the slots are allocated in the first step only. What a slot keeps
+// is the modules' own: under context parallelism the micro-batch's rows of the sequences too (nn/causal_lm.hpp).
 //
 // A mixture of experts' balancing losses are over every sparse layer of the model (nn/moe.hpp), so its router
 // statistics travel with the messages: F i hands on what the stages so far recorded, the last stage finishes them,
@@ -47,8 +44,7 @@ namespace fsdpp {
 class PipelineStep {
  public:
   PipelineStep(PipelineParallel& pipeline, LanguageModel& model, Parallelism& parallel, DataFeed& data)
-      : pipeline_(pipeline), model_(model), parallel_(parallel), data_(data),
-        keeps_slots_(!pipeline.replays_forwards()) {}
+      : pipeline_(pipeline), model_(model), parallel_(parallel), data_(data) {}
 
   // The step's `microbatches` forwards and backwards on this stage; returns the sum of their losses on the last
   // stage (0 on the others). Marks `forward_section` and `backward_section` on `timers` after each.
@@ -59,7 +55,6 @@ class PipelineStep {
   // Evaluation batch `index` through this stage: its loss on the last stage, 0 on the others.
   double evaluate(Flow& flow, int index);
   double from_last_stage(double value) { return pipeline_.from_last_stage(value); }
-  int replays() const { return replays_; }  // forwards replayed for a backward, in the last step
   // Activation slots this rank has made, over its chunks (the most (chunk, micro-batch) pairs in flight).
   int slots() const {
     int n = 0;
@@ -84,11 +79,10 @@ class PipelineStep {
 
  private:
   // Under interleaving a rank runs several chunks (global stages); what a micro-batch keeps is per (chunk, micro-batch).
-  void forward(Flow& flow, int chunk, int microbatch, int microbatches, bool replay);
+  void forward(Flow& flow, int chunk, int microbatch, int microbatches);
   // A whole backward (B), or with `input_only` zero_bubble's I: its weight gradients into a stash of their own.
-  // FSDP's flags are set before (parallel/pipeline_gradient_sync.hpp). `replaying`: without slots, another
-  // forward ran since this one's (backwards_replaying_forward), so it runs again first.
-  void backward(Flow& flow, int chunk, int microbatch, int microbatches, bool input_only, bool replaying);
+  // FSDP's flags are set before (parallel/pipeline_gradient_sync.hpp).
+  void backward(Flow& flow, int chunk, int microbatch, int microbatches, bool input_only);
   void backward_weight(Flow& flow, int chunk, int microbatch);  // W: the stash's gradients
   std::size_t residual_elements(const Flow& flow) const;
   std::size_t cell(int chunk, int microbatch) const;  // index of (chunk, micro-batch) in the per-step tables
@@ -101,10 +95,9 @@ class PipelineStep {
   LanguageModel& model_;
   Parallelism& parallel_;
   DataFeed& data_;
-  // What this rank's stages after the first received: per model slot (slot_id), or per cell when forwards replay.
+  // What this rank's stages after the first received: per model slot (slot_id).
   std::vector<View1<float>> inputs_;
   View1<float> gradient_;             // the gradient of this stage's output, as received
-  const bool keeps_slots_;            // activation slots per micro-batch (else replays)
   std::vector<int> slot_of_;          // per cell: its chunk's activation slot
   std::vector<std::vector<int>> free_slots_;  // per chunk
   std::vector<int> slots_made_;               // per chunk
@@ -115,8 +108,7 @@ class PipelineStep {
   int microbatches_ = 0;              // of the step running
   bool exact_ = false;                // of the step running: reproducible mode's loss scale
   std::vector<std::size_t> elements_;  // per cell: its residual stream's floats on this rank
-  int replays_ = 0;
-  // Mixture of experts: per cell, the router statistics received with its input (a replay restores them again),
+  // Mixture of experts: per cell, the router statistics received with its input,
   // and on the last stage those its forward finished; the finished ones of the backward running; a send's copy.
   std::vector<std::vector<double>> router_in_, router_finished_of_;
   std::vector<double> router_finished_, router_out_;
