@@ -14,7 +14,8 @@
 # and interleaved, zero_bubble at pp 4 (its weight-gradient stashes) and for the Llama beside tp 2 with sequence
 # parallelism (also under zero_bubble with every second block recomputing, whose stash copies its inputs too), cp 2
 # under zero_bubble (a stash of T/cp rows) and interleaved with document masks (each micro-batch's rows of the
-# sequences in its slot), and Qwen3-MoE at pp 2 x ep 2 under zero_bubble (each micro-batch's route in its slot):
+# sequences in its slot), GPT-2 in reproducible mode at pp 2 under zero_bubble (its tied embedding's words summed
+# over the two stages), and Qwen3-MoE at pp 2 x ep 2 under zero_bubble (each micro-batch's route in its slot):
 # each stage's plan against the measured peaks, the largest and the smallest over the ranks), the planned per-rank
 # total must be within 1% of the peak the trainer measures (Views counted by
 # MemoryAccounting, largest over ranks). The plan runs fully_shard's own schedule dry, so it should agree to
@@ -57,6 +58,7 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
             "4 llama-pp2-tp2-zb-ac mesh.pp=2 mesh.tp=2 mesh.tp_sequence_parallel=true pipeline.schedule=zero_bubble train.activation_checkpointing=every_2" \
             "4 llama-pp2-cp2-zb mesh.pp=2 mesh.cp=2 model.attention=fused pipeline.schedule=zero_bubble" \
             "4 llama-pp2-cp2-il mesh.pp=2 mesh.cp=2 model.attention=fused pipeline.schedule=interleaved_1f1b pipeline.virtual_stages=2 data.document_mask=true data.eot_id=22" \
+            "4 repro-pp2-zb mesh.pp=2 train.reproducible=true pipeline.schedule=zero_bubble" \
             "4 moe-pp2-ep2-zb mesh.pp=2 mesh.ep=2 pipeline.schedule=zero_bubble"; do
   read -r n layout extra <<<"$spec"
   read -r -a more <<<"${extra:-}"

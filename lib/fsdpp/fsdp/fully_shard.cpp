@@ -240,6 +240,17 @@ void FsdpGroup::set_exact_single_backward(std::int64_t units, bool recurse) {
     if (FsdpGroup* g = fsdp_group(*m); g && (recurse || g == this)) g->exact_single_backward_ = units;
 }
 
+void FsdpGroup::exchange_exact_words(const Parameter& p, std::function<void(const View1<std::int64_t>&)> sum) {
+  FSDPP_CHECK(options_.exact_reduction, "{}: exchange_exact_words outside reproducible mode", module_.display_name());
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (params_[i] == &p) {
+      words_exchange_ = WordsExchange{i, std::move(sum)};
+      return;
+    }
+  FSDPP_CHECK(false, "{}: exchange_exact_words for {}, which this group does not hold", module_.display_name(),
+              p.name());
+}
+
 void FsdpGroup::lazy_init() {
   // The first group to run forward is the root; it adopts every group below it (FSDP2's lazy init).
   auto context = std::make_shared<FsdpContext>();
@@ -439,7 +450,7 @@ void FsdpGroup::before(Module&, Pass pass, Flow& flow) {
     if (!dry_) p->show_whole_grad(slice(full_grad_[i].view, 0, p->numel()));
   }
   if (!dry_) pieces_f32_.run(PieceOp::zero);  // the pooled whole gradients start at zero: one kernel
-  if (!grads_unsharded_ && options_.exact_reduction && options_.exact_token_chunks) {
+  if (!grads_unsharded_ && options_.exact_reduction && options_.exact_words_in_backward) {
     allocate(chunk_words_, FsdpBuffer::reduce_scatter, layout_.slot * GradientWords::words * ranks_,
              module_.display_name() + ".reduce_scatter_words", true);
     for (std::size_t i = 0; i < params_.size(); ++i)

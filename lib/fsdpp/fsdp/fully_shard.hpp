@@ -25,6 +25,7 @@
 #include "fsdpp/mesh/device_mesh.hpp"
 #include "fsdpp/nn/module.hpp"
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -68,10 +69,11 @@ struct FullyShardOptions {
   // finish_exact_gradients then all-reduces it over HSDP replicas and converts it to the shard gradients once.
   // Every backward must synchronize (gradient sync on), in f32 (reduce_dtype f32).
   bool exact_reduction = false;
-  // With exact_reduction, the model's token chunks (train.reproducible_chunks): each backward's group words are
-  // allocated when it starts and handed to the parameters (Parameter::grad_words), so the model adds each token
-  // chunk's weight gradient to them apart; what it still writes to the f32 gradients is cut and added at the end.
-  bool exact_token_chunks = false;
+  // With exact_reduction, the model cuts parts of its gradients into words during backward: each token chunk's
+  // (train.reproducible_chunks), or a tied embedding's head part before the lookup adds its own (nn/causal_lm.hpp).
+  // Each backward's group words are then allocated when it starts and handed to the parameters
+  // (Parameter::grad_words); what the model still writes to the f32 gradients is cut and added at the end.
+  bool exact_words_in_backward = false;
   // A pipeline stage's root between the first and the last stage (parallel/pipeline_parallel.hpp) holds no
   // parameters of its own, but still drives its blocks' groups: a group of none is allowed for it only.
   bool allow_no_parameters = false;
@@ -137,6 +139,11 @@ class FsdpGroup final : public ModuleHooks {
   // converted when the reduction completes, and no word accumulator is kept. 0: the words accumulate.
   // `recurse`: every sharded module below this one too.
   void set_exact_single_backward(std::int64_t units, bool recurse = true);
+  // Reproducible mode: a copy of parameter `p` of this group elsewhere (a tied embedding on another pipeline stage,
+  // parallel/pipeline_parallel.hpp) whose words are summed with this one's before either becomes floats. `sum`
+  // adds the other copy's words of this rank's shard of `p` in place, on both copies in the same step; the words
+  // then always accumulate to the step's end (a single backward's early conversion could stall the pipeline).
+  void exchange_exact_words(const Parameter& p, std::function<void(const View1<std::int64_t>&)> sum);
   void set_modules_to_forward_prefetch(std::vector<Module*> modules) { forward_prefetch_ = std::move(modules); }
   void set_modules_to_backward_prefetch(std::vector<Module*> modules) { backward_prefetch_ = std::move(modules); }
 
@@ -244,7 +251,7 @@ class FsdpGroup final : public ModuleHooks {
   Tracked<bf16> post_forward_bf16_;
   Tracked<float> partial_reduction_;                      // HSDP with the all-reduce skipped: summed shards
   Tracked<std::int64_t> exact_sum_;                       // exact reduction: this step's summed shard words
-  Tracked<std::int64_t> chunk_words_;                     // exact_token_chunks: this backward's whole words
+  Tracked<std::int64_t> chunk_words_;                     // exact_words_in_backward: this backward's whole words
   // One kernel per copy-in, copy-out, accumulation or zeroing of the group's pieces (flat_buffers.hpp).
   PieceBatch<float, float> pieces_f32_;
   PieceBatch<bf16, float> pieces_to_bf16_;
@@ -265,6 +272,11 @@ class FsdpGroup final : public ModuleHooks {
   void set_flag(bool FsdpGroup::*flag, bool value, bool recurse);
   bool requires_all_reduce_ = true;
   std::int64_t exact_single_backward_ = 0;  // set_exact_single_backward's units
+  struct WordsExchange {
+    std::size_t param = 0;  // index in params_
+    std::function<void(const View1<std::int64_t>&)> sum;
+  };
+  std::optional<WordsExchange> words_exchange_;  // exchange_exact_words
   double divide_factor_ = 0;  // 0: average over the data-parallel ranks
   std::vector<Module*> forward_prefetch_, backward_prefetch_;
   bool is_root_ = false;

@@ -226,7 +226,7 @@ void FsdpGroup::accumulate_offloaded_gradients(const View1<float>& reduced) {
 void FsdpGroup::issue_exact_reduce_scatter() {
   PendingReduction pending;
   pending.site = module_.display_name() + " gradient reduction";
-  pending.single_backward = exact_single_backward_;
+  pending.single_backward = words_exchange_ ? 0 : exact_single_backward_;
   const std::int64_t count = layout_.slot * GradientWords::words;
   const bool chunked = chunk_words_.bytes != 0;  // the model's token chunks are in these words already
   if (chunked) {
@@ -280,6 +280,14 @@ void FsdpGroup::convert_words(Tracked<std::int64_t>& words, FsdpBuffer kind, std
     }
     context_->stats.all_reduces++;
     context_->stats.all_reduce_bytes += words.bytes;
+  }
+  if (words_exchange_ && !dry_) {  // the other copy's words of the parameter's shard
+    const std::int64_t W = GradientWords::words;
+    const std::size_t i = words_exchange_->param;
+    const auto range = std::make_pair(static_cast<std::size_t>(layout_.offset[i] * W),
+                                      static_cast<std::size_t>((layout_.offset[i] + layout_.piece[i]) * W));
+    Kokkos::fence();
+    words_exchange_->sum(Kokkos::subview(words.view, range));
   }
   Tracked<float> reduced;
   allocate(reduced, FsdpBuffer::reduced_f32, layout_.slot, module_.display_name() + ".reduced_f32");

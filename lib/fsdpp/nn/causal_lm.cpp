@@ -13,6 +13,7 @@
 #include "fsdpp/nn/kernels/linear.hpp"
 #include "fsdpp/nn/kernels/vocab_parallel.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/tensor/exact_words.hpp"
 
 #include <algorithm>
 
@@ -519,6 +520,14 @@ void CausalLM::head_backward(Flow& flow, int N, int Nl) {
   TpPending reduction = tp.reduce_region_gradient_async(head_.dlnf, head_.dlnf_local, N, C);
   linear_weight_gradients(flow, *this, Linear{head(), nullptr}, context_->chunks, head_.logits, head_.lnf, N, C, Vl,
                           OutputGradient::in_slot);
+  // Reproducible mode with a tied embedding (fully_shard hands out its words): the head's part is cut into words
+  // before the lookup adds its own, so the two parts sum exactly, as they do where a pipeline holds them on its
+  // first and last stage (parallel/pipeline_parallel.hpp); token chunks cut each chunk's part already.
+  const SlotWords& words = token_embedding.grad_words();
+  if (!lm_head && stage_.embeds(chunk_) && words.active() && !context_->chunks.active() && !flow.weight_stash) {
+    add_cut_into_slots(words, token_embedding.grad());
+    Kokkos::deep_copy(token_embedding.grad(), 0.0f);
+  }
   const View1<float> dlnf = tp.wait(reduction);
   Kokkos::deep_copy(head_.dx, 0.0f);
   if (sp) Kokkos::deep_copy(head_.norm_grads, 0.0f);

@@ -15,6 +15,7 @@ TrainModel build_model(MPI_Comm comm, const Deck& deck) {
     t.pipeline = std::make_unique<PipelineParallel>(comm, deck, *t.model);
     t.model->keep_pipeline_stage(t.pipeline->part());
     t.parallel = parallelize(*t.model, t.pipeline->stage_deck(deck), t.pipeline->stage_comm());
+    t.pipeline->tie_gradients(*t.model);
   } else {
     t.parallel = parallelize(*t.model, deck, comm);
   }

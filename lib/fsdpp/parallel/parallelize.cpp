@@ -96,7 +96,7 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   block.offload_policy.cpu = deck.fsdp.offload == OffloadPolicy::cpu;
   block.overlap_reduction = deck.comm.overlap;
   block.exact_reduction = layout.exact_reduction;
-  block.exact_token_chunks = layout.token_chunk_rows > 0;
+  block.exact_words_in_backward = layout.token_chunk_rows > 0;
   block.forward_prefetch = deck.fsdp.forward_prefetch.depth;
   block.backward_prefetch = deck.fsdp.backward_prefetch.depth;
   layout.forward_prefetch = deck.fsdp.forward_prefetch;
@@ -116,7 +116,9 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   root.offload_policy = block.offload_policy;
   root.overlap_reduction = block.overlap_reduction;  // the root's options hold for every group under it
   root.exact_reduction = block.exact_reduction;
-  root.exact_token_chunks = block.exact_token_chunks;
+  // A tied embedding's two parts are cut apart (nn/causal_lm.hpp), where one rank holds both: without a pipeline.
+  root.exact_words_in_backward =
+      block.exact_words_in_backward || (layout.exact_reduction && deck.model.tie_embeddings && deck.mesh.pp == 1);
   root.forward_prefetch = block.forward_prefetch;
   root.backward_prefetch = block.backward_prefetch;
   if (block.reshard_after_forward == false) root.reshard_after_forward = false;

@@ -26,16 +26,6 @@ void free_comm(MPI_Comm& comm) {
   if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
 }
 
-// What a pipeline does not run yet: refused on every rank alike, before any communicator is made.
-void check_runnable(const Deck& deck) {
-  // The tied embedding's two gradients are summed after each stage has rounded its own, where one rank sums them
-  // within each unit's backward: the same on any pp > 1, but not bitwise pp 1's.
-  FSDPP_REQUIRE(!deck.train.reproducible || !deck.model.tie_embeddings, "train.reproducible with mesh.pp {} and a "
-                "tied embedding (model.tie_embeddings: true): its copies on the first and the last stage would round "
-                "their gradients apart, so the bits would differ from mesh.pp: 1; use model.tie_embeddings: false, or "
-                "mesh.pp: 1", deck.mesh.pp);
-}
-
 }  // namespace
 
 PipelineParallel::PipelineParallel(MPI_Comm world, const Deck& deck, const LanguageModel& whole)
@@ -44,7 +34,6 @@ PipelineParallel::PipelineParallel(MPI_Comm world, const Deck& deck, const Langu
   int rank = 0, size = 1;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
-  check_runnable(deck);
   check_job_size(deck.mesh, size);
   check_pipeline(deck.model, deck.mesh, deck.pipeline);
   const int per_stage = size / stages_;
@@ -53,6 +42,7 @@ PipelineParallel::PipelineParallel(MPI_Comm world, const Deck& deck, const Langu
   split_ = split_stages(whole.flops_per_token_by_piece(deck.model.context_length), stages_ * virtual_stages_,
                         deck.pipeline.split);
   tied_ = deck.model.tie_embeddings;
+  exact_ = deck.train.reproducible;
   stage_comm_ = split_comm(world, stage_, place);
   pp_comm_ = split_comm(world, place, stage_);
   tied_comm_ = split_comm(world, tied_ && (first() || last()) ? place : MPI_UNDEFINED, stage_);
@@ -257,8 +247,25 @@ namespace {
 Parameter* tied_embedding(LanguageModel& model) { return &static_cast<CausalLM&>(model).token_embedding; }
 }  // namespace
 
+void PipelineParallel::tie_gradients(LanguageModel& model) {
+  if (!tied_group_ || !exact_) return;
+  // Reproducible mode: each copy's words are exact sums of its part's cuts; their sum is one rank's (whose head part
+  // is cut apart from the lookup's, nn/causal_lm.cpp), and both copies convert it to the same floats.
+  FsdpGroup* root = fsdp_group(model);
+  FSDPP_CHECK(root, "pipeline stage {}: the tied embedding's stage is not sharded", stage_);
+  root->exchange_exact_words(*tied_embedding(model), [this](const View1<std::int64_t>& words) {
+    tied_words_.resize(words.extent(0));
+    const HostView1<std::int64_t> host(tied_words_.data(), tied_words_.size());
+    Kokkos::deep_copy(host, words);
+    static const std::string name = "pipeline tied embedding gradient words";  // FlightSite keeps a pointer to it
+    const FlightSite site(name);
+    tied_group_->all_reduce(tied_words_.data(), tied_words_.size(), DType::i64, ReduceOp::sum);  // host staging
+    Kokkos::deep_copy(words, host);
+  });
+}
+
 void PipelineParallel::sum_tied_gradient(LanguageModel& model) {
-  if (!tied_group_) return;
+  if (!tied_group_ || exact_) return;  // reproducible mode summed the words (tie_gradients)
   Parameter* p = tied_embedding(model);
   FSDPP_CHECK(p, "pipeline stage {}: a tied embedding was expected on the first and the last stage", stage_);
   const std::size_t n = p->grad().extent(0);

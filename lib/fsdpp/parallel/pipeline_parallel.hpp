@@ -20,8 +20,9 @@
 // replays it before the first step, so a schedule that would hang is refused instead.
 //
 // A tied embedding (GPT-2's wte) lives on the first stage (the lookup) and the last (the head): both copies start
-// equal, their gradients are summed over the two after each step's reduction, and the same optimizer step keeps
-// them equal. The gradient norm counts the first stage's copy.
+// equal, their gradients are summed over the two after each step's reduction (in reproducible mode their exact
+// words, before they become floats: tie_gradients), and the same optimizer step keeps them equal. The gradient
+// norm counts the first stage's copy.
 #include "fsdpp/comm/mpi_communicator.hpp"
 #include "fsdpp/tensor/types.hpp"
 #include "fsdpp/config/deck.hpp"
@@ -101,7 +102,11 @@ class PipelineParallel {
   Communicator& stages_group() { return *pp_group_; }
   double from_last_stage(double value);  // the last stage's value on every stage
   void from_last_stage(std::vector<double>& values);  // the same for a vector of the same size on every stage
-  // The tied embedding's gradient summed over its two copies (first and last stage); a no-op without one.
+  // After sharding: in reproducible mode, the tied embedding's words summed over its two copies at each step's end
+  // (FsdpGroup::exchange_exact_words); a no-op otherwise.
+  void tie_gradients(LanguageModel& model);
+  // The tied embedding's gradient summed over its two copies (first and last stage); a no-op without one, and in
+  // reproducible mode (tie_gradients summed them).
   void sum_tied_gradient(LanguageModel& model);
   // The parameter whose gradient norm another stage counts (the last stage's tied embedding), or null.
   const Parameter* counted_elsewhere(LanguageModel& model) const;
@@ -112,6 +117,7 @@ class PipelineParallel {
   int configured_microbatches_ = 0;  // pipeline.microbatches (0: the step's)
   StageSplit split_;
   bool tied_ = false;
+  bool exact_ = false;  // train.reproducible
   MPI_Comm stage_comm_ = MPI_COMM_NULL;
   MPI_Comm pp_comm_ = MPI_COMM_NULL;
   MPI_Comm tied_comm_ = MPI_COMM_NULL;  // the first and the last stage's ranks of one place, when tied
@@ -136,6 +142,7 @@ class PipelineParallel {
   std::size_t sends_in_flight_ = 0;
   MessageBuffer receive_buffer_;      // an evaluation's receive
   std::vector<float> tied_buffer_;    // the tied embedding's gradient, staged for its MPI group
+  std::vector<std::int64_t> tied_words_;  // reproducible mode: its words, the same way
   std::vector<float> trailer_floats_;
   RankMessagePlan message_plan_;  // this rank's part of the schedule's posting order
   struct PostedReceive {

@@ -120,22 +120,47 @@ std::int64_t ring_bytes(const Deck& deck, const Parallelism& par, const MemoryPl
 
 // One training step of fully_shard's real schedule, dry (`passes` runs the model's forwards and backwards on a
 // flow of the plan's micro-batch): its events are the unsharded memory.
+// Hands a listener the events of the second dry step only (run_dry_step).
+struct SecondStepOnly : FsdpMemoryListener {
+  SecondStepOnly(std::shared_ptr<FsdpMemoryListener> memory, std::shared_ptr<FsdpMemoryListener> schedule)
+      : memory(std::move(memory)), schedule(std::move(schedule)) {}
+  void on_memory(const FsdpMemoryEvent& event) override {
+    if (!listening) return;
+    memory->on_memory(event);
+    if (schedule) schedule->on_memory(event);
+  }
+  void on_schedule(const FsdpScheduleEvent& event) override {
+    if (!listening) return;
+    memory->on_schedule(event);
+    if (schedule) schedule->on_schedule(event);
+  }
+  std::shared_ptr<FsdpMemoryListener> memory, schedule;
+  bool listening = false;
+};
+
 template <class Passes>
 void run_dry_step(PlannedModel& planned, std::shared_ptr<FsdpMemoryListener> schedule, const Passes& passes) {
   MemoryPlan& plan = planned.plan;
   Parallelism& par = *planned.par;
   PlannedMemory& m = plan.memory;
-  auto peak = std::make_shared<PeakOfEvents>();
-  par.root().add_memory_listener(peak);
-  if (schedule) par.root().add_memory_listener(std::move(schedule));
   Flow flow;
   flow.B = plan.micro_batch;
   flow.T = planned.shapes->context_length();
-  passes(flow);
-  if (par.layout().exact_reduction)  // as TrainStep does before the optimizer
-    finish_exact_gradients(par.root().module(), std::int64_t{plan.accum_steps} * par.data_parallel_size());
-  else
-    finish_gradient_reduction(par.root().module());
+  auto step = [&] {
+    passes(flow);
+    if (par.layout().exact_reduction)  // as TrainStep does before the optimizer
+      finish_exact_gradients(par.root().module(), std::int64_t{plan.accum_steps} * par.data_parallel_size());
+    else
+      finish_gradient_reduction(par.root().module());
+  };
+  // A first step fills the buffer pool as training's first does; the step after it, the one the listeners hear,
+  // can still grow it where the first step's blocks serve its requests in another order.
+  auto peak = std::make_shared<PeakOfEvents>();
+  auto second = std::make_shared<SecondStepOnly>(peak, std::move(schedule));
+  par.root().add_memory_listener(second);
+  step();
+  second->listening = true;
+  step();
   m.unsharded_parameters = peak->unsharded_parameters();
   m.unsharded_gradients = peak->unsharded_gradients();
   m.comm_buffers = peak->comm_buffers();
