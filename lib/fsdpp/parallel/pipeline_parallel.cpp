@@ -52,6 +52,7 @@ PipelineParallel::PipelineParallel(MPI_Comm world, const Deck& deck, const Langu
   messages_ = make_communicator(choose_backend(deck.comm.backend), pp_comm_);
   messages_->set_label("pp (messages)");
   device_messages_ = messages_->stream_ordered();
+  buffers_in_views_ = buffers_in_compute_memory(messages_->backend());
   if (tied_comm_ != MPI_COMM_NULL) {
     tied_group_ = std::make_unique<MpiCommunicator>(tied_comm_);
     tied_group_->set_label("pp (tied embedding)");
@@ -114,27 +115,43 @@ std::size_t PipelineParallel::message_floats(std::size_t count, std::size_t trai
   return count + trailer_doubles * sizeof(double) / sizeof(float);
 }
 
-float* PipelineParallel::MessageBuffer::ensure(std::size_t floats, bool on_device) {
-  if (!on_device) {
+bool PipelineParallel::buffers_in_compute_memory(CommBackend backend) {
+#ifdef FSDPP_DEVICE_BUILD
+  return backend == CommBackend::nccl;
+#else
+  (void)backend;
+  return true;
+#endif
+}
+
+int PipelineParallel::kept_buffers(const std::vector<PipelineAction>& actions, const PipelineShape& shape,
+                                   const RankMessagePlan& plan) {
+  int sends = 0;
+  for (const PipelineAction& a : actions) sends += message_out_of(a, shape) ? 1 : 0;
+  return sends + plan.most_pending;
+}
+
+float* PipelineParallel::MessageBuffer::ensure(std::size_t floats, bool in_view) {
+  if (!in_view) {
     host.resize(floats);
     return host.data();
   }
-  if (device.extent(0) < floats) device = uninitialized<float>("fsdpp::pipeline_message", floats);
-  return device.data();
+  if (view.extent(0) < floats) view = uninitialized<float>("fsdpp::pipeline_message", floats);
+  return view.data();
 }
 
 void PipelineParallel::fill(MessageBuffer& buffer, const View1<float>& x, std::size_t count,
                             const std::vector<double>* trailer) {
   const std::size_t total = message_floats(count, trailer ? trailer->size() : 0);
-  float* data = buffer.ensure(total, device_messages_);
+  float* data = buffer.ensure(total, buffers_in_views_);
   const auto head = std::make_pair(std::size_t{0}, count);
-  if (device_messages_) Kokkos::deep_copy(Kokkos::subview(buffer.device, head), Kokkos::subview(x, head));
+  if (buffers_in_views_) Kokkos::deep_copy(Kokkos::subview(buffer.view, head), Kokkos::subview(x, head));
   else Kokkos::deep_copy(HostView1<float>(data, count), Kokkos::subview(x, head));
   if (!trailer || trailer->empty()) return;
   trailer_floats_.resize(total - count);
   std::memcpy(trailer_floats_.data(), trailer->data(), trailer->size() * sizeof(double));
-  if (device_messages_)
-    Kokkos::deep_copy(Kokkos::subview(buffer.device, std::make_pair(count, total)),
+  if (buffers_in_views_)
+    Kokkos::deep_copy(Kokkos::subview(buffer.view, std::make_pair(count, total)),
                       HostView1<const float>(trailer_floats_.data(), total - count));
   else std::memcpy(data + count, trailer_floats_.data(), (total - count) * sizeof(float));
 }
@@ -142,27 +159,32 @@ void PipelineParallel::fill(MessageBuffer& buffer, const View1<float>& x, std::s
 void PipelineParallel::empty(const MessageBuffer& buffer, const View1<float>& x, std::size_t count,
                              std::vector<double>* trailer) {
   const auto head = std::make_pair(std::size_t{0}, count);
-  if (device_messages_) Kokkos::deep_copy(Kokkos::subview(x, head), Kokkos::subview(buffer.device, head));
+  if (buffers_in_views_) Kokkos::deep_copy(Kokkos::subview(x, head), Kokkos::subview(buffer.view, head));
   else Kokkos::deep_copy(Kokkos::subview(x, head), HostView1<const float>(buffer.host.data(), count));
   if (!trailer || trailer->empty()) return;
   const std::size_t total = message_floats(count, trailer->size());
   trailer_floats_.resize(total - count);
-  if (device_messages_)
+  if (buffers_in_views_)
     Kokkos::deep_copy(HostView1<float>(trailer_floats_.data(), total - count),
-                      Kokkos::subview(buffer.device, std::make_pair(count, total)));
+                      Kokkos::subview(buffer.view, std::make_pair(count, total)));
   else std::memcpy(trailer_floats_.data(), buffer.host.data() + count, (total - count) * sizeof(float));
   std::memcpy(trailer->data(), trailer_floats_.data(), trailer->size() * sizeof(double));
 }
 
+int PipelineParallel::take_landing() {
+  if (free_landings_.empty()) {
+    free_landings_.push_back(static_cast<int>(landings_.size()));
+    landings_.emplace_back();
+  }
+  const int landing = free_landings_.back();
+  free_landings_.pop_back();
+  return landing;
+}
+
 void PipelineParallel::post_receives(std::size_t action, std::size_t capacity) {
   for (const PipelineMessage& m : message_plan_.receives_before[action]) {
-    if (free_landings_.empty()) {
-      free_landings_.push_back(static_cast<int>(landings_.size()));
-      landings_.emplace_back();
-    }
-    PostedReceive posted{m, free_landings_.back(), capacity, nullptr};
-    free_landings_.pop_back();
-    float* data = landings_[static_cast<std::size_t>(posted.landing)].ensure(capacity, device_messages_);
+    PostedReceive posted{m, take_landing(), capacity, nullptr};
+    float* data = landings_[static_cast<std::size_t>(posted.landing)].ensure(capacity, buffers_in_views_);
     posted.work = messages_->receive_async(data, capacity, DType::f32, m.from_stage % stages_,
                                            tag_of(m.from_stage, m.microbatch, m.gradient));
     posted_.push_back(std::move(posted));
@@ -184,7 +206,7 @@ void PipelineParallel::send(const View1<float>& x, std::size_t count, int from_s
   MessageBuffer& s = sends_[sends_in_flight_++];
   fill(s, x, count, trailer);
   const std::size_t total = message_floats(count, trailer ? trailer->size() : 0);
-  s.work = messages_->send_async(device_messages_ ? s.device.data() : s.host.data(), total, DType::f32,
+  s.work = messages_->send_async(buffers_in_views_ ? s.view.data() : s.host.data(), total, DType::f32,
                                  to_stage % stages_, tag_of(from_stage, microbatch, gradient));
 }
 
@@ -201,10 +223,12 @@ void PipelineParallel::receive(const View1<float>& x, std::size_t count, int at_
   // Posted early by post_receives (training), or posted here (an evaluation's, which has no plan).
   const PipelineMessage wanted{from_stage, at_stage, microbatch, gradient};
   auto posted = std::find_if(posted_.begin(), posted_.end(), [&](const PostedReceive& p) { return p.message == wanted; });
-  if (posted == posted_.end()) {
+  if (posted == posted_.end()) {  // into a landing buffer training keeps (kept_buffers)
     post_now_.message = wanted;
-    post_now_.work = messages_->receive_async(receive_buffer_.ensure(total, device_messages_), total, DType::f32,
-                                             from_rank, tag_of(from_stage, microbatch, gradient));
+    post_now_.landing = take_landing();
+    post_now_.work = messages_->receive_async(
+        landings_[static_cast<std::size_t>(post_now_.landing)].ensure(total, buffers_in_views_), total, DType::f32,
+        from_rank, tag_of(from_stage, microbatch, gradient));
     post_now_.capacity = total;
   }
   PostedReceive& r = posted != posted_.end() ? *posted : post_now_;
@@ -216,13 +240,10 @@ void PipelineParallel::receive(const View1<float>& x, std::size_t count, int at_
     if (device_messages_) Kokkos::fence();  // the message is in: the wait above only ordered the device after it
   }
   waited_s_ += MPI_Wtime() - start;
-  empty(posted != posted_.end() ? landings_[static_cast<std::size_t>(posted->landing)] : receive_buffer_, x, count,
-        trailer);
+  empty(landings_[static_cast<std::size_t>(r.landing)], x, count, trailer);
   r.work.reset();
-  if (posted != posted_.end()) {
-    free_landings_.push_back(posted->landing);
-    posted_.erase(posted);
-  }
+  free_landings_.push_back(r.landing);
+  if (posted != posted_.end()) posted_.erase(posted);
 }
 
 void PipelineParallel::wait_sends() {

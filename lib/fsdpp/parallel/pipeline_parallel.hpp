@@ -94,6 +94,15 @@ class PipelineParallel {
   void check_no_posted_receives() const;  // at a step's end: every posted receive was waited on
   // The floats a message of `count` floats and a trailer of `trailer_doubles` doubles takes.
   static std::size_t message_floats(std::size_t count, std::size_t trailer_doubles);
+  // Whether the message buffers are Views of the compute memory, and so count in a rank's measured peak: where the
+  // transport moves device memory (NCCL), or on a host build, whose compute memory MPI reads directly. On a GPU
+  // build with MPI they are host copies.
+  static bool buffers_in_compute_memory(CommBackend backend);
+  // The message buffers a rank keeps, allocated in its first step and reused: a copy of each of the step's sends
+  // (they complete at its end, wait_sends) and a landing buffer for each receive posted and not yet waited on at
+  // once (RankMessagePlan::most_pending), which an evaluation's receives reuse. The planner counts these.
+  static int kept_buffers(const std::vector<PipelineAction>& actions, const PipelineShape& shape,
+                          const RankMessagePlan& plan);
   // Seconds this rank has spent waiting in receives since construction: the pipeline's bubble as this rank saw it
   // (with the transfers' own time, which the bubble's formula leaves out).
   double waited_s() const { return waited_s_; }
@@ -127,20 +136,21 @@ class PipelineParallel {
   std::vector<PipelineAction> actions_;
   std::vector<std::string> action_regions_;
   double ideal_bubble_ = 0;
-  // A message's floats where its transport reads them: host memory for MPI, device memory for NCCL.
+  // A message's floats where its transport reads them: a View of the compute memory (buffers_in_compute_memory),
+  // else host memory.
   struct MessageBuffer {
     std::vector<float> host;
-    View1<float> device;
+    View1<float> view;
     WorkHandle work;  // the send's (sends_)
-    float* ensure(std::size_t floats, bool on_device);
+    float* ensure(std::size_t floats, bool in_view);
   };
   void fill(MessageBuffer& buffer, const View1<float>& x, std::size_t count, const std::vector<double>* trailer);
   void empty(const MessageBuffer& buffer, const View1<float>& x, std::size_t count, std::vector<double>* trailer);
   std::unique_ptr<Communicator> messages_;  // on pp_comm_: the activations and gradients
   bool device_messages_ = false;            // messages_ moves device memory (NCCL)
+  bool buffers_in_views_ = false;           // buffers_in_compute_memory
   std::vector<MessageBuffer> sends_;  // reused step to step: no allocation once the pipeline is full
   std::size_t sends_in_flight_ = 0;
-  MessageBuffer receive_buffer_;      // an evaluation's receive
   std::vector<float> tied_buffer_;    // the tied embedding's gradient, staged for its MPI group
   std::vector<std::int64_t> tied_words_;  // reproducible mode: its words, the same way
   std::vector<float> trailer_floats_;
@@ -155,6 +165,7 @@ class PipelineParallel {
   PostedReceive post_now_;                // a receive posted as it is waited on
   std::vector<MessageBuffer> landings_;   // reused step to step (at most RankMessagePlan::most_pending)
   std::vector<int> free_landings_;
+  int take_landing();  // a free landing buffer (a new one when none is)
   double waited_s_ = 0;
   std::vector<int> stage_world_ranks_;  // the world rank of this place in each stage (messages name it)
   int tag_limit_ = 32767;  // MPI_TAG_UB: the standard's least

@@ -9,6 +9,7 @@
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/tensor/matmul.hpp"
 #include "fsdpp/nn/make_model.hpp"
+#include "fsdpp/nn/moe.hpp"
 #include "fsdpp/nn/weight_gradient_stash.hpp"
 #include "fsdpp/optim/deck_optimizer.hpp"
 
@@ -243,15 +244,27 @@ void plan_pipeline_step(const Deck& deck, PlannedModel& planned, int stage,
   }
   messages += gradient ? 1 : 0;
   auto residual_bytes = [&](int B) { return static_cast<std::int64_t>(shapes.residual_elements(B, T)) * 4; };
+  // The transport's own buffers, where they are Views of the compute memory: one message each (the residual stream
+  // and a mixture of experts' router statistics), as pipeline_parallel.cpp keeps them.
+  const int kept = PipelineParallel::buffers_in_compute_memory(choose_backend(deck.comm.backend))
+                       ? PipelineParallel::kept_buffers(actions, shape, plan_pipeline_messages(
+                                                            make_pipeline_schedule(deck.pipeline.schedule, shape),
+                                                            shape)[sz(stage)])
+                       : 0;
+  const std::size_t router_doubles = shapes.router_statistics() ? shapes.router_statistics()->state_size() : 0;
+  auto kept_bytes = [&](int B) {
+    return kept * static_cast<std::int64_t>(PipelineParallel::message_floats(shapes.residual_elements(B, T),
+                                                                              router_doubles)) * 4;
+  };
   plan.recomputing_blocks = shapes.recomputing_blocks();
   m.activations = shapes.activation_split(plan.micro_batch, T, plan.recomputing_blocks).with_slots(slots);
   plan.activations_without_checkpointing = shapes.activation_split(plan.micro_batch, T, 0).with_slots(slots);
   plan.pipeline_message_bytes = residual_bytes(plan.micro_batch);
-  m.pipeline_messages = messages * plan.pipeline_message_bytes;
+  m.pipeline_messages = messages * plan.pipeline_message_bytes + kept_bytes(plan.micro_batch);
   m.weight_stash = stash_bytes(plan.micro_batch);
   m.batch = std::int64_t{2} * plan.micro_batch * T * 4;
   plan.per_sequence_bytes = shapes.activation_split(1, T, plan.recomputing_blocks).with_slots(slots) +
-                            messages * residual_bytes(1) + stash_bytes(1) + std::int64_t{2} * T * 4;
+                            messages * residual_bytes(1) + kept_bytes(1) + stash_bytes(1) + std::int64_t{2} * T * 4;
   plan.ring_bytes_per_step = ring_bytes(deck, par, plan);
   PipelineGradientSync sync(actions, pp, plan.accum_steps);
   WeightGradientStash stash;  // a dry run records nothing in it: set, it marks an I for fully_shard's listeners
@@ -383,7 +396,7 @@ std::string format_memory_plan(const Deck& deck, const MemoryPlan& plan, std::op
       m.activations);
   row("batch tokens and targets", m.batch);
   if (plan.pipeline_stage >= 0)
-    row("pipeline messages (inputs in flight, output gradient)", m.pipeline_messages);
+    row("pipeline messages (inputs in flight, output gradient, transport buffers)", m.pipeline_messages);
   if (m.weight_stash > 0)
     row(fmt::format("weight-gradient stashes ({} micro-batches between I and W)", fmt::join(plan.pipeline_stashes, " + ")),
         m.weight_stash);
