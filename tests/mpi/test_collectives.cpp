@@ -298,11 +298,11 @@ MPI_TEST_CASE("collectives: a failed collective rethrows from wait(), and the co
 }
 
 // Point to point (a pipeline's messages): around a ring of 3 ranks, receives posted before the sends, in pieces of
-// at most 12 bytes (a 3-float piece) too, a zero-length message among them; messages to oneself are refused, and
+// at most 3 floats too, a zero-length message among them; messages to oneself are refused, and
 // each message is one record in the flight recorder (send / recv, counted on this communicator).
 MPI_TEST_CASE("collectives: send and receive around a ring, in pieces and empty, matched in posting order", 3) {
   MpiAlgorithms pieces;
-  pieces.max_message_elements = 12;  // bytes per MPI call for messages
+  pieces.max_message_elements = 3;  // floats per MPI call for messages
   for (const MpiAlgorithms& algorithms : {MpiAlgorithms{}, pieces}) {
     MpiCommunicator comm(test_comm, algorithms);
     const int n = comm.size(), right = (test_rank + 1) % n, left = (test_rank + n - 1) % n;

@@ -139,9 +139,12 @@ std::string MpiCommunicator::describe() const {
 }
 
 namespace {
-// Messages of more than max_message_elements bytes go as several, which MPI keeps in order (same peer and tag).
+// Messages of more than max_message_elements elements (or INT_MAX bytes, MPI's count) go as several, which MPI
+// keeps in order (same peer and tag).
 template <class Post>
-std::vector<MPI_Request> post_pieces(std::size_t bytes, std::size_t max_bytes, Post&& post) {
+std::vector<MPI_Request> post_pieces(std::size_t count, DType dtype, std::size_t max_elements, Post&& post) {
+  const std::size_t size = dtype_size(dtype), bytes = count * size;
+  const std::size_t max_bytes = std::min<std::size_t>(max_elements, static_cast<std::size_t>(INT_MAX) / size) * size;
   std::vector<MPI_Request> requests;
   std::size_t at = 0;
   do {
@@ -159,7 +162,7 @@ WorkHandle MpiCommunicator::start_send(const void* buf, std::size_t count, DType
   check_buffer(buf, count, "send", "send");
   const auto* bytes = static_cast<const unsigned char*>(buf);
   return std::make_unique<MpiMessageWork>(
-      post_pieces(count * dtype_size(dtype), algorithms_.max_message_elements,
+      post_pieces(count, dtype, algorithms_.max_message_elements,
                   [&](std::size_t at, int n, MPI_Request* r) {
                     FSDPP_MPI_CHECK(MPI_Isend(bytes + at, n, MPI_BYTE, peer, tag, comm_, r));
                   }),
@@ -171,7 +174,7 @@ WorkHandle MpiCommunicator::start_receive(void* buf, std::size_t count, DType dt
   check_buffer(buf, count, "receive", "receive");
   auto* bytes = static_cast<unsigned char*>(buf);
   return std::make_unique<MpiMessageWork>(
-      post_pieces(count * dtype_size(dtype), algorithms_.max_message_elements,
+      post_pieces(count, dtype, algorithms_.max_message_elements,
                   [&](std::size_t at, int n, MPI_Request* r) {
                     FSDPP_MPI_CHECK(MPI_Irecv(bytes + at, n, MPI_BYTE, peer, tag, comm_, r));
                   }),

@@ -67,7 +67,7 @@ class MpiCommunicator final : public Communicator {
   WorkHandle start_barrier(const CollectiveTicket& ticket) override;
   WorkHandle start_all_to_all_v(const void* send, void* recv, const AllToAllCounts& counts, DType dtype,
                                 const CollectiveTicket& ticket) override;
-  // MPI_Isend / MPI_Irecv of bytes from the calling thread, in pieces of at most max_message_elements bytes.
+  // MPI_Isend / MPI_Irecv of bytes from the calling thread, in pieces of at most max_message_elements elements.
   WorkHandle start_send(const void* buf, std::size_t count, DType dtype, int peer, int tag,
                         const CollectiveTicket& ticket) override;
   WorkHandle start_receive(void* buf, std::size_t count, DType dtype, int peer, int tag,
