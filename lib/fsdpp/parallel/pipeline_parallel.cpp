@@ -127,7 +127,7 @@ bool PipelineParallel::buffers_in_compute_memory(CommBackend backend) {
 int PipelineParallel::kept_buffers(const std::vector<PipelineAction>& actions, const PipelineShape& shape,
                                    const RankMessagePlan& plan) {
   int sends = 0;
-  for (const PipelineAction& a : actions) sends += message_out_of(a, shape) ? 1 : 0;
+  for (const PipelineAction& a : actions) sends += fsdpp::message_out_of(a, shape) ? 1 : 0;
   return sends + plan.most_pending;
 }
 
@@ -200,18 +200,28 @@ int PipelineParallel::tag_of(int from_stage, int microbatch, bool gradient) cons
   return (microbatch * stages_ * virtual_stages_ + from_stage) * 2 + (gradient ? 1 : 0);
 }
 
-void PipelineParallel::send(const View1<float>& x, std::size_t count, int from_stage, int to_stage, int microbatch,
-                            bool gradient, const std::vector<double>* trailer) {
+std::optional<PipelineMessage> PipelineParallel::message_into(const PipelineAction& a) const {
+  return fsdpp::message_into(a, PipelineShape{stages_, virtual_stages_, 1});
+}
+
+std::optional<PipelineMessage> PipelineParallel::message_out_of(const PipelineAction& a) const {
+  return fsdpp::message_out_of(a, PipelineShape{stages_, virtual_stages_, 1});
+}
+
+void PipelineParallel::send(const View1<float>& x, std::size_t count, const PipelineMessage& m,
+                            const std::vector<double>* trailer) {
   if (sends_in_flight_ == sends_.size()) sends_.emplace_back();
   MessageBuffer& s = sends_[sends_in_flight_++];
   fill(s, x, count, trailer);
   const std::size_t total = message_floats(count, trailer ? trailer->size() : 0);
   s.work = messages_->send_async(buffers_in_views_ ? s.view.data() : s.host.data(), total, DType::f32,
-                                 to_stage % stages_, tag_of(from_stage, microbatch, gradient));
+                                 m.to_stage % stages_, tag_of(m.from_stage, m.microbatch, m.gradient));
 }
 
-void PipelineParallel::receive(const View1<float>& x, std::size_t count, int at_stage, int from_stage, int microbatch,
-                               bool gradient, std::vector<double>* trailer) {
+void PipelineParallel::receive(const View1<float>& x, std::size_t count, const PipelineMessage& m,
+                               std::vector<double>* trailer) {
+  const int at_stage = m.to_stage, from_stage = m.from_stage, microbatch = m.microbatch;
+  const bool gradient = m.gradient;
   const std::size_t total = message_floats(count, trailer ? trailer->size() : 0);
   const double start = MPI_Wtime();
   const int from_rank = from_stage % stages_;
@@ -221,10 +231,9 @@ void PipelineParallel::receive(const View1<float>& x, std::size_t count, int at_
       gradient ? "the output gradient" : "the activations", microbatch, from_stage,
       stage_world_ranks_[static_cast<std::size_t>(from_rank)]));
   // Posted early by post_receives (training), or posted here (an evaluation's, which has no plan).
-  const PipelineMessage wanted{from_stage, at_stage, microbatch, gradient};
-  auto posted = std::find_if(posted_.begin(), posted_.end(), [&](const PostedReceive& p) { return p.message == wanted; });
+  auto posted = std::find_if(posted_.begin(), posted_.end(), [&](const PostedReceive& p) { return p.message == m; });
   if (posted == posted_.end()) {  // into a landing buffer training keeps (kept_buffers)
-    post_now_.message = wanted;
+    post_now_.message = m;
     post_now_.landing = take_landing();
     post_now_.work = messages_->receive_async(
         landings_[static_cast<std::size_t>(post_now_.landing)].ensure(total, buffers_in_views_), total, DType::f32,
@@ -301,13 +310,13 @@ void PipelineParallel::sum_tied_gradient(LanguageModel& model) {
 }
 
 void PipelineDecodeLink::receive(const View1<float>& x, std::size_t count, int chunk) {
-  const int s = pipeline_.global_stage(chunk);
-  pipeline_.receive(x, count, s, s - 1, 0, false);
+  const PipelineAction forward{PipelineOp::forward, pipeline_.global_stage(chunk), 0};
+  pipeline_.receive(x, count, pipeline_.message_into(forward).value());
 }
 
 void PipelineDecodeLink::send(const View1<float>& x, std::size_t count, int chunk) {
-  const int s = pipeline_.global_stage(chunk);
-  pipeline_.send(x, count, s, s + 1, 0, false);
+  const PipelineAction forward{PipelineOp::forward, pipeline_.global_stage(chunk), 0};
+  pipeline_.send(x, count, pipeline_.message_out_of(forward).value());
 }
 
 void PipelineDecodeLink::share_logits(std::vector<float>& logits) {

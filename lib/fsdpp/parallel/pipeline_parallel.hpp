@@ -78,13 +78,16 @@ class PipelineParallel {
   // The bubble of that schedule with equal stages and free transfers (its replay): what the schedule itself costs.
   double ideal_bubble() const { return ideal_bubble_; }
 
+  // What action `a` of this rank receives before it runs and sends after (pipeline_messages.hpp's one rule): an
+  // evaluation's or a decode's forward is a forward action too.
+  std::optional<PipelineMessage> message_into(const PipelineAction& a) const;
+  std::optional<PipelineMessage> message_out_of(const PipelineAction& a) const;
   // Point to point on the pp group between global stages (the rank of stage s: s mod pp). `x` holds `count`
-  // floats; sends copy it and return at once. `gradient`: an output gradient going back (else activations forward).
-  // `trailer`: doubles that travel in the same message (a sparse model's router statistics); the receiver's is
-  // sized to what it expects.
-  void send(const View1<float>& x, std::size_t count, int from_stage, int to_stage, int microbatch, bool gradient,
+  // floats; sends copy it and return at once. `trailer`: doubles that travel in the same message (a sparse model's
+  // router statistics); the receiver's is sized to what it expects.
+  void send(const View1<float>& x, std::size_t count, const PipelineMessage& m,
             const std::vector<double>* trailer = nullptr);
-  void receive(const View1<float>& x, std::size_t count, int at_stage, int from_stage, int microbatch, bool gradient,
+  void receive(const View1<float>& x, std::size_t count, const PipelineMessage& m,
                std::vector<double>* trailer = nullptr);
   void wait_sends();  // the step's sends have completed (their buffers are free again)
   // The receives the schedule's posting order (pipeline_messages.hpp) posts before action `action` of actions(),

@@ -39,7 +39,7 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
     pipeline_.post_receives(k, message);
     const TimelineScope span(pipeline_.action_region(k));
     if (a.op == PipelineOp::forward) {
-      forward(flow, chunk, a.microbatch, microbatches);
+      forward(flow, a, microbatches);
       if (pipeline_.last_stage(a.stage)) {
         loss += flow.loss;
         if (router) add_router_totals(*router);
@@ -50,7 +50,7 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
     } else {
       sync.before(parallel_, k);
       if (a.op == PipelineOp::backward_weight) backward_weight(flow, chunk, a.microbatch);
-      else backward(flow, chunk, a.microbatch, microbatches, a.op == PipelineOp::backward_input);
+      else backward(flow, a, microbatches);
       timers.mark(backward_section);
     }
   }
@@ -114,7 +114,8 @@ View1<float>& PipelineStep::input_buffer(std::size_t index) {
   return inputs_[index];
 }
 
-void PipelineStep::forward(Flow& flow, int chunk, int i, int m) {
+void PipelineStep::forward(Flow& flow, const PipelineAction& a, int m) {
+  const int chunk = pipeline_.chunk_of(a.stage), i = a.microbatch, s = a.stage;
   {
     const TimelineScope loading(timeline_names::data);
     data_.load_train(i, flow);
@@ -122,7 +123,6 @@ void PipelineStep::forward(Flow& flow, int chunk, int i, int m) {
   flow.training = true;
   flow.loss_scale = exact_ ? 1.0f : parallel_.loss_scale(m);
   const std::size_t n = residual_elements(flow);  // before forward: context parallelism shortens flow.T there
-  const int s = pipeline_.global_stage(chunk);
   const std::size_t at = cell(chunk, i);
   model_.select_pipeline_chunk(chunk);
   {  // a slot of its own until its backward
@@ -133,28 +133,30 @@ void PipelineStep::forward(Flow& flow, int chunk, int i, int m) {
     select_slot(chunk, slot_of_[at]);
   }
   RouterStatistics* router = model_.router_statistics();
-  if (!pipeline_.first_stage(s)) {
+  if (const auto in = pipeline_.message_into(a)) {
     // Kept until the backward: per slot (the micro-batches in flight).
     View1<float>& input = input_buffer(static_cast<std::size_t>(slot_id(chunk, slot_of_[at])));
     if (input.extent(0) != n) input = uninitialized<float>("fsdpp::pipeline_input", n);
     std::vector<double>* recorded = router ? &router_in_[at] : nullptr;  // by the stages before
     if (recorded) recorded->resize(router->state_size());
-    pipeline_.receive(input, n, s, s - 1, i, false, recorded);
+    pipeline_.receive(input, n, *in, recorded);
     if (recorded) router->restore(*recorded);
     flow.x = input;
   }
   model_(flow);
   Kokkos::fence();
-  if (!pipeline_.last_stage(s)) {
+  if (const auto out = pipeline_.message_out_of(a)) {
     if (router) router->state(router_out_);
-    pipeline_.send(flow.x, n, s, s + 1, i, false, router ? &router_out_ : nullptr);
+    pipeline_.send(flow.x, n, *out, router ? &router_out_ : nullptr);
   }
   // The last stage keeps each micro-batch's finished statistics for its backward: other forwards may run between.
   if (router && pipeline_.last_stage(s)) router->state(router_finished_of_[at]);
   elements_[at] = n;
 }
 
-void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool input_only) {
+void PipelineStep::backward(Flow& flow, const PipelineAction& a, int m) {
+  const int chunk = pipeline_.chunk_of(a.stage), i = a.microbatch;
+  const bool input_only = a.op == PipelineOp::backward_input;
   const std::size_t at = cell(chunk, i);
   model_.select_pipeline_chunk(chunk);
   {  // its own activations: the slot its forward computed in, and its tokens again
@@ -165,12 +167,11 @@ void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool input_only
   flow.loss_scale = exact_ ? 1.0f : parallel_.loss_scale(m);
   select_slot(chunk, slot_of_[at]);
   const std::size_t n = elements_[at];
-  const int s = pipeline_.global_stage(chunk);
   RouterStatistics* router = model_.router_statistics();
   if (router) router_finished_.resize(router->state_size());
-  if (!pipeline_.last_stage(s)) {
+  if (const auto in = pipeline_.message_into(a)) {
     if (gradient_.extent(0) != n) gradient_ = uninitialized<float>("fsdpp::pipeline_output_gradient", n);
-    pipeline_.receive(gradient_, n, s, s + 1, i, true, router ? &router_finished_ : nullptr);
+    pipeline_.receive(gradient_, n, *in, router ? &router_finished_ : nullptr);
     flow.dx = gradient_;
   } else if (router) {
     router_finished_ = router_finished_of_[at];  // what its forward finished
@@ -191,7 +192,7 @@ void PipelineStep::backward(Flow& flow, int chunk, int i, int m, bool input_only
   model_(flow, Pass::backward);
   flow.weight_stash = nullptr;
   Kokkos::fence();
-  if (!pipeline_.first_stage(s)) pipeline_.send(flow.dx, n, s, s - 1, i, true, router ? &router_finished_ : nullptr);
+  if (const auto out = pipeline_.message_out_of(a)) pipeline_.send(flow.dx, n, *out, router ? &router_finished_ : nullptr);
   // After I the stash still reads the slot's activations (the weights' inputs): W frees it.
   if (!input_only) free_slots_[static_cast<std::size_t>(chunk)].push_back(slot_of_[at]);
 }
@@ -215,18 +216,18 @@ double PipelineStep::evaluate(Flow& flow, int index) {
   flow.training = false;
   const std::size_t n = residual_elements(flow);
   for (int chunk = 0; chunk < pipeline_.virtual_stages(); ++chunk) {  // each chunk in its own slot 0
-    const int s = pipeline_.global_stage(chunk);
+    const PipelineAction forward{PipelineOp::forward, pipeline_.global_stage(chunk), index};
     model_.select_pipeline_chunk(chunk);
     select_slot(chunk, 0);
-    if (!pipeline_.first_stage(s)) {  // training's buffer of (chunk, slot 0)
+    if (const auto in = pipeline_.message_into(forward)) {  // training's buffer of (chunk, slot 0)
       View1<float>& input = input_buffer(static_cast<std::size_t>(slot_id(chunk, 0)));
       if (input.extent(0) < n) input = uninitialized<float>("fsdpp::pipeline_input", n);
-      pipeline_.receive(input, n, s, s - 1, index, false);
+      pipeline_.receive(input, n, *in);
       flow.x = Kokkos::subview(input, std::make_pair(std::size_t{0}, n));
     }
     model_(flow);
     Kokkos::fence();
-    if (!pipeline_.last_stage(s)) pipeline_.send(flow.x, n, s, s + 1, index, false);
+    if (const auto out = pipeline_.message_out_of(forward)) pipeline_.send(flow.x, n, *out);
     pipeline_.wait_sends();  // the next chunk's receive reuses the input buffer only after
   }
   model_.select_pipeline_chunk(0);

@@ -79,10 +79,11 @@ class PipelineStep {
 
  private:
   // Under interleaving a rank runs several chunks (global stages); what a micro-batch keeps is per (chunk, micro-batch).
-  void forward(Flow& flow, int chunk, int microbatch, int microbatches);
-  // A whole backward (B), or with `input_only` zero_bubble's I: its weight gradients into a stash of their own.
-  // FSDP's flags are set before (parallel/pipeline_gradient_sync.hpp).
-  void backward(Flow& flow, int chunk, int microbatch, int microbatches, bool input_only);
+  // The messages an action receives and sends are PipelineParallel::message_into / message_out_of's.
+  void forward(Flow& flow, const PipelineAction& forward, int microbatches);
+  // A whole backward (B), or zero_bubble's I: its weight gradients into a stash of their own. FSDP's flags are set
+  // before (parallel/pipeline_gradient_sync.hpp).
+  void backward(Flow& flow, const PipelineAction& backward, int microbatches);
   void backward_weight(Flow& flow, int chunk, int microbatch);  // W: the stash's gradients
   std::size_t residual_elements(const Flow& flow) const;
   std::size_t cell(int chunk, int microbatch) const;  // index of (chunk, micro-batch) in the per-step tables
