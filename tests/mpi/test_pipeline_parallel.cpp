@@ -161,13 +161,17 @@ MPI_TEST_CASE("pipeline parallel: Qwen3-MoE as on one rank, every schedule, with
 // becomes floats, as one rank cuts the head's part apart from the lookup's.
 MPI_TEST_CASE("pipeline parallel: reproducible mode is bitwise across pp, schedules and data-parallel layouts", 4) {
   const std::vector<std::string> exact = {"train.reproducible=true"};
-  const Run one = run_on(test_comm, test_rank, 1, llama(exact));
-  auto check = [&](int n, const std::vector<std::string>& layout, const std::string& name) {
-    CAPTURE(name);
-    const Run got = run_on(test_comm, test_rank, n, llama(with(exact, layout)));
-    test::check_bitwise(got.losses, one.losses, "loss");
-    test::check_bitwise(got.norms, one.norms, "gradient norm");
+  // Each layout of `model` (llama or gpt2) against one rank's run, bit for bit.
+  auto checker = [&](Deck (*model)(const std::vector<std::string>&), std::vector<std::string> base) {
+    const Run one = run_on(test_comm, test_rank, 1, model(base));
+    return [=](int n, const std::vector<std::string>& layout, const std::string& name) {
+      CAPTURE(name);
+      const Run got = run_on(test_comm, test_rank, n, model(with(base, layout)));
+      test::check_bitwise(got.losses, one.losses, "loss");
+      test::check_bitwise(got.norms, one.norms, "gradient norm");
+    };
   };
+  const auto check = checker(llama, exact);
   check(2, {"mesh.pp=2"}, "pp 2, 1f1b");
   check(2, {"mesh.pp=2", "pipeline.schedule=gpipe"}, "pp 2, gpipe");
   check(4, {"mesh.pp=4"}, "pp 4, 1f1b");
@@ -175,23 +179,14 @@ MPI_TEST_CASE("pipeline parallel: reproducible mode is bitwise across pp, schedu
   check(2, {"mesh.pp=2", "pipeline.schedule=interleaved_1f1b", "pipeline.virtual_stages=2"}, "pp 2 x 2, interleaved");
   check(4, {"mesh.pp=4", "pipeline.schedule=zero_bubble"}, "pp 4, zero_bubble");
   check(4, {"mesh.pp=2", "mesh.dp_shard=2", "pipeline.schedule=zero_bubble"}, "pp 2 x dp_shard 2, zero_bubble");
-  const Run tied_one = run_on(test_comm, test_rank, 1, gpt2(exact));
-  auto check_tied = [&](int n, const std::vector<std::string>& layout, const std::string& name) {
-    CAPTURE(name);
-    const Run got = run_on(test_comm, test_rank, n, gpt2(with(exact, layout)));
-    test::check_bitwise(got.losses, tied_one.losses, "loss");
-    test::check_bitwise(got.norms, tied_one.norms, "gradient norm");
-  };
+  const auto check_tied = checker(gpt2, exact);
   check_tied(2, {"mesh.dp_shard=2"}, "GPT-2, dp_shard 2");
   check_tied(2, {"mesh.pp=2"}, "GPT-2, pp 2, 1f1b");
   check_tied(4, {"mesh.pp=2", "fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2", "mesh.dp_shard=1",
                  "pipeline.schedule=zero_bubble"}, "GPT-2, pp 2 x HSDP 2 x 1, zero_bubble");
   // One unit per step: the stages' words still accumulate to the step's end, where the copies meet.
-  const std::vector<std::string> one_unit = with(exact, {"train.global_batch=1", "train.micro_batch=1"});
-  const Run unit_one = run_on(test_comm, test_rank, 1, gpt2(one_unit));
-  const Run unit_pp = run_on(test_comm, test_rank, 4, gpt2(with(one_unit, {"mesh.pp=4"})));
-  test::check_bitwise(unit_pp.losses, unit_one.losses, "loss, pp 4, one unit per step");
-  test::check_bitwise(unit_pp.norms, unit_one.norms, "gradient norm, pp 4, one unit per step");
+  checker(gpt2, with(exact, {"train.global_batch=1", "train.micro_batch=1"}))(4, {"mesh.pp=4"},
+                                                                             "GPT-2, pp 4, one unit per step");
   // A checkpoint saved at pp 2 x dp_shard 2 (zero_bubble) and resumed at pp 4 and at pp 1 x dp_shard 3 continues
   // with the uninterrupted run's bits.
   const std::string dir = test::shared_temp_dir(test_comm, test_rank, "fsdpp-pp-exact-resume");
