@@ -85,6 +85,21 @@ TEST_CASE("pipeline schedules: 1F1B and GPipe idle (p-1)/(m+p-1) of the time; GP
   CHECK(one_f_one_b_ideal_bubble(4, 8) == doctest::Approx(3.0 / 11));
 }
 
+TEST_CASE("pipeline picture: the replay's cells as timed; a traced action shorter than a cell still has one") {
+  // 1F1B, p 2, m 2, F 1 and B 2: the replay lines up with the cells exactly.
+  const PipelineTimeline one = replay(PipelineScheduleKind::one_f_one_b, {2, 1, 2});
+  CHECK(draw_pipeline(one, 1.0) == "rank 0 |01..aa.bb|\n"
+                                   "rank 1 |.0aa1bb..|\n");
+  // As traced: a forward of 0.2 between two backwards of 2 rounds onto the second's first cell. It keeps that
+  // cell, and the backward after it starts a cell late; nothing after that moves.
+  PipelineTimeline traced;
+  traced.ranks = {{{{PipelineOp::backward, 0, 0}, 0.0, 2.0},
+                   {{PipelineOp::forward, 0, 1}, 2.0, 2.2},
+                   {{PipelineOp::backward, 0, 1}, 2.2, 4.2}}};
+  traced.makespan = 4.2;
+  CHECK(draw_pipeline(traced, 1.0) == "rank 0 |aa1b.|\n");
+}
+
 TEST_CASE("pipeline schedules: interleaving and zero-bubble idle less than 1F1B; zero-bubble holds no more") {
   for (int p : {2, 4})
     for (int m : {4, 8, 16}) {

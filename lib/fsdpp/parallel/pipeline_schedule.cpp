@@ -292,20 +292,34 @@ PipelineTimeline simulate_pipeline(const PipelineSchedule& schedule, const Pipel
 }
 
 std::string draw_pipeline(const PipelineTimeline& timeline, double unit) {
-  const int width = static_cast<int>(std::ceil(timeline.makespan / unit - 1e-9));
-  std::string out;
+  std::vector<std::string> rows(timeline.ranks.size());
+  std::size_t width = static_cast<std::size_t>(std::ceil(timeline.makespan / unit - 1e-9));
   for (std::size_t r = 0; r < timeline.ranks.size(); ++r) {
-    std::string row(static_cast<std::size_t>(width), '.');
-    for (const PipelineSlot& slot : timeline.ranks[r]) {
+    std::vector<PipelineSlot> slots = timeline.ranks[r];
+    std::stable_sort(slots.begin(), slots.end(),
+                     [](const PipelineSlot& a, const PipelineSlot& b) { return a.start < b.start; });
+    std::string& row = rows[r];
+    // An action shorter than half a cell would round to its neighbour's cell and vanish under it (a traced
+    // forward on the last stage often is): every action keeps at least one cell, after the cells of the one
+    // before it. The next action then starts late on the cells it still has, and the row's time stays true.
+    std::size_t drawn_to = 0;
+    for (const PipelineSlot& slot : slots) {
       const int i = slot.action.microbatch;
       const char c = slot.action.op == PipelineOp::forward           ? static_cast<char>('0' + i % 10)
                      : slot.action.op == PipelineOp::backward_weight ? static_cast<char>('A' + i % 26)
                                                                      : static_cast<char>('a' + i % 26);
-      const int from = static_cast<int>(std::lround(slot.start / unit));
-      const int to = std::max(from + 1, static_cast<int>(std::lround(slot.end / unit)));
-      for (int x = from; x < to && x < width; ++x) row[static_cast<std::size_t>(x)] = c;
+      const std::size_t from = std::max(drawn_to, static_cast<std::size_t>(std::lround(std::max(0.0, slot.start) / unit)));
+      const std::size_t to = std::max(from + 1, static_cast<std::size_t>(std::lround(slot.end / unit)));
+      if (row.size() < to) row.resize(to, '.');
+      std::fill(row.begin() + static_cast<std::ptrdiff_t>(from), row.begin() + static_cast<std::ptrdiff_t>(to), c);
+      drawn_to = to;
     }
-    out += fmt::format("rank {} |{}|\n", r, row);
+    width = std::max(width, row.size());
+  }
+  std::string out;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    rows[r].resize(width, '.');
+    out += fmt::format("rank {} |{}|\n", r, rows[r]);
   }
   return out;
 }

@@ -94,7 +94,8 @@ double one_f_one_b_ideal_bubble(int ranks, int microbatches);
 
 // A picture of the timeline, one row per rank, one character per `unit` of time: the micro-batch number
 // (mod 10) for forwards, the same on a letter cell for backwards ('a' + i mod 26 for B and I, 'A' + i mod 26
-// for W), '.' idle. For docs/parallelism.md and `fsdpp plan`.
+// for W), '.' idle. Every action has at least one cell, so each shows even when it ran for less than half a unit.
+// For docs/parallelism.md, `fsdpp plan` and `fsdpp report --trace`.
 std::string draw_pipeline(const PipelineTimeline& timeline, double unit);
 
 }  // namespace fsdpp

@@ -211,7 +211,8 @@ void plan_pipeline_step(const Deck& deck, PlannedModel& planned, int stage,
   plan.accum_steps = grad_accum_steps(deck.train.global_batch, plan.micro_batch, par.data_parallel_size());
   plan.pipeline_stage = stage;
   const PipelineShape shape{pp, v, plan.accum_steps};
-  const std::vector<PipelineAction> actions = make_pipeline_schedule(deck.pipeline.schedule, shape)[sz(stage)];
+  const PipelineSchedule every_rank = make_pipeline_schedule(deck.pipeline.schedule, shape);
+  const std::vector<PipelineAction>& actions = every_rank[sz(stage)];
   // Slots per chunk: the most of its micro-batches in flight at once.
   // Stashes per chunk: the most of its micro-batches between their I and their W (pipeline_step.cpp makes one each).
   std::vector<int> slots(sz(v), 0), in_flight(sz(v), 0), stashes(sz(v), 0), pending(sz(v), 0);
@@ -247,9 +248,8 @@ void plan_pipeline_step(const Deck& deck, PlannedModel& planned, int stage,
   // The transport's own buffers, where they are Views of the compute memory: one message each (the residual stream
   // and a mixture of experts' router statistics), as pipeline_parallel.cpp keeps them.
   const int kept = PipelineParallel::buffers_in_compute_memory(choose_backend(deck.comm.backend))
-                       ? PipelineParallel::kept_buffers(actions, shape, plan_pipeline_messages(
-                                                            make_pipeline_schedule(deck.pipeline.schedule, shape),
-                                                            shape)[sz(stage)])
+                       ? PipelineParallel::kept_buffers(actions, shape,
+                                                        plan_pipeline_messages(every_rank, shape)[sz(stage)])
                        : 0;
   const std::size_t router_doubles = shapes.router_statistics() ? shapes.router_statistics()->state_size() : 0;
   auto kept_bytes = [&](int B) {
