@@ -11,9 +11,17 @@ rm -rf "$work"; mkdir -p "$work"
 
 cluster_up 2
 export FSDPP_DEVICE=host
-srun --mpi=pmix --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --partition=vc \
-  "$fsdpp" bench calibrate "$root/input/llama-tiny.yaml" --quick --name vc-2x2 > "$work/machine.yaml" 2> "$work/calibrate.log" \
-  || { cat "$work/calibrate.log"; fail "calibrate on 2 nodes x 2 ranks"; }
+for try in 1 2; do
+  srun --mpi=pmix --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --partition=vc \
+    "$fsdpp" bench calibrate "$root/input/llama-tiny.yaml" --quick --name vc-2x2 > "$work/machine.yaml" 2> "$work/calibrate.log" \
+    && break
+  cat "$work/calibrate.log"
+  if [ "$try" = 1 ] && crashed_at_launch "$work/calibrate.log" "^calibrate: "; then
+    echo "calibrate: a task crashed at launch, before fsdpp printed anything (MPI/PMIx start-up); retrying once"
+    continue
+  fi
+  fail "calibrate on 2 nodes x 2 ranks"
+done
 grep "collectives on groups" "$work/calibrate.log"
 grep -q "groups of 2 (intra-node, consecutive ranks)$" "$work/calibrate.log" || fail "no intra-node groups of 2"
 grep -q "groups of 2 (inter-node, strided ranks; 2 group(s) at once over each node's links)$" "$work/calibrate.log" \
