@@ -1,8 +1,9 @@
 // fsdpp tokenize [options] INPUT... OUTPUT: text becomes training data.
 //   OUTPUT a token file (.bin, .u16, .u32): one text file, tokenized as one stream (data.source).
 //   OUTPUT a folder (any other name): corpus mode, many inputs (files, glob patterns, --files-from) of text, JSON
-//   Lines or zstd-compressed JSON Lines, one document each (or per line, or per --split-on), each ended by the
-//   end-of-text id, into token shards and an index.json (data.sources); resumable, split over the ranks.
+//   Lines or compressed JSON Lines (.zst, .gz, .bz2, .xz), one document each (or per line, or per --split-on), each
+//   ended by the end-of-text id, into token shards and an index.json (data.sources); resumable, split over the
+//   ranks.
 // Byte-level tokens (vocab 256) by default; with --tokenizer, a Hugging Face byte-level BPE tokenizer.json or a
 // SentencePiece .model.
 #include "commands.hpp"
@@ -48,16 +49,17 @@ int run_corpus(Runtime& rt, Args& a) {
   const SkippedDocuments skipped = index.skipped();
   Log::info("tokenizer: {}", index.tokenizer);
   if (skipped.total() > 0)
-    Log::info("skipped {} bad document(s): {} invalid_utf8, {} malformed_json, {} missing_field, {} truncated_zstd",
+    Log::info("skipped {} bad document(s): {} invalid_utf8, {} malformed_json, {} missing_field, {} "
+              "truncated_compressed",
               skipped.total(), skipped.invalid_utf8, skipped.malformed_json, skipped.missing_field,
-              skipped.truncated_zstd);
+              skipped.truncated_compressed);
   Log::info("wrote {} documents, {} tokens (vocab {}, eot {}, uint{}) in {} shards ({} from an earlier run) to {}; "
-            "skipped {}; {:.1f} MiB of text in {:.2f} s ({:.1f} MB/s on {} rank(s)); train on it with "
-            "data.source={} model.vocab_size={} (documents end with data.eot_id={})",
+            "{} empty document(s) left out; skipped {}; {:.1f} MiB of text in {:.2f} s ({:.1f} MB/s on {} rank(s)); "
+            "train on it with data.source={} model.vocab_size={} (documents end with data.eot_id={})",
             index.documents(), index.tokens(), index.vocab_size, index.eot_id, 8 * index.token_bytes,
-            index.shards.size(), s.reused_shards, a.corpus.output_dir, skipped.total(), s.text_bytes / 1048576.0,
-            s.seconds, s.text_bytes / 1e6 / std::max(s.seconds, 1e-9), rt.size(), a.corpus.output_dir,
-            index.vocab_size, index.eot_id);
+            index.shards.size(), s.reused_shards, a.corpus.output_dir, index.empty_documents(), skipped.total(),
+            s.text_bytes / 1048576.0, s.seconds, s.text_bytes / 1e6 / std::max(s.seconds, 1e-9), rt.size(),
+            a.corpus.output_dir, index.vocab_size, index.eot_id);
   return 0;
 }
 
@@ -85,9 +87,10 @@ Command add_tokenize_command(CLI::App& app) {
       "  fsdpp tokenize [options] TEXT OUT.bin     one text file, one token stream (.bin, .u16 or .u32), for "
       "data.source\n"
       "  fsdpp tokenize [options] INPUT... DIR     corpus mode: files or glob patterns (and --files-from) of .txt "
-      "(one document per file, or per --split-on), .jsonl (--field of each line) and .jsonl.zst/.zst; each document "
-      "ends with the end-of-text id; writes DIR/shard-NNNNN.bin and DIR/index.json for data.sources. Resumable: "
-      "rerun the same command after a crash.");
+      "(one document per file, or per --split-on), .jsonl (--field of each line) and .jsonl compressed with zstd, "
+      "gzip, bzip2 or xz (.jsonl.zst, .json.gz, .jsonl.bz2, .jsonl.xz); each document ends with the end-of-text id; "
+      "writes DIR/shard-NNNNN.bin and DIR/index.json for data.sources. Resumable: rerun the same command after a "
+      "crash.");
   auto args = std::make_shared<Args>();
   cli->add_option("paths", args->paths, "Inputs, then the output: a token file (.bin, .u16, .u32) or a folder")
       ->required()
@@ -112,7 +115,7 @@ Command add_tokenize_command(CLI::App& app) {
       ->group(group);
   cli->add_option("--shard-bytes", args->corpus.shard_bytes,
                   "Uncompressed inputs are cut at line ends into work units (one shard each) of about this size; a "
-                  ".zst file is one unit")
+                  "compressed file (.zst, .gz, .bz2, .xz) is one unit")
       ->capture_default_str()
       ->check(CLI::PositiveNumber)
       ->group(group);
@@ -122,8 +125,9 @@ Command add_tokenize_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->group(group);
   cli->add_option("--on-bad", args->on_bad,
-                  "Bad input (invalid UTF-8, a malformed JSON line, a missing or non-string field, a truncated .zst): "
-                  "stop with its file:line, or skip the document and count it (summary and index.json)")
+                  "Bad input (invalid UTF-8, a malformed JSON line, a missing or non-string field, a truncated or "
+                  "corrupt compressed file): stop with its file:line, or skip the document and count it (summary "
+                  "and index.json)")
       ->check(CLI::IsMember({"stop", "skip"}))
       ->capture_default_str()
       ->group(group);

@@ -71,6 +71,14 @@ if(NOT TARGET PkgConfig::FSDPP_ZSTD OR NOT TARGET PkgConfig::FSDPP_SIMDJSON)
   message(FATAL_ERROR "libzstd or simdjson not found through pkg-config (libzstd.pc, simdjson.pc); install "
                       "pkg-config, libzstd-dev and libsimdjson-dev")
 endif()
+# ... and JSON Lines compressed with gzip (Dolma's .json.gz), bzip2 and xz, through CMake's own find modules.
+find_package(ZLIB)
+find_package(BZip2)
+find_package(LibLZMA)
+if(NOT TARGET ZLIB::ZLIB OR NOT TARGET BZip2::BZip2 OR NOT TARGET LibLZMA::LibLZMA)
+  message(FATAL_ERROR "zlib, libbz2 or liblzma not found (ZLIB_FOUND ${ZLIB_FOUND}, BZIP2_FOUND ${BZIP2_FOUND}, "
+                      "LIBLZMA_FOUND ${LIBLZMA_FOUND}); install zlib1g-dev, libbz2-dev and liblzma-dev")
+endif()
 
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)                                   # libopenblas-dev

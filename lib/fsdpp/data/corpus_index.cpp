@@ -20,13 +20,13 @@ Json to_json(const SkippedDocuments& s) {
   return {{"invalid_utf8", s.invalid_utf8},
           {"malformed_json", s.malformed_json},
           {"missing_field", s.missing_field},
-          {"truncated_zstd", s.truncated_zstd}};
+          {"truncated_compressed", s.truncated_compressed}};
 }
 
 Json to_json(const CorpusShard& s) {
   return {{"path", s.path},           {"source", s.source},       {"byte_begin", s.byte_begin},
-          {"byte_end", s.byte_end},   {"documents", s.documents}, {"tokens", s.tokens},
-          {"bytes", s.bytes},         {"skipped", to_json(s.skipped)}};
+          {"byte_end", s.byte_end},   {"documents", s.documents}, {"empty_documents", s.empty_documents},
+          {"tokens", s.tokens},       {"bytes", s.bytes},         {"skipped", to_json(s.skipped)}};
 }
 
 // A required field of `object`, with a message naming `where` and the field when it is missing or mistyped.
@@ -49,14 +49,20 @@ CorpusShard shard_from_json(const Json& j, const std::string& where) {
   s.byte_begin = field<std::uint64_t>(j, "byte_begin", where);
   s.byte_end = field<std::uint64_t>(j, "byte_end", where);
   s.documents = field<std::int64_t>(j, "documents", where);
+  // Absent from indexes written before fsdpp counted empty documents; such a corpus still trains.
+  s.empty_documents = j.contains("empty_documents") ? field<std::int64_t>(j, "empty_documents", where) : 0;
   s.tokens = field<std::int64_t>(j, "tokens", where);
   s.bytes = field<std::int64_t>(j, "bytes", where);
   const Json skipped = field<Json>(j, "skipped", where);
   s.skipped.invalid_utf8 = field<std::int64_t>(skipped, "invalid_utf8", where);
   s.skipped.malformed_json = field<std::int64_t>(skipped, "malformed_json", where);
   s.skipped.missing_field = field<std::int64_t>(skipped, "missing_field", where);
-  s.skipped.truncated_zstd = field<std::int64_t>(skipped, "truncated_zstd", where);
-  FSDPP_REQUIRE(s.documents >= 0 && s.tokens >= 0 && s.bytes >= 0 && s.byte_begin <= s.byte_end,
+  // Named after zstd, the one compression read, in indexes written before .gz, .bz2 and .xz were.
+  s.skipped.truncated_compressed = skipped.contains("truncated_zstd") && !skipped.contains("truncated_compressed")
+                                       ? field<std::int64_t>(skipped, "truncated_zstd", where)
+                                       : field<std::int64_t>(skipped, "truncated_compressed", where);
+  FSDPP_REQUIRE(s.documents >= 0 && s.empty_documents >= 0 && s.tokens >= 0 && s.bytes >= 0 &&
+                    s.byte_begin <= s.byte_end,
                 "{}: shard {} has negative counts or an empty byte range", where, s.path);
   FSDPP_REQUIRE(!s.path.empty() && fs::path(s.path).is_relative() && s.path.find("..") == std::string::npos,
                 "{}: shard path \"{}\" must be a file name inside the corpus folder", where, s.path);
@@ -82,13 +88,19 @@ SkippedDocuments& SkippedDocuments::operator+=(const SkippedDocuments& o) {
   invalid_utf8 += o.invalid_utf8;
   malformed_json += o.malformed_json;
   missing_field += o.missing_field;
-  truncated_zstd += o.truncated_zstd;
+  truncated_compressed += o.truncated_compressed;
   return *this;
 }
 
 std::int64_t CorpusIndex::documents() const {
   std::int64_t n = 0;
   for (const CorpusShard& s : shards) n += s.documents;
+  return n;
+}
+
+std::int64_t CorpusIndex::empty_documents() const {
+  std::int64_t n = 0;
+  for (const CorpusShard& s : shards) n += s.empty_documents;
   return n;
 }
 
@@ -119,11 +131,16 @@ bool is_corpus(const std::string& path) {
 std::string to_json_text(const CorpusShard& shard) { return to_json(shard).dump(); }
 
 CorpusShard corpus_shard_from_json_text(const std::string& text, const std::string& where) {
+  Json record;
   try {
-    return shard_from_json(Json::parse(text), where);
+    record = Json::parse(text);
   } catch (const Json::parse_error& e) {
     throw UsageError(fmt::format("{}: not a valid shard record ({})", where, e.what()));
   }
+  FSDPP_REQUIRE(record.is_object() && record.contains("empty_documents"),
+                "{}: a shard record without \"empty_documents\" (written by an older fsdpp); its unit is redone",
+                where);
+  return shard_from_json(record, where);
 }
 
 CorpusIndex read_corpus_index(const std::string& path) {
@@ -162,6 +179,7 @@ void write_corpus_index(const std::string& folder, const CorpusIndex& index) {
                   {"bos_id", index.bos_id >= 0 ? Json(index.bos_id) : Json(nullptr)},
                   {"token_bytes", index.token_bytes},
                   {"documents", index.documents()},
+                  {"empty_documents", index.empty_documents()},
                   {"tokens", index.tokens()},
                   {"skipped", to_json(index.skipped())},
                   {"shards", shards}};

@@ -3,16 +3,20 @@
 // `index.json`, written by `fsdpp tokenize` in corpus mode and read by training (data.sources) and `fsdpp eval`.
 //
 // The index says what the shards are (tokenizer, vocabulary, the end-of-text id that ends every document) and, per
-// shard, where its text came from (an input file and a byte range of it), how many documents and tokens it holds
-// and how many documents were skipped as bad input (--on-bad skip), so that nothing is lost silently. Shards are
-// listed in corpus order: their concatenation is the corpus's token stream, each document followed by eot_id.
+// shard, where its text came from (an input file and a byte range of it), how many documents and tokens it holds,
+// how many empty documents were left out and how many were skipped as bad input (--on-bad skip), so that nothing
+// is lost silently: for JSON Lines, documents + empty_documents + skipped = the lines of the byte range. Shards
+// are listed in corpus order: their concatenation is the corpus's token stream, each document followed by eot_id.
 //
 // Example:
 //   {"format": "fsdpp-corpus", "version": 1, "tokenizer": "byte-level BPE from tokenizer.json (50257 ids)",
 //    "vocab_size": 50257, "eot_id": 50256, "bos_id": null, "token_bytes": 2,
 //    "shards": [{"path": "shard-00000.bin", "source": "/data/web/part-0.jsonl.zst", "byte_begin": 0,
-//                "byte_end": 81234567, "documents": 10234, "tokens": 4567890, "bytes": 20456789,
-//                "skipped": {"invalid_utf8": 0, "malformed_json": 1, "missing_field": 0, "truncated_zstd": 0}}]}
+//                "byte_end": 81234567, "documents": 10234, "empty_documents": 3, "tokens": 4567890,
+//                "bytes": 20456789, "skipped": {"invalid_utf8": 0, "malformed_json": 1, "missing_field": 0,
+//                                               "truncated_compressed": 0}}]}
+// (and the sums "documents", "empty_documents", "tokens", "skipped" over the shards). Indexes written before
+// fsdpp counted empty documents are read with 0 there, and their "truncated_zstd" as truncated_compressed.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,17 +32,20 @@ struct SkippedDocuments {
   std::int64_t invalid_utf8 = 0;    // text that is not UTF-8
   std::int64_t malformed_json = 0;  // a JSON Lines line that does not parse
   std::int64_t missing_field = 0;   // a JSON object without the --field (or it is not a string)
-  std::int64_t truncated_zstd = 0;  // a .zst input that ends inside a frame (the rest of the file is lost)
-  std::int64_t total() const { return invalid_utf8 + malformed_json + missing_field + truncated_zstd; }
+  // A compressed input (.zst, .gz, .bz2, .xz) that ends inside a frame or cannot be decoded: its partial last line
+  // (the rest of the file is lost).
+  std::int64_t truncated_compressed = 0;
+  std::int64_t total() const { return invalid_utf8 + malformed_json + missing_field + truncated_compressed; }
   SkippedDocuments& operator+=(const SkippedDocuments& o);
 };
 
 struct CorpusShard {
   std::string path;              // the token file, relative to the index's folder
   std::string source;            // the input it was made from, as given on the command line
-  std::uint64_t byte_begin = 0;  // the input's bytes [byte_begin, byte_end) (of the compressed file for .zst)
+  std::uint64_t byte_begin = 0;  // the input's bytes [byte_begin, byte_end) (of the file as stored if compressed)
   std::uint64_t byte_end = 0;
   std::int64_t documents = 0;    // documents written, each followed by eot_id
+  std::int64_t empty_documents = 0;  // left out: blank lines, empty strings, empty pieces of text
   std::int64_t tokens = 0;       // tokens in the shard, separators included
   std::int64_t bytes = 0;        // text bytes tokenized (after decompression and JSON decoding)
   SkippedDocuments skipped;
@@ -53,6 +60,7 @@ struct CorpusIndex {
   std::vector<CorpusShard> shards;
 
   std::int64_t documents() const;
+  std::int64_t empty_documents() const;
   std::int64_t tokens() const;
   SkippedDocuments skipped() const;
 };
@@ -67,7 +75,9 @@ CorpusIndex read_corpus_index(const std::string& path);
 // Writes the index into `folder` atomically (a temporary file renamed over index.json), so a reader sees the old
 // index or the new one, never a part.
 void write_corpus_index(const std::string& folder, const CorpusIndex& index);
-// The JSON of one shard entry and back (the tokenizer's per-shard completion records use the same text).
+// The JSON of one shard entry and back (the tokenizer's per-shard completion records use the same text). Unlike an
+// index, a record must have every field: one written by an older fsdpp (no empty_documents) is a UsageError, so
+// that a resumed run redoes its unit rather than count it incompletely.
 std::string to_json_text(const CorpusShard& shard);
 CorpusShard corpus_shard_from_json_text(const std::string& text, const std::string& where);
 

@@ -4,7 +4,10 @@
 #include "fsdpp/data/utf8.hpp"
 #include "fsdpp/runtime/error.hpp"
 
+#include <bzlib.h>
+#include <lzma.h>
 #include <simdjson.h>
+#include <zlib.h>
 #include <zstd.h>
 
 #include <algorithm>
@@ -93,52 +96,227 @@ class FileRange final : public ByteSource {
   std::uint64_t at_;
 };
 
+// One compression format's decoder (a library's streaming API), driven by CompressedFile, which owns the reading
+// loop, the compressed byte count and the reasons a file ends too early, alike for every format.
+class StreamDecoder {
+ public:
+  struct Step {
+    std::size_t consumed = 0, produced = 0;
+    std::string error;  // the library's reason when the input cannot be decoded
+  };
+  StreamDecoder(const char* format, const char* frame) : format(format), frame(frame) {}
+  virtual ~StreamDecoder() = default;
+  // Decodes from `in` into `out` as far as both allow. `input_ended`: `in` is empty and the file has no more
+  // bytes, so the decoder only flushes what it holds (xz must be told, to know its last stream has ended).
+  virtual Step decode(const char* in, std::size_t in_size, char* out, std::size_t out_size, bool input_ended) = 0;
+  // True when the input decoded so far stops where a frame (member, stream) ends: the file may end here without
+  // losing anything. Several frames one after another are one text (`cat a.gz b.gz`, bgzip, pbzip2, pzstd).
+  virtual bool at_boundary() const = 0;
+
+  const char* const format;  // for messages: "gzip"
+  const char* const frame;   // what a file is a sequence of: "a gzip member"
+};
+
 struct DctxFree {
   void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
 };
 
-class ZstdFile final : public ByteSource {
+class ZstdDecoder final : public StreamDecoder {
  public:
-  explicit ZstdFile(const CorpusUnit& unit)
-      : file_(open_input(unit.path)), path_(unit.path), dctx_(ZSTD_createDCtx()), in_(ZSTD_DStreamInSize(), '\0') {
-    FSDPP_REQUIRE(dctx_ != nullptr, "{}: cannot create a zstd decompression context", path_);
+  ZstdDecoder() : StreamDecoder("zstd", "a zstd frame"), dctx_(ZSTD_createDCtx()) {
+    FSDPP_REQUIRE(dctx_ != nullptr, "cannot create a zstd decompression context (out of memory?)");
   }
-  std::size_t read(char* dst, std::size_t n) override {
-    ZSTD_outBuffer out{dst, n, 0};
-    while (out.pos == 0 && truncation_.empty()) {
-      if (input_.pos == input_.size) {
-        errno = 0;
-        input_ = {in_.data(), std::fread(in_.data(), 1, in_.size(), file_.get()), 0};
-        if (input_.size == 0 && std::ferror(file_.get()))
-          throw UsageError(fmt::format("{}: read failed: {}", path_, std::strerror(errno)));
-        if (input_.size == 0) {  // the file's end: inside a frame unless the last call finished one
-          if (pending_ != 0) truncation_ = "the file ends inside a zstd frame (truncated)";
-          break;
-        }
-      }
-      const std::size_t was = input_.pos;
-      pending_ = ZSTD_decompressStream(dctx_.get(), &out, &input_);
-      consumed_ += input_.pos - was;
-      if (ZSTD_isError(pending_)) truncation_ = fmt::format("zstd cannot decode it: {}", ZSTD_getErrorName(pending_));
-    }
-    return out.pos;
+  Step decode(const char* in, std::size_t in_size, char* out, std::size_t out_size, bool) override {
+    ZSTD_inBuffer input{in, in_size, 0};
+    ZSTD_outBuffer output{out, out_size, 0};
+    const std::size_t hint = ZSTD_decompressStream(dctx_.get(), &output, &input);  // 0: a frame is complete
+    if (ZSTD_isError(hint)) return {input.pos, output.pos, ZSTD_getErrorName(hint)};
+    if (hint == 0)
+      at_boundary_ = true;
+    else if (input.pos > 0 || output.pos > 0)
+      at_boundary_ = false;
+    return {input.pos, output.pos, ""};
   }
-  std::string position() const override { return fmt::format(", compressed byte {}", consumed_); }
-  std::string truncation() const override { return truncation_; }
+  bool at_boundary() const override { return at_boundary_; }
 
  private:
+  std::unique_ptr<ZSTD_DCtx, DctxFree> dctx_;
+  bool at_boundary_ = true;
+};
+
+class GzipDecoder final : public StreamDecoder {
+ public:
+  GzipDecoder() : StreamDecoder("gzip", "a gzip member") {
+    FSDPP_REQUIRE(inflateInit2(&z_, 16 + MAX_WBITS) == Z_OK, "cannot start zlib's gzip decoder (out of memory?)");
+  }
+  ~GzipDecoder() override { inflateEnd(&z_); }
+  Step decode(const char* in, std::size_t in_size, char* out, std::size_t out_size, bool) override {
+    z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in));
+    z_.avail_in = static_cast<uInt>(in_size);
+    z_.next_out = reinterpret_cast<Bytef*>(out);
+    z_.avail_out = static_cast<uInt>(out_size);
+    const int status = inflate(&z_, Z_NO_FLUSH);
+    Step step{in_size - z_.avail_in, out_size - z_.avail_out, ""};
+    if (status == Z_STREAM_END) {  // a member ends; the next one (if the file goes on) starts afresh
+      at_boundary_ = true;
+      inflateReset(&z_);
+    } else if (status == Z_OK) {
+      at_boundary_ = false;
+    } else if (status != Z_BUF_ERROR) {  // Z_BUF_ERROR: no progress without more input, not an error
+      step.error = z_.msg != nullptr ? z_.msg : fmt::format("zlib error {}", status);
+    }
+    return step;
+  }
+  bool at_boundary() const override { return at_boundary_; }
+
+ private:
+  z_stream z_{};
+  bool at_boundary_ = true;
+};
+
+const char* bzip2_error(int status) {
+  switch (status) {
+    case BZ_DATA_ERROR: return "the data is corrupt (BZ_DATA_ERROR)";
+    case BZ_DATA_ERROR_MAGIC: return "not bzip2 data (BZ_DATA_ERROR_MAGIC)";
+    case BZ_MEM_ERROR: return "out of memory (BZ_MEM_ERROR)";
+    default: return "libbz2 failed";
+  }
+}
+
+class Bzip2Decoder final : public StreamDecoder {
+ public:
+  Bzip2Decoder() : StreamDecoder("bzip2", "a bzip2 stream") { start(); }
+  ~Bzip2Decoder() override { BZ2_bzDecompressEnd(&s_); }
+  Step decode(const char* in, std::size_t in_size, char* out, std::size_t out_size, bool) override {
+    s_.next_in = const_cast<char*>(in);
+    s_.avail_in = static_cast<unsigned>(in_size);
+    s_.next_out = out;
+    s_.avail_out = static_cast<unsigned>(out_size);
+    const int status = BZ2_bzDecompress(&s_);
+    Step step{in_size - s_.avail_in, out_size - s_.avail_out, ""};
+    if (status == BZ_STREAM_END) {  // libbz2 decodes one stream: start again for the next (pbzip2 writes many)
+      at_boundary_ = true;
+      BZ2_bzDecompressEnd(&s_);
+      start();
+    } else if (status == BZ_OK) {
+      if (step.consumed > 0 || step.produced > 0) at_boundary_ = false;
+    } else {
+      step.error = bzip2_error(status);
+    }
+    return step;
+  }
+  bool at_boundary() const override { return at_boundary_; }
+
+ private:
+  void start() {
+    s_ = bz_stream{};
+    FSDPP_REQUIRE(BZ2_bzDecompressInit(&s_, 0, 0) == BZ_OK, "cannot start libbz2's decoder (out of memory?)");
+  }
+  bz_stream s_{};
+  bool at_boundary_ = true;
+};
+
+const char* xz_error(lzma_ret status) {
+  switch (status) {
+    case LZMA_FORMAT_ERROR: return "not xz data (LZMA_FORMAT_ERROR)";
+    case LZMA_OPTIONS_ERROR: return "unsupported compression options (LZMA_OPTIONS_ERROR)";
+    case LZMA_DATA_ERROR: return "the data is corrupt (LZMA_DATA_ERROR)";
+    case LZMA_MEM_ERROR: return "out of memory (LZMA_MEM_ERROR)";
+    default: return "liblzma failed";
+  }
+}
+
+class XzDecoder final : public StreamDecoder {
+ public:
+  XzDecoder() : StreamDecoder("xz", "an xz stream") {
+    // LZMA_CONCATENATED: streams one after another (and the padding between them) are one text; liblzma then
+    // knows the last one has ended only when told the input has (LZMA_FINISH).
+    FSDPP_REQUIRE(lzma_stream_decoder(&s_, UINT64_MAX, LZMA_CONCATENATED) == LZMA_OK,
+                  "cannot start liblzma's xz decoder (out of memory?)");
+  }
+  ~XzDecoder() override { lzma_end(&s_); }
+  Step decode(const char* in, std::size_t in_size, char* out, std::size_t out_size, bool input_ended) override {
+    s_.next_in = reinterpret_cast<const std::uint8_t*>(in);
+    s_.avail_in = in_size;
+    s_.next_out = reinterpret_cast<std::uint8_t*>(out);
+    s_.avail_out = out_size;
+    const lzma_ret status = lzma_code(&s_, input_ended ? LZMA_FINISH : LZMA_RUN);
+    Step step{in_size - s_.avail_in, out_size - s_.avail_out, ""};
+    if (status == LZMA_STREAM_END) {
+      at_boundary_ = true;
+    } else if (status == LZMA_OK) {
+      if (step.consumed > 0 || step.produced > 0) at_boundary_ = false;
+    } else if (status != LZMA_BUF_ERROR) {  // LZMA_BUF_ERROR: no progress possible, which the caller sees
+      step.error = xz_error(status);
+    }
+    return step;
+  }
+  bool at_boundary() const override { return at_boundary_; }
+
+ private:
+  lzma_stream s_ = LZMA_STREAM_INIT;
+  bool at_boundary_ = true;
+};
+
+// A compressed file's decompressed content, through the decoder of its format.
+class CompressedFile final : public ByteSource {
+ public:
+  CompressedFile(const CorpusUnit& unit, std::unique_ptr<StreamDecoder> decoder)
+      : file_(open_input(unit.path)), path_(unit.path), decoder_(std::move(decoder)), in_(kCompressedReadBytes, '\0') {}
+  std::size_t read(char* dst, std::size_t n) override {
+    while (problem_.empty()) {
+      if (in_at_ == in_size_ && !file_ended_) refill();
+      const bool input_ended = file_ended_ && in_at_ == in_size_;
+      if (input_ended && consumed_ == 0) return 0;  // an empty file: no lines
+      const StreamDecoder::Step step =
+          decoder_->decode(in_.data() + in_at_, in_size_ - in_at_, dst, n, input_ended);
+      in_at_ += step.consumed;
+      consumed_ += step.consumed;
+      if (!step.error.empty()) {
+        problem_ = fmt::format("{} cannot decode it: {}", decoder_->format, step.error);
+      } else if (step.consumed == 0 && step.produced == 0) {
+        if (!input_ended)  // with input and room for output every library moves on; never spin if one does not
+          problem_ = fmt::format("{} decoding stopped making progress", decoder_->format);
+        else if (!decoder_->at_boundary())
+          problem_ = fmt::format("the file ends inside {} (truncated)", decoder_->frame);
+        return 0;
+      }
+      if (step.produced > 0) return step.produced;
+    }
+    return 0;
+  }
+  std::string position() const override { return fmt::format(", compressed byte {}", consumed_); }
+  std::string truncation() const override { return problem_; }
+
+ private:
+  static constexpr std::size_t kCompressedReadBytes = std::size_t{1} << 17;
+  void refill() {
+    errno = 0;
+    in_size_ = std::fread(in_.data(), 1, in_.size(), file_.get());
+    in_at_ = 0;
+    if (in_size_ == 0 && std::ferror(file_.get()))
+      throw UsageError(fmt::format("{}: read failed: {}", path_, std::strerror(errno)));
+    file_ended_ = in_size_ == 0;
+  }
   File file_;
   std::string path_;
-  std::unique_ptr<ZSTD_DCtx, DctxFree> dctx_;
+  std::unique_ptr<StreamDecoder> decoder_;
   std::string in_;
-  ZSTD_inBuffer input_{nullptr, 0, 0};
-  std::size_t pending_ = 0;  // ZSTD_decompressStream's last answer: 0 once a frame is complete
-  std::uint64_t consumed_ = 0;
-  std::string truncation_;
+  std::size_t in_at_ = 0, in_size_ = 0;  // in_[in_at_, in_size_) is read but not yet decoded
+  bool file_ended_ = false;
+  std::uint64_t consumed_ = 0;  // compressed bytes decoded
+  std::string problem_;         // why the file ends too early or cannot be decoded; "" while it can
 };
 
 std::unique_ptr<ByteSource> open_source(const CorpusUnit& unit) {
-  if (unit.kind == InputKind::json_lines_zst) return std::make_unique<ZstdFile>(unit);
+  switch (unit.kind) {
+    case InputKind::json_lines_zst: return std::make_unique<CompressedFile>(unit, std::make_unique<ZstdDecoder>());
+    case InputKind::json_lines_gz: return std::make_unique<CompressedFile>(unit, std::make_unique<GzipDecoder>());
+    case InputKind::json_lines_bz2: return std::make_unique<CompressedFile>(unit, std::make_unique<Bzip2Decoder>());
+    case InputKind::json_lines_xz: return std::make_unique<CompressedFile>(unit, std::make_unique<XzDecoder>());
+    case InputKind::text:
+    case InputKind::json_lines: break;
+  }
   return std::make_unique<FileRange>(unit);
 }
 
@@ -171,15 +349,20 @@ bool document_of_line(simdjson::dom::parser& parser, std::string_view line, cons
   return true;
 }
 
-// Reads the lines of a JSON Lines unit; `first_line` is that of the unit's first byte, counted lazily.
-void read_json_lines(const CorpusUnit& unit, const DocumentOptions& options,
-                     const std::function<void(std::string_view)>& on_document,
-                     const std::function<void(const BadDocument&)>& on_bad) {
+// The UTF-8 encoding of U+FEFF, which "UTF-8 with signature" files (Windows editors, PowerShell) start with.
+constexpr std::string_view kUtf8ByteOrderMark = "\xEF\xBB\xBF";
+
+// Reads the lines of a JSON Lines unit (line numbers of the file are counted only for a message); returns the
+// number of empty documents.
+std::int64_t read_json_lines(const CorpusUnit& unit, const DocumentOptions& options,
+                             const std::function<void(std::string_view)>& on_document,
+                             const std::function<void(const BadDocument&)>& on_bad) {
   const std::unique_ptr<ByteSource> source = open_source(unit);
   simdjson::dom::parser parser;
   std::string buffer;
   std::size_t start = 0;       // of the next line in buffer
   std::uint64_t line = 0;      // lines of the unit read so far
+  std::int64_t empty = 0;      // blank lines and empty strings, left out
   auto where = [&] {
     const std::uint64_t first = unit.byte_begin == 0 ? 1 : line_at(unit.path, unit.byte_begin);
     return fmt::format("{}:{}{}", unit.path, first + line - 1, source->position());
@@ -194,8 +377,8 @@ void read_json_lines(const CorpusUnit& unit, const DocumentOptions& options,
     end = got == 0;
     if (end && !source->truncation().empty()) {  // the partial line after the last whole one is lost
       ++line;
-      on_bad({BadReason::truncated_zstd, where(), source->truncation()});
-      return;
+      on_bad({BadReason::truncated_compressed, where(), source->truncation()});
+      return empty;
     }
     for (;;) {
       std::size_t newline = buffer.find('\n', start);
@@ -204,24 +387,34 @@ void read_json_lines(const CorpusUnit& unit, const DocumentOptions& options,
         newline = buffer.size();  // the last line, without a newline
       }
       ++line;
-      const std::string_view text_line(buffer.data() + start, newline - start);
+      std::string_view text_line(buffer.data() + start, newline - start);
       start = std::min(newline + 1, buffer.size());
-      if (text_line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+      const bool file_start = line == 1 && unit.byte_begin == 0;  // a compressed file is one unit from byte 0
+      if (file_start && text_line.substr(0, kUtf8ByteOrderMark.size()) == kUtf8ByteOrderMark)
+        text_line.remove_prefix(kUtf8ByteOrderMark.size());
+      if (text_line.find_first_not_of(" \t\r") == std::string_view::npos) {
+        ++empty;
+        continue;
+      }
       std::string_view document;
       BadDocument bad{};
       if (!document_of_line(parser, text_line, options.field, document, bad)) {
         bad.where = where();
         on_bad(bad);
-      } else if (!document.empty()) {
+      } else if (document.empty()) {
+        ++empty;
+      } else {
         on_document(document);
       }
     }
   }
+  return empty;
 }
 
-void read_text(const CorpusUnit& unit, const DocumentOptions& options,
-               const std::function<void(std::string_view)>& on_document,
-               const std::function<void(const BadDocument&)>& on_bad) {
+// Returns the number of empty documents: empty pieces between separators, or an empty file without a separator.
+std::int64_t read_text(const CorpusUnit& unit, const DocumentOptions& options,
+                       const std::function<void(std::string_view)>& on_document,
+                       const std::function<void(const BadDocument&)>& on_bad) {
   // A unit of text is at most shard_bytes (plus a document) with a separator; without one, a whole file.
   std::string text(unit.byte_end - unit.byte_begin, '\0');
   FileRange range(unit);
@@ -232,6 +425,7 @@ void read_text(const CorpusUnit& unit, const DocumentOptions& options,
   }
   const std::string_view all(text);
   const std::string& sep = options.split_on;
+  std::int64_t empty = all.empty() && sep.empty() ? 1 : 0;  // without a separator the file is the document
   for (std::size_t begin = 0; begin < all.size();) {
     const std::size_t found = sep.empty() ? std::string_view::npos : all.find(sep, begin);
     const std::size_t end = found == std::string_view::npos ? all.size() : found;
@@ -242,22 +436,34 @@ void read_text(const CorpusUnit& unit, const DocumentOptions& options,
                                  static_cast<std::uint64_t>(std::count(all.begin(), all.begin() + bad, '\n'));
       on_bad({BadReason::invalid_utf8, fmt::format("{}:{}", unit.path, line),
               fmt::format("the text is not UTF-8 (byte {} of the file)", unit.byte_begin + bad)});
-    } else if (!document.empty()) {
+    } else if (document.empty()) {
+      ++empty;
+    } else {
       on_document(document);
     }
     begin = end == all.size() ? end : end + sep.size();
   }
+  return empty;
 }
 
 }  // namespace
 
 InputKind input_kind_for_path(const std::string& path) {
-  for (const char* ext : {".gz", ".bz2", ".xz", ".zip", ".lz4", ".tar"})
-    if (name_ends_with(path, ext))
-      throw UsageError(fmt::format("{}: {} files are not read; decompress it, or recompress it with zstd (.zst)",
-                                   path, ext));
-  if (name_ends_with(path, ".zst")) return InputKind::json_lines_zst;
-  if (name_ends_with(path, ".jsonl") || name_ends_with(path, ".json")) return InputKind::json_lines;
+  const std::string name = std::filesystem::path(path).filename().string();
+  for (const char* archive : {".tar", ".tgz", ".tbz2", ".txz", ".zip"})
+    for (const char* compressed : {"", ".zst", ".gz", ".bz2", ".xz"})  // .tar.gz too
+      if (name_ends_with(name, std::string(archive) + compressed))
+        throw UsageError(fmt::format("{}: an archive ({}{}) is not read; extract its files and name those", path,
+                                     archive, compressed));
+  if (name_ends_with(name, ".lz4"))
+    throw UsageError(fmt::format("{}: .lz4 files are not read; decompress it, or recompress it with zstd, gzip, "
+                                 "bzip2 or xz",
+                                 path));
+  if (name_ends_with(name, ".zst")) return InputKind::json_lines_zst;
+  if (name_ends_with(name, ".gz")) return InputKind::json_lines_gz;
+  if (name_ends_with(name, ".bz2")) return InputKind::json_lines_bz2;
+  if (name_ends_with(name, ".xz")) return InputKind::json_lines_xz;
+  if (name_ends_with(name, ".jsonl") || name_ends_with(name, ".json")) return InputKind::json_lines;
   return InputKind::text;
 }
 
@@ -289,7 +495,7 @@ const char* to_string(BadReason reason) {
     case BadReason::invalid_utf8: return "invalid_utf8";
     case BadReason::malformed_json: return "malformed_json";
     case BadReason::missing_field: return "missing_field";
-    case BadReason::truncated_zstd: return "truncated_zstd";
+    case BadReason::truncated_compressed: return "truncated_compressed";
   }
   return "?";
 }
@@ -299,17 +505,15 @@ void count(SkippedDocuments& skipped, BadReason reason) {
     case BadReason::invalid_utf8: ++skipped.invalid_utf8; break;
     case BadReason::malformed_json: ++skipped.malformed_json; break;
     case BadReason::missing_field: ++skipped.missing_field; break;
-    case BadReason::truncated_zstd: ++skipped.truncated_zstd; break;
+    case BadReason::truncated_compressed: ++skipped.truncated_compressed; break;
   }
 }
 
-void read_unit_documents(const CorpusUnit& unit, const DocumentOptions& options,
-                         const std::function<void(std::string_view)>& on_document,
-                         const std::function<void(const BadDocument&)>& on_bad) {
-  if (unit.kind == InputKind::text)
-    read_text(unit, options, on_document, on_bad);
-  else
-    read_json_lines(unit, options, on_document, on_bad);
+std::int64_t read_unit_documents(const CorpusUnit& unit, const DocumentOptions& options,
+                                 const std::function<void(std::string_view)>& on_document,
+                                 const std::function<void(const BadDocument&)>& on_bad) {
+  if (unit.kind == InputKind::text) return read_text(unit, options, on_document, on_bad);
+  return read_json_lines(unit, options, on_document, on_bad);
 }
 
 }  // namespace fsdpp

@@ -196,7 +196,7 @@ struct Job {
     shard.byte_end = unit.byte_end;
     ShardWriter writer(folder / shard.path, header.token_bytes);
     const DocumentOptions reading{options.field, options.split_on};
-    read_unit_documents(
+    shard.empty_documents = read_unit_documents(
         unit, reading,
         [&](std::string_view document) {
           auto& ids = writer.ids();

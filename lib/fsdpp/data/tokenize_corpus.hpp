@@ -1,6 +1,6 @@
 #pragma once
-// `fsdpp tokenize` in corpus mode: many inputs (text, JSON Lines, zstd-compressed JSON Lines; corpus_reader.hpp)
-// become a folder of token shards and an index.json (corpus_index.hpp) for data.sources.
+// `fsdpp tokenize` in corpus mode: many inputs (text, JSON Lines, JSON Lines compressed with zstd, gzip, bzip2 or
+// xz; corpus_reader.hpp) become a folder of token shards and an index.json (corpus_index.hpp) for data.sources.
 //
 // Each document's ids are [bos] + ids(document) + [eot]: the document is tokenized as a whole text, as Hugging
 // Face's encode(document, add_special_tokens=False) would (bos when the tokenizer adds one, Tokenizer::bos_id), and
@@ -15,7 +15,8 @@
 // different command on the folder is refused with what differs.
 //
 // Bad input stops every rank with the file:line and what to do, or with skip_bad the document is left out and
-// counted per reason (in the records, the index and the summary).
+// counted per reason (in the records, the index and the summary). Empty documents are left out and counted there
+// too; a record keeps its unit's counts, so a resumed run and any rank count sum to the same index.
 #include "fsdpp/data/corpus_index.hpp"
 
 #include <mpi.h>
