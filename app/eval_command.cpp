@@ -35,7 +35,7 @@ struct LossSum {
 
 // Every window of the file, in micro-batches, this data-parallel rank's share; per-token losses summed.
 LossSum evaluate_all(const Deck& deck, TrainModel& t) {
-  const std::vector<std::uint32_t> file = load_token_source(deck.data.source, deck.data, deck.model.vocab_size);
+  const std::vector<std::uint32_t> file = load_token_source(deck.data.source, deck.data, deck.model.vocab_size, "fsdpp eval: the tokens argument");
   const std::int64_t T = deck.model.context_length, predicted = static_cast<std::int64_t>(file.size()) - 1;
   FSDPP_REQUIRE(predicted >= 1, "{} holds {} token(s): nothing to predict", deck.data.source, file.size());
   const std::int64_t windows = (predicted + T - 1) / T;

@@ -85,7 +85,13 @@ done
   "checkpoint.dir=$dir/ck4" "run.output=$dir/reweighted" > "$dir/reweighted.log" 2>&1 && fail "a resume with other weights ran"
 grep -q "data source 1 ($dir/web) has [0-9]* tokens and weight 0.6, but the checkpoint trained on it with [0-9]* tokens and weight 0.75" \
   "$dir/reweighted.log" || { tail -20 "$dir/reweighted.log"; fail "no refusal naming the source"; }
+# A source whose path does not exist is refused as such, at its entry's deck line and column (not as a token file
+# with an unknown extension).
+sed "s|$dir/code/index.json|$dir/nope|" "$dir/mix.yaml" > "$dir/missing.yaml"
+"$fsdpp" train "$dir/missing.yaml" "run.output=$dir/missing" > "$dir/missing.log" 2>&1 && fail "a missing source ran"
+grep -q "missing.yaml:6:14: data.sources entry 2 path: $dir/nope does not exist: give a token file" "$dir/missing.log" \
+  || { tail -5 "$dir/missing.log"; fail "no refusal of the missing path at its deck line and column"; }
 # fsdpp eval of the mixture's checkpoint on one corpus: the override of data.source replaces the saved deck's mixture.
 "$fsdpp" eval "$dir/ck/step_00000006.h5" "$dir/code" > "$dir/eval.log" 2>&1 || { tail "$dir/eval.log"; fail "eval of the mixture's checkpoint"; }
 grep -q "eval: the validation split of $dir/code " "$dir/eval.log" || { cat "$dir/eval.log"; fail "eval did not read the corpus"; }
-echo "data.sources: banner, shares, a resume on 3 ranks with the same losses, other weights refused, eval on a corpus"
+echo "data.sources: banner, shares, a resume on 3 ranks with the same losses, other weights refused, a missing path refused at its line, eval on a corpus"

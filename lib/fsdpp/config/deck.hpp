@@ -121,6 +121,8 @@ inline int head_size(const ModelConfig& m) { return m.head_dim > 0 ? m.head_dim 
 struct DataSource {
   std::string path;     // a token file, a corpus folder or its index.json
   double weight = 1.0;  // > 0; the mixture normalises the weights
+  // Where the path was given, for errors about it: "deck.yaml:9:13: data.sources entry 2 path" (not echoed).
+  std::string where = "data.sources";
 };
 
 struct DataConfig {

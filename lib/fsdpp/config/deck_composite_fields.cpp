@@ -281,6 +281,7 @@ static DataSource read_data_source(const YAML::Node& list, std::size_t index, co
     if (key == "path") {
       source.path = scalar_or_fail(it->second, at_value, "the path of a token file or corpus folder");
       if (source.path.empty()) fail(at_value, "expected a non-empty path, got ''");
+      source.where = at_value;
       has_path = true;
     } else if (key == "weight") {
       const std::string text = scalar_or_fail(it->second, at_value, "a number > 0");

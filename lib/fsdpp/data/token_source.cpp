@@ -4,10 +4,22 @@
 #include "fsdpp/data/token_file.hpp"
 #include "fsdpp/runtime/error.hpp"
 
+#include <filesystem>
+
 namespace fsdpp {
 
 std::vector<std::uint32_t> load_token_source(const std::string& path, const DataConfig& data,
-                                             std::int64_t vocab_size) {
+                                             std::int64_t vocab_size, const std::string& where) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    const bool relative = std::filesystem::path(path).is_relative();
+    throw UsageError(fmt::format(
+        "{}: {} does not exist{}: give a token file (.bin, .u16, .u32), a corpus folder written by `fsdpp tokenize`, "
+        "or its index.json", where, path,
+        relative ? fmt::format(" (relative paths start at the working directory, {})",
+                               std::filesystem::current_path(ec).string())
+                 : ""));
+  }
   if (is_corpus(path)) {
     const CorpusIndex index = read_corpus_index(path);
     FSDPP_REQUIRE(index.vocab_size <= vocab_size,

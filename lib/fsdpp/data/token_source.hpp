@@ -10,9 +10,10 @@
 
 namespace fsdpp {
 
-// UsageError naming the path when a corpus's vocabulary exceeds `vocab_size`, when data.document_mask is on and
-// data.eot_id is not the corpus's end-of-text id, or when a token file has a token outside the vocabulary.
+// UsageError naming the path when it does not exist (at `where`, the deck's key or entry that gave it), when a
+// corpus's vocabulary exceeds `vocab_size`, when data.document_mask is on and data.eot_id is not the corpus's
+// end-of-text id, or when a token file has a token outside the vocabulary.
 std::vector<std::uint32_t> load_token_source(const std::string& path, const DataConfig& data,
-                                             std::int64_t vocab_size);
+                                             std::int64_t vocab_size, const std::string& where);
 
 }  // namespace fsdpp

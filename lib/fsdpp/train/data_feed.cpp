@@ -27,7 +27,7 @@ DataFeed::Loaded load_tokens_of(const Deck& deck) {
     for (const DataSource& s : deck.data.sources) total += s.weight;
     d.description = fmt::format("a mixture of {} sources", deck.data.sources.size());
     for (const DataSource& s : deck.data.sources) {
-      d.sources.push_back({s.path, load_token_source(s.path, deck.data, V), s.weight});
+      d.sources.push_back({s.path, load_token_source(s.path, deck.data, V, s.where), s.weight});
       d.description += fmt::format("\n  {} (weight {:.4g}, {:.1f}%): {} tokens", s.path, s.weight,
                                    100.0 * s.weight / total, d.sources.back().tokens.size());
     }
@@ -45,7 +45,7 @@ DataFeed::Loaded load_tokens_of(const Deck& deck) {
     return d;
   }
   const std::string& path = deck.data.source;
-  d.sources.push_back({path, load_token_source(path, deck.data, V), 1.0});
+  d.sources.push_back({path, load_token_source(path, deck.data, V, "data.source"), 1.0});
   d.description = fmt::format("{} ({} tokens)", path, d.sources.back().tokens.size());
   return d;
 }
