@@ -294,6 +294,18 @@ MPI_TEST_CASE("pipeline parallel: what does not run yet is refused on every rank
   } catch (const UsageError& e) {
     micro_error = e.what();
   }
-  CHECK(micro_error.find("pipeline.microbatches is 8, but each step has 4 micro-batches") != std::string::npos);
+  CHECK(micro_error.find("pipeline.microbatches is 8, but each step has 4 micro-batches (train.global_batch / "
+                          "(train.micro_batch x the stage's data-parallel ranks) = 8 / (2 x 1))") != std::string::npos);
+  // In reproducible mode the pipeline's micro-batches are the units: the message counts those, by their formula.
+  std::string unit_error;
+  try {
+    (void)test::run_steps(test_comm, gpt2({"mesh.pp=2", "train.reproducible=true", "train.global_batch=12",
+                                           "train.micro_batch=3", "pipeline.microbatches=2"}));
+  } catch (const UsageError& e) {
+    unit_error = e.what();
+  }
+  CHECK(unit_error.find("pipeline.microbatches is 2, but each step has 12 reproducible units (train.global_batch / "
+                        "(train.reproducible_unit x the stage's data-parallel ranks) = 12 / (1 x 1))") !=
+        std::string::npos);
   CHECK(test::run_steps(test_comm, gpt2({"mesh.pp=2", "pipeline.microbatches=4"})).losses.size() == 3);
 }

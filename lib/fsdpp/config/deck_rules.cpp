@@ -311,6 +311,10 @@ int training_forward_batch(const TrainConfig& train) {
   return train.reproducible ? train.reproducible_unit : train.micro_batch;
 }
 
+const char* training_forward_batch_key(const TrainConfig& train) {
+  return train.reproducible ? "train.reproducible_unit" : "train.micro_batch";
+}
+
 void check_schedule(const ScheduleConfig& schedule, const OptimConfig& optim, const TrainConfig& train) {
   if (schedule.min_lr > optim.lr)
     broken({"schedule.min_lr", "optim.lr"}, "schedule.min_lr ({}) must be <= optim.lr ({})", schedule.min_lr,

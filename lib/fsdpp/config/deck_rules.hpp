@@ -118,6 +118,8 @@ int reproducible_chunk_rows(const ModelConfig& model, const TrainConfig& train);
 // Sequences per training forward and backward: train.micro_batch, or in reproducible mode its computation unit,
 // train.reproducible_unit (a micro-batch then runs as micro_batch / unit of them, one after another).
 int training_forward_batch(const TrainConfig& train);
+// The deck key that sets training_forward_batch, for messages that count forwards.
+const char* training_forward_batch_key(const TrainConfig& train);
 // min_lr <= lr, warmup_steps <= steps.
 void check_schedule(const ScheduleConfig& schedule, const OptimConfig& optim, const TrainConfig& train);
 // eval_interval > 0 needs held-out data (val_fraction > 0).

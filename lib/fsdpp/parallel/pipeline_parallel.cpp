@@ -30,7 +30,9 @@ void free_comm(MPI_Comm& comm) {
 
 PipelineParallel::PipelineParallel(MPI_Comm world, const Deck& deck, const LanguageModel& whole)
     : stages_(deck.mesh.pp), virtual_stages_(deck.pipeline.virtual_stages), kind_(deck.pipeline.schedule),
-      configured_microbatches_(deck.pipeline.microbatches) {
+      configured_microbatches_(deck.pipeline.microbatches), global_batch_(deck.train.global_batch),
+      forward_batch_(training_forward_batch(deck.train)), forward_batch_key_(training_forward_batch_key(deck.train)),
+      reproducible_units_(deck.train.reproducible) {
   int rank = 0, size = 1;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
@@ -91,10 +93,16 @@ Deck pipeline_stage_deck(const Deck& deck) {
 const std::vector<PipelineAction>& PipelineParallel::actions(int microbatches) {
   if (microbatches == schedule_microbatches_) return actions_;
   // The step's micro-batches are the pipeline's: a different pipeline.microbatches would be ignored, so it is refused.
-  FSDPP_REQUIRE(configured_microbatches_ == 0 || configured_microbatches_ == microbatches,
-                "pipeline.microbatches is {}, but each step has {} micro-batches (train.global_batch / (train.micro_batch "
-                "x the stage's data-parallel ranks)), and those are what flows through the pipeline: set "
-                "pipeline.microbatches: 0, or change train.micro_batch", configured_microbatches_, microbatches);
+  if (configured_microbatches_ != 0 && configured_microbatches_ != microbatches) {
+    const int dp = global_batch_ / (microbatches * forward_batch_);
+    throw UsageError(fmt::format(
+        "pipeline.microbatches is {}, but each step has {} {} (train.global_batch / ({} x the stage's data-parallel "
+        "ranks) = {} / ({} x {})){}, and those are what flows through the pipeline: set pipeline.microbatches: 0, or "
+        "change {}", configured_microbatches_, microbatches,
+        reproducible_units_ ? "reproducible units" : "micro-batches", forward_batch_key_, global_batch_, forward_batch_,
+        dp, reproducible_units_ ? " (in reproducible mode each unit of train.reproducible_unit sequences is one "
+                                  "micro-batch of the pipeline)" : "", forward_batch_key_));
+  }
   const PipelineShape shape{stages_, virtual_stages_, microbatches};
   const int last_tag = tag_of(shape.stages() - 1, microbatches - 1, true);  // every rank alike: before any message
   FSDPP_REQUIRE(last_tag <= tag_limit_, "pipeline: {} micro-batches through {} stages need message tags up to {}, "

@@ -127,6 +127,10 @@ class PipelineParallel {
   int stages_ = 1, stage_ = 0, virtual_stages_ = 1;
   PipelineScheduleKind kind_ = PipelineScheduleKind::one_f_one_b;
   int configured_microbatches_ = 0;  // pipeline.microbatches (0: the step's)
+  // What a step's micro-batch count comes from, for the message that refuses another pipeline.microbatches.
+  int global_batch_ = 0, forward_batch_ = 1;
+  const char* forward_batch_key_ = "train.micro_batch";
+  bool reproducible_units_ = false;
   StageSplit split_;
   bool tied_ = false;
   bool exact_ = false;  // train.reproducible
