@@ -129,6 +129,10 @@ MPI_TEST_CASE("pipeline parallel: Qwen3-MoE as on one rank, every schedule, with
   check_same_run(run_on(test_comm, test_rank, 4, moe({"mesh.pp=4", "pipeline.schedule=gpipe"})), one,
                  "Qwen3-MoE, pp 4, gpipe");
   check_same_run(run_on(test_comm, test_rank, 4, moe({"mesh.pp=2", "mesh.ep=2"})), one, "Qwen3-MoE, pp 2 x ep 2");
+  // Three blocks: stage 0 holds only the dense block 0, so it has no experts to exchange (it was refused).
+  check_same_run(run_on(test_comm, test_rank, 4, moe({"model.n_layer=3", "mesh.pp=2", "mesh.dp_shard=2", "mesh.ep=2"})),
+                 run_on(test_comm, test_rank, 1, moe({"model.n_layer=3"})),
+                 "Qwen3-MoE, 3 blocks, pp 2 x dp_shard 2 x ep 2: stage 0 dense");
   check_same_run(run_on(test_comm, test_rank, 2, moe({"mesh.pp=2", "pipeline.schedule=interleaved_1f1b",
                                                       "pipeline.virtual_stages=2"})),
                  one, "Qwen3-MoE, pp 2 x 2 virtual stages, interleaved 1f1b");
