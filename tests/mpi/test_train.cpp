@@ -203,6 +203,32 @@ MPI_TEST_CASE("train: resuming from a checkpoint continues bitwise, and within f
   if (test_rank == 0) std::filesystem::remove_all(dir);
 }
 
+// An evaluation's forwards leave the units whole where reshard_after_forward is off (shard_grad_op; a pipeline's
+// stages): a save right after one wrote shard 0's rows into every rank's shard, and the resumed run diverged.
+MPI_TEST_CASE("train: a save right after an evaluation holds each rank's shards (shard_grad_op), resumed bitwise", 2) {
+  char name[256] = {0};
+  if (test_rank == 0) {
+    const auto dir = std::filesystem::temp_directory_path() / ("fsdpp-eval-save-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::snprintf(name, sizeof name, "%s", dir.c_str());
+  }
+  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, test_comm);
+  const std::string dir = name;
+  const std::vector<std::string> common = {"train.eval_interval=3", "train.eval_batches=1", "schedule.warmup_steps=1",
+                                           "train.steps=6", "fsdp.strategy=shard_grad_op"};
+  auto deck_with = [&](std::vector<std::string> extra) {
+    auto o = common;
+    o.insert(o.end(), extra.begin(), extra.end());
+    return tiny_deck(o);
+  };
+  const auto straight = losses_on(test_comm, test_rank, 2, deck_with({}));
+  losses_on(test_comm, test_rank, 2, deck_with({"checkpoint.interval=3", "checkpoint.dir=" + dir}), 3);
+  auto resumed = losses_on(test_comm, test_rank, 2, deck_with({"checkpoint.resume=true", "checkpoint.dir=" + dir}));
+  resumed.resize(3);
+  for (int s = 0; s < 3; ++s) CHECK(resumed[s] == straight[3 + s]);
+  if (test_rank == 0) std::filesystem::remove_all(dir);
+}
+
 MPI_TEST_CASE("train: seed files are the same on 1, 2 and 3 ranks, and init_from reproduces a self-seeded run", 3) {
   char name[256] = {0};
   if (test_rank == 0) {

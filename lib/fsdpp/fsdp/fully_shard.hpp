@@ -119,6 +119,7 @@ class FsdpGroup final : public ModuleHooks {
   void unshard(bool async = false);
   void wait_for_unshard();
   void reshard();  // free the whole parameters; value/grad point at the shards again
+  bool unsharded() const { return unsharded_; }  // value/grad point at the whole parameters
 
   // Off: backward leaves gradients whole and unreduced, accumulating over micro-batches; the next backward
   // with sync on reduce-scatters the sum (FSDP2's no_sync).

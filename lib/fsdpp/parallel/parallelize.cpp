@@ -229,7 +229,19 @@ void Parallelism::keep_parameters_between_micro_batches(bool keep) {
   root_->set_reshard_after_backward(!(keep && whole_after_forward));
 }
 
-void Parallelism::after_evaluation() { root_->reshard(); }
+void Parallelism::after_evaluation() {
+  // Every unit, not only the root: where reshard_after_forward is off (shard_grad_op, a pipeline's stages) the
+  // blocks too stay whole after a forward, for a backward that will not come. A checkpoint reads each parameter's
+  // value as this rank's shard: a save after an evaluation once wrote shard 0's rows into every shard.
+  for (Module* m : model_->modules())
+    if (FsdpGroup* g = fsdp_group(*m)) g->reshard();
+}
+
+bool Parallelism::parameters_sharded() const {
+  for (Module* m : model_->modules())
+    if (const FsdpGroup* g = fsdp_group(*m); g && g->unsharded()) return false;
+  return true;
+}
 
 double Parallelism::mean_over_ranks(double value) const {
   FSDPP_CHECK(host_world_, "mean_over_ranks on a planning layout: there are no ranks to average over");

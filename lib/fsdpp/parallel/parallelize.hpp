@@ -139,19 +139,25 @@ class Parallelism {
   // where the parameters stay whole after forward (reshard_after_forward false, a stage's default) they stay whole
   // after backward too while `keep`, so a stage gathers its blocks once per step instead of once per micro-batch.
   void keep_parameters_between_micro_batches(bool keep);
-  // After an evaluation forward: the root keeps its parameters after forward for a backward that will not come.
+  // After an evaluation forward: the root (and, with reshard_after_forward off, every unit) keeps its parameters
+  // whole after forward for a backward that will not come; all go back to their shards.
   void after_evaluation();
+  // Whether every unit's parameters are its shards (value and grad are this rank's rows), as a checkpoint reads them.
+  bool parameters_sharded() const;
 
   // The group the squared gradient norm is summed over: the shard dimension. Replicas hold copies.
   Communicator* grad_norm_group() const { return &fsdp_mesh_->comm(fsdp_mesh_->ndim() - 1); }
   // HSDP and no_shard: one replica writes each shard; the others hold copies.
   bool writes_checkpoint_shards() const { return fsdp_mesh_->ndim() == 1 || fsdp_mesh_->coordinate(0) == 0; }
-  // The mean of a host scalar (a loss) over every rank of the job.
+  // Host scalars over the ranks this Parallelism was built on: every rank of the job, but under a pipeline only
+  // the stage's (parallelize takes the stage's communicator). A decision the whole job must share (the preemption
+  // check) does not go through these.
+  // The mean of a host scalar (a loss).
   double mean_over_ranks(double value) const;
-  // The largest over every rank (a peak, a signal number). Both go through the host world communicator, so the
-  // collective watchdog and the flight recorder see them: a rank lost at a step's end cannot hang the others.
+  // The largest (a peak). Both go through the host communicator, so the collective watchdog and the flight
+  // recorder see them: a rank lost at a step's end cannot hang the others.
   double max_over_ranks(double value) const;
-  // Element-wise sums over every rank of the job, in place (a mixture of experts' per-expert token counts).
+  // Element-wise sums, in place (a mixture of experts' per-expert token counts).
   void sum_over_ranks(std::vector<double>& values) const;
 
   // The units fully_shard made, blocks first and the root last (the order of the banner and the plan).

@@ -105,6 +105,9 @@ void Checkpointer::report_background(const std::optional<SaveResult>& done) {
 void Checkpointer::save(std::int64_t done) {
   TrainProgress progress;
   progress.step = done;
+  // The file holds each rank's shards, read from the parameters' values: whole ones would be saved as shard 0's rows.
+  FSDPP_CHECK(parallel_.parameters_sharded(), "checkpoint: step {} would be saved while parameters are gathered "
+              "whole; every unit must be resharded before a save", done);
   const CheckpointContents c = contents();
   progress.scalars = c.scalars;
   // Never a checkpoint of diverged weights: 'latest' keeps naming the last one saved from finite values.
