@@ -302,8 +302,9 @@ std::vector<Field> mesh_fields() {
   f.push_back(integer("mesh.pp", &Deck::mesh, &MeshConfig::pp, 1,
                       "Pipeline parallelism: the blocks are cut into pp x pipeline.virtual_stages stages of "
                       "consecutive blocks (the embedding on the first, the final norm, head and loss on the last), "
-                      "one group of ranks per stage; the outermost mesh dimension. Planned by `fsdpp plan` (stages, "
-                      "schedule, bubble); training does not run a pipeline yet. 1: none."));
+                      "one group of ranks per stage; the outermost mesh dimension. Training runs the stages under "
+                      "pipeline.schedule, composed with every other mesh dimension; `fsdpp plan` gives the stages, "
+                      "their memory and the bubble. 1: none."));
   return f;
 }
 
