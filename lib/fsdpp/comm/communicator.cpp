@@ -140,11 +140,6 @@ WorkHandle Communicator::all_reduce_async(void* buf, std::size_t count, DType dt
                      [&](const CollectiveTicket& t) { return start_all_reduce(buf, count, dtype, op, t); });
 }
 
-WorkHandle Communicator::broadcast_async(void* buf, std::size_t count, DType dtype, int root) {
-  return issue_async(CollectiveOp::broadcast, count, dtype, root,
-                     [&](const CollectiveTicket& t) { return start_broadcast(buf, count, dtype, root, t); });
-}
-
 WorkHandle Communicator::barrier_async() {
   return issue_async(CollectiveOp::barrier, 0, DType::bytes, -1,
                      [&](const CollectiveTicket& t) { return start_barrier(t); });

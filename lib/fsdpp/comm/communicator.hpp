@@ -104,7 +104,6 @@ class Communicator {
   WorkHandle reduce_scatter_async(const void* send, void* recv, std::size_t count, DType dtype,
                                   ReduceScatterOptions options = {});
   WorkHandle all_reduce_async(void* buf, std::size_t count, DType dtype, ReduceOp op);
-  WorkHandle broadcast_async(void* buf, std::size_t count, DType dtype, int root);
   WorkHandle barrier_async();
   WorkHandle all_to_all_v_async(const void* send, void* recv, const AllToAllCounts& counts, DType dtype);
 

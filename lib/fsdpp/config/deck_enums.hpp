@@ -35,8 +35,6 @@ enum class PipelineScheduleKind { gpipe, one_f_one_b, interleaved_1f1b, zero_bub
 constexpr bool is_llama_family(ModelArch arch) { return arch != ModelArch::gpt2; }
 // The mixture-of-experts architectures: they read the model.moe.* keys (deck_schema.cpp, moe_only).
 constexpr bool is_moe_arch(ModelArch arch) { return arch == ModelArch::qwen3_moe || arch == ModelArch::mixtral; }
-// Qwen3's attention: per-head RMSNorm on q and k before RoPE (model.head_dim free of n_embd / n_head).
-constexpr bool has_qk_norm(ModelArch arch) { return arch == ModelArch::qwen3 || arch == ModelArch::qwen3_moe; }
 
 std::string_view to_string(ModelArch v);
 std::string_view to_string(MoeBalance v);

@@ -114,7 +114,6 @@ class MixtureSampler {
   void set_state(const MixtureState& state);
 
  private:
-  std::uint64_t sequence_in_source(int k, Split split, std::uint64_t i) const;
   std::vector<WindowSampler> sources_;
   std::vector<std::string> paths_;
   SourceChoice choice_;

@@ -63,12 +63,6 @@ void CausalLM::number_sparse_blocks() {
   if (sparse > 0) context_->router = std::make_shared<RouterStatistics>(config_.moe, sparse);
 }
 
-std::vector<DecoderBlock*> CausalLM::decoder_blocks() const {
-  std::vector<DecoderBlock*> out;
-  for (const auto& b : blocks_) out.push_back(b.get());
-  return out;
-}
-
 std::vector<Module*> CausalLM::block_modules() const {
   std::vector<Module*> out;
   for (const auto& b : blocks_) out.push_back(b.get());

@@ -50,7 +50,6 @@ class CausalLM : public LanguageModel {
 
   const ModelConfig& config() const { return config_; }
   const LmLayout& layout() const { return layout_; }
-  std::vector<DecoderBlock*> decoder_blocks() const;
   // The blocks as the model's own block type.
   template <class Block> std::vector<Block*> blocks_as() const {
     std::vector<Block*> out;

@@ -20,11 +20,6 @@ ContextParallelGroup::ContextParallelGroup(int ranks, int rank, Communicator* co
   send_counts_.assign(n, 0), send_displs_.assign(n, 0), recv_counts_.assign(n, 0), recv_displs_.assign(n, 0);
 }
 
-int ContextParallelGroup::global_position(int t, int T) const {
-  const int c = T / (2 * ranks_);
-  return chunk_of(rank_, t < c ? 0 : 1, ranks_) * c + t % c;
-}
-
 void ContextParallelGroup::configure(int kv_width, bool document_masks) {
   kv_width_ = kv_width;
   document_masks_ = document_masks;
@@ -90,7 +85,7 @@ void ContextParallelGroup::localize(const LocalRows& rows, const View1<const std
   if (eot_id >= 0) document_starts(rows.full_starts, tokens, B, T, eot_id);
   cp_localize(rows.tokens, rows.targets, rows.positions, rows.starts, tokens, targets,
               eot_id >= 0 ? View1<const std::int32_t>(rows.full_starts) : View1<const std::int32_t>(), B, T, c,
-              chunk_of(rank_, 0, ranks_), chunk_of(rank_, 1, ranks_));
+              sequence_chunk_of(rank_, 0, ranks_), sequence_chunk_of(rank_, 1, ranks_));
   use_rows(rows);
 }
 
@@ -98,8 +93,8 @@ RingBlock ContextParallelGroup::block(const AttentionShape& s, int source) const
   RingBlock r;
   r.B = s.B, r.Tl = s.T, r.c = s.T / 2, r.NH = s.NH, r.NKV = s.NKV, r.hs = s.hs, r.starts = s.starts;
   for (int p = 0; p < 2; ++p) {
-    r.q_chunks[p] = chunk_of(rank_, p, ranks_);
-    r.k_chunks[p] = chunk_of(source, p, ranks_);
+    r.q_chunks[p] = sequence_chunk_of(rank_, p, ranks_);
+    r.k_chunks[p] = sequence_chunk_of(source, p, ranks_);
   }
   return r;
 }
@@ -234,7 +229,7 @@ void ContextParallelGroup::fixed_order_forward(const View1<float>& out, const Vi
   const int c = s.T / 2;
   gather_whole(whole_inp_, inp, s.B, s.T, s.row_width());
   timed([&] { flash_attention_forward<float>(whole_out_, whole_lse_, whole_inp_, w); });
-  const int c0 = chunk_of(rank_, 0, ranks_), c1 = chunk_of(rank_, 1, ranks_);
+  const int c0 = sequence_chunk_of(rank_, 0, ranks_), c1 = sequence_chunk_of(rank_, 1, ranks_);
   cp_local_from_whole<float>(out, whole_out_, s.B, c, w.T, s.q_width(), c0, c1, false);
   cp_local_from_whole<float>(lse, whole_lse_, std::int64_t{s.B} * s.NH, c, w.T, 1, c0, c1, false);
 }
@@ -255,8 +250,8 @@ void ContextParallelGroup::fixed_order_backward(const View1<float>& dinp, const 
   timed([&] {
     flash_attention_backward<float>(whole_dinp_, whole_delta_, whole_dout_, whole_inp_, whole_out_, whole_lse_, w);
   });
-  cp_local_from_whole<float>(dinp, whole_dinp_, s.B, c, w.T, s.row_width(), chunk_of(rank_, 0, ranks_),
-                             chunk_of(rank_, 1, ranks_), true);
+  cp_local_from_whole<float>(dinp, whole_dinp_, s.B, c, w.T, s.row_width(), sequence_chunk_of(rank_, 0, ranks_),
+                             sequence_chunk_of(rank_, 1, ranks_), true);
 }
 
 }  // namespace fsdpp

@@ -66,9 +66,7 @@ class ContextParallelGroup {
   // Rows of a sequence of T positions this rank holds: T / cp.
   int local_length(int T) const { return T / ranks_; }
   // The global chunk index of part p (0 or 1) of rank r's rows, of 2 cp chunks.
-  static int chunk_of(int rank, int part, int ranks) { return part == 0 ? rank : 2 * ranks - 1 - rank; }
-  // The global position of local row t (0 <= t < T / cp) of a sequence of T positions.
-  int global_position(int t, int T) const;
+  static int sequence_chunk_of(int rank, int part, int ranks) { return part == 0 ? rank : 2 * ranks - 1 - rank; }
 
   // This rank's rows of a batch's sequences: tokens, targets and global positions of the (B, T/cp) local rows, and
   // with document masks their documents' starts, as global positions, here and over the whole rows (the fixed
@@ -102,7 +100,6 @@ class ContextParallelGroup {
   // Reproducible chunks: attention in cp 1's fixed order (above), for blocks of `heads` query heads of q_width
   // floats per row (this tp rank's). After configure.
   void set_fixed_order(int q_width, int heads);
-  bool fixed_order() const { return fixed_order_; }
   // The buffers the ring needs for a (B, T/cp) local batch (the rows it works on are the model's: add_rows).
   BufferTable buffer_table(int B, int T_local);
   std::int64_t buffer_bytes() const { return buffers_.bytes(); }

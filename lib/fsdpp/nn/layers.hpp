@@ -18,7 +18,6 @@ struct Linear {
   // Registers "<name>.weight" (init `init`) and, with `with_bias`, "<name>.bias" (zeros) on `owner`.
   static Linear add(Module& owner, const std::string& name, int out, int in, InitRule init, bool with_bias);
   View1<float> bias_value() const { return bias ? bias->value() : View1<float>(); }
-  View1<float> bias_grad() const { return bias ? bias->grad() : View1<float>(); }
   // dweight += dout[:, at:at+out]^T @ inp and dbias += its column sums, over N token rows (dout rows of width ld,
   // inp rows of width in), chunk by chunk when `chunks` is on (gradient_chunks.hpp).
   void weight_gradients(GradientChunks& chunks, const View1<float>& dout, const View1<float>& inp, int N, int in,

@@ -132,7 +132,6 @@ class Module {
   // the modules compute in: the state of the slot left is kept aside, that of slot s (empty at first: the next
   // forward allocates it) comes back. Slot 0 is the one everything else (evaluation, generation) uses.
   void select_activation_slot(int slot);
-  int activation_slot() const { return slot_; }
 
   // Pipeline parallelism (nn/language_model.hpp, keep_pipeline_stage): a stage's model keeps only what it runs. A
   // dropped parameter stays declared (its owner may still name it) but leaves parameters(): nothing shards,

@@ -20,8 +20,8 @@ std::string TensorParallelPlacement::describe() const {
 }
 
 namespace {
-// torch.chunk over `ranks`: (offset, count) of part `rank` of `n`.
-std::pair<std::int64_t, std::int64_t> chunk_of(std::int64_t n, int ranks, int rank) {
+// torch.chunk over `ranks` (a tensor-parallel split of rows or columns): (offset, count) of part `rank` of `n`.
+std::pair<std::int64_t, std::int64_t> tp_part_range(std::int64_t n, int ranks, int rank) {
   const std::int64_t chunk = chunk_rows(n, ranks);
   return {std::min<std::int64_t>(rank * chunk, n), std::clamp<std::int64_t>(n - rank * chunk, 0, chunk)};
 }
@@ -33,9 +33,9 @@ std::vector<std::int64_t> tensor_parallel_shape(const std::vector<std::int64_t>&
   std::vector<std::int64_t> local = shape;
   if (tp.dim == 0) {
     FSDPP_CHECK(shape[0] % tp.blocks == 0, "StridedShard(0, blocks={}) of {} rows", tp.blocks, shape[0]);
-    local[0] = tp.blocks * chunk_of(shape[0] / tp.blocks, tp.ranks, tp.rank).second;
+    local[0] = tp.blocks * tp_part_range(shape[0] / tp.blocks, tp.ranks, tp.rank).second;
   } else {
-    local[1] = chunk_of(shape[1], tp.ranks, tp.rank).second;
+    local[1] = tp_part_range(shape[1], tp.ranks, tp.rank).second;
   }
   return local;
 }
@@ -50,12 +50,12 @@ std::vector<GlobalPiece> global_pieces_of(const std::vector<std::int64_t>& shape
   if (local_rows <= 0) return out;
   if (!tp) return {GlobalPiece{0, first_local_row, local_rows, 0, row_size}};
   if (tp->dim == 1) {
-    const auto [col, cols] = chunk_of(row_size, tp->ranks, tp->rank);
+    const auto [col, cols] = tp_part_range(row_size, tp->ranks, tp->rank);
     return {GlobalPiece{0, first_local_row, local_rows, col, cols}};
   }
   // Shard(0) with `blocks` stacked parts: local rows are this rank's rows of part 0, then of part 1, ...
   const std::int64_t part_rows = global_rows / tp->blocks;
-  const auto [offset, per_part] = chunk_of(part_rows, tp->ranks, tp->rank);
+  const auto [offset, per_part] = tp_part_range(part_rows, tp->ranks, tp->rank);
   for (std::int64_t r = first_local_row; r < first_local_row + local_rows;) {
     const std::int64_t part = r / per_part, within = r % per_part;
     const std::int64_t n = std::min(per_part - within, first_local_row + local_rows - r);
@@ -125,12 +125,6 @@ void Parameter::show_shard(View1<float> value, View1<float> grad) {
 
 std::int64_t Parameter::numel() const {
   return std::accumulate(local_shape_.begin(), local_shape_.end(), std::int64_t{1}, std::multiplies<>());
-}
-
-std::string Parameter::shape_string() const {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape_.size(); ++i) out += fmt::format("{}{}", i ? ", " : "", shape_[i]);
-  return out + "]";
 }
 
 std::uint64_t name_hash(const std::string& name) {

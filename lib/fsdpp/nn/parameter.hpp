@@ -108,7 +108,6 @@ class Parameter {
   // DeepSeek-V3's routing bias): sharded, checkpointed and exported like any other, updated by its own module.
   void set_trainable(bool on) { trainable_ = on; }
   bool trainable() const { return trainable_; }
-  std::string shape_string() const;  // "[4096, 256]"
 
   // Storage; empty while the parameter is on "meta". Values (and gradients) are f32 master copies.
   // value() and grad() are what kernels and optimizers read and write: once sharded (placement set) the padded

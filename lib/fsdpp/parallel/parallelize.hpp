@@ -105,8 +105,6 @@ class Parallelism {
   const DeviceMesh& fsdp_mesh() const { return *fsdp_mesh_; }
   // The tp dimension's group, or null without tensor parallelism.
   Communicator* tensor_parallel_group() const { return layout_.tp > 1 ? &mesh_->comm("tp") : nullptr; }
-  // The cp dimension's group (the ring attention's), or null without context parallelism.
-  Communicator* context_parallel_group() const { return layout_.cp > 1 ? &mesh_->comm("cp") : nullptr; }
   FsdpGroup& root() const { return *root_; }
   // "dp_shard=4 (4 ranks, mpi)"; with mesh.ep > 1 "dp_shard=4 (4 ranks, mpi); experts over dp_shard_mod_ep=2 x ep=2"
   std::string describe() const;

@@ -25,7 +25,6 @@ class PipelineGradientSync {
   PipelineGradientSync(const std::vector<PipelineAction>& actions, int pp, int microbatches);
   // Before actions[k] (not a forward): sets `parallel`'s flags for it. In the order of the actions.
   void before(Parallelism& parallel, std::size_t k);
-  bool last_backward(std::size_t k) const { return k == last_backward_; }
 
  private:
   const std::vector<PipelineAction>& actions_;

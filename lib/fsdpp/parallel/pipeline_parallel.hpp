@@ -60,10 +60,9 @@ class PipelineParallel {
   int stages() const { return stages_; }  // pp
   int virtual_stages() const { return virtual_stages_; }  // v: chunks per rank
   int global_stage(int chunk) const { return chunk * stages_ + stage_; }
-  int chunk_of(int global_stage) const { return global_stage / stages_; }
+  int local_chunk_of(int global_stage) const { return global_stage / stages_; }  // inverse of global_stage
   bool first() const { return stage_ == 0; }  // holds the embedding (global stage 0)
   bool last() const { return stage_ == stages_ - 1; }  // holds the head (global stage pp v - 1)
-  bool first_stage(int global) const { return global == 0; }
   bool last_stage(int global) const { return global == stages_ * virtual_stages_ - 1; }
   const StageSplit& split() const { return split_; }  // over the pp x v global stages
   PipelineStagePart part() const;  // what this rank's model keeps: its chunks

@@ -200,8 +200,8 @@ void plan_training_step(const Deck& deck, PlannedModel& planned, std::shared_ptr
 // A pipeline stage's step: pipeline rank `stage`'s actions in its schedule's order, each on its chunk, with the
 // gradient synchronization and the parameters kept whole between micro-batches as train/pipeline_step.cpp runs
 // them; the activation slots its chunks fill and the messages it keeps, counted as that file allocates them.
-void plan_pipeline_step(const Deck& deck, PlannedModel& planned, int stage,
-                        std::shared_ptr<FsdpMemoryListener> schedule) {
+void plan_stage_step_memory(const Deck& deck, PlannedModel& planned, int stage,
+                            std::shared_ptr<FsdpMemoryListener> schedule) {
   MemoryPlan& plan = planned.plan;
   LanguageModel& shapes = *planned.shapes;
   Parallelism& par = *planned.par;
@@ -297,7 +297,7 @@ MemoryPlan plan_stage_memory(const Deck& deck, int ranks, int stage, std::shared
                                         pp * deck.pipeline.virtual_stages, deck.pipeline.split);
   shapes->keep_pipeline_stage(pipeline_stage_part(split, pp, stage));
   PlannedModel planned = plan_sharding(pipeline_stage_deck(deck), ranks / pp, std::move(shapes));
-  plan_pipeline_step(deck, planned, stage, std::move(schedule));
+  plan_stage_step_memory(deck, planned, stage, std::move(schedule));
   return std::move(planned.plan);
 }
 

@@ -35,7 +35,7 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
       model_.residual_elements(data_.train_batch(), model_.context_length()), router ? router->state_size() : 0);
   for (std::size_t k = 0; k < actions.size(); ++k) {
     const PipelineAction& a = actions[k];
-    const int chunk = pipeline_.chunk_of(a.stage);
+    const int chunk = pipeline_.local_chunk_of(a.stage);
     pipeline_.post_receives(k, message);
     const TimelineScope span(pipeline_.action_region(k));
     if (a.op == PipelineOp::forward) {
@@ -115,7 +115,7 @@ View1<float>& PipelineStep::input_buffer(std::size_t index) {
 }
 
 void PipelineStep::forward(Flow& flow, const PipelineAction& a, int m) {
-  const int chunk = pipeline_.chunk_of(a.stage), i = a.microbatch, s = a.stage;
+  const int chunk = pipeline_.local_chunk_of(a.stage), i = a.microbatch, s = a.stage;
   {
     const TimelineScope loading(timeline_names::data);
     data_.load_train(i, flow);
@@ -155,7 +155,7 @@ void PipelineStep::forward(Flow& flow, const PipelineAction& a, int m) {
 }
 
 void PipelineStep::backward(Flow& flow, const PipelineAction& a, int m) {
-  const int chunk = pipeline_.chunk_of(a.stage), i = a.microbatch;
+  const int chunk = pipeline_.local_chunk_of(a.stage), i = a.microbatch;
   const bool input_only = a.op == PipelineOp::backward_input;
   const std::size_t at = cell(chunk, i);
   model_.select_pipeline_chunk(chunk);
