@@ -33,8 +33,13 @@ PartFrame CheckpointPart::frame(const StepEnd& step) const {
 }
 
 bool PreemptionPart::due(const StepEnd& step) {
-  // The signal any rank received (the largest number when ranks got different ones), the same on every rank.
-  signal_ = enabled_ && !step.last ? static_cast<int>(parallel_.max_over_ranks(preemption_signal())) : 0;
+  // The signal any rank of the job received (the largest number when ranks got different ones), the same on
+  // every rank.
+  signal_ = 0;
+  if (!enabled_ || step.last) return false;
+  std::int64_t signal = preemption_signal();
+  job_.all_reduce(&signal, 1, ReduceOp::max);
+  signal_ = static_cast<int>(signal);
   return signal_ != 0;
 }
 

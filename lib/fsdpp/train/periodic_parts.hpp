@@ -1,7 +1,7 @@
 #pragma once
 // The training loop's periodic parts (train/periodic_part.hpp): evaluation, samples, checkpoint saves and the
 // preemption check, each over the component that does the work.
-#include "fsdpp/parallel/parallelize.hpp"
+#include "fsdpp/comm/communicator.hpp"
 #include "fsdpp/train/checkpointer.hpp"
 #include "fsdpp/train/evaluator.hpp"
 #include "fsdpp/train/periodic_part.hpp"
@@ -61,10 +61,13 @@ class CheckpointPart final : public PeriodicPart {
 // Preemption (SIGUSR1/SIGTERM/SIGINT on any rank, runtime/preemption.hpp): due when any rank got a signal -
 // a collective at every step boundary before the last, when `enabled`; running it saves synchronously (no
 // background save left in flight), after which the loop stops.
+// The decision is taken over `job`, every rank of the job, at the one point each rank passes once per step (the
+// step boundary): signals reach ranks at different times, and a decision over fewer ranks (a pipeline stage's)
+// would let one stage stop while the next one waits for its activations.
 class PreemptionPart final : public PeriodicPart {
  public:
-  PreemptionPart(bool enabled, const Parallelism& parallel, Checkpointer& checkpointer, std::int64_t steps, bool speaks)
-      : enabled_(enabled), parallel_(parallel), checkpointer_(checkpointer), steps_(steps), speaks_(speaks) {}
+  PreemptionPart(bool enabled, Communicator& job, Checkpointer& checkpointer, std::int64_t steps, bool speaks)
+      : enabled_(enabled), job_(job), checkpointer_(checkpointer), steps_(steps), speaks_(speaks) {}
   bool due(const StepEnd& step) override;
   PartFrame frame(const StepEnd& step) const override;
   void run(const StepEnd& step) override;
@@ -72,7 +75,7 @@ class PreemptionPart final : public PeriodicPart {
 
  private:
   bool enabled_;
-  const Parallelism& parallel_;
+  Communicator& job_;
   Checkpointer& checkpointer_;
   std::int64_t steps_;
   bool speaks_;

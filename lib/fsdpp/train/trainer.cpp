@@ -2,6 +2,7 @@
 
 #include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/ckpt/dir_lock.hpp"
+#include "fsdpp/comm/mpi_communicator.hpp"
 #include "fsdpp/observe/flight_service.hpp"
 #include "fsdpp/observe/timeline.hpp"
 #include "fsdpp/observe/traffic.hpp"
@@ -170,7 +171,10 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   SamplesPart sampling(samples, speaks);
   CheckpointPart saving(checkpointer);
   PeriodicPart* const after_step[] = {&evaluation, &sampling, &saving};
-  PreemptionPart preemption(options.handle_preemption, parallel, checkpointer, deck.train.steps, speaks);
+  // Under a pipeline the Parallelism's host scalars cover one stage: a stop must be agreed by the whole job.
+  MpiCommunicator job(comm);
+  job.set_label("the job's ranks (the preemption check)");
+  PreemptionPart preemption(options.handle_preemption, job, checkpointer, deck.train.steps, speaks);
 
   const CollectiveWatchdog::Running watchdog(deck.comm.timeout_s);  // until train() returns or throws
   metrics.start_loop(first_step);
