@@ -13,6 +13,7 @@
 #include "fsdpp/parallel/pipeline_parallel.hpp"
 #include "fsdpp/parallel/pipeline_schedule.hpp"
 #include "fsdpp/parallel/pipeline_stages.hpp"
+#include "fsdpp/plan/machine.hpp"
 #include "fsdpp/plan/memory_plan.hpp"
 #include "fsdpp/plan/pipeline_plan.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -232,6 +233,23 @@ TEST_CASE("pipeline plan: the deck's stages, schedule and bubble on N ranks") {
   const std::string text = format_pipeline_plan(plan);
   CHECK(text.find("schedule 1f1b, 4 micro-batches per step") != std::string::npos);
   CHECK(text.find("rank 1 |") != std::string::npos);
+}
+
+// A rank's pp traffic is the sends its schedule's actions make (message_out_of): the first global stage sends no
+// gradient back and the last no activations forward, so at pp 2 each rank sends one message per micro-batch, and
+// interleaved over 2 x 2 stages each rank three per two of its chunks' micro-batches.
+TEST_CASE("pipeline plan: the priced rank's pp sends are its schedule's") {
+  const Machine machine = *machine_preset("h100-sxm-8x");
+  const std::string text = "model: {n_layer: 8, n_embd: 64, n_head: 4, vocab_size: 512, context_length: 32}\n"
+                           "train: {steps: 1, global_batch: 16, micro_batch: 2}\nmesh: {pp: 2}\n";
+  const Deck deck = parse_deck(text, "deck.yaml", {});
+  const PipelineStepPlan one = plan_pipeline_step(deck, 4, machine);  // 4 micro-batches
+  CHECK(one.time.comm_bytes.at("pp") == doctest::Approx(4.0 * one.message_bytes));
+  CHECK(one.time.busy_comm_ms.at("pp") == doctest::Approx(4 * one.p2p_ms));
+  const Deck interleaved = parse_deck(text, "deck.yaml",
+                                      {"pipeline.schedule=interleaved_1f1b", "pipeline.virtual_stages=2"});
+  const PipelineStepPlan two = plan_pipeline_step(interleaved, 4, machine);
+  CHECK(two.time.comm_bytes.at("pp") == doctest::Approx(3.0 * two.message_bytes * 4));
 }
 
 // Each stage's memory (plan_stage_memory; tests/cli/plan_vs_measured.sh holds it within 1% of measured peaks):

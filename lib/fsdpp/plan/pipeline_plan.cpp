@@ -1,5 +1,6 @@
 #include "fsdpp/plan/pipeline_plan.hpp"
 
+#include "fsdpp/parallel/pipeline_messages.hpp"
 #include "fsdpp/parallel/pipeline_parallel.hpp"
 #include "fsdpp/plan/memory_plan.hpp"
 
@@ -140,9 +141,14 @@ PipelineStepPlan plan_pipeline_step(const Deck& deck, int ranks, const Machine& 
   for (const StepPlan& s : out.stages) model_flops += s.time.model_flops_per_rank / pp;
   t.model_flops_per_rank = model_flops;
   t.mfu = t.ms_per_step > 0 ? mfu(model_flops / (t.ms_per_step / 1e3), t.peak_tflops * 1e12) : 0;
-  t.busy_comm_ms["pp"] = out.p2p_ms * m * 2 * v;  // a rank's sends: each micro-batch's activations and gradient
+  // The priced rank's sends, as its schedule sends them (the first global stage sends no gradient back, the last no
+  // activations forward).
+  int sends = 0;
+  for (const PipelineAction& a : schedule[sz(slowest - out.stages.begin())])
+    sends += message_out_of(a, pipeline.shape) ? 1 : 0;
+  t.busy_comm_ms["pp"] = out.p2p_ms * sends;
   t.link_of["pp"] = spans ? "inter-node" : "intra-node";
-  t.comm_bytes["pp"] = static_cast<double>(out.message_bytes) * m * 2 * v;
+  t.comm_bytes["pp"] = static_cast<double>(out.message_bytes) * sends;
   return out;
 }
 
