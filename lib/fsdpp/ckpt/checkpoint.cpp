@@ -10,6 +10,7 @@
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
+#include "fsdpp/runtime/staged_output.hpp"
 
 #include <cerrno>
 #include <cstring>

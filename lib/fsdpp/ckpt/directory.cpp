@@ -2,6 +2,7 @@
 
 #include "fsdpp/ckpt/save_faults.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/staged_output.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -64,16 +65,6 @@ LatestHint read_latest(const std::string& dir) {
   }
   hint.name = text;
   return hint;
-}
-
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw Error(fmt::format("cannot open {} to fsync it: {}", path, std::strerror(errno)));
-  // Some file systems cannot fsync a folder (EINVAL): nothing more can be done there.
-  const bool ok = ::fsync(fd) == 0 || (errno == EINVAL && fs::is_directory(path));
-  const int why = errno;
-  ::close(fd);
-  if (!ok) throw Error(fmt::format("fsync of {} failed: {}", path, std::strerror(why)));
 }
 
 void write_latest(const std::string& dir, const std::string& name) {

@@ -34,9 +34,6 @@ LatestHint read_latest(const std::string& dir);
 // reason when any write, fsync, close or rename fails (<dir>/latest is then unchanged).
 void write_latest(const std::string& dir, const std::string& name);
 
-// fsync of a file or folder by path; throws Error with the path and the reason.
-void fsync_path(const std::string& path);
-
 // keep_last > 0: deletes the oldest checkpoints older than `current` so that keep_last remain up to and
 // including `current`. Never deletes `current` or any checkpoint of a later step (those may hold a newer
 // valid state than this run, e.g. after a resume from an explicit path). Returns the files deleted; a file

@@ -10,10 +10,10 @@
 #include "fsdpp/ckpt/hf_config.hpp"
 #include "fsdpp/ckpt/hf_folder.hpp"
 #include "fsdpp/ckpt/safetensors.hpp"
-#include "fsdpp/ckpt/staged_output.hpp"
 #include "fsdpp/ckpt/tensor_entries.hpp"
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/staged_output.hpp"
 #include "fsdpp/version.hpp"
 
 #include <fmt/format.h>

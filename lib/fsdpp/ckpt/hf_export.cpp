@@ -6,9 +6,9 @@
 #include "fsdpp/ckpt/hf_folder.hpp"
 #include "fsdpp/ckpt/layout.hpp"
 #include "fsdpp/ckpt/safetensors.hpp"
-#include "fsdpp/ckpt/staged_output.hpp"
 #include "fsdpp/ckpt/tensor_entries.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/staged_output.hpp"
 #include "fsdpp/nn/make_model.hpp"
 #include "fsdpp/version.hpp"
 

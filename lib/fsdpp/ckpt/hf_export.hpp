@@ -1,7 +1,7 @@
 #pragma once
 // fsdpp weights out to Hugging Face: one .safetensors file, or a model folder that transformers'
 // from_pretrained loads as it is (hf_folder.hpp's layout). Serial, one whole tensor in memory at a time; the
-// output appears whole or not at all (staged_output.hpp).
+// output appears whole or not at all (runtime/staged_output.hpp).
 #include "fsdpp/config/deck.hpp"
 
 #include <cstdint>

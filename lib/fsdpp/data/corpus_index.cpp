@@ -2,6 +2,7 @@
 
 #include "fsdpp/data/token_file.hpp"
 #include "fsdpp/runtime/error.hpp"
+#include "fsdpp/runtime/staged_output.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -183,17 +184,7 @@ void write_corpus_index(const std::string& folder, const CorpusIndex& index) {
                   {"tokens", index.tokens()},
                   {"skipped", to_json(index.skipped())},
                   {"shards", shards}};
-  const fs::path final_path = fs::path(folder) / kCorpusIndexName;
-  const fs::path temporary = fs::path(folder) / (std::string(kCorpusIndexName) + ".tmp");
-  {
-    std::ofstream out(temporary);
-    out << j.dump(1) << '\n';
-    out.flush();
-    FSDPP_REQUIRE(out.good(), "{}: cannot write the corpus index", temporary.string());
-  }
-  std::error_code ec;
-  fs::rename(temporary, final_path, ec);
-  FSDPP_REQUIRE(!ec, "{}: cannot rename the corpus index into place: {}", final_path.string(), ec.message());
+  write_file_whole((fs::path(folder) / kCorpusIndexName).string(), j.dump(1) + "\n");
 }
 
 std::vector<std::uint32_t> load_corpus_tokens(const std::string& path) {

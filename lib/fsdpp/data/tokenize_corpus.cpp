@@ -6,6 +6,7 @@
 #include "fsdpp/runtime/collective_errors.hpp"
 #include "fsdpp/runtime/error.hpp"
 #include "fsdpp/runtime/log.hpp"
+#include "fsdpp/runtime/staged_output.hpp"
 #include "fsdpp/runtime/timers.hpp"
 
 #include <glob.h>
@@ -39,20 +40,6 @@ std::string read_text_file(const fs::path& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-// Writes `text` to `path` through a temporary file renamed into place, so a reader sees all of it or nothing.
-void write_atomically(const fs::path& path, const std::string& text) {
-  const fs::path temporary = path.string() + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary);
-    out << text;
-    out.flush();
-    FSDPP_REQUIRE(out.good(), "{}: cannot write", temporary.string());
-  }
-  std::error_code ec;
-  fs::rename(temporary, path, ec);
-  FSDPP_REQUIRE(!ec, "{}: cannot rename into place: {}", path.string(), ec.message());
 }
 
 // What decides the output: inputs (with their sizes), tokenizer, the document rules and the cuts. --on-bad is
@@ -99,7 +86,7 @@ void claim_folder(const std::string& folder, const Json& manifest) {
                                  folder, kCorpusManifestName));
   fs::create_directories(folder, ec);
   FSDPP_REQUIRE(!ec, "{}: cannot create the output folder: {}", folder, ec.message());
-  write_atomically(path, manifest.dump(1) + "\n");
+  write_file_whole(path.string(), manifest.dump(1) + "\n");
 }
 
 // The record of a unit written completely by an earlier run, if there is one (its shard has the size it says).
@@ -219,7 +206,7 @@ struct Job {
           count(shard.skipped, bad.reason);
         });
     shard.tokens = writer.finish();
-    write_atomically(folder / record_name(u), to_json_text(shard) + "\n");
+    write_file_whole((folder / record_name(u)).string(), to_json_text(shard) + "\n");
     ++completed_here;
     return shard;
   }

@@ -1,14 +1,28 @@
-#include "fsdpp/ckpt/staged_output.hpp"
+#include "fsdpp/runtime/staged_output.hpp"
 
-#include "fsdpp/ckpt/directory.hpp"
 #include "fsdpp/runtime/error.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 namespace fsdpp {
 namespace fs = std::filesystem;
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw Error(fmt::format("cannot open {} to fsync it: {}", path, std::strerror(errno)));
+  // Some file systems cannot fsync a folder (EINVAL): nothing more can be done there.
+  const bool ok = ::fsync(fd) == 0 || (errno == EINVAL && fs::is_directory(path));
+  const int why = errno;
+  ::close(fd);
+  if (!ok) throw Error(fmt::format("fsync of {} failed: {}", path, std::strerror(why)));
+}
 
 StagedOutput::StagedOutput(std::string path, Kind kind) : path_(std::move(path)), staging_(path_ + ".partial"), kind_(kind) {
   std::error_code ec;
@@ -43,6 +57,19 @@ void StagedOutput::commit() {
   const std::string parent = fs::path(path_).parent_path().string();
   fsync_path(parent.empty() ? "." : parent);
   committed_ = true;
+}
+
+void write_file_whole(const std::string& path, const std::string& text) {
+  StagedOutput staged(path, StagedOutput::Kind::file);
+  std::FILE* out = std::fopen(staged.staging().c_str(), "wb");
+  FSDPP_REQUIRE(out != nullptr, "{}: cannot write: {}", staged.staging(), std::strerror(errno));
+  errno = 0;
+  const bool written = std::fwrite(text.data(), 1, text.size(), out) == text.size();
+  const int why = errno;
+  const bool closed = std::fclose(out) == 0;
+  FSDPP_REQUIRE(written && closed, "{}: cannot write: {}", staged.staging(),
+                std::strerror(written ? errno : why));
+  staged.commit();
 }
 
 }  // namespace fsdpp
