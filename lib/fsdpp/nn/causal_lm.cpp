@@ -476,6 +476,35 @@ void CausalLM::finish_router_statistics(float loss_scale) {
   if (context_->router) context_->router->finish(loss_scale, context_->cp->active() ? context_->cp.get() : nullptr);
 }
 
+std::size_t CausalLM::pipeline_payload_size() const { return context_->router ? context_->router->state_size() : 0; }
+
+void CausalLM::write_pipeline_payload(std::vector<double>& out) const {
+  if (context_->router) context_->router->state(out);
+  else out.clear();
+}
+
+void CausalLM::read_forward_payload(const std::vector<double>& in) {
+  // A later stage records on from what the stages before it recorded (forward begins them on the first only).
+  if (context_->router) context_->router->restore(in);
+}
+
+void CausalLM::read_backward_payload(const std::vector<double>& in, float loss_scale) {
+  if (!context_->router) return;
+  // The whole forward's statistics: this stage's layers' gradients of the balancing losses.
+  context_->router->restore(in);
+  finish_router_statistics(loss_scale);
+}
+
+void CausalLM::add_routing_totals(RoutingTotals& totals) const {
+  const RouterStatistics* router = context_->router.get();
+  if (!router) return;
+  totals.aux += router->aux_loss();
+  totals.dropped += static_cast<double>(router->dropped());
+  totals.selections.resize(router->selections().size());
+  for (std::size_t i = 0; i < totals.selections.size(); ++i)
+    totals.selections[i] += static_cast<double>(router->selections()[i]);
+}
+
 void CausalLM::backward(Flow& flow) {
   // The rows its forward localized: a pipeline's backward comes with the whole sequences loaded again.
   if (context_->cp->active()) use_local_rows(flow);

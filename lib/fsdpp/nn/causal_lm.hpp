@@ -117,6 +117,12 @@ class CausalLM : public LanguageModel {
   const RouterStatistics* router_statistics() const override { return context_->router.get(); }
   RouterStatistics* router_statistics() override { return context_->router.get(); }
   void finish_router_statistics(float loss_scale) override;
+  // Its router statistics are its pipeline payload (RouterStatistics::state); none for dense models.
+  std::size_t pipeline_payload_size() const override;
+  void write_pipeline_payload(std::vector<double>& out) const override;
+  void read_forward_payload(const std::vector<double>& in) override;
+  void read_backward_payload(const std::vector<double>& in, float loss_scale) override;
+  void add_routing_totals(RoutingTotals& totals) const override;
   void balance_expert_load(const std::vector<double>& tokens) override;
 
  private:

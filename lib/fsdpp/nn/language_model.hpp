@@ -55,7 +55,7 @@ class LanguageModel : public Module {
 
   // Pipeline parallelism: keep only `part` of the model, on meta, before anything else (parallelize, storage).
   // Every kept parameter keeps its whole-model name, so checkpoints are the same at any pp.
-  // A sparse model's balancing losses span the stages: RouterStatistics::state (moe.hpp) travels between them.
+  // A sparse model's balancing losses span the stages: its pipeline payload (below) travels between them.
   virtual void keep_pipeline_stage(const PipelineStagePart& part) = 0;
   const PipelineStagePart& pipeline_stage() const { return stage_; }
   // Which of the kept chunks the next forward and backward run (0 .. count-1): the embedding only before chunk 0,
@@ -134,6 +134,27 @@ class LanguageModel : public Module {
   // Totals the router statistics as they stand (RouterStatistics::finish, over the cp ranks when a sequence is
   // split): a pipeline stage does so with the whole forward's, restored, before its backward.
   virtual void finish_router_statistics(float loss_scale) { (void)loss_scale; }
+  // Pipeline parallelism's payload: what a model needs to travel with a micro-batch's activations from stage to
+  // stage and back with their gradient, besides the residual stream (a sparse model's router statistics, whose
+  // balancing losses span every stage's layers: RouterStatistics::state, nn/moe.hpp). The pipeline moves it as
+  // pipeline_payload_size() doubles without reading them, and keeps the last stage's per micro-batch in flight.
+  virtual std::size_t pipeline_payload_size() const { return 0; }  // 0: nothing travels
+  // After a training forward of the selected chunk: the payload to send on with its output (the last stage's: what
+  // its backward reads), resized to pipeline_payload_size().
+  virtual void write_pipeline_payload(std::vector<double>& out) const { out.clear(); }
+  // Before a training forward of a chunk whose input arrived: the payload the earlier stages sent with it.
+  virtual void read_forward_payload(const std::vector<double>& in) { (void)in; }
+  // Before a training backward: the payload that came back with the output gradient (on the last stage, what its
+  // own forward wrote), made ready for the selected chunk's backward, of a loss scaled by `loss_scale`.
+  virtual void read_backward_payload(const std::vector<double>& in, float loss_scale) { (void)in, (void)loss_scale; }
+  // A step's routing figures (mixture of experts), summed over its micro-batches' training forwards.
+  struct RoutingTotals {
+    double aux = 0;                  // the balancing loss, before its coefficient
+    double dropped = 0;              // (token, choice) pairs a capacity dropped
+    std::vector<double> selections;  // (sparse layers, E): tokens per expert
+  };
+  // Adds the last training forward's figures, over every layer, to `totals`; nothing for a dense model.
+  virtual void add_routing_totals(RoutingTotals& totals) const { (void)totals; }
   // model.moe.balance: bias, after an optimizer step: moves each sparse layer's routing bias toward an even load.
   // `tokens`: (sparse layers, E), the step's tokens per expert over every rank (the same on every rank).
   virtual void balance_expert_load(const std::vector<double>& tokens) { (void)tokens; }

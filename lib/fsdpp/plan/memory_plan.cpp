@@ -251,10 +251,10 @@ void plan_stage_step_memory(const Deck& deck, PlannedModel& planned, int stage,
                        ? PipelineParallel::kept_buffers(actions, shape,
                                                         plan_pipeline_messages(every_rank, shape)[sz(stage)])
                        : 0;
-  const std::size_t router_doubles = shapes.router_statistics() ? shapes.router_statistics()->state_size() : 0;
+  const std::size_t payload_doubles = shapes.pipeline_payload_size();
   auto kept_bytes = [&](int B) {
     return kept * static_cast<std::int64_t>(PipelineParallel::message_floats(shapes.residual_elements(B, T),
-                                                                              router_doubles)) * 4;
+                                                                              payload_doubles)) * 4;
   };
   plan.recomputing_blocks = shapes.recomputing_blocks();
   m.activations = shapes.activation_split(plan.micro_batch, T, plan.recomputing_blocks).with_slots(slots);

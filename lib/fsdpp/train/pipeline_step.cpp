@@ -1,6 +1,5 @@
 #include "fsdpp/train/pipeline_step.hpp"
 
-#include "fsdpp/nn/moe.hpp"
 #include "fsdpp/observe/timeline.hpp"
 #include "fsdpp/parallel/pipeline_gradient_sync.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -26,13 +25,11 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
   const std::vector<PipelineAction>& actions = pipeline_.actions(microbatches);
   PipelineGradientSync sync(actions, pipeline_.stages(), microbatches);
   stash_of_.assign(cells, -1);
-  router_in_.resize(cells);
-  router_finished_of_.resize(cells);
-  router_totals_ = {};
-  RouterStatistics* router = model_.router_statistics();
-  // Every message of the step has one size: a micro-batch's residual stream (and the router's statistics).
+  payload_of_.resize(cells);
+  routing_totals_ = {};
+  // Every message of the step has one size: a micro-batch's residual stream (and the model's payload).
   const std::size_t message = PipelineParallel::message_floats(
-      model_.residual_elements(data_.train_batch(), model_.context_length()), router ? router->state_size() : 0);
+      model_.residual_elements(data_.train_batch(), model_.context_length()), model_.pipeline_payload_size());
   for (std::size_t k = 0; k < actions.size(); ++k) {
     const PipelineAction& a = actions[k];
     const int chunk = pipeline_.local_chunk_of(a.stage);
@@ -42,7 +39,7 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
       forward(flow, a, microbatches);
       if (pipeline_.last_stage(a.stage)) {
         loss += flow.loss;
-        if (router) add_router_totals(*router);
+        model_.add_routing_totals(routing_totals_);
         if (exact_loss && chunked) exact_loss->add_each(model_.losses());
         else if (exact_loss) exact_loss->add(flow.loss);
       }
@@ -63,14 +60,6 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
   train_waited_s_ += step_waited;
   last_bubble_ = spent > 0 ? step_waited / spent : 0.0;
   return pipeline_.last() ? loss : 0.0;
-}
-
-void PipelineStep::add_router_totals(const RouterStatistics& router) {
-  RouterTotals& t = router_totals_;
-  t.aux += router.aux_loss();
-  t.dropped += static_cast<double>(router.dropped());
-  t.selections.resize(router.selections().size());
-  for (std::size_t i = 0; i < t.selections.size(); ++i) t.selections[i] += static_cast<double>(router.selections()[i]);
 }
 
 std::string PipelineStep::summary(MPI_Comm world, int microbatches) const {
@@ -132,25 +121,24 @@ void PipelineStep::forward(Flow& flow, const PipelineAction& a, int m) {
     free.pop_back();
     select_slot(chunk, slot_of_[at]);
   }
-  RouterStatistics* router = model_.router_statistics();
+  const bool payload = model_.pipeline_payload_size() > 0;
   if (const auto in = pipeline_.message_into(a)) {
     // Kept until the backward: per slot (the micro-batches in flight).
     View1<float>& input = input_buffer(static_cast<std::size_t>(slot_id(chunk, slot_of_[at])));
     if (input.extent(0) != n) input = uninitialized<float>("fsdpp::pipeline_input", n);
-    std::vector<double>* recorded = router ? &router_in_[at] : nullptr;  // by the stages before
-    if (recorded) recorded->resize(router->state_size());
-    pipeline_.receive(input, n, *in, recorded);
-    if (recorded) router->restore(*recorded);
+    if (payload) payload_in_.resize(model_.pipeline_payload_size());  // the stages before wrote it
+    pipeline_.receive(input, n, *in, payload ? &payload_in_ : nullptr);
+    if (payload) model_.read_forward_payload(payload_in_);
     flow.x = input;
   }
   model_(flow);
   Kokkos::fence();
   if (const auto out = pipeline_.message_out_of(a)) {
-    if (router) router->state(router_out_);
-    pipeline_.send(flow.x, n, *out, router ? &router_out_ : nullptr);
+    if (payload) model_.write_pipeline_payload(payload_out_);
+    pipeline_.send(flow.x, n, *out, payload ? &payload_out_ : nullptr);
   }
-  // The last stage keeps each micro-batch's finished statistics for its backward: other forwards may run between.
-  if (router && pipeline_.last_stage(s)) router->state(router_finished_of_[at]);
+  // The last stage keeps each micro-batch's payload for its backward: other forwards may run between.
+  if (payload && pipeline_.last_stage(s)) model_.write_pipeline_payload(payload_of_[at]);
   elements_[at] = n;
 }
 
@@ -167,19 +155,16 @@ void PipelineStep::backward(Flow& flow, const PipelineAction& a, int m) {
   flow.loss_scale = exact_ ? 1.0f : parallel_.loss_scale(m);
   select_slot(chunk, slot_of_[at]);
   const std::size_t n = elements_[at];
-  RouterStatistics* router = model_.router_statistics();
-  if (router) router_finished_.resize(router->state_size());
+  const bool payload = model_.pipeline_payload_size() > 0;
+  if (payload) payload_back_.resize(model_.pipeline_payload_size());
   if (const auto in = pipeline_.message_into(a)) {
     if (gradient_.extent(0) != n) gradient_ = uninitialized<float>("fsdpp::pipeline_output_gradient", n);
-    pipeline_.receive(gradient_, n, *in, router ? &router_finished_ : nullptr);
+    pipeline_.receive(gradient_, n, *in, payload ? &payload_back_ : nullptr);
     flow.dx = gradient_;
-  } else if (router) {
-    router_finished_ = router_finished_of_[at];  // what its forward finished
+  } else if (payload) {
+    payload_back_ = payload_of_[at];  // what its forward wrote
   }
-  if (router) {  // the whole forward's statistics: this stage's layers' gradients of the balancing losses
-    router->restore(router_finished_);
-    model_.finish_router_statistics(flow.loss_scale);
-  }
+  if (payload) model_.read_backward_payload(payload_back_, flow.loss_scale);
   if (input_only) {  // zero_bubble's I: the weight gradients wait in a stash for W
     if (free_stashes_.empty()) {
       free_stashes_.push_back(static_cast<int>(stashes_.size()));
@@ -192,7 +177,7 @@ void PipelineStep::backward(Flow& flow, const PipelineAction& a, int m) {
   model_(flow, Pass::backward);
   flow.weight_stash = nullptr;
   Kokkos::fence();
-  if (const auto out = pipeline_.message_out_of(a)) pipeline_.send(flow.dx, n, *out, router ? &router_finished_ : nullptr);
+  if (const auto out = pipeline_.message_out_of(a)) pipeline_.send(flow.dx, n, *out, payload ? &payload_back_ : nullptr);
   // After I the stash still reads the slot's activations (the weights' inputs): W frees it.
   if (!input_only) free_slots_[static_cast<std::size_t>(chunk)].push_back(slot_of_[at]);
 }

@@ -14,10 +14,11 @@
 // flight (GPipe m, 1F1B at most pp - stage) and the slots are allocated in the first step only. What a slot keeps
 // is the modules' own: under context parallelism the micro-batch's rows of the sequences too (nn/causal_lm.hpp).
 //
-// A mixture of experts' balancing losses are over every sparse layer of the model (nn/moe.hpp), so its router
-// statistics travel with the messages: F i hands on what the stages so far recorded, the last stage finishes them,
-// and B i hands the finished ones back, which each stage finishes too before its backward reads their gradients
-// (the last stage keeps its own per micro-batch). Each sparse layer's route and expert exchange live in the slot.
+// The model's pipeline payload (LanguageModel::pipeline_payload_size: a mixture of experts' router statistics,
+// whose balancing losses are over every sparse layer) travels with the messages, unread here: F i hands on what the
+// model wrote after the stage's forward, B i hands back what came with the gradient, and each stage gives the model
+// what it received before its forward and its backward (the last stage keeps its own per micro-batch). Each sparse
+// layer's route and expert exchange live in the slot.
 //
 // zero_bubble (ZB-H1): I i is B i with its weight gradients recorded in a stash (nn/weight_gradient_stash.hpp)
 // instead of computed, and the slot kept; W i computes them and frees the slot and the stash. Gradients
@@ -66,13 +67,9 @@ class PipelineStep {
   double train_s() const { return train_s_; }
   double train_waited_s() const { return train_waited_s_; }
   double last_bubble() const { return last_bubble_; }  // the last train()'s share waited, on this rank
-  // A mixture of experts' step statistics, over the last train()'s forwards on the last stage (zeros elsewhere):
-  // what TrainStep sums over its micro-batches without a pipeline.
-  struct RouterTotals {
-    double aux = 0, dropped = 0;
-    std::vector<double> selections;  // (sparse layers, E)
-  };
-  const RouterTotals& router_totals() const { return router_totals_; }
+  // The model's routing figures (LanguageModel::add_routing_totals), over the last train()'s forwards on the last
+  // stage (zeros elsewhere): what TrainStep sums over its micro-batches without a pipeline.
+  const LanguageModel::RoutingTotals& routing_totals() const { return routing_totals_; }
   // "pipeline 1f1b, pp 2 x 4 micro-batches: bubble measured 31.2 / 33.0 / 34.8 % (min / avg / max over ranks) of
   // the step's micro-batch time; ideal (p-1)/(m+p-1) 20.0 %; ...": collective over `world`, the job's ranks.
   std::string summary(MPI_Comm world, int microbatches) const;
@@ -90,7 +87,6 @@ class PipelineStep {
   int slot_id(int chunk, int slot) const;  // the model's activation slot of a chunk's slot
   void select_slot(int chunk, int slot);
   View1<float>& input_buffer(std::size_t index);
-  void add_router_totals(const RouterStatistics& router);
 
   PipelineParallel& pipeline_;
   LanguageModel& model_;
@@ -109,11 +105,11 @@ class PipelineStep {
   int microbatches_ = 0;              // of the step running
   bool exact_ = false;                // of the step running: reproducible mode's loss scale
   std::vector<std::size_t> elements_;  // per cell: its residual stream's floats on this rank
-  // Mixture of experts: per cell, the router statistics received with its input,
-  // and on the last stage those its forward finished; the finished ones of the backward running; a send's copy.
-  std::vector<std::vector<double>> router_in_, router_finished_of_;
-  std::vector<double> router_finished_, router_out_;
-  RouterTotals router_totals_;
+  // The model's payload (LanguageModel::pipeline_payload_size), opaque here: per cell, what the last stage's
+  // forward wrote for its backward; the one a forward received; the one of the backward running; a send's copy.
+  std::vector<std::vector<double>> payload_of_;
+  std::vector<double> payload_in_, payload_back_, payload_out_;
+  LanguageModel::RoutingTotals routing_totals_;
   double train_s_ = 0, train_waited_s_ = 0, last_bubble_ = 0;
 };
 
