@@ -355,24 +355,30 @@ void DecoderBlock::decode_forward(Flow& flow) {
 // backward, and the products are the same calls, so the bits do not depend on comm.overlap. Every collective is
 // waited here: the next block's backward (or recomputation) writes the same scratch.
 void DecoderBlock::backward(Flow& flow) {
-  const int B = flow.B, T = flow.T, N = B * T, C = dims_.C;
   const Local l = local();
+  BlockScratch& s = scratch_for(flow.B, flow.T);
+  const BlockActivations& a = acts_.get(*this, *this, flow.B, flow.T);
+  if (context_->tp->sequence_parallel()) Kokkos::deep_copy(s.norm_grads, 0.0f);
+  const View1<float> dres2 = mlp_backward(flow, s, a, l);
+  attention_backward_to_qkv(flow, s, a, l);
+  qkv_backward(flow, s, a, l, dres2);
+}
+
+void DecoderBlock::mlp_in_weight_gradients(const Flow& flow, BlockScratch& s, const BlockActivations& a,
+                                           const Local& l, int N) {
+  for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i)
+    linear_weight_gradients(flow, *this, *parts_.mlp_in[i], context_->chunks, s.dbranches[i], a.ln2, N, dims_.C,
+                            l.mlp_width);
+}
+
+// MLP: out = res2 + Wd act(branches(norm2(res2))), or res2 + experts(norm2(res2))
+View1<float> DecoderBlock::mlp_backward(Flow& flow, BlockScratch& s, const BlockActivations& a, const Local& l) {
+  const int N = flow.B * flow.T, C = dims_.C;
   TensorParallelGroup& tp = *context_->tp;
   const bool sp = tp.sequence_parallel();
-  const int Nl = tp.local_rows(N), W = l.qkv_width;
+  const int Nl = tp.local_rows(N);
   const std::size_t local = sz(std::int64_t{Nl} * C);
-  BlockScratch& s = scratch_for(B, T);
-  const BlockActivations& a = acts_.get(*this, *this, B, T);
   const View1<float>& dout = flow.dx;
-  if (sp) Kokkos::deep_copy(s.norm_grads, 0.0f);
-
-  // MLP: out = res2 + Wd act(branches(norm2(res2))), or res2 + experts(norm2(res2))
-  const auto mlp_in_weight_gradients = [&] {
-    for (std::size_t i = 0; i < parts_.mlp_in.size(); ++i) {
-      linear_weight_gradients(flow, *this, *parts_.mlp_in[i], context_->chunks, s.dbranches[i], a.ln2, N, C,
-                              l.mlp_width);
-    }
-  };
   View1<float> dln2 = s.dln;
   Kokkos::deep_copy(s.dln, 0.0f);
   if (parts_.moe) {  // not split by tp, no sequence parallelism: every row, every feature, the same on each tp rank
@@ -388,7 +394,7 @@ void DecoderBlock::backward(Flow& flow) {
       linear_backward_input<float>(s.dln, s.dbranches[i], parts_.mlp_in[i]->weight.value(), N, C, l.mlp_width);
     TpPending reduction = tp.reduce_region_gradient_async(s.dln, s.dln_local, N, C);  // every rank's features fed it
     linear_weight_gradients(flow, *this, down, context_->chunks, dout_rows, a.h, N, l.mlp_width, C);
-    if (!sp) mlp_in_weight_gradients();  // under sp, they overlap the all-gather below
+    if (!sp) mlp_in_weight_gradients(flow, s, a, l, N);  // under sp, they overlap attention's all-gather
     dln2 = tp.wait(reduction);
   }
   const View1<float> dres2 = sp ? tp.own_block(s.dres2, local) : s.dres2;  // this rank's rows (all without sp)
@@ -396,11 +402,16 @@ void DecoderBlock::backward(Flow& flow) {
   const int mlp_norm_slot = static_cast<int>(parts_.attention_norm->parameters().size());
   parts_.mlp_norm->backward(dres2, tp.norm_gradients(parts_.mlp_norm->parameters(), s.norm_grads, mlp_norm_slot), dln2,
                            a.res2, a.ln2_stats, Nl, C, &context_->chunks);
+  return dres2;
+}
 
-  // Attention: res2 = in + Wo attention(rotate(qkv(norm1(in))))
-  if (sp) {  // Wo's output gradient, every row
-    TpPending gather = tp.all_gather_async(s.dres2, local);
-    mlp_in_weight_gradients();
+// Attention: res2 = in + Wo attention(rotate(qkv(norm1(in))))
+void DecoderBlock::attention_backward_to_qkv(Flow& flow, BlockScratch& s, const BlockActivations& a, const Local& l) {
+  const int B = flow.B, T = flow.T, N = B * T, C = dims_.C, W = l.qkv_width;
+  TensorParallelGroup& tp = *context_->tp;
+  if (tp.sequence_parallel()) {  // Wo's output gradient, every row
+    TpPending gather = tp.all_gather_async(s.dres2, sz(std::int64_t{tp.local_rows(N)} * C));
+    mlp_in_weight_gradients(flow, s, a, l, N);
     tp.wait(gather);
   }
   const Linear& wo = *parts_.attention_out;
@@ -416,21 +427,30 @@ void DecoderBlock::backward(Flow& flow) {
   if (rope.enabled)
     rope_backward<float>(s.dqkv, rope.cos, rope.sin, B, T, W, l.heads + l.kv_heads, l.head_size,
                          context_->rope_starts(), context_->rope_positions());
-  if (parts_.q_norm && context_->chunks.active()) {
-    qk_norm_chunked_backward(s.dqkv, a, N, W, l);
-  } else if (parts_.q_norm) {
-    // Under tp each rank normalises its own heads with the shared weights: their gradients are summed over tp.
-    const std::size_t hs = sz(l.head_size);
-    const bool split = tp.active();
-    if (split) Kokkos::deep_copy(s.qk_norm_grads, 0.0f);
-    const View1<float> dwq = split ? View1<float>(Kokkos::subview(s.qk_norm_grads, std::make_pair(std::size_t{0}, hs)))
-                                   : parts_.q_norm->weight.grad();
-    const View1<float> dwk = split ? View1<float>(Kokkos::subview(s.qk_norm_grads, std::make_pair(hs, 2 * hs)))
-                                   : parts_.k_norm->weight.grad();
-    qk_norm_backward<float>(s.dqkv, dwq, dwk, a.qk_raw, a.qk_rstd, parts_.q_norm->weight.value(),
-                            parts_.k_norm->weight.value(), N, W, l.heads, l.kv_heads, l.head_size);
-    if (split) tp.add_norm_gradients(s.qk_norm_grads, {&parts_.q_norm->weight, &parts_.k_norm->weight});
-  }
+  if (parts_.q_norm && context_->chunks.active()) qk_norm_chunked_backward(s.dqkv, a, N, W, l);
+  else if (parts_.q_norm) qk_norm_backward_unchunked(s, a, N, l);
+}
+
+void DecoderBlock::qk_norm_backward_unchunked(BlockScratch& s, const BlockActivations& a, int N, const Local& l) {
+  TensorParallelGroup& tp = *context_->tp;
+  // Under tp each rank normalises its own heads with the shared weights: their gradients are summed over tp.
+  const std::size_t hs = sz(l.head_size);
+  const bool split = tp.active();
+  if (split) Kokkos::deep_copy(s.qk_norm_grads, 0.0f);
+  const View1<float> dwq = split ? View1<float>(Kokkos::subview(s.qk_norm_grads, std::make_pair(std::size_t{0}, hs)))
+                                 : parts_.q_norm->weight.grad();
+  const View1<float> dwk = split ? View1<float>(Kokkos::subview(s.qk_norm_grads, std::make_pair(hs, 2 * hs)))
+                                 : parts_.k_norm->weight.grad();
+  qk_norm_backward<float>(s.dqkv, dwq, dwk, a.qk_raw, a.qk_rstd, parts_.q_norm->weight.value(),
+                          parts_.k_norm->weight.value(), N, l.qkv_width, l.heads, l.kv_heads, l.head_size);
+  if (split) tp.add_norm_gradients(s.qk_norm_grads, {&parts_.q_norm->weight, &parts_.k_norm->weight});
+}
+
+void DecoderBlock::qkv_backward(Flow& flow, BlockScratch& s, const BlockActivations& a, const Local& l,
+                                const View1<float>& dres2) {
+  const int N = flow.B * flow.T, C = dims_.C, W = l.qkv_width;
+  TensorParallelGroup& tp = *context_->tp;
+  const int Nl = tp.local_rows(N);
   const auto each_qkv = [&](const auto& f) {  // f(projection, its width, its first column in the packed row)
     int at = 0;
     for (const QkvProjection& p : parts_.qkv) {
@@ -444,16 +464,18 @@ void DecoderBlock::backward(Flow& flow) {
     linear_backward_input<float>(s.dln, s.dqkv, q.weight.value(), N, C, width, W, at);
   });
   TpPending reduction = tp.reduce_region_gradient_async(s.dln, s.dln_local, N, C);
-  linear_weight_gradients(flow, *this, wo, context_->chunks, s.dres2, a.atty, N, l.attention_width, C);
+  linear_weight_gradients(flow, *this, *parts_.attention_out, context_->chunks, s.dres2, a.atty, N, l.attention_width,
+                          C);
   each_qkv([&](const Linear& q, int width, int at) {
     linear_weight_gradients(flow, *this, q, context_->chunks, s.dqkv, a.ln1, N, C, width, W, at);
   });
   const View1<float> dln1 = tp.wait(reduction);
+  const View1<float>& dout = flow.dx;
   Kokkos::deep_copy(dout, dres2);  // the residual path, into the caller's buffer: d(out) is no longer needed
   parts_.attention_norm->backward(dout, tp.norm_gradients(parts_.attention_norm->parameters(), s.norm_grads, 0), dln1,
                                  in_, a.ln1_stats, Nl, C, &context_->chunks);
   // The norms saw this rank's rows only: their gradients summed over tp, then added.
-  if (sp) {
+  if (tp.sequence_parallel()) {
     std::vector<Parameter*> norms = parts_.attention_norm->parameters();
     for (Parameter* p : parts_.mlp_norm->parameters()) norms.push_back(p);
     tp.add_norm_gradients(s.norm_grads, norms);

@@ -219,6 +219,17 @@ class DecoderBlock : public Module {
   void norm_forward(const Norm& norm, const View1<float>& out, const NormStats& stats, const View1<float>& in, int N);
   // Qwen3's q/k norms' backward under reproducible chunks (gradient_chunks.hpp).
   void qk_norm_chunked_backward(const View1<float>& dqkv, const BlockActivations& a, int N, int W, const Local& l);
+  // backward's phases, in its order (flow.dx holds d(out) until the last writes d(in) there):
+  // the MLP's (or the experts') backward and its norm's: d(res2), this rank's rows of s.dres2, returned;
+  View1<float> mlp_backward(Flow& flow, BlockScratch& s, const BlockActivations& a, const Local& l);
+  // attention from Wo's output gradient back to the packed q/k/v rows' gradient in s.dqkv (rotary, q/k norms);
+  void attention_backward_to_qkv(Flow& flow, BlockScratch& s, const BlockActivations& a, const Local& l);
+  // the q/k/v projections' and Wo's gradients, and the attention norm's: d(in) = d(res2) + the norm's, in flow.dx.
+  void qkv_backward(Flow& flow, BlockScratch& s, const BlockActivations& a, const Local& l, const View1<float>& dres2);
+  // Parts of them: the dense MLP's input projections' weight gradients; Qwen3's q/k norms' backward without
+  // reproducible chunks (their weight gradients summed over tp).
+  void mlp_in_weight_gradients(const Flow& flow, BlockScratch& s, const BlockActivations& a, const Local& l, int N);
+  void qk_norm_backward_unchunked(BlockScratch& s, const BlockActivations& a, int N, const Local& l);
 
   BlockDims dims_;
   int index_ = 0;

@@ -29,39 +29,10 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
   model_.zero_grad();
   reset_fsdp_stats(model_);
   model_.tensor_parallel().reset_stats();
-  double loss = 0, aux = 0, dropped = 0;
-  std::vector<double> selections;  // (sparse layers, E): the step's tokens per expert, over its micro-batches
-  if (pipeline_) {
-    loss = pipeline_step_->train(flow_, accum, timers_, kForward, kBackward, exact ? &exact_loss_ : nullptr);
-    const PipelineStep::RouterTotals& routed = pipeline_step_->router_totals();  // the last stage's; zeros elsewhere
-    aux = routed.aux, dropped = routed.dropped, selections = routed.selections;
-  }
-  for (int a = 0; a < accum && !pipeline_; ++a) {
-    {
-      const TimelineScope span(timeline_names::data);
-      data_.load_train(a, flow_);
-      flow_.training = true;
-      // The objective is the mean over the global batch: the layout says how gradients are then combined.
-      flow_.loss_scale = exact ? 1.0f : parallel_.loss_scale(accum);
-      parallel_.before_micro_batch(a, accum);
-      timers_.mark(kData);
-    }
-    model_(flow_);
-    Kokkos::fence();
-    timers_.mark(kForward);
-    model_(flow_, Pass::backward);
-    Kokkos::fence();
-    timers_.mark(kBackward);
-    loss += flow_.loss;
-    if (exact && chunked) exact_loss_.add_each(model_.losses());
-    else if (exact) exact_loss_.add(flow_.loss);
-    if (const RouterStatistics* router = model_.router_statistics()) {
-      aux += router->aux_loss();
-      dropped += static_cast<double>(router->dropped());
-      selections.resize(router->selections().size());
-      for (std::size_t i = 0; i < selections.size(); ++i) selections[i] += static_cast<double>(router->selections()[i]);
-    }
-  }
+  double loss = 0;
+  LanguageModel::RoutingTotals routed;  // selections (sparse layers, E): the step's tokens per expert
+  if (pipeline_) loss = pipeline_micro_batches(accum, exact, routed);
+  else loss = micro_batches(accum, exact, chunked, routed);
   StepResult r;
   {
     const TimelineScope span(timeline_names::grad_sync);
@@ -87,22 +58,7 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
       MPI_Comm_size(comm_, &ranks);
       r.pipeline_bubble = bubble / ranks;
     }
-    if (model_.router_statistics()) {  // every rank holds the same model: all take part or none
-      r.aux_loss = parallel_.mean_over_ranks(aux / accum);
-      // The load over the step's tokens on every rank (what an expert's rank computes under ep): per layer the
-      // busiest expert's over the mean.
-      selections.resize(model_.router_statistics()->selections().size());
-      parallel_.sum_over_ranks(selections);
-      double dropped_pairs = parallel_.mean_over_ranks(dropped) * parallel_.mesh().size();
-      if (pipeline_) {  // the last stage saw every layer's: its figures on every stage
-        r.aux_loss = pipeline_->from_last_stage(*r.aux_loss);
-        dropped_pairs = pipeline_->from_last_stage(dropped_pairs);
-        pipeline_->from_last_stage(selections);
-      }
-      r.expert_load_per_layer = expert_load_per_layer(selections, model_.router_statistics()->layers());
-      r.expert_load = *std::max_element(r.expert_load_per_layer.begin(), r.expert_load_per_layer.end());
-      r.dropped = static_cast<std::int64_t>(std::llround(dropped_pairs));
-    }
+    if (model_.router_statistics()) report_routing(r, routed, accum);  // the same model everywhere: all or none
     timers_.mark(kGradSync);
   }
   const TimelineScope optimizer_span(timeline_names::optimizer);
@@ -119,12 +75,63 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
   r.skipped = !r.nonfinite.empty();
   if (!r.skipped) {
     optimizer_.step(lr);
-    if (!selections.empty()) model_.balance_expert_load(selections);  // model.moe.balance: bias
+    if (!routed.selections.empty()) model_.balance_expert_load(routed.selections);  // model.moe.balance: bias
   }
   data_.advance();
   Kokkos::fence();
   timers_.mark(kOptimizer);
   return r;
+}
+
+double TrainStep::pipeline_micro_batches(int accum, bool exact, LanguageModel::RoutingTotals& routed) {
+  const double loss =
+      pipeline_step_->train(flow_, accum, timers_, kForward, kBackward, exact ? &exact_loss_ : nullptr);
+  routed = pipeline_step_->routing_totals();  // the last stage's; zeros elsewhere
+  return loss;
+}
+
+double TrainStep::micro_batches(int accum, bool exact, bool chunked, LanguageModel::RoutingTotals& routed) {
+  double loss = 0;
+  for (int a = 0; a < accum; ++a) {
+    {
+      const TimelineScope span(timeline_names::data);
+      data_.load_train(a, flow_);
+      flow_.training = true;
+      // The objective is the mean over the global batch: the layout says how gradients are then combined.
+      flow_.loss_scale = exact ? 1.0f : parallel_.loss_scale(accum);
+      parallel_.before_micro_batch(a, accum);
+      timers_.mark(kData);
+    }
+    model_(flow_);
+    Kokkos::fence();
+    timers_.mark(kForward);
+    model_(flow_, Pass::backward);
+    Kokkos::fence();
+    timers_.mark(kBackward);
+    loss += flow_.loss;
+    if (exact && chunked) exact_loss_.add_each(model_.losses());
+    else if (exact) exact_loss_.add(flow_.loss);
+    model_.add_routing_totals(routed);
+  }
+  return loss;
+}
+
+void TrainStep::report_routing(StepResult& r, LanguageModel::RoutingTotals& routed, int accum) {
+  std::vector<double>& selections = routed.selections;
+  r.aux_loss = parallel_.mean_over_ranks(routed.aux / accum);
+  // The load over the step's tokens on every rank (what an expert's rank computes under ep): per layer the
+  // busiest expert's over the mean.
+  selections.resize(model_.router_statistics()->selections().size());
+  parallel_.sum_over_ranks(selections);
+  double dropped_pairs = parallel_.mean_over_ranks(routed.dropped) * parallel_.mesh().size();
+  if (pipeline_) {  // the last stage saw every layer's: its figures on every stage
+    r.aux_loss = pipeline_->from_last_stage(*r.aux_loss);
+    dropped_pairs = pipeline_->from_last_stage(dropped_pairs);
+    pipeline_->from_last_stage(selections);
+  }
+  r.expert_load_per_layer = expert_load_per_layer(selections, model_.router_statistics()->layers());
+  r.expert_load = *std::max_element(r.expert_load_per_layer.begin(), r.expert_load_per_layer.end());
+  r.dropped = static_cast<std::int64_t>(std::llround(dropped_pairs));
 }
 
 std::string TrainStep::guard(std::int64_t step, const StepResult& r) {

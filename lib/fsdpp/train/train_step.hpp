@@ -63,6 +63,15 @@ class TrainStep {
   const FsdpStats& fsdp_stats_of_last_step() const { return stats_; }
 
  private:
+  // The step's forwards and backwards, `accum` micro-batches: through this rank's pipeline stage in its schedule's
+  // order, or one after another on the whole model. Each returns the sum of the micro-batches' losses (0 on a
+  // pipeline's other stages) and leaves their routing figures in `routed`; reproducible mode (`exact`) adds each
+  // unit's loss to exact_loss_.
+  double pipeline_micro_batches(int accum, bool exact, LanguageModel::RoutingTotals& routed);
+  double micro_batches(int accum, bool exact, bool chunked, LanguageModel::RoutingTotals& routed);
+  // A mixture of experts' figures in `r`: the aux loss, the expert load, the dropped pairs, over the job's ranks
+  // (the last stage's under a pipeline); `routed.selections` becomes the step's tokens per expert over every rank.
+  void report_routing(StepResult& r, LanguageModel::RoutingTotals& routed, int accum);
   // Non-finite loss or norm: throws (abort, or too many skipped in a row) or returns why the step is skipped.
   std::string guard(std::int64_t step, const StepResult& r);
 
