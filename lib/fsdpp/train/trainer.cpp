@@ -109,9 +109,9 @@ void initialize_weights(MPI_Comm comm, const Deck& deck, LanguageModel& model, c
   } else {
     std::string error;
     try {
-      load_weights(pipeline->stage_comm(), deck.checkpoint.init_from, model.parameters(), &deck.model, true);
+      load_weights(pipeline->topology().stage_comm(), deck.checkpoint.init_from, model.parameters(), &deck.model, true);
     } catch (const std::exception& e) {
-      error = fmt::format("pipeline stage {}: {}", pipeline->stage(), e.what());
+      error = fmt::format("pipeline stage {}: {}", pipeline->topology().stage(), e.what());
     }
     agree_on_error(comm, error);
   }
@@ -125,6 +125,76 @@ void report_traffic(MPI_Comm comm, bool speaks) {
   if (hosts.empty()) return;
   const std::vector<DimensionTraffic> traffic = traffic_by_dimension(comm, hosts);
   if (speaks) Log::info("{}", format_traffic(traffic, hosts));
+}
+
+// The parts the step loop walks, built by train() in the order they depend on each other.
+struct RunParts {
+  DataFeed& data;
+  const LrSchedule& schedule;
+  TrainStep& step;
+  LanguageModel& model;
+  ProgressState& progress;
+  StepMetrics& metrics;
+  Evaluator& evaluator;
+  EvaluationPart& evaluation;
+  std::vector<PeriodicPart*> after_step;  // after each step, in this order
+  Checkpointer& checkpointer;
+  PreemptionPart& preemption;  // then, at the step boundary
+};
+
+// Steps first_step+1 .. train.steps (or options.stop_after_step), each followed by its periodic parts; a
+// preemption agreed at a step boundary saves and ends the loop.
+void run_steps(const Deck& deck, const TrainOptions& options, const RunParts& run, std::int64_t first_step,
+               bool speaks) {
+  run.metrics.start_loop(first_step);
+  for (std::int64_t step = first_step; step < deck.train.steps; ++step) {
+    if (const auto note = run.data.epoch_note(step); note && speaks) Log::info("{}", *note);
+    const float lr = run.schedule.at(step);
+    const std::int64_t done = step + 1;
+    FlightRecorder::set_step(done);
+    if (options.before_step) options.before_step(done);
+    Timeline::begin_step(done);
+    const StepResult result = run.step.run(done, lr);
+    add_timeline_counters(run.step, run.model);
+    if (result.skipped && speaks) Log::warn("{}", result.nonfinite);
+    run.progress.completed(done, lr);
+    const StepEnd end{done, done == deck.train.steps || done == options.stop_after_step};
+    for (PeriodicPart* part : run.after_step)
+      if (part->due(end)) run_part(*part, end, run.metrics);
+    run.metrics.after_step(done, result, run.step.fsdp_stats_of_last_step(), lr, run.evaluation.loss_after(done),
+                           end.last);
+    // A mixture's share of the tokens by source, with each evaluation (and once at the end, in finish_run).
+    if (speaks && !end.last && run.evaluator.due(done, end.last))
+      if (const auto note = run.data.mixture_note()) Log::info("{}", *note);
+    run.checkpointer.poll();
+    Timeline::end_step(done);
+    if (done == options.stop_after_step) break;
+    if (run.preemption.due(end)) {
+      run_part(run.preemption, end, run.metrics);
+      break;
+    }
+  }
+}
+
+// After the loop: the last save completes, then the run reports (the end-of-run tables, the pipeline's bubble,
+// the traffic between hosts).
+TrainSummary finish_run(MPI_Comm comm, const RunParts& run, bool speaks) {
+  {
+    const CollectiveWatchdog::Region watched("the last checkpoint save");
+    run.checkpointer.finish();
+  }
+  Timeline::finish();  // a run stopped before run.trace's last step writes what it recorded
+  if (speaks)
+    if (const auto note = run.data.mixture_note()) Log::info("{}", *note);
+  TrainSummary summary = run.metrics.finish(run.model, run.data.entropy_floor());
+  if (const PipelineStep* pipeline = run.step.pipeline_step()) {
+    const std::string line = pipeline->summary(comm, run.data.accumulation_steps());
+    if (speaks) Log::info("{}", line);
+    summary.pipeline_bubble = pipeline->train_s() > 0 ? pipeline->train_waited_s() / pipeline->train_s() : 0.0;
+  }
+  summary.preempted = run.preemption.preempted();
+  report_traffic(comm, speaks);
+  return summary;
 }
 
 }  // namespace
@@ -164,62 +234,23 @@ TrainSummary train(MPI_Comm comm, const Deck& deck, TrainOptions options) {
   ModelState model_state(model.parameters(), optimizer.get());
   Checkpointer checkpointer(comm, deck, parallel, {&model_state, &data, &progress}, progress, speaks);
   if (built.pipeline)
-    checkpointer.set_pipeline_stage(built.pipeline->stage_comm(), built.pipeline->stage(), built.pipeline->stages());
+    checkpointer.set_pipeline_stage(built.pipeline->topology().stage_comm(), built.pipeline->topology().stage(),
+                                    built.pipeline->topology().stages());
   const std::int64_t first_step = checkpointer.resume();
   // After each step, in this order; then, at the step boundary, the preemption check.
   EvaluationPart evaluation(evaluator);
   SamplesPart sampling(samples, speaks);
   CheckpointPart saving(checkpointer);
-  PeriodicPart* const after_step[] = {&evaluation, &sampling, &saving};
   // Under a pipeline the Parallelism's host scalars cover one stage: a stop must be agreed by the whole job.
   MpiCommunicator job(comm);
   job.set_label("the job's ranks (the preemption check)");
   PreemptionPart preemption(options.handle_preemption, job, checkpointer, deck.train.steps, speaks);
 
   const CollectiveWatchdog::Running watchdog(deck.comm.timeout_s);  // until train() returns or throws
-  metrics.start_loop(first_step);
-  for (std::int64_t step = first_step; step < deck.train.steps; ++step) {
-    if (const auto note = data.epoch_note(step); note && speaks) Log::info("{}", *note);
-    const float lr = schedule.at(step);
-    const std::int64_t done = step + 1;
-    FlightRecorder::set_step(done);
-    if (options.before_step) options.before_step(done);
-    Timeline::begin_step(done);
-    const StepResult result = train_step.run(done, lr);
-    add_timeline_counters(train_step, model);
-    if (result.skipped && speaks) Log::warn("{}", result.nonfinite);
-    progress.completed(done, lr);
-    const StepEnd end{done, done == deck.train.steps || done == options.stop_after_step};
-    for (PeriodicPart* part : after_step)
-      if (part->due(end)) run_part(*part, end, metrics);
-    metrics.after_step(done, result, train_step.fsdp_stats_of_last_step(), lr, evaluation.loss_after(done), end.last);
-    // A mixture's share of the tokens by source, with each evaluation (and once at the end, below).
-    if (speaks && !end.last && evaluator.due(done, end.last))
-      if (const auto note = data.mixture_note()) Log::info("{}", *note);
-    checkpointer.poll();
-    Timeline::end_step(done);
-    if (done == options.stop_after_step) break;
-    if (preemption.due(end)) {
-      run_part(preemption, end, metrics);
-      break;
-    }
-  }
-  {
-    const CollectiveWatchdog::Region watched("the last checkpoint save");
-    checkpointer.finish();  // the last save completes before the run reports
-  }
-  Timeline::finish();  // a run stopped before run.trace's last step writes what it recorded
-  if (speaks)
-    if (const auto note = data.mixture_note()) Log::info("{}", *note);
-  TrainSummary summary = metrics.finish(model, data.entropy_floor());
-  if (const PipelineStep* pipeline = train_step.pipeline_step()) {
-    const std::string line = pipeline->summary(comm, data.accumulation_steps());
-    if (speaks) Log::info("{}", line);
-    summary.pipeline_bubble = pipeline->train_s() > 0 ? pipeline->train_waited_s() / pipeline->train_s() : 0.0;
-  }
-  summary.preempted = preemption.preempted();
-  report_traffic(comm, speaks);
-  return summary;
+  const RunParts parts{data, schedule, train_step, model, progress, metrics, evaluator, evaluation,
+                       {&evaluation, &sampling, &saving}, checkpointer, preemption};
+  run_steps(deck, options, parts, first_step, speaks);
+  return finish_run(comm, parts, speaks);
 }
 
 }  // namespace fsdpp
