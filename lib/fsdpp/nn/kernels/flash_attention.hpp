@@ -63,6 +63,48 @@ template <class Real> KOKKOS_INLINE_FUNCTION Real* carve(const Member& team, int
   return Scratch<Real>(team.team_scratch(0), static_cast<std::size_t>(n)).data();
 }
 
+// The scratch of each kind of attention team, flash and ring alike: which tiles it stages, carved in order. Each
+// struct's tile(), bytes() and constructor walk the same list, so the tile size, the scratch a team is given
+// and the pointers it carves cannot disagree.
+// A forward team: its query tile, a key and a value tile, the output accumulator, the tile's scores, each row's
+// running max and sum.
+template <class Real> struct ForwardScratch {
+  Real *q, *k, *v, *o, *scores, *max, *sum;
+  static int tile(int hs) { return tile_rows<Real>(hs, 4, true); }
+  static std::size_t bytes(int tile, int hs) {
+    return 4 * flash_detail::bytes<Real>(tile * hs) + flash_detail::bytes<Real>(tile * tile) +
+           2 * flash_detail::bytes<Real>(tile);
+  }
+  KOKKOS_INLINE_FUNCTION ForwardScratch(const Member& team, int tile, int hs)
+      : q(carve<Real>(team, tile * hs)), k(carve<Real>(team, tile * hs)), v(carve<Real>(team, tile * hs)),
+        o(carve<Real>(team, tile * hs)), scores(carve<Real>(team, tile * tile)), max(carve<Real>(team, tile)),
+        sum(carve<Real>(team, tile)) {}
+};
+
+// A query-gradient team: its query tile, their output gradients and dq, a key and a value tile.
+template <class Real> struct QueryGradientScratch {
+  Real *q, *dout, *dq, *k, *v;
+  static int tile(int hs) { return tile_rows<Real>(hs, 5, false); }
+  static std::size_t bytes(int tile, int hs) { return 5 * flash_detail::bytes<Real>(tile * hs); }
+  KOKKOS_INLINE_FUNCTION QueryGradientScratch(const Member& team, int tile, int hs)
+      : q(carve<Real>(team, tile * hs)), dout(carve<Real>(team, tile * hs)), dq(carve<Real>(team, tile * hs)),
+        k(carve<Real>(team, tile * hs)), v(carve<Real>(team, tile * hs)) {}
+};
+
+// A key-gradient team: its key and value tile and their gradients, a query tile and its output gradients, the
+// query rows' logsumexp and D.
+template <class Real> struct KeyGradientScratch {
+  Real *k, *v, *dk, *dv, *q, *dout, *lse, *delta;
+  static int tile(int hs) { return tile_rows<Real>(hs, 6, false); }
+  static std::size_t bytes(int tile, int hs) {
+    return 6 * flash_detail::bytes<Real>(tile * hs) + 2 * flash_detail::bytes<Real>(tile);
+  }
+  KOKKOS_INLINE_FUNCTION KeyGradientScratch(const Member& team, int tile, int hs)
+      : k(carve<Real>(team, tile * hs)), v(carve<Real>(team, tile * hs)), dk(carve<Real>(team, tile * hs)),
+        dv(carve<Real>(team, tile * hs)), q(carve<Real>(team, tile * hs)), dout(carve<Real>(team, tile * hs)),
+        lse(carve<Real>(team, tile)), delta(carve<Real>(team, tile)) {}
+};
+
 // In lanes (detail.hpp) so that GCC vectorizes it on a CPU; one lane on a GPU.
 template <class Real> KOKKOS_INLINE_FUNCTION Real dot(int n, const Real* a, const Real* b) {
   return detail::lane_sum<Real>(n, [=](int i) { return a[i] * b[i]; });
@@ -122,27 +164,22 @@ void flash_attention_forward(const View1<Real>& out,        // out (B,T,NH*hs)
                              const AttentionShape& s) {
   using namespace flash_detail;
   const int T = s.T, NH = s.NH, NKV = s.NKV, hs = s.hs, G = s.group(), C = s.q_width(), W = s.row_width();
-  const int tile = tile_rows<Real>(hs, 4, true), tiles = (T + tile - 1) / tile;
+  const int tile = ForwardScratch<Real>::tile(hs), tiles = (T + tile - 1) / tile;
   const Real scale = Real(1) / std::sqrt(Real(hs));
   const Real* in = inp.data();
   Real* o = out.data();
   Real* L = lse.data();
   const std::int32_t* starts = s.starts;
   Policy policy(s.B * NH * tiles, team_size(tile));
-  policy.set_scratch_size(
-      0, Kokkos::PerTeam(4 * bytes<Real>(tile * hs) + bytes<Real>(tile * tile) + 2 * bytes<Real>(tile)));
+  policy.set_scratch_size(0, Kokkos::PerTeam(ForwardScratch<Real>::bytes(tile, hs)));
   Kokkos::parallel_for(
       "fsdpp::flash_attention_forward", policy, KOKKOS_LAMBDA(const Member& team) {
         const int qt = team.league_rank() % tiles, h = (team.league_rank() / tiles) % NH;
         const int b = team.league_rank() / tiles / NH, kvh = h / G;
         const int r0 = qt * tile, nr = T - r0 < tile ? T - r0 : tile;
-        Real* sq = carve<Real>(team, tile * hs);
-        Real* sk = carve<Real>(team, tile * hs);
-        Real* sv = carve<Real>(team, tile * hs);
-        Real* so = carve<Real>(team, tile * hs);
-        Real* ss = carve<Real>(team, tile * tile);
-        Real* sm = carve<Real>(team, tile);
-        Real* sl = carve<Real>(team, tile);
+        const ForwardScratch<Real> scratch(team, tile, hs);
+        Real *sq = scratch.q, *sk = scratch.k, *sv = scratch.v, *so = scratch.o, *ss = scratch.scores;
+        Real *sm = scratch.max, *sl = scratch.sum;
         const Real* rows = in + std::int64_t(b) * T * W;
         stage(team, sq, rows, r0, nr, W, h * hs, hs);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nr * hs), [&](const int e) { so[e] = 0; });
@@ -227,26 +264,21 @@ template <class Real>
 void backward_keys(const View1<Real>& dinp, const View1<const Real>& delta, const View1<const Real>& dout,
                    const View1<const Real>& inp, const View1<const Real>& lse, const AttentionShape& s) {
   const int T = s.T, NH = s.NH, NKV = s.NKV, hs = s.hs, G = s.group(), C = s.q_width(), W = s.row_width();
-  const int tile = tile_rows<Real>(hs, 6, false), tiles = (T + tile - 1) / tile;
+  const int tile = KeyGradientScratch<Real>::tile(hs), tiles = (T + tile - 1) / tile;
   const Real scale = Real(1) / std::sqrt(Real(hs));
   const Real *in = inp.data(), *dO = dout.data(), *Lg = lse.data(), *Dg = delta.data();
   Real* din = dinp.data();
   const std::int32_t* starts = s.starts;
   Policy policy(s.B * NKV * tiles, team_size(tile));
-  policy.set_scratch_size(0, Kokkos::PerTeam(6 * bytes<Real>(tile * hs) + 2 * bytes<Real>(tile)));
+  policy.set_scratch_size(0, Kokkos::PerTeam(KeyGradientScratch<Real>::bytes(tile, hs)));
   Kokkos::parallel_for(
       "fsdpp::flash_attention_backward_keys", policy, KOKKOS_LAMBDA(const Member& team) {
         const int kt = team.league_rank() % tiles, kvh = (team.league_rank() / tiles) % NKV;
         const int b = team.league_rank() / tiles / NKV;
         const int k0 = kt * tile, nc = T - k0 < tile ? T - k0 : tile;
-        Real* sk = carve<Real>(team, tile * hs);
-        Real* sv = carve<Real>(team, tile * hs);
-        Real* sdk = carve<Real>(team, tile * hs);
-        Real* sdv = carve<Real>(team, tile * hs);
-        Real* sq = carve<Real>(team, tile * hs);
-        Real* sdo = carve<Real>(team, tile * hs);
-        Real* sL = carve<Real>(team, tile);
-        Real* sD = carve<Real>(team, tile);
+        const KeyGradientScratch<Real> scratch(team, tile, hs);
+        Real *sk = scratch.k, *sv = scratch.v, *sdk = scratch.dk, *sdv = scratch.dv, *sq = scratch.q;
+        Real *sdo = scratch.dout, *sL = scratch.lse, *sD = scratch.delta;
         const Real* rows = in + std::int64_t(b) * T * W;
         const Real* drows = dO + std::int64_t(b) * T * C;
         stage(team, sk, rows, k0, nc, W, C + kvh * hs, hs);
@@ -284,23 +316,20 @@ template <class Real>
 void backward_queries(const View1<Real>& dinp, const View1<const Real>& delta, const View1<const Real>& dout,
                       const View1<const Real>& inp, const View1<const Real>& lse, const AttentionShape& s) {
   const int T = s.T, NH = s.NH, NKV = s.NKV, hs = s.hs, G = s.group(), C = s.q_width(), W = s.row_width();
-  const int tile = tile_rows<Real>(hs, 5, false), tiles = (T + tile - 1) / tile;
+  const int tile = QueryGradientScratch<Real>::tile(hs), tiles = (T + tile - 1) / tile;
   const Real scale = Real(1) / std::sqrt(Real(hs));
   const Real *in = inp.data(), *dO = dout.data(), *Lg = lse.data(), *Dg = delta.data();
   Real* din = dinp.data();
   const std::int32_t* starts = s.starts;
   Policy policy(s.B * NH * tiles, team_size(tile));
-  policy.set_scratch_size(0, Kokkos::PerTeam(5 * bytes<Real>(tile * hs)));
+  policy.set_scratch_size(0, Kokkos::PerTeam(QueryGradientScratch<Real>::bytes(tile, hs)));
   Kokkos::parallel_for(
       "fsdpp::flash_attention_backward_queries", policy, KOKKOS_LAMBDA(const Member& team) {
         const int qt = team.league_rank() % tiles, h = (team.league_rank() / tiles) % NH;
         const int b = team.league_rank() / tiles / NH, kvh = h / G;
         const int r0 = qt * tile, nr = T - r0 < tile ? T - r0 : tile;
-        Real* sq = carve<Real>(team, tile * hs);
-        Real* sdo = carve<Real>(team, tile * hs);
-        Real* sdq = carve<Real>(team, tile * hs);
-        Real* sk = carve<Real>(team, tile * hs);
-        Real* sv = carve<Real>(team, tile * hs);
+        const QueryGradientScratch<Real> scratch(team, tile, hs);
+        Real *sq = scratch.q, *sdo = scratch.dout, *sdq = scratch.dq, *sk = scratch.k, *sv = scratch.v;
         const Real* rows = in + std::int64_t(b) * T * W;
         const std::int64_t lrow = (std::int64_t(b) * NH + h) * T;
         stage(team, sq, rows, r0, nr, W, h * hs, hs);

@@ -74,14 +74,13 @@ void ring_forward_step(const View1<Real>& out,           // out (B,Tl,NH*hs), ru
   using namespace flash_detail;
   const int Tl = r.Tl, c = r.c, NH = r.NH, NKV = r.NKV, hs = r.hs, G = NH / NKV, C = NH * hs;
   const int W = (NH + 2 * NKV) * hs, KW = r.kv_width();
-  const int tile = tile_rows<Real>(hs, 4, true), tiles = (c + tile - 1) / tile;
+  const int tile = ForwardScratch<Real>::tile(hs), tiles = (c + tile - 1) / tile;
   const Real scale = Real(1) / std::sqrt(Real(hs));
   const Real *in = inp.data(), *kvp = kv.data();
   Real *o = out.data(), *M = m.data(), *L = l.data();
   const RingBlock rb = r;
   Policy policy(r.B * NH * 2 * tiles, team_size(tile));
-  policy.set_scratch_size(
-      0, Kokkos::PerTeam(4 * bytes<Real>(tile * hs) + bytes<Real>(tile * tile) + 2 * bytes<Real>(tile)));
+  policy.set_scratch_size(0, Kokkos::PerTeam(ForwardScratch<Real>::bytes(tile, hs)));
   Kokkos::parallel_for(
       "fsdpp::ring_attention_forward", policy, KOKKOS_LAMBDA(const Member& team) {
         const int qt = team.league_rank() % (2 * tiles), h = (team.league_rank() / (2 * tiles)) % NH;
@@ -89,13 +88,9 @@ void ring_forward_step(const View1<Real>& out,           // out (B,Tl,NH*hs), ru
         const int qpart = qt / tiles, q_off = (qt % tiles) * tile;
         const int r0 = qpart * c + q_off, nr = c - q_off < tile ? c - q_off : tile;  // local rows
         const int P = rb.q_pos(qpart) + q_off;                                       // their first position
-        Real* sq = carve<Real>(team, tile * hs);
-        Real* sk = carve<Real>(team, tile * hs);
-        Real* sv = carve<Real>(team, tile * hs);
-        Real* so = carve<Real>(team, tile * hs);
-        Real* ss = carve<Real>(team, tile * tile);
-        Real* sm = carve<Real>(team, tile);
-        Real* sl = carve<Real>(team, tile);
+        const ForwardScratch<Real> scratch(team, tile, hs);
+        Real *sq = scratch.q, *sk = scratch.k, *sv = scratch.v, *so = scratch.o, *ss = scratch.scores;
+        Real *sm = scratch.max, *sl = scratch.sum;
         const std::int64_t row0 = std::int64_t(b) * Tl + r0, lrow = (std::int64_t(b) * NH + h) * Tl + r0;
         const Real* rows = in + std::int64_t(b) * Tl * W;
         const Real* krows = kvp + std::int64_t(b) * Tl * KW;
@@ -161,13 +156,13 @@ void ring_backward_queries(const View1<Real>& dinp,          // dinp (B,Tl,(NH+2
   using namespace flash_detail;
   const int Tl = r.Tl, c = r.c, NH = r.NH, NKV = r.NKV, hs = r.hs, G = NH / NKV, C = NH * hs;
   const int W = (NH + 2 * NKV) * hs, KW = r.kv_width();
-  const int tile = tile_rows<Real>(hs, 5, false), tiles = (c + tile - 1) / tile;
+  const int tile = QueryGradientScratch<Real>::tile(hs), tiles = (c + tile - 1) / tile;
   const Real scale = Real(1) / std::sqrt(Real(hs));
   const Real *in = inp.data(), *dO = dout.data(), *Lg = lse.data(), *Dg = delta.data(), *kvp = kv.data();
   Real* din = dinp.data();
   const RingBlock rb = r;
   Policy policy(r.B * NH * 2 * tiles, team_size(tile));
-  policy.set_scratch_size(0, Kokkos::PerTeam(5 * bytes<Real>(tile * hs)));
+  policy.set_scratch_size(0, Kokkos::PerTeam(QueryGradientScratch<Real>::bytes(tile, hs)));
   Kokkos::parallel_for(
       "fsdpp::ring_attention_backward_queries", policy, KOKKOS_LAMBDA(const Member& team) {
         const int qt = team.league_rank() % (2 * tiles), h = (team.league_rank() / (2 * tiles)) % NH;
@@ -185,11 +180,8 @@ void ring_backward_queries(const View1<Real>& dinp,          // dinp (B,Tl,(NH+2
           any = any || spans[kpart][0] < spans[kpart][1];
         }
         if (!any) return;  // the whole team leaves together: nothing of this block is visible to the tile
-        Real* sq = carve<Real>(team, tile * hs);
-        Real* sdo = carve<Real>(team, tile * hs);
-        Real* sdq = carve<Real>(team, tile * hs);
-        Real* sk = carve<Real>(team, tile * hs);
-        Real* sv = carve<Real>(team, tile * hs);
+        const QueryGradientScratch<Real> scratch(team, tile, hs);
+        Real *sq = scratch.q, *sdo = scratch.dout, *sdq = scratch.dq, *sk = scratch.k, *sv = scratch.v;
         const Real* rows = in + std::int64_t(b) * Tl * W;
         const Real* krows = kvp + std::int64_t(b) * Tl * KW;
         stage(team, sq, rows, r0, nr, W, h * hs, hs);
@@ -232,14 +224,14 @@ void ring_backward_keys(const View1<Real>& dkv,           // dkv (B,Tl,2*NKV*hs)
   using namespace flash_detail;
   const int Tl = r.Tl, c = r.c, NH = r.NH, NKV = r.NKV, hs = r.hs, G = NH / NKV, C = NH * hs;
   const int W = (NH + 2 * NKV) * hs, KW = r.kv_width();
-  const int tile = tile_rows<Real>(hs, 6, false), tiles = (c + tile - 1) / tile;
+  const int tile = KeyGradientScratch<Real>::tile(hs), tiles = (c + tile - 1) / tile;
   const Real scale = Real(1) / std::sqrt(Real(hs));
   const Real *in = inp.data(), *dO = dout.data(), *Lg = lse.data(), *Dg = delta.data(), *kvp = kv.data();
   Real* dkvp = dkv.data();
   const Real* base = partial.extent(0) ? partial.data() : nullptr;
   const RingBlock rb = r;
   Policy policy(r.B * NKV * 2 * tiles, team_size(tile));
-  policy.set_scratch_size(0, Kokkos::PerTeam(6 * bytes<Real>(tile * hs) + 2 * bytes<Real>(tile)));
+  policy.set_scratch_size(0, Kokkos::PerTeam(KeyGradientScratch<Real>::bytes(tile, hs)));
   Kokkos::parallel_for(
       "fsdpp::ring_attention_backward_keys", policy, KOKKOS_LAMBDA(const Member& team) {
         const int kt = team.league_rank() % (2 * tiles), kvh = (team.league_rank() / (2 * tiles)) % NKV;
@@ -247,14 +239,9 @@ void ring_backward_keys(const View1<Real>& dkv,           // dkv (B,Tl,2*NKV*hs)
         const int kpart = kt / tiles, k_off = (kt % tiles) * tile;
         const int k0 = kpart * c + k_off, nc = c - k_off < tile ? c - k_off : tile;  // the block's rows
         const int K = rb.k_pos(kpart) + k_off;                                       // their first position
-        Real* sk = carve<Real>(team, tile * hs);
-        Real* sv = carve<Real>(team, tile * hs);
-        Real* sdk = carve<Real>(team, tile * hs);
-        Real* sdv = carve<Real>(team, tile * hs);
-        Real* sq = carve<Real>(team, tile * hs);
-        Real* sdo = carve<Real>(team, tile * hs);
-        Real* sL = carve<Real>(team, tile);
-        Real* sD = carve<Real>(team, tile);
+        const KeyGradientScratch<Real> scratch(team, tile, hs);
+        Real *sk = scratch.k, *sv = scratch.v, *sdk = scratch.dk, *sdv = scratch.dv, *sq = scratch.q;
+        Real *sdo = scratch.dout, *sL = scratch.lse, *sD = scratch.delta;
         const Real* rows = in + std::int64_t(b) * Tl * W;
         const Real* krows = kvp + std::int64_t(b) * Tl * KW;
         const Real* drows = dO + std::int64_t(b) * Tl * C;
