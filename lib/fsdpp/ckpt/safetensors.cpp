@@ -98,6 +98,88 @@ void check_range(const std::string& path, const SafetensorInfo& t, std::uint64_t
                            t.end - t.begin));
 }
 
+// The header's bytes: the 8-byte little-endian length, checked against the file's `size` and the limit, then that
+// many bytes. `file` is left at the start of the data.
+std::string read_header_text(std::ifstream& file, const std::string& path, std::uint64_t size) {
+  FSDPP_REQUIRE(size >= 8,
+                "{}: {} bytes is too short for a safetensors file, which starts with an 8-byte header length; the "
+                "file is truncated or not a safetensors file",
+                path, size);
+  unsigned char len_bytes[8];
+  file.read(reinterpret_cast<char*>(len_bytes), 8);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
+  FSDPP_REQUIRE(n <= size - 8,
+                "{}: safetensors header length {} exceeds the {} bytes after the length field; the file is truncated "
+                "or not a safetensors file",
+                path, n, size - 8);
+  FSDPP_REQUIRE(n <= kMaxHeaderBytes, "{}: safetensors header length {} exceeds the {}-byte limit{}", path, n,
+                kMaxHeaderBytes, kCorrupt);
+  std::string text(n, '\0');
+  file.read(text.data(), static_cast<std::streamsize>(n));
+  FSDPP_REQUIRE(file.good(), "{}: reading the {}-byte safetensors header failed; check the file", path, n);
+  return text;
+}
+
+// The header as a JSON object, refusing duplicate keys.
+json parse_header(const std::string& path, const std::string& text) {
+  json header;
+  // JSON leaves duplicate keys undefined and nlohmann keeps the last one silently: a tensor listed twice (or an
+  // entry with two "data_offsets") would be read from whichever copy the parser kept. Refuse them instead.
+  std::vector<std::set<std::string>> open_objects;
+  std::string entry, duplicate;
+  const json::parser_callback_t find_duplicates = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+    if (event == json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
+    if (event == json::parse_event_t::key && !open_objects.empty()) {
+      const std::string key = parsed.get<std::string>();
+      if (open_objects.size() == 1) entry = key;
+      if (!open_objects.back().insert(key).second && duplicate.empty())
+        duplicate = open_objects.size() == 1 ? fmt::format("key '{}' appears twice in the header", key)
+                                             : fmt::format("key '{}' appears twice in the entry of '{}'", key, entry);
+    }
+    return true;
+  };
+  try {
+    header = json::parse(text, find_duplicates);
+  } catch (const json::exception& e) {
+    // Not only parse_error: a number too large for a double ("1e999") is an out_of_range (found by fuzzing,
+    // tests/fuzz/regressions/safetensors/).
+    throw UsageError(fmt::format("{}: safetensors header is not valid JSON: {}{}", path, e.what(), kCorrupt));
+  }
+  FSDPP_REQUIRE(duplicate.empty(), "{}: {}; which one is meant is ambiguous{}", path, duplicate, kCorrupt);
+  FSDPP_REQUIRE(header.is_object(), "{}: safetensors header is a JSON {}, not an object{}", path, header.type_name(),
+                kCorrupt);
+  return header;
+}
+
+// "__metadata__": an object of string values, copied into `metadata`.
+void read_metadata(const std::string& path, const json& value, std::map<std::string, std::string>& metadata) {
+  bool ok = value.is_object();
+  for (const auto& [mk, mv] : value.items()) {
+    if (!ok || !mv.is_string()) {
+      ok = false;
+      break;
+    }
+    metadata[mk] = mv.get<std::string>();
+  }
+  FSDPP_REQUIRE(ok, "{}: \"__metadata__\" must be an object of string values{}", path, kCorrupt);
+}
+
+// `tensors` in data-offset order: empty ranges hold no bytes, so they overlap nothing; among the rest, a range must
+// start at or after the furthest end seen so far.
+void check_no_overlap(const std::string& path, const std::vector<SafetensorInfo>& tensors) {
+  const SafetensorInfo* furthest = nullptr;
+  for (const SafetensorInfo& t : tensors) {
+    if (t.begin == t.end) continue;
+    FSDPP_REQUIRE(furthest == nullptr || t.begin >= furthest->end,
+                  "{}: tensors '{}' (data_offsets [{}, {}]) and '{}' (data_offsets [{}, {}]) overlap{}", path,
+                  furthest ? furthest->name : "", furthest ? furthest->begin : 0, furthest ? furthest->end : 0, t.name,
+                  t.begin, t.end, kCorrupt);
+    if (furthest == nullptr || t.end > furthest->end) furthest = &t;
+  }
+}
+
 }  // namespace
 
 float f16_to_float(std::uint16_t h) {
@@ -127,65 +209,14 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   file_.seekg(0, std::ios::end);
   const std::uint64_t size = static_cast<std::uint64_t>(file_.tellg());
   file_.seekg(0);
-  FSDPP_REQUIRE(size >= 8,
-                "{}: {} bytes is too short for a safetensors file, which starts with an 8-byte header length; the "
-                "file is truncated or not a safetensors file",
-                path, size);
-  unsigned char len_bytes[8];
-  file_.read(reinterpret_cast<char*>(len_bytes), 8);
-  std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
-  FSDPP_REQUIRE(n <= size - 8,
-                "{}: safetensors header length {} exceeds the {} bytes after the length field; the file is truncated "
-                "or not a safetensors file",
-                path, n, size - 8);
-  FSDPP_REQUIRE(n <= kMaxHeaderBytes, "{}: safetensors header length {} exceeds the {}-byte limit{}", path, n,
-                kMaxHeaderBytes, kCorrupt);
-  std::string text(n, '\0');
-  file_.read(text.data(), static_cast<std::streamsize>(n));
-  FSDPP_REQUIRE(file_.good(), "{}: reading the {}-byte safetensors header failed; check the file", path, n);
-
-  json header;
-  // JSON leaves duplicate keys undefined and nlohmann keeps the last one silently: a tensor listed twice (or an
-  // entry with two "data_offsets") would be read from whichever copy the parser kept. Refuse them instead.
-  std::vector<std::set<std::string>> open_objects;
-  std::string entry, duplicate;
-  const json::parser_callback_t find_duplicates = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
-    if (event == json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
-    if (event == json::parse_event_t::key && !open_objects.empty()) {
-      const std::string key = parsed.get<std::string>();
-      if (open_objects.size() == 1) entry = key;
-      if (!open_objects.back().insert(key).second && duplicate.empty())
-        duplicate = open_objects.size() == 1 ? fmt::format("key '{}' appears twice in the header", key)
-                                             : fmt::format("key '{}' appears twice in the entry of '{}'", key, entry);
-    }
-    return true;
-  };
-  try {
-    header = json::parse(text, find_duplicates);
-  } catch (const json::exception& e) {
-    // Not only parse_error: a number too large for a double ("1e999") is an out_of_range (found by fuzzing,
-    // tests/fuzz/regressions/safetensors/).
-    throw UsageError(fmt::format("{}: safetensors header is not valid JSON: {}{}", path, e.what(), kCorrupt));
-  }
-  FSDPP_REQUIRE(duplicate.empty(), "{}: {}; which one is meant is ambiguous{}", path, duplicate, kCorrupt);
-  FSDPP_REQUIRE(header.is_object(), "{}: safetensors header is a JSON {}, not an object{}", path, header.type_name(),
-                kCorrupt);
-  data_start_ = 8 + n;
+  const std::string text = read_header_text(file_, path, size);
+  const json header = parse_header(path, text);
+  data_start_ = 8 + text.size();
   data_size_ = size - data_start_;
 
   for (const auto& [key, value] : header.items()) {
     if (key == "__metadata__") {
-      bool ok = value.is_object();
-      for (const auto& [mk, mv] : value.items()) {
-        if (!ok || !mv.is_string()) {
-          ok = false;
-          break;
-        }
-        metadata_[mk] = mv.get<std::string>();
-      }
-      FSDPP_REQUIRE(ok, "{}: \"__metadata__\" must be an object of string values{}", path, kCorrupt);
+      read_metadata(path, value, metadata_);
       continue;
     }
     tensors_.push_back(parse_entry(path, key, value));
@@ -196,17 +227,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   std::sort(tensors_.begin(), tensors_.end(), [](const SafetensorInfo& a, const SafetensorInfo& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.name < b.name;
   });
-  // Empty ranges hold no bytes, so they overlap nothing; among the rest, a range must start at or after the
-  // furthest end seen so far.
-  const SafetensorInfo* furthest = nullptr;
-  for (const SafetensorInfo& t : tensors_) {
-    if (t.begin == t.end) continue;
-    FSDPP_REQUIRE(furthest == nullptr || t.begin >= furthest->end,
-                  "{}: tensors '{}' (data_offsets [{}, {}]) and '{}' (data_offsets [{}, {}]) overlap{}", path,
-                  furthest ? furthest->name : "", furthest ? furthest->begin : 0, furthest ? furthest->end : 0, t.name,
-                  t.begin, t.end, kCorrupt);
-    if (furthest == nullptr || t.end > furthest->end) furthest = &t;
-  }
+  check_no_overlap(path, tensors_);
   for (std::size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
 }
 

@@ -169,57 +169,61 @@ struct Hang {
   std::string text;
 };
 
-// The oldest collective of group g that some dumped member started (or issued) and did not finish.
-std::optional<Hang> find_hang(const Analysis& a, const Group& g, bool aborted, const std::set<int>& silent) {
-  std::optional<std::uint64_t> stuck;
-  Record stuck_record;
+// The oldest collective of group g that some dumped member started (or issued) and did not finish: the first
+// such record met (members in order) among those with the lowest sequence number.
+std::optional<Record> oldest_unfinished(const Analysis& a, const Group& g) {
+  std::optional<Record> stuck;
   for (int r : g.ranks) {
     const auto d = a.dumps.find(r);
     if (d == a.dumps.end()) continue;
     const auto l = d->second.records.find(g);
     if (l == d->second.records.end()) continue;
     for (const Record& rec : l->second)
-      if (!rec.finished() && (!stuck || rec.seq < *stuck)) {
-        stuck = rec.seq;
-        stuck_record = rec;
-      }
+      if (!rec.finished() && (!stuck || rec.seq < stuck->seq)) stuck = rec;
   }
-  if (!stuck) return std::nullopt;
-  Hang h{g, *stuck, stuck_record, 0, ""};
+  return stuck;
+}
+
+// Where each member of a group stands against its collective #stuck.
+struct Standing {
   std::vector<int> waiting, late, missing, through;
   std::vector<std::string> absent, through_at;  // dumped ranks that never entered it, with what they did last
-  double shortest = 1e300, longest = 0;
+  double shortest = 1e300, longest = 0;         // the waiters' waits when they dumped
+};
+
+Standing standing_at(const Analysis& a, const Group& g, std::uint64_t stuck, const std::set<int>& silent) {
+  Standing s;
   for (int r : g.ranks) {
     const auto d = a.dumps.find(r);
     if (d == a.dumps.end()) {
-      missing.push_back(r);
+      s.missing.push_back(r);
       continue;
     }
     const auto l = d->second.records.find(g);
-    const Record* rec = l == d->second.records.end() ? nullptr : find_seq(l->second, *stuck);
+    const Record* rec = l == d->second.records.end() ? nullptr : find_seq(l->second, stuck);
     const auto issued = d->second.issued.find(g);
     const std::uint64_t last = issued == d->second.issued.end() ? 0 : issued->second;
-    if (rec || last >= *stuck) {
+    if (rec || last >= stuck) {
       if (rec && rec->finished()) {  // it got through, and waits further on (or computes)
-        through.push_back(r);
+        s.through.push_back(r);
         for (const Record& later : l->second)
-          if (later.seq > *stuck && !later.finished()) {
-            through_at.push_back(fmt::format("#{}", later.seq));
+          if (later.seq > stuck && !later.finished()) {
+            s.through_at.push_back(fmt::format("#{}", later.seq));
             break;
           }
         continue;
       }
       // Dumped, but too late for the rank that asked: it was stopped or stalled inside the collective.
       if (silent.count(r)) {
-        late.push_back(r);
+        s.late.push_back(r);
         continue;
       }
-      waiting.push_back(r);
+      s.waiting.push_back(r);
       const std::optional<double> since = rec ? (rec->started_s ? rec->started_s : rec->issued_s) : std::nullopt;
       if (since) {
         const double w = d->second.dumped_at_s - *since;
-        shortest = std::min(shortest, w);
-        longest = std::max(longest, w);
+        s.shortest = std::min(s.shortest, w);
+        s.longest = std::max(s.longest, w);
       }
       continue;
     }
@@ -227,44 +231,54 @@ std::optional<Hang> find_hang(const Analysis& a, const Group& g, bool aborted, c
                                  : fmt::format("its last collective on {} is #{}", g.label, last);
     if (l != d->second.records.end() && !l->second.empty() && l->second.back().seq == last)
       did += fmt::format(", {}, {}", what(l->second.back()), l->second.back().state);
-    absent.push_back(fmt::format("{} never entered it ({})", ranks_on_hosts({r}, a.hosts), did));
+    s.absent.push_back(fmt::format("{} never entered it ({})", ranks_on_hosts({r}, a.hosts), did));
   }
-  h.longest_wait_s = longest;
-  // Dumps taken while the run goes on (SIGUSR2) catch collectives in flight: only an abort makes it a hang.
-  std::string text = fmt::format("{} {} collective #{}, {}: ", aborted ? "The job hangs in" : "In progress when dumped:",
-                                 group_name(g), *stuck, what(stuck_record));
-  std::vector<std::string> parts;
-  if (!waiting.empty()) {
-    std::string wait = waiting.size() == 1 ? "entered it and waits" : "entered it and wait";
-    if (longest > 0)
-      wait += shortest < longest - 0.05 ? fmt::format(" ({:.1f} to {:.1f} s when they dumped)", shortest, longest)
-                                        : fmt::format(" ({:.1f} s when dumped)", longest);
-    parts.push_back(fmt::format("{} {}", ranks_on_hosts(waiting, a.hosts), wait));
-  }
-  if (!late.empty())
-    parts.push_back(fmt::format("{} entered it too but did not answer the request to dump in time: stopped or stalled "
-                                "in it, the one{} the others wait for", ranks_on_hosts(late, a.hosts),
-                                late.size() == 1 ? "" : "s"));
-  if (!through.empty()) {
-    std::sort(through_at.begin(), through_at.end());
-    through_at.erase(std::unique(through_at.begin(), through_at.end()), through_at.end());
-    parts.push_back(fmt::format("{} got through it{}", ranks_on_hosts(through, a.hosts),
-                                through_at.empty() ? "" : fmt::format(" and wait in {}", fmt::join(through_at, ", "))));
-  }
-  for (const std::string& s : absent) parts.push_back(s);
-  if (!missing.empty())
-    parts.push_back(fmt::format("{} left no dump (stopped, gone, or cut off from the others), so it cannot be seen "
-                                "to enter it: the ranks that wait are waiting for {}",
-                                ranks_on_hosts(missing, a.hosts), missing.size() == 1 ? "it" : "them"));
-  h.text = text + fmt::format("{}", fmt::join(parts, "; ")) + ".";
-  return h;
+  return s;
 }
 
-}  // namespace
+// One sentence on the stuck collective: who waits in it, who is late, through, absent or missing. (`s` by value:
+// through_at is sorted and deduplicated here.)
+std::string describe_hang(const Analysis& a, const Group& g, const Record& stuck, Standing s, bool aborted) {
+  // Dumps taken while the run goes on (SIGUSR2) catch collectives in flight: only an abort makes it a hang.
+  std::string text = fmt::format("{} {} collective #{}, {}: ", aborted ? "The job hangs in" : "In progress when dumped:",
+                                 group_name(g), stuck.seq, what(stuck));
+  std::vector<std::string> parts;
+  if (!s.waiting.empty()) {
+    std::string wait = s.waiting.size() == 1 ? "entered it and waits" : "entered it and wait";
+    if (s.longest > 0)
+      wait += s.shortest < s.longest - 0.05 ? fmt::format(" ({:.1f} to {:.1f} s when they dumped)", s.shortest, s.longest)
+                                            : fmt::format(" ({:.1f} s when dumped)", s.longest);
+    parts.push_back(fmt::format("{} {}", ranks_on_hosts(s.waiting, a.hosts), wait));
+  }
+  if (!s.late.empty())
+    parts.push_back(fmt::format("{} entered it too but did not answer the request to dump in time: stopped or stalled "
+                                "in it, the one{} the others wait for", ranks_on_hosts(s.late, a.hosts),
+                                s.late.size() == 1 ? "" : "s"));
+  if (!s.through.empty()) {
+    std::sort(s.through_at.begin(), s.through_at.end());
+    s.through_at.erase(std::unique(s.through_at.begin(), s.through_at.end()), s.through_at.end());
+    parts.push_back(fmt::format("{} got through it{}", ranks_on_hosts(s.through, a.hosts),
+                                s.through_at.empty() ? "" : fmt::format(" and wait in {}", fmt::join(s.through_at, ", "))));
+  }
+  for (const std::string& absent : s.absent) parts.push_back(absent);
+  if (!s.missing.empty())
+    parts.push_back(fmt::format("{} left no dump (stopped, gone, or cut off from the others), so it cannot be seen "
+                                "to enter it: the ranks that wait are waiting for {}",
+                                ranks_on_hosts(s.missing, a.hosts), s.missing.size() == 1 ? "it" : "them"));
+  return text + fmt::format("{}", fmt::join(parts, "; ")) + ".";
+}
 
-std::string explain_flight_dumps(const std::string& dir) {
+// The oldest collective of group g that some dumped member started (or issued) and did not finish.
+std::optional<Hang> find_hang(const Analysis& a, const Group& g, bool aborted, const std::set<int>& silent) {
+  const std::optional<Record> stuck = oldest_unfinished(a, g);
+  if (!stuck) return std::nullopt;
+  const Standing s = standing_at(a, g, stuck->seq, silent);
+  return Hang{g, stuck->seq, *stuck, s.longest, describe_hang(a, g, *stuck, s, aborted)};
+}
+
+// Every rank<r>.json in `dir`; the files that would not parse go to `unreadable`. Requires at least one dump.
+Analysis read_dumps(const std::string& dir, std::vector<std::string>& unreadable) {
   Analysis a;
-  std::vector<std::string> unreadable;
   std::error_code ec;
   const std::regex name(R"(rank([0-9]+)\.json)");
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -282,34 +296,40 @@ std::string explain_flight_dumps(const std::string& dir) {
   FSDPP_REQUIRE(!a.dumps.empty(), "fsdpp debug flight: no flight-recorder dump (rank<r>.json) in '{}'{}. Dumps are "
                 "written to <run.output>/flight when the collective watchdog fires, when a rank aborts on an error, "
                 "and on SIGUSR2", dir, unreadable.empty() ? "" : "; unreadable: " + fmt::format("{}", fmt::join(unreadable, ", ")));
+  return a;
+}
 
-  std::vector<int> dumped, missing;
-  for (int r = 0; r < a.world_size; ++r) (a.dumps.count(r) ? dumped : missing).push_back(r);
-  std::vector<std::string> sentences;
-  sentences.push_back(fmt::format("Flight records of a {}-rank job in {}: {} dumped{}.", a.world_size, dir,
-                                  dumped.size() == static_cast<std::size_t>(a.world_size) ? "every rank" : ranks_on_hosts(dumped, a.hosts),
-                                  missing.empty() ? "" : "; no dump from " + ranks_on_hosts(missing, a.hosts)));
-  if (!unreadable.empty()) sentences.push_back(fmt::format("Unreadable: {}.", fmt::join(unreadable, ", ")));
-  // The ranks that aborted, grouped by whom they found silent, each group with its first rank's message (the
-  // wait times aside); two groups that each found the other silent while both dumped: the network between them.
+// The ranks that aborted, grouped by whom they found silent (sets in the order first met), each group with its
+// first rank's message (the wait times aside).
+struct Aborts {
   std::vector<std::vector<int>> silent_sets;
   std::map<std::vector<int>, std::vector<int>> aborted_by;  // silent set -> the ranks that found it so
   std::map<std::vector<int>, std::string> message_of;
+};
+
+Aborts group_aborts(const Analysis& a) {
+  Aborts ab;
   for (const auto& [rank, d] : a.dumps) {
     if (d.reason.rfind("aborting: ", 0) != 0) continue;
     std::vector<int> silent = d.not_answering;
     std::sort(silent.begin(), silent.end());
-    if (!aborted_by.count(silent)) {
-      silent_sets.push_back(silent);
+    if (!ab.aborted_by.count(silent)) {
+      ab.silent_sets.push_back(silent);
       const std::string said = std::regex_replace(d.reason.substr(10), std::regex(R"(waited [0-9.]+ s, )"), "");
-      message_of[silent] = shorten(said.substr(0, said.find(';')));
+      ab.message_of[silent] = shorten(said.substr(0, said.find(';')));
     }
-    aborted_by[silent].push_back(rank);
+    ab.aborted_by[silent].push_back(rank);
   }
-  for (const std::vector<int>& silent : silent_sets) {
-    const std::vector<int>& ranks = aborted_by[silent];
+  return ab;
+}
+
+// A sentence per group of aborting ranks; two groups that each found the other silent while both dumped: the
+// network between them.
+void describe_aborts(const Analysis& a, Aborts& ab, std::vector<std::string>& sentences) {
+  for (const std::vector<int>& silent : ab.silent_sets) {
+    const std::vector<int>& ranks = ab.aborted_by[silent];
     std::string sentence = fmt::format("{} aborted the job ({}{})", ranks_on_hosts(ranks, a.hosts),
-                                       ranks.size() > 1 ? fmt::format("rank {}: ", ranks.front()) : "", message_of[silent]);
+                                       ranks.size() > 1 ? fmt::format("rank {}: ", ranks.front()) : "", ab.message_of[silent]);
     if (!silent.empty()) sentence += fmt::format(" and found {} not answering", ranks_on_hosts(silent, a.hosts));
     sentences.push_back(sentence + ".");
   }
@@ -317,19 +337,19 @@ std::string explain_flight_dumps(const std::string& dir) {
     return std::all_of(ranks.begin(), ranks.end(),
                        [&](int r) { return std::find(silent.begin(), silent.end(), r) != silent.end(); });
   };
-  for (std::size_t i = 0; i < silent_sets.size(); ++i)
-    for (std::size_t j = i + 1; j < silent_sets.size(); ++j) {
-      const std::vector<int>&a_ranks = aborted_by[silent_sets[i]], &b_ranks = aborted_by[silent_sets[j]];
-      if (within(b_ranks, silent_sets[i]) && within(a_ranks, silent_sets[j]))
+  for (std::size_t i = 0; i < ab.silent_sets.size(); ++i)
+    for (std::size_t j = i + 1; j < ab.silent_sets.size(); ++j) {
+      const std::vector<int>&a_ranks = ab.aborted_by[ab.silent_sets[i]], &b_ranks = ab.aborted_by[ab.silent_sets[j]];
+      if (within(b_ranks, ab.silent_sets[i]) && within(a_ranks, ab.silent_sets[j]))
         sentences.push_back(fmt::format("{} and {} each found the other silent although both dumped: the network "
                                         "between them is cut (a link or switch down), not the ranks.",
                                         ranks_on_hosts(a_ranks, a.hosts), ranks_on_hosts(b_ranks, a.hosts)));
     }
+}
 
-  std::set<int> silent_ranks;  // found not answering by a rank that aborted
-  for (const std::vector<int>& silent : silent_sets) silent_ranks.insert(silent.begin(), silent.end());
-  // A rank found not answering that dumped after the first abort was resumed or unstuck meanwhile (a stopped rank
-  // gets SIGCONT with the launcher's kill): its records are from after the hang, so the hang is read without them.
+// A rank found not answering that dumped after the first abort was resumed or unstuck meanwhile (a stopped rank
+// gets SIGCONT with the launcher's kill): its records are from after the hang, so the hang is read without them.
+void drop_late_dumps(Analysis& a, const std::set<int>& silent_ranks, std::vector<std::string>& sentences) {
   double first_abort_s = 1e300;
   for (const auto& [rank, d] : a.dumps)
     if (d.reason.rfind("aborting: ", 0) == 0 && !silent_ranks.count(rank)) first_abort_s = std::min(first_abort_s, d.dumped_at_s);
@@ -341,15 +361,17 @@ std::string explain_flight_dumps(const std::string& dir) {
                                     "records are from later and are left out below.", ranks_on_hosts(dumped_late, a.hosts)));
     for (const int r : dumped_late) a.dumps.erase(r);
   }
-  bool aborted = false;
-  for (const auto& [rank, d] : a.dumps)
-    aborted = aborted || d.reason.rfind("aborting: ", 0) == 0 || d.reason.rfind("asked by", 0) == 0;
-  std::set<Group> groups;
-  for (const auto& [rank, d] : a.dumps)
-    for (const auto& [g, list] : d.issued) groups.insert(g);
+}
+
+// What the groups' records show: the first desync, the hang waited on longest, and the messages ranks wait in.
+struct Findings {
   std::optional<std::string> desync;
   std::optional<Hang> hang;
   std::vector<std::string> waiting;  // messages a rank waits in
+};
+
+Findings read_groups(const Analysis& a, const std::set<Group>& groups, bool aborted, const std::set<int>& silent_ranks) {
+  Findings f;
   for (const Group& g : groups) {
     // Messages (a pipeline's sends and receives) are numbered per rank, not in step across the group: the k-th of
     // one rank need not be the k-th of another, so neither a desync nor a hang is read from their numbers (the
@@ -359,34 +381,66 @@ std::string explain_flight_dumps(const std::string& dir) {
         if (const auto l = d.records.find(g); l != d.records.end())
           for (const Record& r : l->second)
             if (r.state == "started")
-              waiting.push_back(fmt::format("on {} rank {} waits in {} #{} of {} {} (step {})", group_name(g), rank,
-                                            r.op, r.seq, r.count, r.dtype, r.step));
+              f.waiting.push_back(fmt::format("on {} rank {} waits in {} #{} of {} {} (step {})", group_name(g), rank,
+                                              r.op, r.seq, r.count, r.dtype, r.step));
       continue;
     }
-    if (!desync) desync = find_desync(a, g);
-    if (auto h = find_hang(a, g, aborted, silent_ranks); h && (!hang || h->longest_wait_s > hang->longest_wait_s)) hang = h;
+    if (!f.desync) f.desync = find_desync(a, g);
+    if (auto h = find_hang(a, g, aborted, silent_ranks); h && (!f.hang || h->longest_wait_s > f.hang->longest_wait_s)) f.hang = h;
   }
-  if (desync) sentences.push_back(*desync);
-  if (hang) sentences.push_back(hang->text);
-  if (!waiting.empty()) sentences.push_back(fmt::format("Messages unfinished: {}.", fmt::join(waiting, "; ")));
-  if (!desync && (!hang || !aborted) && waiting.empty()) {
-    std::vector<std::string> where;
-    for (const Group& g : groups) {
-      std::uint64_t low = UINT64_MAX, high = 0;
-      for (int r : g.ranks)
-        if (const auto d = a.dumps.find(r); d != a.dumps.end() && d->second.issued.count(g)) {
-          low = std::min(low, d->second.issued.at(g));
-          high = std::max(high, d->second.issued.at(g));
-        }
-      if (high > 0) where.push_back(low == high ? fmt::format("{} at #{}", group_name(g), high)
-                                                : fmt::format("{} at #{} to #{}", group_name(g), low, high));
-    }
-    const std::string last = where.empty() ? "" : fmt::format(" (last issued: {})", fmt::join(where, ", "));
-    sentences.push_back(aborted ? fmt::format("No collective is unfinished on any dumped rank and the ranks agree on "
-                                              "every collective they all hold: nothing hangs here{}.", last)
-                                : fmt::format("No rank aborted: these dumps were taken while the run went on (SIGUSR2), "
-                                              "and the ranks agree on every collective they all hold{}.", last));
+  return f;
+}
+
+// Nothing found: say so, with where each group's issuing stands.
+std::string nothing_found(const Analysis& a, const std::set<Group>& groups, bool aborted) {
+  std::vector<std::string> where;
+  for (const Group& g : groups) {
+    std::uint64_t low = UINT64_MAX, high = 0;
+    for (int r : g.ranks)
+      if (const auto d = a.dumps.find(r); d != a.dumps.end() && d->second.issued.count(g)) {
+        low = std::min(low, d->second.issued.at(g));
+        high = std::max(high, d->second.issued.at(g));
+      }
+    if (high > 0) where.push_back(low == high ? fmt::format("{} at #{}", group_name(g), high)
+                                              : fmt::format("{} at #{} to #{}", group_name(g), low, high));
   }
+  const std::string last = where.empty() ? "" : fmt::format(" (last issued: {})", fmt::join(where, ", "));
+  return aborted ? fmt::format("No collective is unfinished on any dumped rank and the ranks agree on "
+                               "every collective they all hold: nothing hangs here{}.", last)
+                 : fmt::format("No rank aborted: these dumps were taken while the run went on (SIGUSR2), "
+                               "and the ranks agree on every collective they all hold{}.", last);
+}
+
+}  // namespace
+
+std::string explain_flight_dumps(const std::string& dir) {
+  std::vector<std::string> unreadable;
+  Analysis a = read_dumps(dir, unreadable);
+
+  std::vector<int> dumped, missing;
+  for (int r = 0; r < a.world_size; ++r) (a.dumps.count(r) ? dumped : missing).push_back(r);
+  std::vector<std::string> sentences;
+  sentences.push_back(fmt::format("Flight records of a {}-rank job in {}: {} dumped{}.", a.world_size, dir,
+                                  dumped.size() == static_cast<std::size_t>(a.world_size) ? "every rank" : ranks_on_hosts(dumped, a.hosts),
+                                  missing.empty() ? "" : "; no dump from " + ranks_on_hosts(missing, a.hosts)));
+  if (!unreadable.empty()) sentences.push_back(fmt::format("Unreadable: {}.", fmt::join(unreadable, ", ")));
+  Aborts ab = group_aborts(a);
+  describe_aborts(a, ab, sentences);
+
+  std::set<int> silent_ranks;  // found not answering by a rank that aborted
+  for (const std::vector<int>& silent : ab.silent_sets) silent_ranks.insert(silent.begin(), silent.end());
+  drop_late_dumps(a, silent_ranks, sentences);
+  bool aborted = false;
+  for (const auto& [rank, d] : a.dumps)
+    aborted = aborted || d.reason.rfind("aborting: ", 0) == 0 || d.reason.rfind("asked by", 0) == 0;
+  std::set<Group> groups;
+  for (const auto& [rank, d] : a.dumps)
+    for (const auto& [g, list] : d.issued) groups.insert(g);
+  const Findings f = read_groups(a, groups, aborted, silent_ranks);
+  if (f.desync) sentences.push_back(*f.desync);
+  if (f.hang) sentences.push_back(f.hang->text);
+  if (!f.waiting.empty()) sentences.push_back(fmt::format("Messages unfinished: {}.", fmt::join(f.waiting, "; ")));
+  if (!f.desync && (!f.hang || !aborted) && f.waiting.empty()) sentences.push_back(nothing_found(a, groups, aborted));
   for (std::string& sentence : sentences) sentence[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(sentence[0])));
   return fmt::format("{}", fmt::join(sentences, " "));
 }

@@ -88,6 +88,14 @@ class StepRecorder final : public FsdpMemoryListener {
   double elementwise_seconds(const Region& r, bool backward) const;
   // A unit's regions as forward runs them, or as backward's replay of forward does (`recompute`).
   std::vector<Region> regions_of(const Module& unit, bool recompute = false) const;
+  // regions_of's pieces, one per kind of unit, and the block's steps.
+  std::vector<Region> root_regions(const CausalLM& lm) const;
+  std::vector<Region> routed_experts_regions(const RoutedExperts& experts) const;
+  std::vector<Region> block_regions(const Module& unit, bool recompute) const;
+  std::vector<Region> split_at_row_parallel(const Module& unit, const DecoderBlock* block, const Linear* skipped,
+                                            std::int64_t routed_rows_per_expert, double& outputs) const;
+  void close_last_region(std::vector<Region>& regions, double outputs, bool replay) const;
+  void price_mlp_activation(Region& mlp, const DecoderBlock& block, std::int64_t routed_rows_per_expert) const;
   void tp_blocking(CollectiveOp op) { if (p_.tp > 1) wait(issue(op, N() * p_.C * 4, p_.tp, "tp")); }
   // Expert parallelism: a dispatch (the counts, the capacity verdicts, then the rows) or a combine (the rows), each
   // blocking, as ExpertParallelGroup issues them.
@@ -195,61 +203,93 @@ double StepRecorder::elementwise_seconds(const Region& r, bool backward) const {
 // the final norm, lookups and the cross-entropy. A block's replay in backward stops before the layer
 // DecoderBlock::recompute_stops_before() names: without its GEMM, output pass, tp reduction and residual add.
 std::vector<Region> StepRecorder::regions_of(const Module& unit, bool recompute) const {
+  if (const auto* lm = dynamic_cast<const CausalLM*>(&unit)) return root_regions(*lm);
+  if (const auto* experts = dynamic_cast<const RoutedExperts*>(&unit)) return routed_experts_regions(*experts);
+  return block_regions(unit, recompute);
+}
+
+// The root's one region: the LM head (the token embedding when tied), the final norm and the cross-entropy where
+// this rank heads, the lookups where it embeds.
+std::vector<Region> StepRecorder::root_regions(const CausalLM& lm) const {
   const double n = std_N(), C = p_.C;
   const double rows_outside = p_.sequence_parallel ? n / p_.tp : n;  // norms and residuals under sequence parallelism
   std::vector<Region> regions(1);
-  if (const auto* lm = dynamic_cast<const CausalLM*>(&unit)) {
-    Region& r = regions.front();
-    // A pipeline rank's root runs the lookups before its first chunk and the head after its last only.
-    const PipelineStagePart& part = lm->pipeline_stage();
-    const bool embeds = part.embeds(lm->pipeline_chunk()), heads = part.heads(lm->pipeline_chunk());
-    if (heads) {
-      const Parameter& head = lm->lm_head ? *lm->lm_head : lm->token_embedding;  // tied: the embedding serves
-      r.weights.push_back({N(), head.local_shape()[0], head.local_shape()[1]});
-      const double v_local = static_cast<double>(head.local_shape()[0]);
-      // Logits written, cross-entropy read, gradient written: the fused cross-entropy writes d(logits) in forward,
-      // so backward makes no pass over the logits.
-      r.forward_only_bytes = 4 * 3 * n * v_local;
-      r.bytes = 4 * 4 * rows_outside * C + r.forward_only_bytes;  // final norm in and out, twice (stats)
-      r.kernels = 4;
-      for (const Parameter* q : const_cast<Module&>(unit).local_parameters())
-        if (q->local_shape().size() == 1) r.elementwise_flops += 2 * rows_outside * static_cast<double>(q->numel());
-    }
-    if (embeds) {
-      r.bytes += 4 * 2 * n * C * (lm->position_table ? 2 : 1);  // lookups
-      r.kernels += 2;
-    }
-    return regions;
+  Region& r = regions.front();
+  // A pipeline rank's root runs the lookups before its first chunk and the head after its last only.
+  const PipelineStagePart& part = lm.pipeline_stage();
+  const bool embeds = part.embeds(lm.pipeline_chunk()), heads = part.heads(lm.pipeline_chunk());
+  if (heads) {
+    const Parameter& head = lm.lm_head ? *lm.lm_head : lm.token_embedding;  // tied: the embedding serves
+    r.weights.push_back({N(), head.local_shape()[0], head.local_shape()[1]});
+    const double v_local = static_cast<double>(head.local_shape()[0]);
+    // Logits written, cross-entropy read, gradient written: the fused cross-entropy writes d(logits) in forward,
+    // so backward makes no pass over the logits.
+    r.forward_only_bytes = 4 * 3 * n * v_local;
+    r.bytes = 4 * 4 * rows_outside * C + r.forward_only_bytes;  // final norm in and out, twice (stats)
+    r.kernels = 4;
+    for (const Parameter* q : const_cast<CausalLM&>(lm).local_parameters())
+      if (q->local_shape().size() == 1) r.elementwise_flops += 2 * rows_outside * static_cast<double>(q->numel());
   }
-  if (const auto* experts = dynamic_cast<const RoutedExperts*>(&unit)) {
-    // Under ep the rank's E / ep experts get the rows of the ep ranks routed to them: balanced, ep N k / E each,
-    // N k rows in all, which each exchange moves (dispatch and combine in forward, their backwards in backward).
-    Region& r = regions.front();
-    const std::int64_t rows = (std::int64_t{p_.ep} * N() * p_.top_k + p_.experts - 1) / p_.experts;
-    const int L = experts->local_experts();
-    double outputs = 0;
-    for (const Parameter* q : const_cast<RoutedExperts*>(experts)->local_parameters()) {
-      const auto& e = q->local_shape();
-      r.weights.push_back({rows, e[1], e[2], e[0]});
-      outputs += static_cast<double>(rows * e[0] * e[1]);
-    }
-    const double elements = static_cast<double>(rows) * L * experts->gate.local_shape()[1];
-    r.bytes = kPassBytesPerOutput * (outputs - 2 * elements);  // the down projection's pass; gate and up: swiglu's
-    r.family_bytes["swiglu"] += kernel_family_bytes_per_element("swiglu") * elements;
-    r.kernels = 3 * L + 2;
-    r.exchanged_bytes = N() * p_.top_k * p_.C * 4;
-    return regions;
+  if (embeds) {
+    r.bytes += 4 * 2 * n * C * (lm.position_table ? 2 : 1);  // lookups
+    r.kernels += 2;
   }
-  double outputs = 0;  // elements the region's GEMMs write: each gets a pass (kPassBytesPerOutput)
-  const int local_heads = std::max(1, p_.n_head / p_.tp);
+  return regions;
+}
+
+// The routed experts' own unit (under ep): one region of grouped GEMMs and the rows its exchanges move.
+std::vector<Region> StepRecorder::routed_experts_regions(const RoutedExperts& experts) const {
+  // Under ep the rank's E / ep experts get the rows of the ep ranks routed to them: balanced, ep N k / E each,
+  // N k rows in all, which each exchange moves (dispatch and combine in forward, their backwards in backward).
+  std::vector<Region> regions(1);
+  Region& r = regions.front();
+  const std::int64_t rows = (std::int64_t{p_.ep} * N() * p_.top_k + p_.experts - 1) / p_.experts;
+  const int L = experts.local_experts();
+  double outputs = 0;
+  for (const Parameter* q : const_cast<RoutedExperts&>(experts).local_parameters()) {
+    const auto& e = q->local_shape();
+    r.weights.push_back({rows, e[1], e[2], e[0]});
+    outputs += static_cast<double>(rows * e[0] * e[1]);
+  }
+  const double elements = static_cast<double>(rows) * L * experts.gate.local_shape()[1];
+  r.bytes = kPassBytesPerOutput * (outputs - 2 * elements);  // the down projection's pass; gate and up: swiglu's
+  r.family_bytes["swiglu"] += kernel_family_bytes_per_element("swiglu") * elements;
+  r.kernels = 3 * L + 2;
+  r.exchanged_bytes = N() * p_.top_k * p_.C * 4;
+  return regions;
+}
+
+// A block (or any other unit): its GEMMs split into Megatron regions, the last closed, the MLP's activation and
+// attention's softmax priced by family.
+std::vector<Region> StepRecorder::block_regions(const Module& unit, bool recompute) const {
   const auto* block = dynamic_cast<const DecoderBlock*>(&unit);
-  const std::int64_t head_size = block ? block->local().head_size : p_.C / p_.n_head;
   const MoeFeedForward* moe = block ? block->moe() : nullptr;
-  const bool experts_here = moe && !fsdp_group(const_cast<RoutedExperts&>(moe->experts));  // else their own unit
   // A sparse block's experts: a grouped GEMM of N k routed rows, priced as E GEMMs of N k / E rows (balanced).
   const std::int64_t routed_rows_per_expert = moe ? (N() * moe->top_k() + moe->num_experts() - 1) / moe->num_experts() : 0;
-  bool products_placed = false;
   const Linear* skipped = recompute && block ? block->recompute_stops_before() : nullptr;
+  double outputs = 0;  // elements the last region's GEMMs write: each gets a pass (kPassBytesPerOutput)
+  std::vector<Region> regions = split_at_row_parallel(unit, block, skipped, routed_rows_per_expert, outputs);
+  close_last_region(regions, outputs, skipped != nullptr);
+  if (block) price_mlp_activation(regions.back(), *block, routed_rows_per_expert);
+  // The softmax over B x heads x T x T scores, unless the fused kernel keeps them on chip.
+  const int local_heads = std::max(1, p_.n_head / p_.tp);
+  if (p_.scores_materialized)
+    regions.front().family_bytes["softmax"] += kernel_family_bytes_per_element("softmax") * double(p_.B) * local_heads * p_.T * p_.T;
+  regions.front().kernels += 3;
+  return regions;
+}
+
+// The unit's parameters in order, a region ending at each row-parallel weight; `outputs` comes back as the elements
+// the still-open last region's GEMMs write. A replay (`skipped`) leaves out the layer it stops before.
+std::vector<Region> StepRecorder::split_at_row_parallel(const Module& unit, const DecoderBlock* block, const Linear* skipped,
+                                                        std::int64_t routed_rows_per_expert, double& outputs) const {
+  const double n = std_N(), C = p_.C;
+  const double rows_outside = p_.sequence_parallel ? n / p_.tp : n;  // norms and residuals under sequence parallelism
+  const int local_heads = std::max(1, p_.n_head / p_.tp);
+  const std::int64_t head_size = block ? block->local().head_size : p_.C / p_.n_head;
+  std::vector<Region> regions(1);
+  outputs = 0;
+  bool products_placed = false;
   std::vector<const Parameter*> params;
   unit_parameters(unit, params);
   for (const Parameter* q : params) {
@@ -282,6 +322,14 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit, bool recompute)
       regions.emplace_back();
     }
   }
+  return regions;
+}
+
+// The last region gets its GEMMs' passes; with no row-parallel weight (tp 1) it also holds both norms and residual
+// adds; a replay (`replay`) ends without the residual add and (tp) without the output's reduction.
+void StepRecorder::close_last_region(std::vector<Region>& regions, double outputs, bool replay) const {
+  const double n = std_N(), C = p_.C;
+  const double rows_outside = p_.sequence_parallel ? n / p_.tp : n;  // norms and residuals under sequence parallelism
   if (regions.back().weights.empty() && regions.size() > 1) regions.pop_back();
   Region& last = regions.back();
   last.bytes += kPassBytesPerOutput * outputs;
@@ -290,7 +338,7 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit, bool recompute)
     last.bytes += 2 * (kNormBytesPerElement + kResidualBytesPerElement) * rows_outside * C;
     last.kernels += static_cast<int>(last.weights.size()) + 8;
   }
-  if (skipped) {  // the replay has no residual add at the end, and (tp) no reduction of the output
+  if (replay) {  // the replay has no residual add at the end, and (tp) no reduction of the output
     if (p_.tp > 1) {  // the MLP's region was not closed by its row-parallel weight: its norm, no residual add
       last.bytes += kNormBytesPerElement * rows_outside * C;
       last.kernels += static_cast<int>(last.weights.size()) + 2;
@@ -300,30 +348,28 @@ std::vector<Region> StepRecorder::regions_of(const Module& unit, bool recompute)
     }
     last.reduces_output = false;
   }
-  if (block) {
-    // The MLP's activation is its own kernel family, in place of the pass each of its input branches got above.
-    // A sparse block's: over the N k routed rows of F_e, after its gate and up projections; its routed rows are
-    // gathered (read and written), combined (read) and the router's probabilities written and read.
-    // (Under ep the experts' unit prices their activation; the block keeps the router, the gather and the combine.)
-    const double elements = moe ? static_cast<double>(routed_rows_per_expert * moe->num_experts() * moe->ffn_hidden())
-                                : n * block->local().mlp_width;
-    const std::string family = block->mlp_activation_name();
-    Region& mlp = regions.back();
-    if (!moe || experts_here) {
-      mlp.bytes -= kPassBytesPerOutput * elements * static_cast<double>(moe ? 2 : block->parts().mlp_in.size());
-      mlp.family_bytes[family] += kernel_family_bytes_per_element(family) * elements;
-    }
-    if (moe) {
-      const double routed = static_cast<double>(routed_rows_per_expert * moe->num_experts());
-      mlp.bytes += 4 * (3 * routed * C + 2 * n * moe->num_experts());
-      mlp.kernels += 4 + moe->num_experts();
-    }
+}
+
+// The MLP's activation is its own kernel family, in place of the pass each of its input branches got above.
+// A sparse block's: over the N k routed rows of F_e, after its gate and up projections; its routed rows are
+// gathered (read and written), combined (read) and the router's probabilities written and read.
+// (Under ep the experts' unit prices their activation; the block keeps the router, the gather and the combine.)
+void StepRecorder::price_mlp_activation(Region& mlp, const DecoderBlock& block, std::int64_t routed_rows_per_expert) const {
+  const double n = std_N(), C = p_.C;
+  const MoeFeedForward* moe = block.moe();
+  const bool experts_here = moe && !fsdp_group(const_cast<RoutedExperts&>(moe->experts));  // else their own unit
+  const double elements = moe ? static_cast<double>(routed_rows_per_expert * moe->num_experts() * moe->ffn_hidden())
+                              : n * block.local().mlp_width;
+  const std::string family = block.mlp_activation_name();
+  if (!moe || experts_here) {
+    mlp.bytes -= kPassBytesPerOutput * elements * static_cast<double>(moe ? 2 : block.parts().mlp_in.size());
+    mlp.family_bytes[family] += kernel_family_bytes_per_element(family) * elements;
   }
-  // The softmax over B x heads x T x T scores, unless the fused kernel keeps them on chip.
-  if (p_.scores_materialized)
-    regions.front().family_bytes["softmax"] += kernel_family_bytes_per_element("softmax") * double(p_.B) * local_heads * p_.T * p_.T;
-  regions.front().kernels += 3;
-  return regions;
+  if (moe) {
+    const double routed = static_cast<double>(routed_rows_per_expert * moe->num_experts());
+    mlp.bytes += 4 * (3 * routed * C + 2 * n * moe->num_experts());
+    mlp.kernels += 4 + moe->num_experts();
+  }
 }
 
 // Forward: each region's GEMMs and elementwise kernels, then (tp) its output reduced, blocking.
