@@ -263,10 +263,10 @@ TEST_CASE("pipeline plan: each stage's memory, by its schedule's micro-batches i
   CHECK(first.pipeline_slots == std::vector<int>{2});  // 1F1B: pp - r micro-batches in flight
   CHECK(last.pipeline_slots == std::vector<int>{1});
   // Messages of a micro-batch's residual stream, 2 x 32 x 64 floats: stage 0 keeps its output gradient, stage 1 an
-  // input per slot; on a host build each also keeps its transport's buffers (PipelineParallel::kept_buffers): a copy
+  // input per slot; on a host build each also keeps its transport's buffers (PipelineTransport::kept_buffers): a copy
   // of each of its 8 sends and, 1F1B at pp 2 posting ahead, 2 landing buffers.
   const std::int64_t message = 2 * 32 * 64 * 4;
-  const int transport = PipelineParallel::buffers_in_compute_memory(choose_backend(deck.comm.backend)) ? 8 + 2 : 0;
+  const int transport = PipelineTransport::buffers_in_compute_memory(choose_backend(deck.comm.backend)) ? 8 + 2 : 0;
   CHECK(first.memory.pipeline_messages == (1 + transport) * message);
   CHECK(last.memory.pipeline_messages == (1 + transport) * message);
   CHECK(first.units.back().name == "GPT (root)");
@@ -276,7 +276,7 @@ TEST_CASE("pipeline plan: each stage's memory, by its schedule's micro-batches i
   CHECK(gpipe.pipeline_slots == std::vector<int>{8});  // all m
   CHECK(gpipe.memory.activations > last.memory.activations);
   // GPipe's last stage: 8 inputs, and (host build) 8 sends and all 8 receives posted before its first backward
-  const int gpipe_transport = PipelineParallel::buffers_in_compute_memory(choose_backend(deck.comm.backend)) ? 8 + 8 : 0;
+  const int gpipe_transport = PipelineTransport::buffers_in_compute_memory(choose_backend(deck.comm.backend)) ? 8 + 8 : 0;
   CHECK(gpipe.memory.pipeline_messages == (8 + gpipe_transport) * message);
   deck.pipeline.schedule = PipelineScheduleKind::interleaved_1f1b;
   deck.pipeline.virtual_stages = 2;

@@ -4,8 +4,9 @@
 //
 //   - parse_deck calls the deck-wide ones on every deck, after the derived defaults are filled, and reports a
 //     DeckRuleError at the deck line or override that set one of its keys last ("deck.yaml:4:11: ...");
-//   - the code that depends on a rule calls the same function where it depends on it: parallel_layout (the
-//     strategy and mesh, the job size, the reshard group), fully_shard (the reshard group), the vocabulary
+//   - the code that depends on a rule calls the same function where it depends on it: ParallelDims::resolve
+//     (mesh/parallel_dims.hpp, which parallel_layout asks: the strategy and mesh, the job size, the pipeline, cp,
+//     ep, the reshard group, in one documented order), fully_shard (the reshard group), the vocabulary
 //     split (TensorParallelGroup), the models (shape, tensor and sequence parallelism), DataFeed and the
 //     planner (the batch split). A ModelConfig built in code, a test or an import gets the deck's words.
 //   - rules that need the launch (the job size, the data-parallel size) run only where that launch is known

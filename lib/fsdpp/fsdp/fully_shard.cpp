@@ -71,7 +71,7 @@ FsdpGroup::FsdpGroup(Module& module, const DeviceMesh& mesh, FullyShardOptions o
   shard_is_whole_ = ranks_ == 1 && options_.mp_policy.param_dtype == DType::f32 && !options_.offload_policy.cpu;
 
   if (const int k = options_.reshard_after_forward_ranks; k > 0) {
-    check_reshard_after_forward_group(k, ranks_);  // the deck's rule (parallel_layout ran it before the mesh)
+    check_reshard_after_forward_group(k, ranks_);  // the deck's rule (ParallelDims::resolve ran it before the mesh)
     if (k == 1) options_.reshard_after_forward = false;
     else if (k == ranks_) options_.reshard_after_forward = true;
     else {

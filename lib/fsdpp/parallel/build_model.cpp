@@ -13,9 +13,9 @@ TrainModel build_model(MPI_Comm comm, const Deck& deck) {
   t.model = make_model(deck);
   if (deck.mesh.pp > 1) {
     t.pipeline = std::make_unique<PipelineParallel>(comm, deck, *t.model);
-    t.model->keep_pipeline_stage(t.pipeline->part());
-    t.parallel = parallelize(*t.model, t.pipeline->stage_deck(deck), t.pipeline->stage_comm());
-    t.pipeline->tie_gradients(*t.model);
+    t.model->keep_pipeline_stage(t.pipeline->topology().part());
+    t.parallel = parallelize(*t.model, pipeline_stage_deck(deck), t.pipeline->topology().stage_comm());
+    t.pipeline->tied_embedding().tie_gradients(*t.model);
   } else {
     t.parallel = parallelize(*t.model, deck, comm);
   }

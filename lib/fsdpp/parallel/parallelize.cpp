@@ -32,49 +32,28 @@ CommBackend choose_backend(CommBackendChoice choice) {
   return CommBackend::mpi;
 }
 
-namespace {
-
-// The data-parallel dimensions the deck sets, outermost first (dp_replicate, dp_shard), as DeviceMesh takes them.
-std::vector<MeshDim> data_parallel_dims(const MeshConfig& mesh) {
-  std::vector<MeshDim> out;
-  if (mesh.dp_replicate != 0) out.push_back({"dp_replicate", mesh.dp_replicate});
-  if (mesh.dp_shard != 0) out.push_back({"dp_shard", mesh.dp_shard});
-  return out;
-}
-
-}  // namespace
-
 ParallelLayout parallel_layout(const Deck& deck, int world_size) {
-  // The deck's strategy and mesh rules (parse_deck ran them on a parsed deck; a Deck built in code meets them
-  // here), then the launch's: the job size.
-  check_parallel_strategy(deck.fsdp, deck.mesh);
-  check_job_size(deck.mesh, world_size);
-  check_pipeline(deck.model, deck.mesh, deck.pipeline);
-  // A pipeline's stages are parallelized one by one (build_model.hpp, PipelineParallel::stage_deck).
+  // The mesh: its sizes on this launch and every rule on them, in ParallelDims's order (mesh/parallel_dims.hpp).
+  ParallelLayout layout;
+  layout.dims = ParallelDims::resolve(deck, world_size);
+  // A pipeline's stages are parallelized one by one (build_model.hpp, pipeline_stage_deck).
   FSDPP_REQUIRE(deck.mesh.pp == 1, "mesh.pp is {}: a pipeline has a layout per stage, not one for the job, and its "
                 "step time is not priced yet. `fsdpp plan --ranks {}` prints each stage's memory, the schedule and its "
                 "bubble", deck.mesh.pp, world_size);
-  ParallelLayout layout;
   layout.strategy = deck.fsdp.strategy;
   layout.backend = choose_backend(deck.comm.backend);
-  // Tensor parallelism takes consecutive ranks (the innermost dimension); the data-parallel dimensions are laid
-  // over the world / tp groups.
-  layout.tp = deck.mesh.tp;
+  // Tensor parallelism takes consecutive ranks (the innermost dimension), context parallelism the cp ranks between
+  // the data-parallel dimensions and tp.
+  layout.mesh = layout.dims.mesh();
+  layout.tp = layout.dims.tp();
   layout.sequence_parallel = deck.mesh.tp > 1 && deck.mesh.tp_sequence_parallel;
-  world_size /= layout.tp;
-  // Context parallelism: cp ranks between the data-parallel dimensions and tp.
-  check_context_parallel(deck.model, deck.mesh, deck.train, deck.fsdp);
-  check_reproducible_chunks(deck.model, deck.mesh, deck.train);
-  layout.cp = deck.mesh.cp;
-  world_size /= layout.cp;
+  layout.cp = layout.dims.cp();
+  layout.ep = layout.dims.ep();
   if (deck.fsdp.strategy == ShardStrategy::no_shard) {
-    // DDP: every rank a replica, each parameter "sharded" over a group of one.
-    layout.mesh = resolve_mesh_shape({{"dp_replicate", -1}, {"dp_shard", 1}}, world_size);
+    // DDP: every rank a replica (ParallelDims's (ranks x 1) mesh).
     layout.sync_every_micro_batch = false;
-    layout.loss_scale_ranks = world_size;
+    layout.loss_scale_ranks = layout.dims.data_parallel_size();
     layout.gradient_divide_factor = 1;
-  } else {
-    layout.mesh = resolve_mesh_shape(data_parallel_dims(deck.mesh), world_size);  // 2-D exactly for hybrid_shard
   }
   if (deck.fsdp.accumulate == GradAccumulation::unsharded) layout.sync_every_micro_batch = false;
   layout.all_reduce_every_micro_batch = deck.fsdp.replica_all_reduce == ReplicaAllReduce::every_micro_batch;
@@ -83,11 +62,6 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
   layout.exact_reduction = deck.train.reproducible;
   if (layout.exact_reduction) layout.sync_every_micro_batch = true;
   layout.token_chunk_rows = reproducible_chunk_rows(deck.model, deck.train);
-  const int shard_ranks = layout.mesh.back().size;  // dp_shard, before cp and tp join the mesh
-  check_expert_parallel(deck.model, deck.mesh, shard_ranks);  // ep divides the resolved dp_shard
-  layout.ep = deck.mesh.ep;
-  if (layout.cp > 1) layout.mesh.push_back({"cp", layout.cp});
-  if (layout.tp > 1) layout.mesh.push_back({"tp", layout.tp});
 
   FullyShardOptions& block = layout.block_options;
   block.mp_policy.param_dtype = deck.fsdp.param_dtype;
@@ -106,11 +80,8 @@ ParallelLayout parallel_layout(const Deck& deck, int world_size) {
     block.reshard_after_forward = false;
   else if (raf.kind == ReshardAfterForward::Kind::yes)
     block.reshard_after_forward = true;
-  else if (raf.kind == ReshardAfterForward::Kind::group) {
-    // here, before any communicator exists; the shard group is dp_shard x cp
-    check_reshard_after_forward_group(raf.group_size, shard_ranks * layout.cp);
-    block.reshard_after_forward_ranks = raf.group_size;
-  }
+  else if (raf.kind == ReshardAfterForward::Kind::group)
+    block.reshard_after_forward_ranks = raf.group_size;  // ParallelDims::resolve checked it against dp_shard x cp
   FullyShardOptions& root = layout.root_options;
   root.mp_policy = block.mp_policy;
   root.offload_policy = block.offload_policy;
@@ -147,27 +118,14 @@ Deck forward_only(Deck deck) {
 
 Parallelism::Parallelism(ParallelLayout layout, std::unique_ptr<DeviceMesh> mesh, MPI_Comm world)
     : layout_(std::move(layout)), mesh_(std::move(mesh)) {
-  std::vector<std::string> dp;
-  for (int d = 0; d < mesh_->ndim(); ++d)
-    if (mesh_->name(d) != "tp" && mesh_->name(d) != "cp") dp.push_back(mesh_->name(d));
-  batch_mesh_ = std::make_unique<DeviceMesh>(mesh_->slice(dp));
-  if (layout_.cp > 1) {  // collective over the world, after the dimensions' own communicators
-    dp.push_back("cp");
-    fsdp_mesh_ = std::make_unique<DeviceMesh>(mesh_->slice(dp).merge({"dp_shard", "cp"}, "dp_shard_cp"));
-  } else {
-    fsdp_mesh_ = std::make_unique<DeviceMesh>(*batch_mesh_);
-  }
-  // Collective over the world (every rank reads the same deck): after the dimensions' own communicators.
-  if (layout_.ep > 1) {
-    ep_mesh_ = std::make_unique<DeviceMesh>(mesh_->split("dp_shard", layout_.ep, "dp_shard_mod_ep", "ep"));
-    std::vector<std::string> experts_dp;
-    for (int d = 0; d < ep_mesh_->ndim(); ++d)
-      if (ep_mesh_->name(d) != "tp" && ep_mesh_->name(d) != "ep") experts_dp.push_back(ep_mesh_->name(d));
-    // Under cp the experts' shard group takes the cp ranks too (they hold the same experts), as the dense weights'
-    // does: (dp_replicate x) dp_shard_mod_ep x cp, merged into one shard dimension.
-    expert_dp_mesh_ = std::make_unique<DeviceMesh>(
-        layout_.cp > 1 ? ep_mesh_->slice(experts_dp).merge({"dp_shard_mod_ep", "cp"}, "dp_shard_mod_ep_cp")
-                       : ep_mesh_->slice(experts_dp));
+  // The submeshes ParallelDims names, in its order: fsdp's merge under cp and the ep split are collective over the
+  // world (every rank reads the same deck), after the dimensions' own communicators.
+  const ParallelDims& dims = layout_.dims;
+  batch_mesh_ = std::make_unique<DeviceMesh>(dims.batch_mesh(*mesh_));
+  fsdp_mesh_ = std::make_unique<DeviceMesh>(dims.fsdp_mesh(*mesh_));
+  if (dims.ep() > 1) {
+    ep_mesh_ = std::make_unique<DeviceMesh>(dims.ep_mesh(*mesh_));
+    expert_dp_mesh_ = std::make_unique<DeviceMesh>(dims.expert_dp_mesh(*ep_mesh_));
   }
   if (world != MPI_COMM_NULL) {
     host_world_ = std::make_unique<MpiCommunicator>(world);

@@ -27,6 +27,7 @@
 #include "fsdpp/comm/mpi_communicator.hpp"
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/fsdp/fully_shard.hpp"
+#include "fsdpp/mesh/parallel_dims.hpp"
 #include "fsdpp/nn/language_model.hpp"
 
 #include <mpi.h>
@@ -40,7 +41,9 @@ namespace fsdpp {
 // The deck's parallel layout for a launch of `world_size` ranks, before any communicator exists.
 struct ParallelLayout {
   ShardStrategy strategy = ShardStrategy::full_shard;
-  std::vector<MeshDim> mesh;       // resolved sizes, outermost first; then cp and tp, when above 1
+  // The mesh's sizes, rules, order and submeshes (mesh/parallel_dims.hpp); the four below are its answers.
+  ParallelDims dims;
+  std::vector<MeshDim> mesh;       // dims.mesh(): resolved sizes, outermost first; then cp and tp, when above 1
   int tp = 1;                      // tensor-parallel ranks (mesh.tp)
   bool sequence_parallel = false;  // mesh.tp_sequence_parallel (with tp > 1)
   int ep = 1;                      // expert-parallel ranks (mesh.ep), inside the dp_shard dimension
@@ -67,7 +70,8 @@ struct ParallelLayout {
   double gradient_divide_factor = 0;
 };
 
-// UsageError, the same on every rank, for a deck that cannot run on `world_size` ranks.
+// UsageError, the same on every rank, for a deck that cannot run on `world_size` ranks: ParallelDims::resolve's
+// mesh rules, in its order, then the whole job's layout under mesh.pp > 1 and comm.backend.
 ParallelLayout parallel_layout(const Deck& deck, int world_size);
 
 // The deck as a model that runs no backward sees it (fsdpp init, eval, generate): fsdp.reshard_after_forward

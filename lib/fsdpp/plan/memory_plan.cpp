@@ -246,15 +246,15 @@ void plan_stage_step_memory(const Deck& deck, PlannedModel& planned, int stage,
   messages += gradient ? 1 : 0;
   auto residual_bytes = [&](int B) { return static_cast<std::int64_t>(shapes.residual_elements(B, T)) * 4; };
   // The transport's own buffers, where they are Views of the compute memory: one message each (the residual stream
-  // and a mixture of experts' router statistics), as pipeline_parallel.cpp keeps them.
-  const int kept = PipelineParallel::buffers_in_compute_memory(choose_backend(deck.comm.backend))
-                       ? PipelineParallel::kept_buffers(actions, shape,
-                                                        plan_pipeline_messages(every_rank, shape)[sz(stage)])
+  // and a mixture of experts' router statistics), as pipeline_transport.cpp keeps them.
+  const int kept = PipelineTransport::buffers_in_compute_memory(choose_backend(deck.comm.backend))
+                       ? PipelineTransport::kept_buffers(actions, shape,
+                                                         plan_pipeline_messages(every_rank, shape)[sz(stage)])
                        : 0;
   const std::size_t payload_doubles = shapes.pipeline_payload_size();
   auto kept_bytes = [&](int B) {
-    return kept * static_cast<std::int64_t>(PipelineParallel::message_floats(shapes.residual_elements(B, T),
-                                                                              payload_doubles)) * 4;
+    return kept * static_cast<std::int64_t>(PipelineTransport::message_floats(shapes.residual_elements(B, T),
+                                                                               payload_doubles)) * 4;
   };
   plan.recomputing_blocks = shapes.recomputing_blocks();
   m.activations = shapes.activation_split(plan.micro_batch, T, plan.recomputing_blocks).with_slots(slots);

@@ -15,29 +15,29 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
   microbatches_ = microbatches;
   exact_ = exact_loss != nullptr;
   const bool chunked = parallel_.layout().token_chunk_rows > 0;
-  const std::size_t cells = static_cast<std::size_t>(pipeline_.virtual_stages() * microbatches);
+  const std::size_t cells = static_cast<std::size_t>(topology_.virtual_stages() * microbatches);
   elements_.resize(cells);
   slot_of_.assign(cells, -1);
-  free_slots_.resize(static_cast<std::size_t>(pipeline_.virtual_stages()));
+  free_slots_.resize(static_cast<std::size_t>(topology_.virtual_stages()));
   slots_made_.resize(free_slots_.size(), 0);
   double loss = 0;
-  const double start = MPI_Wtime(), waited = pipeline_.waited_s();
+  const double start = MPI_Wtime(), waited = transport_.waited_s();
   const std::vector<PipelineAction>& actions = pipeline_.actions(microbatches);
-  PipelineGradientSync sync(actions, pipeline_.stages(), microbatches);
+  PipelineGradientSync sync(actions, topology_.stages(), microbatches);
   stash_of_.assign(cells, -1);
   payload_of_.resize(cells);
   routing_totals_ = {};
   // Every message of the step has one size: a micro-batch's residual stream (and the model's payload).
-  const std::size_t message = PipelineParallel::message_floats(
+  const std::size_t message = PipelineTransport::message_floats(
       model_.residual_elements(data_.train_batch(), model_.context_length()), model_.pipeline_payload_size());
   for (std::size_t k = 0; k < actions.size(); ++k) {
     const PipelineAction& a = actions[k];
-    const int chunk = pipeline_.local_chunk_of(a.stage);
-    pipeline_.post_receives(k, message);
-    const TimelineScope span(pipeline_.action_region(k));
+    const int chunk = topology_.local_chunk_of(a.stage);
+    transport_.post_receives(k, message);
+    const TimelineScope span(pipeline_.schedule().action_region(k));
     if (a.op == PipelineOp::forward) {
       forward(flow, a, microbatches);
-      if (pipeline_.last_stage(a.stage)) {
+      if (topology_.last_stage(a.stage)) {
         loss += flow.loss;
         model_.add_routing_totals(routing_totals_);
         if (exact_loss && chunked) exact_loss->add_each(model_.losses());
@@ -51,15 +51,15 @@ double PipelineStep::train(Flow& flow, int microbatches, SectionTimers& timers, 
       timers.mark(backward_section);
     }
   }
-  pipeline_.wait_sends();
-  pipeline_.check_no_posted_receives();
+  transport_.wait_sends();
+  transport_.check_no_posted_receives();
   model_.select_pipeline_chunk(0);
   model_.select_activation_slot(0);  // every slot is free again; the rest of training uses 0
-  const double spent = MPI_Wtime() - start, step_waited = pipeline_.waited_s() - waited;
+  const double spent = MPI_Wtime() - start, step_waited = transport_.waited_s() - waited;
   train_s_ += spent;
   train_waited_s_ += step_waited;
   last_bubble_ = spent > 0 ? step_waited / spent : 0.0;
-  return pipeline_.last() ? loss : 0.0;
+  return topology_.last() ? loss : 0.0;
 }
 
 std::string PipelineStep::summary(MPI_Comm world, int microbatches) const {
@@ -76,15 +76,15 @@ std::string PipelineStep::summary(MPI_Comm world, int microbatches) const {
   if (counts[1] > 0)
     activations += fmt::format(", weight gradients held back (I before W) for up to {} of them", counts[1]);
   const std::string schedule =
-      pipeline_.virtual_stages() > 1
-          ? fmt::format("{} ({} virtual stages)", to_string(pipeline_.schedule_kind()), pipeline_.virtual_stages())
-          : std::string(to_string(pipeline_.schedule_kind()));
+      topology_.virtual_stages() > 1
+          ? fmt::format("{} ({} virtual stages)", to_string(pipeline_.schedule().kind()), topology_.virtual_stages())
+          : std::string(to_string(pipeline_.schedule().kind()));
   return fmt::format("pipeline {}, pp {} x {} micro-batches, blocks {}: bubble measured {:.1f} / {:.1f} / {:.1f} % "
                      "(min / avg / max over ranks: time waiting for another stage, of the micro-batches' time); "
                      "the schedule's ideal (equal stages) {:.1f} %, 1f1b's (p-1)/(m+p-1) {:.1f} %; {}",
-                     schedule, pipeline_.stages(), microbatches, pipeline_.split().ranges(),
-                     100 * low, 100 * sum / ranks, 100 * high, 100 * pipeline_.ideal_bubble(),
-                     100 * one_f_one_b_ideal_bubble(pipeline_.stages(), microbatches), activations);
+                     schedule, topology_.stages(), microbatches, topology_.split().ranges(),
+                     100 * low, 100 * sum / ranks, 100 * high, 100 * pipeline_.schedule().ideal_bubble(),
+                     100 * one_f_one_b_ideal_bubble(topology_.stages(), microbatches), activations);
 }
 
 std::size_t PipelineStep::cell(int chunk, int microbatch) const {
@@ -93,7 +93,7 @@ std::size_t PipelineStep::cell(int chunk, int microbatch) const {
 
 int PipelineStep::slot_id(int chunk, int slot) const {
   // Chunk-local slot k of chunk c is the model's slot k v + c: every chunk's modules see slots of their own only.
-  return slot * pipeline_.virtual_stages() + chunk;
+  return slot * topology_.virtual_stages() + chunk;
 }
 
 void PipelineStep::select_slot(int chunk, int slot) { model_.select_activation_slot(slot_id(chunk, slot)); }
@@ -104,7 +104,7 @@ View1<float>& PipelineStep::input_buffer(std::size_t index) {
 }
 
 void PipelineStep::forward(Flow& flow, const PipelineAction& a, int m) {
-  const int chunk = pipeline_.local_chunk_of(a.stage), i = a.microbatch, s = a.stage;
+  const int chunk = topology_.local_chunk_of(a.stage), i = a.microbatch, s = a.stage;
   {
     const TimelineScope loading(timeline_names::data);
     data_.load_train(i, flow);
@@ -122,28 +122,28 @@ void PipelineStep::forward(Flow& flow, const PipelineAction& a, int m) {
     select_slot(chunk, slot_of_[at]);
   }
   const bool payload = model_.pipeline_payload_size() > 0;
-  if (const auto in = pipeline_.message_into(a)) {
+  if (const auto in = transport_.message_into(a)) {
     // Kept until the backward: per slot (the micro-batches in flight).
     View1<float>& input = input_buffer(static_cast<std::size_t>(slot_id(chunk, slot_of_[at])));
     if (input.extent(0) != n) input = uninitialized<float>("fsdpp::pipeline_input", n);
     if (payload) payload_in_.resize(model_.pipeline_payload_size());  // the stages before wrote it
-    pipeline_.receive(input, n, *in, payload ? &payload_in_ : nullptr);
+    transport_.receive(input, n, *in, payload ? &payload_in_ : nullptr);
     if (payload) model_.read_forward_payload(payload_in_);
     flow.x = input;
   }
   model_(flow);
   Kokkos::fence();
-  if (const auto out = pipeline_.message_out_of(a)) {
+  if (const auto out = transport_.message_out_of(a)) {
     if (payload) model_.write_pipeline_payload(payload_out_);
-    pipeline_.send(flow.x, n, *out, payload ? &payload_out_ : nullptr);
+    transport_.send(flow.x, n, *out, payload ? &payload_out_ : nullptr);
   }
   // The last stage keeps each micro-batch's payload for its backward: other forwards may run between.
-  if (payload && pipeline_.last_stage(s)) model_.write_pipeline_payload(payload_of_[at]);
+  if (payload && topology_.last_stage(s)) model_.write_pipeline_payload(payload_of_[at]);
   elements_[at] = n;
 }
 
 void PipelineStep::backward(Flow& flow, const PipelineAction& a, int m) {
-  const int chunk = pipeline_.local_chunk_of(a.stage), i = a.microbatch;
+  const int chunk = topology_.local_chunk_of(a.stage), i = a.microbatch;
   const bool input_only = a.op == PipelineOp::backward_input;
   const std::size_t at = cell(chunk, i);
   model_.select_pipeline_chunk(chunk);
@@ -157,9 +157,9 @@ void PipelineStep::backward(Flow& flow, const PipelineAction& a, int m) {
   const std::size_t n = elements_[at];
   const bool payload = model_.pipeline_payload_size() > 0;
   if (payload) payload_back_.resize(model_.pipeline_payload_size());
-  if (const auto in = pipeline_.message_into(a)) {
+  if (const auto in = transport_.message_into(a)) {
     if (gradient_.extent(0) != n) gradient_ = uninitialized<float>("fsdpp::pipeline_output_gradient", n);
-    pipeline_.receive(gradient_, n, *in, payload ? &payload_back_ : nullptr);
+    transport_.receive(gradient_, n, *in, payload ? &payload_back_ : nullptr);
     flow.dx = gradient_;
   } else if (payload) {
     payload_back_ = payload_of_[at];  // what its forward wrote
@@ -177,7 +177,8 @@ void PipelineStep::backward(Flow& flow, const PipelineAction& a, int m) {
   model_(flow, Pass::backward);
   flow.weight_stash = nullptr;
   Kokkos::fence();
-  if (const auto out = pipeline_.message_out_of(a)) pipeline_.send(flow.dx, n, *out, payload ? &payload_back_ : nullptr);
+  if (const auto out = transport_.message_out_of(a))
+    transport_.send(flow.dx, n, *out, payload ? &payload_back_ : nullptr);
   // After I the stash still reads the slot's activations (the weights' inputs): W frees it.
   if (!input_only) free_slots_[static_cast<std::size_t>(chunk)].push_back(slot_of_[at]);
 }
@@ -200,24 +201,24 @@ double PipelineStep::evaluate(Flow& flow, int index) {
   data_.load_val(index, flow);
   flow.training = false;
   const std::size_t n = residual_elements(flow);
-  for (int chunk = 0; chunk < pipeline_.virtual_stages(); ++chunk) {  // each chunk in its own slot 0
-    const PipelineAction forward{PipelineOp::forward, pipeline_.global_stage(chunk), index};
+  for (int chunk = 0; chunk < topology_.virtual_stages(); ++chunk) {  // each chunk in its own slot 0
+    const PipelineAction forward{PipelineOp::forward, topology_.global_stage(chunk), index};
     model_.select_pipeline_chunk(chunk);
     select_slot(chunk, 0);
-    if (const auto in = pipeline_.message_into(forward)) {  // training's buffer of (chunk, slot 0)
+    if (const auto in = transport_.message_into(forward)) {  // training's buffer of (chunk, slot 0)
       View1<float>& input = input_buffer(static_cast<std::size_t>(slot_id(chunk, 0)));
       if (input.extent(0) < n) input = uninitialized<float>("fsdpp::pipeline_input", n);
-      pipeline_.receive(input, n, *in);
+      transport_.receive(input, n, *in);
       flow.x = Kokkos::subview(input, std::make_pair(std::size_t{0}, n));
     }
     model_(flow);
     Kokkos::fence();
-    if (const auto out = pipeline_.message_out_of(forward)) pipeline_.send(flow.x, n, *out);
-    pipeline_.wait_sends();  // the next chunk's receive reuses the input buffer only after
+    if (const auto out = transport_.message_out_of(forward)) transport_.send(flow.x, n, *out);
+    transport_.wait_sends();  // the next chunk's receive reuses the input buffer only after
   }
   model_.select_pipeline_chunk(0);
   select_slot(0, 0);
-  return pipeline_.last() ? flow.loss : 0.0;
+  return topology_.last() ? flow.loss : 0.0;
 }
 
 }  // namespace fsdpp

@@ -45,7 +45,8 @@ namespace fsdpp {
 class PipelineStep {
  public:
   PipelineStep(PipelineParallel& pipeline, LanguageModel& model, Parallelism& parallel, DataFeed& data)
-      : pipeline_(pipeline), model_(model), parallel_(parallel), data_(data) {}
+      : pipeline_(pipeline), topology_(pipeline.topology()), transport_(pipeline.transport()), model_(model),
+        parallel_(parallel), data_(data) {}
 
   // The step's `microbatches` forwards and backwards on this stage; returns the sum of their losses on the last
   // stage (0 on the others). Marks `forward_section` and `backward_section` on `timers` after each.
@@ -55,7 +56,7 @@ class PipelineStep {
                ExactLossMean* exact_loss = nullptr);
   // Evaluation batch `index` through this stage: its loss on the last stage, 0 on the others.
   double evaluate(Flow& flow, int index);
-  double from_last_stage(double value) { return pipeline_.from_last_stage(value); }
+  double from_last_stage(double value) { return topology_.from_last_stage(value); }
   // Activation slots this rank has made, over its chunks (the most (chunk, micro-batch) pairs in flight).
   int slots() const {
     int n = 0;
@@ -76,7 +77,7 @@ class PipelineStep {
 
  private:
   // Under interleaving a rank runs several chunks (global stages); what a micro-batch keeps is per (chunk, micro-batch).
-  // The messages an action receives and sends are PipelineParallel::message_into / message_out_of's.
+  // The messages an action receives and sends are PipelineTransport::message_into / message_out_of's.
   void forward(Flow& flow, const PipelineAction& forward, int microbatches);
   // A whole backward (B), or zero_bubble's I: its weight gradients into a stash of their own. FSDP's flags are set
   // before (parallel/pipeline_gradient_sync.hpp).
@@ -88,7 +89,9 @@ class PipelineStep {
   void select_slot(int chunk, int slot);
   View1<float>& input_buffer(std::size_t index);
 
-  PipelineParallel& pipeline_;
+  PipelineParallel& pipeline_;  // its schedule; its parts:
+  const PipelineTopology& topology_;
+  PipelineTransport& transport_;
   LanguageModel& model_;
   Parallelism& parallel_;
   DataFeed& data_;

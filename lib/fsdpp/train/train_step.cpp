@@ -40,7 +40,8 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
     // post-backward drains them), before anything reads the gradients.
     if (exact) finish_exact_gradients(model_, units);
     else finish_gradient_reduction(model_);
-    if (pipeline_) pipeline_->sum_tied_gradient(model_);  // GPT-2's wte: the lookup's and the head's parts
+    // GPT-2's wte: the lookup's and the head's parts.
+    if (pipeline_) pipeline_->tied_embedding().sum_tied_gradient(model_);
     stats_ = fsdp_stats(model_);
     // Tensor parallelism's all-reduces block the compute too: they count with the all-reduces (the AllReduce row).
     const TensorParallelStats& tp = model_.tensor_parallel().stats();
@@ -51,7 +52,7 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
                      : parallel_.mean_over_ranks(loss / accum);
     if (pipeline_) {
       // The stage's ranks, then the last stage's (reproducible mode's mean was over the job: the last stage's words).
-      if (!exact) r.loss = pipeline_->from_last_stage(r.loss);
+      if (!exact) r.loss = pipeline_->topology().from_last_stage(r.loss);
       double bubble = pipeline_step_->last_bubble();
       MPI_Allreduce(MPI_IN_PLACE, &bubble, 1, MPI_DOUBLE, MPI_SUM, comm_);
       int ranks = 1;
@@ -66,8 +67,8 @@ StepResult TrainStep::run(std::int64_t step, float lr) {
   Communicator* norm_group = parallel_.grad_norm_group();  // shards; replicas are copies
   Communicator* tp_group = parallel_.tensor_parallel_group();  // null without tensor parallelism
   const NormType norm = exact ? NormType::l2_exact : NormType::l2;
-  Communicator* stages = pipeline_ ? &pipeline_->stages_group() : nullptr;  // each stage its own parameters
-  const Parameter* counted_elsewhere = pipeline_ ? pipeline_->counted_elsewhere(model_) : nullptr;
+  Communicator* stages = pipeline_ ? &pipeline_->topology().stages_group() : nullptr;  // each stage its own parameters
+  const Parameter* counted_elsewhere = pipeline_ ? pipeline_->tied_embedding().counted_elsewhere(model_) : nullptr;
   r.grad_norm = train_.grad_clip > 0
                     ? clip_grad_norm(params, train_.grad_clip, norm_group, norm, tp_group, stages, counted_elsewhere)
                     : global_grad_norm(params, norm_group, norm, tp_group, stages, counted_elsewhere);
@@ -125,9 +126,9 @@ void TrainStep::report_routing(StepResult& r, LanguageModel::RoutingTotals& rout
   parallel_.sum_over_ranks(selections);
   double dropped_pairs = parallel_.mean_over_ranks(routed.dropped) * parallel_.mesh().size();
   if (pipeline_) {  // the last stage saw every layer's: its figures on every stage
-    r.aux_loss = pipeline_->from_last_stage(*r.aux_loss);
-    dropped_pairs = pipeline_->from_last_stage(dropped_pairs);
-    pipeline_->from_last_stage(selections);
+    r.aux_loss = pipeline_->topology().from_last_stage(*r.aux_loss);
+    dropped_pairs = pipeline_->topology().from_last_stage(dropped_pairs);
+    pipeline_->topology().from_last_stage(selections);
   }
   r.expert_load_per_layer = expert_load_per_layer(selections, model_.router_statistics()->layers());
   r.expert_load = *std::max_element(r.expert_load_per_layer.begin(), r.expert_load_per_layer.end());
@@ -140,7 +141,8 @@ std::string TrainStep::guard(std::int64_t step, const StepResult& r) {
     return {};
   }
   // Every rank got the same loss and norm, so every rank is here and takes part in the search.
-  const auto param = first_nonfinite(comm_, model_.parameters(), ParamTensor::grad, pipeline_ ? pipeline_->stage() : 0);
+  const auto param = first_nonfinite(comm_, model_.parameters(), ParamTensor::grad,
+                                     pipeline_ ? pipeline_->topology().stage() : 0);
   const std::string what =
       fmt::format("loss {}, gradient norm {}, {}", r.loss, r.grad_norm,
                   param ? fmt::format("first non-finite gradient '{}'", *param) : std::string("every gradient finite"));
