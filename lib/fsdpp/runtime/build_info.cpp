@@ -73,7 +73,7 @@ std::string kokkos_description() {
 
 BuildInfoRows build_info(const BuildInfoRows& matmul_rows) {
   BuildInfoRows rows;
-  rows.emplace_back("fsdpp", fmt::format("{} ({})", FSDPP_VERSION, FSDPP_GIT_REVISION));
+  rows.emplace_back("fsdpp", fmt::format("{} ({})", FSDPP_VERSION, git_revision()));
   rows.emplace_back("Kokkos", kokkos_description());
 
   char mpi_library[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
