@@ -11,11 +11,15 @@
 
 namespace fsdpp::test {
 
+// The checkout the tests were built from (tests/source_dir.cpp.in, generated: a path on the compile line of every
+// test file would keep another clone's build from reusing their compiled objects through ccache).
+const char* built_source_dir();
+
 // The checkout the tests were built from, unless FSDPP_SOURCE_DIR names another folder holding input/ (a
 // relocated bundle: tests/gpu/run sets it).
 inline std::string source_dir() {
   const char* moved = std::getenv("FSDPP_SOURCE_DIR");
-  return moved && *moved ? moved : FSDPP_SOURCE_DIR;
+  return moved && *moved ? moved : built_source_dir();
 }
 
 inline Deck input_deck(const std::string& name, const std::vector<std::string>& overrides) {

@@ -27,7 +27,7 @@ const char* const kModes[] = {"train.activation_checkpointing=none", "train.acti
                               "train.activation_checkpointing=full"};
 
 // tiny.yaml with 3 blocks (every_2 then checkpoints h.1 only, between two blocks that keep theirs).
-Deck tiny_deck(std::vector<std::string> overrides) {
+Deck tiny_deck_3_blocks(std::vector<std::string> overrides) {
   overrides.insert(overrides.begin(), "model.n_layer=3");
   return test::input_deck("tiny.yaml", overrides);
 }
@@ -52,7 +52,7 @@ MPI_TEST_CASE("activation checkpointing: losses are bitwise those without it on 
         std::vector<std::string> o = {"train.steps=3", "train.eval_interval=0", "schedule.warmup_steps=1",
                                       "train.global_batch=12", micro, mode};
         o.insert(o.end(), layout.begin(), layout.end());
-        runs.push_back(losses_on(test_comm, test_rank, n, tiny_deck(o)));
+        runs.push_back(losses_on(test_comm, test_rank, n, tiny_deck_3_blocks(o)));
       }
       CAPTURE(n);
       CAPTURE(layout.back());
@@ -89,9 +89,10 @@ MPI_TEST_CASE("activation checkpointing: HSDP (2 x 2) losses are bitwise those w
   std::vector<std::vector<double>> runs;
   for (const char* mode : kModes)
     runs.push_back(losses_on(test_comm, test_rank, 4,
-                             tiny_deck({"train.steps=3", "train.eval_interval=0", "schedule.warmup_steps=1",
-                                        "train.global_batch=8", "train.micro_batch=2", "fsdp.strategy=hybrid_shard",
-                                        "mesh.dp_replicate=2", "mesh.dp_shard=2", mode})));
+                             tiny_deck_3_blocks({"train.steps=3", "train.eval_interval=0",
+                                                 "schedule.warmup_steps=1", "train.global_batch=8",
+                                                 "train.micro_batch=2", "fsdp.strategy=hybrid_shard",
+                                                 "mesh.dp_replicate=2", "mesh.dp_shard=2", mode})));
   CHECK(runs[1] == runs[0]);
   CHECK(runs[2] == runs[0]);
 }
@@ -148,7 +149,7 @@ MPI_TEST_CASE("activation checkpointing: the recomputation adds no collective, a
     auto with = [&](const char* mode) {
       auto o = common;
       o.push_back(mode);
-      return one_step(test_comm, tiny_deck(o));
+      return one_step(test_comm, tiny_deck_3_blocks(o));
     };
     const StepOutcome none = with(kModes[0]), every_2 = with(kModes[1]), full = with(kModes[2]);
     CAPTURE(reshard);
@@ -166,7 +167,7 @@ MPI_TEST_CASE("activation checkpointing: the recomputation adds no collective, a
     CHECK(every_2.grads == none.grads);  // bitwise, shard by shard
     CHECK(full.grads == none.grads);
     // Three blocks' recomputable sets become one shared set (full), or two (every_2: h.0 and h.2 keep theirs).
-    const ModelConfig c = tiny_deck(common).model;
+    const ModelConfig c = tiny_deck_3_blocks(common).model;
     BlockActivations acts;
     const std::int64_t set = Gpt(c).blocks()[0]->activation_table(acts, 4, c.context_length).bytes();
     CHECK(none.activation_bytes - full.activation_bytes == 2 * set);
@@ -179,8 +180,8 @@ MPI_TEST_CASE("activation checkpointing: the recomputation adds no collective, a
 MPI_TEST_CASE("activation checkpointing: fsdpp plan predicts the measured per-rank peak within 1%", 2) {
   for (const char* mode : kModes)
     for (const char* layout : {"fsdp.strategy=full_shard", "fsdp.strategy=shard_grad_op", "fsdp.strategy=no_shard"}) {
-      const Deck deck = tiny_deck({"model.n_layer=4", "train.steps=2", "train.eval_interval=0",
-                                   "schedule.warmup_steps=1", "train.micro_batch=4", mode, layout});
+      const Deck deck = tiny_deck_3_blocks({"model.n_layer=4", "train.steps=2", "train.eval_interval=0",
+                                            "schedule.warmup_steps=1", "train.micro_batch=4", mode, layout});
       const MemoryPlan plan = plan_memory(deck, test_nb_procs);
       TrainOptions o;
       o.quiet = true;
@@ -201,9 +202,9 @@ MPI_TEST_CASE("activation checkpointing: fsdpp plan predicts the measured per-ra
                                          "train.activation_checkpointing=full"};
   std::vector<std::string> masked_keys = keys;
   masked_keys.insert(masked_keys.end(), {"data.document_mask=true", "data.eot_id=3"});
-  const Deck masked = tiny_deck(masked_keys);
+  const Deck masked = tiny_deck_3_blocks(masked_keys);
   const MemoryPlan plan = plan_memory(masked, test_nb_procs);
-  CHECK(plan.memory.activations - plan_memory(tiny_deck(keys), test_nb_procs).memory.activations ==
+  CHECK(plan.memory.activations - plan_memory(tiny_deck_3_blocks(keys), test_nb_procs).memory.activations ==
         std::int64_t{4} * masked.train.micro_batch * masked.model.context_length);
   TrainOptions o;
   o.quiet = true;

@@ -3,6 +3,7 @@
 // resume and never a hang; fsdpp ckpt verify names it. Also non-finite weights, and the mismatch message.
 #include "ckpt_fixtures.hpp"
 #include "mpi_test.hpp"
+#include "test_helpers.hpp"
 
 #include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/ckpt/h5.hpp"
@@ -19,6 +20,8 @@ using namespace fsdpp::test;
 namespace fs = std::filesystem;
 
 namespace {
+
+using test::contains;
 
 // Rank 0 copies `source` to `copy` and applies `edit` to the copy's open file; every rank waits.
 void edited_copy(MPI_Comm comm, const std::string& source, const std::string& copy,
@@ -48,8 +51,6 @@ std::string load_error(MPI_Comm comm, const std::string& path) {
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
   return error;
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace
 

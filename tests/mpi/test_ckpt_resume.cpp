@@ -4,6 +4,7 @@
 // previous checkpoint kept; one writer per checkpoint folder.
 #include "ckpt_fixtures.hpp"
 #include "mpi_test.hpp"
+#include "test_helpers.hpp"
 
 #include "fsdpp/ckpt/async_save.hpp"
 #include "fsdpp/ckpt/checkpoint.hpp"
@@ -28,7 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using test::contains;
 
 // Rank 0 writes `bytes` as <dir>/latest (or removes it when `bytes` is null); every rank waits.
 void set_latest(MPI_Comm comm, const std::string& dir, const char* bytes, std::size_t size) {

@@ -17,7 +17,7 @@ namespace {
 
 // The text of the UsageError that `call` throws on this rank, or "" when it throws nothing. Any other
 // exception type fails the check.
-template <class Call> std::string usage_error_of(Call&& call) {
+template <class Call> std::string usage_error_or_empty(Call&& call) {
   try {
     call();
   } catch (const UsageError& e) {
@@ -40,50 +40,51 @@ std::string patterned(std::size_t length, int seed) {
 }  // namespace
 
 MPI_TEST_CASE("collective errors: no rank has an error, nobody throws", 1) {
-  CHECK(usage_error_of([&] { agree_on_error(test_comm, ""); }) == "");
+  CHECK(usage_error_or_empty([&] { agree_on_error(test_comm, ""); }) == "");
   int ran = 0;
-  CHECK(usage_error_of([&] { root_does(test_comm, [&] { ++ran; }); }) == "");
+  CHECK(usage_error_or_empty([&] { root_does(test_comm, [&] { ++ran; }); }) == "");
   CHECK(ran == 1);
-  CHECK(usage_error_of([&] { throw_agreed_error("plain"); }) == "plain");
+  CHECK(usage_error_or_empty([&] { throw_agreed_error("plain"); }) == "plain");
 }
 
 MPI_TEST_CASE("collective errors: one rank's error is the same error on every rank", 1) {
-  CHECK(usage_error_of([&] { agree_on_error(test_comm, "rank 0 failed"); }) == "rank 0 failed");
+  CHECK(usage_error_or_empty([&] { agree_on_error(test_comm, "rank 0 failed"); }) == "rank 0 failed");
 }
 
 MPI_TEST_CASE("collective errors: rank 1's error reaches every rank", 2) {
   const std::string mine = test_rank == 1 ? "cannot write shard 1: No space left on device" : "";
-  CHECK(usage_error_of([&] { agree_on_error(test_comm, mine); }) == "cannot write shard 1: No space left on device");
+  CHECK(usage_error_or_empty([&] { agree_on_error(test_comm, mine); }) ==
+        "cannot write shard 1: No space left on device");
   // The communicator is still in step afterwards: a second round with no error passes everywhere.
-  CHECK(usage_error_of([&] { agree_on_error(test_comm, ""); }) == "");
+  CHECK(usage_error_or_empty([&] { agree_on_error(test_comm, ""); }) == "");
 }
 
 MPI_TEST_CASE("collective errors: several ranks fail, every rank gets the lowest failing rank's error", 4) {
   const std::string mine = test_rank >= 2 ? fmt::format("rank {} failed", test_rank) : "";
-  CHECK(usage_error_of([&] { agree_on_error(test_comm, mine); }) == "rank 2 failed");
+  CHECK(usage_error_or_empty([&] { agree_on_error(test_comm, mine); }) == "rank 2 failed");
   // A long message from the last rank (longer than any fixed buffer).
   const std::string long_error = "rank 3: " + std::string(100000, 'x');
-  CHECK(usage_error_of([&] { agree_on_error(test_comm, test_rank == 3 ? long_error : ""); }) == long_error);
+  CHECK(usage_error_or_empty([&] { agree_on_error(test_comm, test_rank == 3 ? long_error : ""); }) == long_error);
 }
 
 MPI_TEST_CASE("root_does: the work runs on the root only, its exception text is the same on every rank", 3) {
   int ran = 0;
-  CHECK(usage_error_of([&] { root_does(test_comm, [&] { ++ran; }); }) == "");
+  CHECK(usage_error_or_empty([&] { root_does(test_comm, [&] { ++ran; }); }) == "");
   CHECK(ran == (test_rank == 0 ? 1 : 0));
 
   // The text names the root's rank: a rank that formatted its own would differ.
   const std::string expected = "cannot read deck 'missing.yaml' (rank 0)";
-  CHECK(usage_error_of([&] {
+  CHECK(usage_error_or_empty([&] {
           root_does(test_comm, [&] { throw std::runtime_error(fmt::format("cannot read deck 'missing.yaml' (rank {})", test_rank)); });
         }) == expected);
 
   // Another root; an fsdpp::Error (one rank's error) becomes the same UsageError everywhere.
-  CHECK(usage_error_of([&] {
+  CHECK(usage_error_or_empty([&] {
           root_does(test_comm, [&] { throw Error(fmt::format("rank {} could not open the file", test_rank)); }, 2);
         }) == "rank 2 could not open the file");
 
   // An exception without text still stops every rank, with a message that says where it came from.
-  CHECK(usage_error_of([&] { root_does(test_comm, [] { throw std::runtime_error(""); }, 1); }) ==
+  CHECK(usage_error_or_empty([&] { root_does(test_comm, [] { throw std::runtime_error(""); }, 1); }) ==
         "unknown error on rank 1");
 }
 
@@ -109,7 +110,7 @@ MPI_TEST_CASE("broadcast_string: empty, long and binary strings, from any root",
 MPI_TEST_CASE("collective errors: every rank of the job at once", ::fsdpp::test::world_size()) {
   const int last = test_nb_procs - 1;
   const std::string expected = fmt::format("rank {} of {} failed", last, test_nb_procs);
-  CHECK(usage_error_of([&] { agree_on_error(test_comm, test_rank == last ? expected : ""); }) == expected);
-  CHECK(usage_error_of([&] { root_does(test_comm, [&] { throw UsageError(expected); }, last); }) == expected);
+  CHECK(usage_error_or_empty([&] { agree_on_error(test_comm, test_rank == last ? expected : ""); }) == expected);
+  CHECK(usage_error_or_empty([&] { root_does(test_comm, [&] { throw UsageError(expected); }, last); }) == expected);
   CHECK(broadcast_string(test_comm, test_rank == last ? expected : "", last) == expected);
 }

@@ -102,9 +102,7 @@ MPI_TEST_CASE("context parallel: Qwen3-MoE at cp 2, and ep 2 x cp 2, as on one r
 // and 4): per-step losses, gradient norms and every final weight compared with ==, against the one-rank run.
 void check_bitwise_run(const Run& got, const Run& want, const std::string& layout) {
   CAPTURE(layout);
-  test::check_bitwise(got.losses, want.losses, "loss");
-  test::check_bitwise(got.norms, want.norms, "gradient norm");
-  test::check_bitwise(got.weights, want.weights, "final weight");
+  test::check_bitwise_run(got, want);
 }
 
 MPI_TEST_CASE("context parallel: reproducible mode bitwise across cp 1, 2 and 4 and the meshes around it", 4) {

@@ -51,7 +51,7 @@ struct Options {
   int forward_prefetch = 1, backward_prefetch = 1;  // units ahead (FullyShardOptions)
 };
 
-struct Run {
+struct ShardedRun {
   std::vector<double> losses;               // global mean loss per step
   std::vector<std::vector<float>> params;   // gathered whole parameters after the last step
   std::vector<std::string> names;
@@ -62,7 +62,7 @@ struct Run {
 };
 
 // `steps` AdamW steps of the parity model sharded over `comm`; every rank takes its share of each batch.
-Run train_sharded(MPI_Comm comm, const Options& o, int steps) {
+ShardedRun train_sharded(MPI_Comm comm, const Options& o, int steps) {
   int N = 1, r = 0;
   MPI_Comm_size(comm, &N);
   MPI_Comm_rank(comm, &r);
@@ -94,7 +94,7 @@ Run train_sharded(MPI_Comm comm, const Options& o, int steps) {
   AdamW opt(model.parameters(), ac);
 
   const int per_rank = kGlobalBatch / N, m = per_rank / o.micro_batches;
-  Run run;
+  ShardedRun run;
   run.block_unsharded_bytes = fsdp_group(*model.blocks()[0])->unsharded_numel() * 4;
   for (Module* g : model.modules())
     if (fsdp_group(*g)) run.shard_bytes += fsdp_group(*g)->sharded_numel() * 4;
@@ -140,7 +140,7 @@ Run train_sharded(MPI_Comm comm, const Options& o, int steps) {
 }
 
 // The reference: the same steps on a single rank (rank 0 of test_comm) with the whole batch, broadcast.
-Run reference(MPI_Comm test_comm, int test_rank, const Options& o, int steps) {
+ShardedRun reference(MPI_Comm test_comm, int test_rank, const Options& o, int steps) {
   MPI_Comm solo;
   MPI_Comm_split(test_comm, test_rank == 0 ? 0 : MPI_UNDEFINED, 0, &solo);
   Options single = o;
@@ -153,7 +153,7 @@ Run reference(MPI_Comm test_comm, int test_rank, const Options& o, int steps) {
   single.offload = false;
   single.divide_by_ranks = false;
   single.explicit_prefetch = false;
-  Run run;
+  ShardedRun run;
   if (solo != MPI_COMM_NULL) {
     run = train_sharded(solo, single, steps);
     MPI_Comm_free(&solo);
@@ -176,8 +176,8 @@ Run reference(MPI_Comm test_comm, int test_rank, const Options& o, int steps) {
 
 void check_parity(MPI_Comm test_comm, int test_rank, const Options& o) {
   const int steps = 10;
-  const Run want = reference(test_comm, test_rank, o, steps);
-  const Run got = train_sharded(test_comm, o, steps);
+  const ShardedRun want = reference(test_comm, test_rank, o, steps);
+  const ShardedRun got = train_sharded(test_comm, o, steps);
   for (int s = 0; s < steps; ++s) CHECK(got.losses[s] == doctest::Approx(want.losses[s]).epsilon(o.tolerance));
   // The norm over shards is the unsharded model's: nothing counted twice, nothing missed.
   CHECK(got.norm_l2 == doctest::Approx(want.norm_l2).epsilon(o.tolerance));
@@ -262,7 +262,7 @@ MPI_TEST_CASE("fsdp: HSDP with the replica all-reduce on the last micro-batch on
   every.micro_batches = 3;
   Options last = every;
   last.replica_all_reduce_last = true;
-  const Run e = train_sharded(test_comm, every, 1), l = train_sharded(test_comm, last, 1);
+  const ShardedRun e = train_sharded(test_comm, every, 1), l = train_sharded(test_comm, last, 1);
   // Three groups (two blocks, the root), each reduce-scattered every micro-batch either way.
   CHECK(e.first_step_counts.reduce_scatters == 9);
   CHECK(l.first_step_counts.reduce_scatters == 9);
@@ -277,15 +277,15 @@ MPI_TEST_CASE("fsdp: HSDP with the replica all-reduce on the last micro-batch on
 
 MPI_TEST_CASE("fsdp: bf16 all-gathers move half the bytes; HSDP all-reduces once per group", 4) {
   Options f32;
-  const Run a = train_sharded(test_comm, f32, 1);
+  const ShardedRun a = train_sharded(test_comm, f32, 1);
   Options half;
   half.mp.param_dtype = DType::bf16;
-  const Run b = train_sharded(test_comm, half, 1);
+  const ShardedRun b = train_sharded(test_comm, half, 1);
   CHECK(a.first_step_counts.all_gather_bytes > 0);
   CHECK(b.first_step_counts.all_gather_bytes * 2 == a.first_step_counts.all_gather_bytes);
   Options hsdp;
   hsdp.mesh = {{"dp_replicate", 2}, {"dp_shard", 2}};
-  const Run c = train_sharded(test_comm, hsdp, 1);
+  const ShardedRun c = train_sharded(test_comm, hsdp, 1);
   CHECK(c.first_step_counts.reduce_scatters == 3);
   CHECK(c.first_step_counts.all_reduces == 3);
   CHECK(a.first_step_counts.all_reduces == 0);
@@ -331,7 +331,7 @@ MPI_TEST_CASE("fsdp: initial whole parameters are bitwise those of one rank, on 
 
 MPI_TEST_CASE("fsdp: collectives per step follow FSDP2's counts, and shards hold ceil(rows/N) rows", 3) {
   Options o;
-  const Run run = train_sharded(test_comm, o, 1);
+  const ShardedRun run = train_sharded(test_comm, o, 1);
   const int groups = 3, blocks = 2;
   CHECK(run.first_step_counts.forward_all_gathers == groups);
   // Unsharded parameters at any time: the root (kept from forward to backward), the current block and the
@@ -376,13 +376,13 @@ MPI_TEST_CASE("fsdp: prefetch depth 0, 1, 2 and explicit lists: bitwise the same
     o.explicit_prefetch = lists;
     return train_sharded(test_comm, o, 3);
   };
-  const Run one = run_with(1, 1, false);
+  const ShardedRun one = run_with(1, 1, false);
   struct Case { int forward, backward; bool lists; };
   for (const Case c : {Case{0, 0, false}, Case{2, 2, false}, Case{0, 2, false}, Case{1, 1, true}, Case{0, 0, true}}) {
     CAPTURE(c.forward);
     CAPTURE(c.backward);
     CAPTURE(c.lists);
-    const Run got = run_with(c.forward, c.backward, c.lists);
+    const ShardedRun got = run_with(c.forward, c.backward, c.lists);
     REQUIRE(got.losses.size() == one.losses.size());
     for (std::size_t s = 0; s < got.losses.size(); ++s) CHECK(got.losses[s] == one.losses[s]);  // bitwise
     REQUIRE(got.params.size() == one.params.size());
@@ -393,7 +393,7 @@ MPI_TEST_CASE("fsdp: prefetch depth 0, 1, 2 and explicit lists: bitwise the same
     CHECK(got.first_step_counts.reduce_scatters == one.first_step_counts.reduce_scatters);
   }
   // Two units ahead: one more unit's all-gathered parameters are held at the peak.
-  const Run two = run_with(2, 2, false);
+  const ShardedRun two = run_with(2, 2, false);
   CHECK(two.first_step_counts.peak_unsharded_param_bytes - one.first_step_counts.peak_unsharded_param_bytes ==
         one.block_unsharded_bytes);
   // None ahead: never more than depth 1.

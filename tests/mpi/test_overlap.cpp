@@ -23,10 +23,12 @@ using test::with;
 
 namespace {
 
-const std::vector<std::string> kCommon = {"train.steps=4", "train.eval_interval=0", "schedule.warmup_steps=1",
-                                          "train.micro_batch=4"};
+const std::vector<std::string> kOverlapCommon = {"train.steps=4", "train.eval_interval=0", "schedule.warmup_steps=1",
+                                                 "train.micro_batch=4"};
 
-Deck tiny(const std::vector<std::string>& extra) { return test::input_deck("tiny.yaml", with(kCommon, extra)); }
+Deck tiny_overlap(const std::vector<std::string>& extra) {
+  return test::input_deck("tiny.yaml", with(kOverlapCommon, extra));
+}
 
 using test::run_steps;
 using test::StepsRun;
@@ -43,7 +45,7 @@ void check_same_collectives(const FsdpStats& got, const FsdpStats& want) {
   CHECK(got.device_to_host_bytes == want.device_to_host_bytes);
 }
 
-void check_same_run(const StepsRun& got, const StepsRun& want) {
+void check_same_run_and_collectives(const StepsRun& got, const StepsRun& want) {
   test::check_bitwise(got.losses, want.losses, "loss");
   test::check_bitwise(got.weights, want.weights, "final weight");
   REQUIRE(got.stats.size() == want.stats.size());
@@ -74,9 +76,9 @@ const std::vector<std::vector<std::string>> kLayouts = {
 MPI_TEST_CASE("overlap: reductions in flight give bitwise the blocking schedule's losses, weights and collectives", 4) {
   for (const auto& layout : kLayouts) {
     CAPTURE(layout.back());
-    const StepsRun blocking = run_steps(test_comm, tiny(with(layout, {"comm.overlap=false"})));
-    const StepsRun overlapped = run_steps(test_comm, tiny(with(layout, {"comm.overlap=true"})));
-    check_same_run(overlapped, blocking);
+    const StepsRun blocking = run_steps(test_comm, tiny_overlap(with(layout, {"comm.overlap=false"})));
+    const StepsRun overlapped = run_steps(test_comm, tiny_overlap(with(layout, {"comm.overlap=true"})));
+    check_same_run_and_collectives(overlapped, blocking);
     // Something was reduced at all: the comparison is not between two empty schedules.
     CHECK(blocking.stats.front().reduce_scatters + blocking.stats.front().all_reduces > 0);
   }
@@ -105,7 +107,7 @@ MPI_TEST_CASE("overlap: with comm.overlap false the memory plan is the one befor
   };
   for (const Pinned& p : pinned) {
     CAPTURE(p.layout.back());
-    const MemoryPlan blocking = plan_memory(tiny(with(p.layout, {"comm.overlap=false"})), 4);
+    const MemoryPlan blocking = plan_memory(tiny_overlap(with(p.layout, {"comm.overlap=false"})), 4);
     const PlannedMemory& m = blocking.memory;
     CHECK(m.total() == p.total);
     CHECK(m.unsharded_parameters == p.unsharded_parameters);
@@ -116,14 +118,14 @@ MPI_TEST_CASE("overlap: with comm.overlap false the memory plan is the one befor
     CHECK_FALSE(blocking.reduce_scatter_in_flight);
     // In flight, a unit's reduce-scatter buffers live through the next unit's backward: never fewer live bytes
     // at the peak (the pool may cache differently: its free blocks are left out).
-    const MemoryPlan overlapped = plan_memory(tiny(p.layout), 4);
+    const MemoryPlan overlapped = plan_memory(tiny_overlap(p.layout), 4);
     CHECK(overlapped.reduce_scatter_in_flight);
     CHECK(overlapped.memory.total() - overlapped.memory.pool_cached >= m.total() - m.pool_cached);
   }
 }
 
 MPI_TEST_CASE("overlap: prefetch depth 0, 1, 2 and explicit lists give bitwise losses and the same all-gathers", 4) {
-  const StepsRun one = run_steps(test_comm, tiny({}));
+  const StepsRun one = run_steps(test_comm, tiny_overlap({}));
   for (const std::vector<std::string>& prefetch :
        {std::vector<std::string>{"fsdp.forward_prefetch=0", "fsdp.backward_prefetch=0"},
         {"fsdp.forward_prefetch=2", "fsdp.backward_prefetch=2"},
@@ -132,24 +134,24 @@ MPI_TEST_CASE("overlap: prefetch depth 0, 1, 2 and explicit lists give bitwise l
         {"fsdp.forward_prefetch=2", "fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2", "mesh.dp_shard=2"}}) {
     CAPTURE(prefetch.front());
     const bool hsdp = prefetch.back() == "mesh.dp_shard=2";
-    const StepsRun got = run_steps(test_comm, tiny(prefetch));
+    const StepsRun got = run_steps(test_comm, tiny_overlap(prefetch));
     if (hsdp) {
-      const StepsRun want = run_steps(test_comm, tiny({"fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2",
-                                                       "mesh.dp_shard=2"}));
-      check_same_run(got, want);
+      const StepsRun want = run_steps(test_comm, tiny_overlap({"fsdp.strategy=hybrid_shard", "mesh.dp_replicate=2",
+                                                               "mesh.dp_shard=2"}));
+      check_same_run_and_collectives(got, want);
     } else {
-      check_same_run(got, one);
+      check_same_run_and_collectives(got, one);
     }
   }
 }
 
 MPI_TEST_CASE("overlap: a prefetch list naming no unit, or a unit itself, is refused with the units listed", 2) {
-  CHECK_THROWS_WITH_AS(build_model(test_comm, tiny({"fsdp.forward_prefetch=h.0:h.7"})),
+  CHECK_THROWS_WITH_AS(build_model(test_comm, tiny_overlap({"fsdp.forward_prefetch=h.0:h.7"})),
                        "fsdp.forward_prefetch: 'h.7' is not a unit of this model; its units are h.0, h.1, root",
                        UsageError);
-  CHECK_THROWS_WITH_AS(build_model(test_comm, tiny({"fsdp.backward_prefetch=block.1:h.0"})),
+  CHECK_THROWS_WITH_AS(build_model(test_comm, tiny_overlap({"fsdp.backward_prefetch=block.1:h.0"})),
                        "fsdp.backward_prefetch: 'block.1' is not a unit of this model; its units are h.0, h.1, root",
                        UsageError);
-  CHECK_THROWS_WITH_AS(build_model(test_comm, tiny({"fsdp.backward_prefetch=h.1:h.0,h.1"})),
+  CHECK_THROWS_WITH_AS(build_model(test_comm, tiny_overlap({"fsdp.backward_prefetch=h.1:h.0,h.1"})),
                        doctest::Contains("fsdp.backward_prefetch: unit h.1 prefetches itself"), UsageError);
 }

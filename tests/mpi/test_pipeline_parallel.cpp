@@ -23,6 +23,9 @@
 
 using namespace fsdpp;
 
+// This file's names, apart from other test files' in a unity build (FSDPP_UNITY_BUILD).
+namespace pipeline_parallel_test {
+
 namespace {
 
 using test::with;
@@ -313,3 +316,5 @@ MPI_TEST_CASE("pipeline parallel: what does not run yet is refused on every rank
         std::string::npos);
   CHECK(test::run_steps(test_comm, gpt2({"mesh.pp=2", "pipeline.microbatches=4"})).losses.size() == 3);
 }
+
+}  // namespace pipeline_parallel_test

@@ -26,6 +26,9 @@
 using namespace fsdpp;
 using test::with;
 
+// This file's names, apart from other test files' in a unity build (FSDPP_UNITY_BUILD).
+namespace reproducible_test {
+
 namespace {
 
 // 120 sequences split over 1, 2, 3, 4, 5, 6 and 8 ranks; short sequences keep the 120 units of a step cheap. At
@@ -41,6 +44,7 @@ Deck deck_of(const std::string& file, const std::vector<std::string>& extra) {
 }
 
 using Run = test::StepsRun;
+using test::check_bitwise_run;
 using test::run_steps;
 
 template <class T> void broadcast(std::vector<T>& v, MPI_Datatype type, MPI_Comm comm) {
@@ -63,12 +67,6 @@ Run run_on(MPI_Comm comm, int rank, int n, const Deck& deck) {
   broadcast(run.norms, MPI_DOUBLE, comm);
   broadcast(run.weights, MPI_FLOAT, comm);
   return run;
-}
-
-void check_bitwise_run(const Run& got, const Run& want) {
-  test::check_bitwise(got.losses, want.losses, "loss");
-  test::check_bitwise(got.norms, want.norms, "gradient norm");
-  test::check_bitwise(got.weights, want.weights, "final weight");
 }
 
 struct Layout {
@@ -278,3 +276,5 @@ MPI_TEST_CASE("reproducible: resuming at another mesh.tp is refused, naming both
   MPI_Barrier(test_comm);
   if (test_rank == 0) std::filesystem::remove_all(dir);
 }
+
+}  // namespace reproducible_test

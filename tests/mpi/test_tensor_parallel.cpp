@@ -5,6 +5,7 @@
 // comm.overlap bitwise the blocking collectives.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
+#include "test_helpers.hpp"
 #include "train_runs.hpp"
 
 #include "fsdpp/ckpt/checkpoint.hpp"
@@ -37,6 +38,7 @@ const std::vector<std::string> kCommon = {"train.eval_interval=0", "schedule.war
 using test::check_same_losses;
 using test::losses_on;
 using test::shared_temp_dir;
+using test::usage_error_of;
 using test::with;
 
 Deck tiny(const std::vector<std::string>& extra) { return test::input_deck("tiny.yaml", with(kCommon, extra)); }
@@ -70,15 +72,6 @@ CheckpointContents weights_of(const TrainModel& t) {
   c.writes_shards = t.parallel->writes_checkpoint_shards();
   if (t.parallel->layout().tp > 1) c.tensor_parallel = t.parallel->mesh().mpi_comm("tp");
   return c;
-}
-
-std::string usage_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "(no UsageError)";
 }
 
 // One forward and backward of a fixed batch on a model built for `deck`; what tests of a single pass read.

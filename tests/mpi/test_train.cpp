@@ -26,40 +26,12 @@ using namespace fsdpp;
 
 namespace {
 
-Deck tiny_deck(const std::vector<std::string>& overrides) { return test::input_deck("tiny.yaml", overrides); }
-
-TrainOptions quiet() {
-  TrainOptions o;
-  o.quiet = true;
-  o.measure_peak = false;
-  return o;
-}
-
-// The same deck on a group of `n` ranks of test_comm (the rest wait), returning the loss of every step.
-std::vector<double> losses_on(MPI_Comm test_comm, int test_rank, int n, const Deck& deck, std::int64_t stop_after = 0) {
-  MPI_Comm group;
-  MPI_Comm_split(test_comm, test_rank < n ? 0 : MPI_UNDEFINED, test_rank, &group);
-  std::vector<double> losses(static_cast<std::size_t>(deck.train.steps));
-  if (group != MPI_COMM_NULL) {
-    TrainOptions o = quiet();
-    o.stop_after_step = stop_after;
-    const auto run = train(group, deck, o).losses;  // fewer than train.steps after a resume or a stop
-    std::copy(run.begin(), run.end(), losses.begin());
-    MPI_Comm_free(&group);
-  }
-  MPI_Bcast(losses.data(), static_cast<int>(losses.size()), MPI_DOUBLE, 0, test_comm);
-  return losses;
-}
-
+using test::check_same_losses;
+using test::losses_on;
+using test::quiet;
 using test::shared_temp_dir;
 
-void check_same_losses(const std::vector<double>& got, const std::vector<double>& want) {
-  REQUIRE(got.size() == want.size());
-  for (std::size_t s = 0; s < got.size(); ++s) {
-    CAPTURE(s);
-    CHECK(got[s] == doctest::Approx(want[s]).epsilon(1e-5));  // fp32 reduction-order tolerance
-  }
-}
+Deck tiny_deck(const std::vector<std::string>& overrides) { return test::input_deck("tiny.yaml", overrides); }
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 // same run with f32 GEMMs. The precision is the run's alone: it is restored when train() returns.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
+#include "train_runs.hpp"
 
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/tensor/matmul.hpp"
@@ -14,12 +15,7 @@ using namespace fsdpp;
 
 namespace {
 
-TrainOptions quiet() {
-  TrainOptions o;
-  o.quiet = true;
-  o.measure_peak = false;
-  return o;
-}
+using test::quiet;
 
 }  // namespace
 

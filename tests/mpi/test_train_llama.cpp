@@ -30,15 +30,9 @@ Deck llama_deck(const std::vector<std::string>& overrides) { return test::input_
 // Llama and Qwen2 (q/k/v biases, tied): the Llama family's decks.
 constexpr const char* kFamily[] = {"llama-tiny.yaml", "qwen2-tiny.yaml"};
 
-TrainOptions quiet() {
-  TrainOptions o;
-  o.quiet = true;
-  o.measure_peak = false;
-  return o;
-}
-
 using test::check_same_losses;
 using test::losses_on;
+using test::quiet;
 using test::shared_temp_dir;
 using test::with;
 

@@ -22,6 +22,14 @@
 
 namespace fsdpp::test {
 
+// Training options for the tests' runs: no progress output, no peak-memory measurement.
+inline TrainOptions quiet() {
+  TrainOptions o;
+  o.quiet = true;
+  o.measure_peak = false;
+  return o;
+}
+
 // The deck's training losses on the first `n` ranks of test_comm (the others wait), broadcast to all. A
 // positive `stop_after` stops the run after that step, as a preempted job would.
 inline std::vector<double> losses_on(MPI_Comm test_comm, int test_rank, int n, const Deck& deck,
@@ -138,6 +146,13 @@ inline void check_bitwise(const std::vector<T>& got, const std::vector<T>& want,
   if (differing) MESSAGE(differing << " " << what << "(s) differ; the first at " << first << ": " << got[first] << " vs "
                                    << want[first]);
   CHECK(differing == 0);
+}
+
+// Losses, gradient norms and final weights of two runs (StepsRun or RunOnRanks), bit for bit.
+template <class Run> void check_bitwise_run(const Run& got, const Run& want) {
+  check_bitwise(got.losses, want.losses, "loss");
+  check_bitwise(got.norms, want.norms, "gradient norm");
+  check_bitwise(got.weights, want.weights, "final weight");
 }
 
 // A fresh folder under the temporary directory, the same name on every rank of `comm`.

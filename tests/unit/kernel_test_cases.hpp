@@ -4,6 +4,7 @@
 // backward and reads back what they wrote. Backward kernels accumulate, so every gradient buffer starts filled
 // with random values G0 and the analytic gradient is read back as (result - G0): that checks the += as well.
 #include "mpi_test.hpp"
+#include "test_helpers.hpp"
 
 #include "fsdpp/nn/kernels/crossentropy.hpp"
 #include "fsdpp/nn/kernels/encoder.hpp"
@@ -27,21 +28,13 @@ using Vec = std::vector<double>;
 // Internal linkage: each test file gets its own copy; inline keeps unused helpers from warning.
 namespace {
 
-inline Vec random_vec(std::size_t n, unsigned seed, double lo = -1.0, double hi = 1.0) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  Vec v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
-
-template <class T> View1<T> to_view(const Vec& h) {
-  View1<T> v("test", h.size());
-  auto m = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < h.size(); ++i) m(i) = static_cast<T>(h[i]);
-  Kokkos::deep_copy(v, m);
-  return v;
-}
+using fsdpp::test::dot;
+using fsdpp::test::fd_grad;
+using fsdpp::test::minus;
+using fsdpp::test::random_vec;
+using fsdpp::test::rel_err;
+using fsdpp::test::to_vec;
+using fsdpp::test::to_view;
 
 inline View1<std::int32_t> to_tokens(const std::vector<int>& h) {
   View1<std::int32_t> v("tokens", h.size());
@@ -49,50 +42,6 @@ inline View1<std::int32_t> to_tokens(const std::vector<int>& h) {
   for (std::size_t i = 0; i < h.size(); ++i) m(i) = h[i];
   Kokkos::deep_copy(v, m);
   return v;
-}
-
-template <class T> Vec to_vec(const View1<T>& v) {
-  auto m = Kokkos::create_mirror_view(v);
-  Kokkos::deep_copy(m, v);
-  return Vec(m.data(), m.data() + m.extent(0));
-}
-
-inline Vec minus(const Vec& a, const Vec& b) {
-  Vec d(a.size());
-  for (std::size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
-  return d;
-}
-
-inline double dot(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// max |a - ref| / max |ref|: a relative error of the tensor, not of each element (some gradients are ~0).
-inline double rel_err(const Vec& a, const Vec& ref) {
-  REQUIRE(a.size() == ref.size());
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    num = std::max(num, std::fabs(a[i] - ref[i]));
-    den = std::max(den, std::fabs(ref[i]));
-  }
-  return den > 0 ? num / den : num;
-}
-
-// Central differences of loss() with respect to every element of x, step 1e-6 relative.
-inline Vec fd_grad(Vec& x, const std::function<double()>& loss) {
-  Vec g(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i], h = 1e-6 * std::max(1.0, std::fabs(saved));
-    x[i] = saved + h;
-    const double lp = loss();
-    x[i] = saved - h;
-    const double lm = loss();
-    x[i] = saved;
-    g[i] = (lp - lm) / (2 * h);
-  }
-  return g;
 }
 
 // ------------------------------------------------------------------------------------------------ encoder

@@ -3,6 +3,7 @@
 // (activation_bytes_for predicts it), the deck key parses and refuses nonsense, and fsdpp plan shows the saving.
 #include "input_decks.hpp"
 #include "mpi_test.hpp"
+#include "test_helpers.hpp"
 
 #include "fsdpp/config/deck.hpp"
 #include "fsdpp/nn/gpt.hpp"
@@ -17,16 +18,12 @@ using namespace fsdpp;
 
 namespace {
 
+using fsdpp::test::to_host;
+
 ModelConfig small_config() {
   ModelConfig c;
   c.vocab_size = 29, c.context_length = 9, c.n_embd = 12, c.n_layer = 4, c.n_head = 3;
   return c;
-}
-
-std::vector<float> to_host(const View1<float>& v) {
-  std::vector<float> out(v.extent(0));
-  Kokkos::deep_copy(HostView1<float>(out.data(), out.size()), v);
-  return out;
 }
 
 struct Pass1 {
@@ -39,7 +36,7 @@ struct Pass1 {
 // Three forward/backward passes (batch shapes 3, 2, 3: the activation sets, grow-only, are cut smaller in the
 // middle one) of the same model with the blocks `recompute` names set to recompute in backward; the gradients
 // are those of every pass, accumulated.
-Pass1 run(const std::vector<bool>& recompute) {
+Pass1 three_passes(const std::vector<bool>& recompute) {
   const ModelConfig c = small_config();
   Gpt model(c);
   model.to_empty();
@@ -86,10 +83,10 @@ std::string error_of(const std::vector<std::string>& overrides) {
 }  // namespace
 
 TEST_CASE("activation checkpointing: recomputed blocks give bitwise the gradients of blocks that keep activations") {
-  const Pass1 none = run({false, false, false, false});
+  const Pass1 none = three_passes({false, false, false, false});
   for (const std::vector<bool>& recompute :
        {std::vector<bool>{true, true, true, true}, {false, true, false, true}, {true, false, false, false}}) {
-    const Pass1 ac = run(recompute);
+    const Pass1 ac = three_passes(recompute);
     CHECK(ac.loss == none.loss);
     REQUIRE(ac.grads.size() == none.grads.size());
     for (std::size_t i = 0; i < ac.grads.size(); ++i) {

@@ -2,6 +2,7 @@
 // entropy rate against an empirical estimate) and the sampler (determinism, split disjointness, the same global
 // batch at any data-parallel size, resumable state).
 #include "mpi_test.hpp"
+#include "test_helpers.hpp"
 
 #include "temp_dir.hpp"
 
@@ -28,9 +29,8 @@ using fsdpp::test::TempDir;
 
 namespace {
 
-void write_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-}
+using fsdpp::test::usage_error_of;
+using fsdpp::test::write_bytes;
 
 void put_le(std::vector<unsigned char>& out, std::uint32_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<unsigned char>(v >> (8 * i)));
@@ -46,15 +46,6 @@ std::vector<unsigned char> gpt2_file(std::int32_t magic, std::int32_t version, s
   out.resize(1024, 0);
   for (std::uint32_t t : tokens) put_le(out, t, elem);
   return out;
-}
-
-template <class F> std::string usage_error_of(F&& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "(no UsageError)";
 }
 
 std::vector<std::uint32_t> iota_tokens(std::size_t n, std::uint32_t mod) {
@@ -131,11 +122,11 @@ TEST_CASE("token files: each malformed file gets an exact error naming the file"
         stub + ": truncated GPT-2 token file: 100 bytes, shorter than its 1024-byte header");
 
   const std::string odd16 = dir.file("odd.u16"), odd32 = dir.file("odd.u32");
-  write_bytes(odd16, {1, 2, 3, 4, 5});
+  write_bytes(odd16, std::vector<unsigned char>{1, 2, 3, 4, 5});
   CHECK(usage_error_of([&] { load_tokens(odd16, 0); }) ==
         odd16 + ": size 5 bytes is not a multiple of 2, so the file is not a raw uint16 token array (wrong "
                 "extension, or a truncated file?)");
-  write_bytes(odd32, {1, 2, 3, 4, 5, 6});
+  write_bytes(odd32, std::vector<unsigned char>{1, 2, 3, 4, 5, 6});
   CHECK(usage_error_of([&] { load_tokens(odd32, 0); }).find("size 6 bytes is not a multiple of 4") !=
         std::string::npos);
 }
@@ -174,7 +165,7 @@ TEST_CASE("tokenize: text becomes byte tokens in a .bin file, and back") {
   CHECK(tokens.size() == text.size());
   CHECK(tokens[0] == 'H');
   CHECK(bytes_from_tokens(tokens) == text);
-  write_bytes(dir.file("empty.txt"), {});
+  write_bytes(dir.file("empty.txt"), std::vector<unsigned char>{});
   CHECK(usage_error_of([&] { tokenize_file(dir.file("empty.txt"), dir.file("e.bin")); }) ==
         dir.file("empty.txt") + ": the text file is empty; there is nothing to tokenize");
   CHECK(usage_error_of([&] { tokenize_file(dir.file("nope.txt"), dir.file("e.bin")); }) ==

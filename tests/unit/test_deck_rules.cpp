@@ -26,7 +26,7 @@ using fsdpp::parse_deck;
 
 namespace {
 
-const char* const kMinimal = "train: {steps: 5}\n";
+const char* const kFiveSteps = "train: {steps: 5}\n";
 
 using fsdpp::test::deck_error;
 
@@ -74,7 +74,7 @@ TEST_CASE("deck rules: the model's shape, for every architecture and for the Lla
   m.vocab_size = 1;
   CHECK(broken([&] { fsdpp::check_model_shape(m); }).second ==
         "model.vocab_size (1) must be at least 2: the model predicts one of its tokens");
-  CHECK(deck_error(kMinimal, {"model.vocab_size=1"}) ==
+  CHECK(deck_error(kFiveSteps, {"model.vocab_size=1"}) ==
         "override 'model.vocab_size=1': model.vocab_size (1) must be at least 2: the model predicts one of its tokens");
   for (const fsdpp::ModelArch arch : {fsdpp::ModelArch::llama, fsdpp::ModelArch::qwen2}) {
     fsdpp::ModelConfig l = llama(4, 3, 176);
@@ -207,7 +207,7 @@ TEST_CASE("deck rules: strategy and mesh combinations are refused in the deck an
   fsdp.strategy = fsdpp::ShardStrategy::hybrid_shard;
   fsdpp::check_parallel_strategy(fsdp, mesh);  // sound
   // A Deck built in code meets the same rule at layout time, before any mesh exists.
-  Deck d = parse_deck(kMinimal, "deck.yaml");
+  Deck d = parse_deck(kFiveSteps, "deck.yaml");
   d.mesh.dp_replicate = 2;
   CHECK_THROWS_WITH_AS(fsdpp::parallel_layout(d, 4), full_with_replicas.c_str(), DeckRuleError);
   d.mesh.dp_replicate = 0;
@@ -251,11 +251,11 @@ TEST_CASE("deck rules: the keys only the Llama family reads come from one table,
     CHECK(f.reads(fsdpp::ModelArch::llama));
     CHECK(f.reads(fsdpp::ModelArch::qwen2));
     CHECK_FALSE(f.reads(fsdpp::ModelArch::gpt2));
-    CHECK(deck_error(kMinimal, {"model.arch=qwen2", set}) == "(no error)");
-    CHECK(deck_error(kMinimal, {"model.arch=llama", set}) == "(no error)");
-    CHECK(deck_error(kMinimal, {set}) == "override '" + set + "': " + f.path() + " applies to Llama models only, "
-                                         "but model.arch is gpt2: remove " + f.path() +
-                                         " or set model.arch: llama (or qwen2, qwen3, qwen3_moe, mixtral)");
+    CHECK(deck_error(kFiveSteps, {"model.arch=qwen2", set}) == "(no error)");
+    CHECK(deck_error(kFiveSteps, {"model.arch=llama", set}) == "(no error)");
+    CHECK(deck_error(kFiveSteps, {set}) == "override '" + set + "': " + f.path() + " applies to Llama models only, "
+                                           "but model.arch is gpt2: remove " + f.path() +
+                                           " or set model.arch: llama (or qwen2, qwen3, qwen3_moe, mixtral)");
   }
   CHECK(family_keys == 11);
 }
@@ -275,8 +275,8 @@ TEST_CASE("deck rules: the model.moe keys are read by the mixture-of-experts arc
     CHECK(f.reads(fsdpp::ModelArch::mixtral));
     CHECK_FALSE(f.reads(fsdpp::ModelArch::llama));
     CHECK_FALSE(f.reads(fsdpp::ModelArch::qwen3));
-    CHECK(deck_error(kMinimal, {"model.arch=qwen3_moe", "model.moe.expert_ffn_hidden=8", set}) == "(no error)");
-    CHECK(deck_error(kMinimal, {"model.arch=llama", set}) ==
+    CHECK(deck_error(kFiveSteps, {"model.arch=qwen3_moe", "model.moe.expert_ffn_hidden=8", set}) == "(no error)");
+    CHECK(deck_error(kFiveSteps, {"model.arch=llama", set}) ==
           "override '" + set + "': " + f.path() + " applies to mixture-of-experts models only, but model.arch is "
           "llama: remove " + f.path() + " or set model.arch: qwen3_moe (or mixtral)");
   }
@@ -298,13 +298,13 @@ TEST_CASE("deck rules: the model.moe keys are read by the mixture-of-experts arc
   CHECK(deck_error("train: {steps: 5}\nmodel: {arch: mixtral}\n") ==
         "deck.yaml:2:15: model.moe.expert_ffn_hidden is required for model.arch mixtral: each expert's SwiGLU width "
         "(HF moe_intermediate_size; Mixtral's intermediate_size)");
-  CHECK(deck_error(kMinimal, {"model.arch=qwen3_moe", "model.moe.expert_ffn_hidden=8", "model.n_layer=2",
-                              "model.moe.dense_layers=[0, 2]"}) ==
+  CHECK(deck_error(kFiveSteps, {"model.arch=qwen3_moe", "model.moe.expert_ffn_hidden=8", "model.n_layer=2",
+                                "model.moe.dense_layers=[0, 2]"}) ==
         "override 'model.moe.dense_layers=[0, 2]': model.moe.dense_layers names layer 2, but the model has layers 0 "
         "to 1 (model.n_layer 2)");
-  CHECK(deck_error(kMinimal, {"model.arch=mixtral", "model.moe.expert_ffn_hidden=8", "mesh.tp=2"}) == "(no error)");
-  CHECK(deck_error(kMinimal, {"model.arch=mixtral", "model.moe.expert_ffn_hidden=8", "mesh.tp=2",
-                              "mesh.tp_sequence_parallel=true"})
+  CHECK(deck_error(kFiveSteps, {"model.arch=mixtral", "model.moe.expert_ffn_hidden=8", "mesh.tp=2"}) == "(no error)");
+  CHECK(deck_error(kFiveSteps, {"model.arch=mixtral", "model.moe.expert_ffn_hidden=8", "mesh.tp=2",
+                                "mesh.tp_sequence_parallel=true"})
             .rfind("override 'mesh.tp_sequence_parallel=true': mesh.tp_sequence_parallel with model.arch mixtral: the "
                    "mixture-of-experts layers run on every row", 0) == 0);
 }
@@ -331,7 +331,7 @@ TEST_CASE("deck rules: other frameworks' names point at ours, and ambiguous ones
                                  "train.global_batch (sequences per optimizer step, all ranks) or train.micro_batch "
                                  "(per rank per forward)";
   CHECK(deck_error("train: {steps: 5, batch_size: 8}\n") == "deck.yaml:1:19: " + batch_size);
-  CHECK(deck_error(kMinimal, {"train.batch_size=8"}) == "override 'train.batch_size=8': " + batch_size);
+  CHECK(deck_error(kFiveSteps, {"train.batch_size=8"}) == "override 'train.batch_size=8': " + batch_size);
   CHECK(deck_error("train: {steps: 5}\ncheckpoint:\n  path: runs/x\n") ==
         "deck.yaml:3:3: checkpoint.path is ambiguous (a folder to save in, or a file to continue or start from, "
         "depending on the framework): use checkpoint.dir (the folder saves go to), checkpoint.resume (a checkpoint "
@@ -374,7 +374,7 @@ TEST_CASE("deck rules: document masks need an end-of-text id in the vocabulary; 
   data.document_mask = true;
   CHECK(broken([&] { fsdpp::check_document_masks(data, gpt); }).first ==
         std::vector<std::string>{"data.document_mask", "data.eot_id"});
-  CHECK(deck_error(kMinimal, {"data.document_mask=true"}) ==
+  CHECK(deck_error(kFiveSteps, {"data.document_mask=true"}) ==
         "override 'data.document_mask=true': data.document_mask needs the end-of-text id that ends each document: "
         "set data.eot_id (GPT-2's tokenizer: 50256)");
   data.eot_id = 50257;

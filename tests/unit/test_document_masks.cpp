@@ -19,6 +19,9 @@
 using namespace fsdpp;
 using namespace fsdpp::test;
 
+// This file's names, apart from other test files' in a unity build (FSDPP_UNITY_BUILD).
+namespace document_masks_test {
+
 namespace {
 
 constexpr int V = 13, T = 64, kEot = 0;
@@ -216,3 +219,5 @@ TEST_CASE("document masks: the masked model's gradients are its loss's central d
     }
   }
 }
+
+}  // namespace document_masks_test

@@ -1,5 +1,6 @@
 // The flight recorder's ring and sites, and `fsdpp debug flight`'s reading of dumps written by the real writer:
 // two "ranks" are played one after the other in this process (the recorder is cleared in between).
+#include "test_helpers.hpp"
 #include "fsdpp/observe/flight_analysis.hpp"
 #include "fsdpp/observe/flight_dump.hpp"
 #include "fsdpp/observe/flight_recorder.hpp"
@@ -16,18 +17,14 @@ using namespace fsdpp;
 
 namespace {
 
+using fsdpp::test::fresh_temp_dir;
+
 struct RecorderReset {
   ~RecorderReset() {
     FlightRecorder::configure(0);
     FlightRecorder::set_step(0);
   }
 };
-
-std::string fresh_dir(const std::string& name) {
-  const std::string dir = (std::filesystem::temp_directory_path() / ("fsdpp-flight-" + name)).string();
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 // Issues `seq` on `comm` and marks it completed (or leaves it started when `finish` is false).
 void collective(std::uint32_t comm, std::uint64_t seq, CollectiveOp op, std::size_t count, bool finish = true) {
@@ -95,7 +92,7 @@ TEST_CASE("collectives are named after the FSDP unit or the tensor-parallel site
 
 TEST_CASE("fsdpp debug flight: the first sequence number where the ranks differ, though their windows differ") {
   RecorderReset reset;
-  const std::string dir = fresh_dir("desync");
+  const std::string dir = fresh_temp_dir("flight-desync");
   const std::uint32_t comm = FlightRecorder::register_comm("mpi");
   FlightRecorder::set_label(comm, "dp_shard");
   FlightRecorder::set_members(comm, {0, 1}, 0);
@@ -116,7 +113,7 @@ TEST_CASE("fsdpp debug flight: the first sequence number where the ranks differ,
 
 TEST_CASE("fsdpp debug flight: a hang names who waits, who never entered (with its last collective), who is missing") {
   RecorderReset reset;
-  const std::string dir = fresh_dir("hang");
+  const std::string dir = fresh_temp_dir("flight-hang");
   const std::uint32_t comm = FlightRecorder::register_comm("mpi");
   FlightRecorder::set_label(comm, "dp_shard");
   FlightRecorder::configure(16);
@@ -141,14 +138,14 @@ TEST_CASE("fsdpp debug flight: a hang names who waits, who never entered (with i
 }
 
 TEST_CASE("fsdpp debug flight: a folder without dumps is a usage error that says where dumps come from") {
-  const std::string dir = fresh_dir("empty");
+  const std::string dir = fresh_temp_dir("flight-empty");
   std::filesystem::create_directories(dir);
   CHECK_THROWS_WITH_AS(explain_flight_dumps(dir), doctest::Contains("no flight-recorder dump (rank<r>.json)"), UsageError);
 }
 
 TEST_CASE("fsdpp debug flight: a rank found silent that dumped after the abort (resumed by the kill) is read as missing") {
   RecorderReset reset;
-  const std::string dir = fresh_dir("late");
+  const std::string dir = fresh_temp_dir("flight-late");
   const std::uint32_t comm = FlightRecorder::register_comm("mpi");
   FlightRecorder::set_label(comm, "dp_shard");
   FlightRecorder::configure(16);

@@ -2,6 +2,7 @@
 // forward, written here straight from the HF-layout tensors, computes (also packed documents with document masks,
 // against an explicit block-diagonal 4D mask); export -> import -> export is bitwise.
 #include "mpi_test.hpp"
+#include "test_helpers.hpp"
 
 #include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/ckpt/hf_gpt2.hpp"
@@ -19,7 +20,12 @@
 using namespace fsdpp;
 namespace fs = std::filesystem;
 
+// This file's names, apart from other test files' in a unity build (FSDPP_UNITY_BUILD).
+namespace hf_gpt2_test {
+
 namespace {
+
+using fsdpp::test::write_safetensors;
 
 constexpr int V = 13, T = 5, C = 8, L = 2, NH = 2;
 
@@ -29,7 +35,7 @@ ModelConfig config() {
   return c;
 }
 
-using Tensors = std::map<std::string, std::pair<std::vector<std::int64_t>, std::vector<float>>>;
+using Tensors = fsdpp::test::NamedTensors;
 
 // A random GPT-2 in HF's layout and names (Conv1D weights [in, out]), with a mask buffer HF files carry.
 Tensors random_hf_gpt2() {
@@ -64,13 +70,6 @@ Tensors random_hf_gpt2() {
   add("transformer.ln_f.weight", {C}, 1.0f);
   add("transformer.ln_f.bias", {C});
   return t;
-}
-
-void write_safetensors(const std::string& path, const Tensors& t) {
-  SafetensorsWriter w(path, {{"format", "pt"}});
-  for (const auto& [name, st] : t) w.declare(name, st.first, "F32");
-  for (const auto& [name, st] : t) w.write(name, st.second.data(), st.second.size());
-  w.finish();
 }
 
 // GPT-2 forward in double, straight from HF tensors: the per-position cross-entropy losses. `mask`: transformers'
@@ -264,3 +263,5 @@ TEST_CASE("hf gpt2: import and init_from refuse non-finite weights, naming the t
     fs::remove(st);
   }
 }
+
+}  // namespace hf_gpt2_test

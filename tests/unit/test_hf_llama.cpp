@@ -5,6 +5,7 @@
 // is bitwise; packed documents with document masks (data.document_mask, with and without reset positions) compute
 // what HF computes with a block-diagonal 4D attention mask and position_ids.
 #include "mpi_test.hpp"
+#include "test_helpers.hpp"
 
 #include "fsdpp/ckpt/checkpoint.hpp"
 #include "fsdpp/ckpt/hf_export.hpp"
@@ -25,7 +26,12 @@
 using namespace fsdpp;
 namespace fs = std::filesystem;
 
+// This file's names, apart from other test files' in a unity build (FSDPP_UNITY_BUILD).
+namespace hf_llama_test {
+
 namespace {
+
+using fsdpp::test::write_safetensors;
 
 constexpr int V = 13, T = 6, C = 16, L = 2, NH = 4, NKV = 2, F = 24, HS = C / NH;
 constexpr double kTheta = 500.0, kEps = 1e-6;
@@ -38,7 +44,7 @@ ModelConfig config(bool tied = false, ModelArch arch = ModelArch::llama) {
   return c;
 }
 
-using Tensors = std::map<std::string, std::pair<std::vector<std::int64_t>, std::vector<float>>>;
+using Tensors = fsdpp::test::NamedTensors;
 
 // A random Llama (or, with `qwen`, Qwen2: q/k/v biases) in HF's names and layout, with an old-style rotary
 // buffer HF files may carry.
@@ -75,13 +81,6 @@ Tensors random_hf_llama(bool tied = false, bool qwen = false) {
   add("model.norm.weight", {C}, 1.0f);
   if (!tied) add("lm_head.weight", {V, C});
   return t;
-}
-
-void write_safetensors(const std::string& path, const Tensors& t) {
-  SafetensorsWriter w(path, {{"format", "pt"}});
-  for (const auto& [name, st] : t) w.declare(name, st.first, "F32");
-  for (const auto& [name, st] : t) w.write(name, st.second.data(), st.second.size());
-  w.finish();
 }
 
 using Rows = std::vector<std::vector<double>>;
@@ -426,3 +425,5 @@ TEST_CASE("hf llama: packed documents with document masks compute what HF comput
   CHECK(diff > 1e-3);
   fs::remove(st);
 }
+
+}  // namespace hf_llama_test

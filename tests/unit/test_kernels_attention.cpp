@@ -4,6 +4,7 @@
 // Each check runs with full-size products and with row blocks that split T unevenly, so the blocked GEMMs
 // that skip the upper triangle are exercised too.
 #include "mpi_test.hpp"
+#include "test_helpers.hpp"
 
 #include "fsdpp/nn/kernels/attention.hpp"
 #include "fsdpp/nn/kernels/rope.hpp"
@@ -20,37 +21,13 @@ using namespace fsdpp;
 
 namespace {
 
-std::vector<double> random_vector(std::size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(-1.0, 1.0);
-  std::vector<double> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
-
-template <class Real> View1<Real> to_view(const std::vector<double>& v) {
-  View1<Real> out("test", v.size());
-  auto host = Kokkos::create_mirror_view(out);
-  for (std::size_t i = 0; i < v.size(); ++i) host(i) = static_cast<Real>(v[i]);
-  Kokkos::deep_copy(out, host);
-  return out;
-}
-
-template <class Real> std::vector<double> to_vector(const View1<Real>& view) {
-  auto host = Kokkos::create_mirror_view(view);
-  Kokkos::deep_copy(host, view);
-  return std::vector<double>(host.data(), host.data() + host.extent(0));
-}
-
-// max_i |a_i - b_i| / max_i |b_i|: relative to the scale of the reference, so tiny entries do not dominate.
-double rel_err(const std::vector<double>& a, const std::vector<double>& b) {
-  double diff = 0, scale = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return diff / scale;
-}
+using fsdpp::test::dot;
+using fsdpp::test::fd_grad;
+using fsdpp::test::minus;
+using fsdpp::test::random_vector;
+using fsdpp::test::rel_diff;
+using fsdpp::test::to_vec;
+using fsdpp::test::to_view;
 
 struct Shape {
   int B, T, C, NH;
@@ -94,8 +71,8 @@ void run_forward(const Shape& s, const std::vector<double>& inp, int row_block, 
   auto out_v = to_view<Real>(std::vector<double>(s.n_out(), std::numeric_limits<double>::quiet_NaN()));
   auto att_v = to_view<Real>(std::vector<double>(s.n_att(), std::numeric_limits<double>::quiet_NaN()));
   kernels::attention_forward<Real>(out_v, att_v, to_view<Real>(inp), s.B, s.T, s.C, s.NH, row_block);
-  out = to_vector(out_v);
-  att = to_vector(att_v);
+  out = to_vec(out_v);
+  att = to_vec(att_v);
 }
 
 // dinp starts at dinp0 (to check that backward accumulates); datt starts as NaN (to check it is only scratch).
@@ -109,7 +86,7 @@ std::vector<double> run_backward(const Shape& s, const std::vector<double>& inp,
   auto datt_v = to_view<Real>(std::vector<double>(s.n_att(), std::numeric_limits<double>::quiet_NaN()));
   kernels::attention_backward<Real>(dinp_v, datt_v, to_view<Real>(dout), inp_v, att_v, s.B, s.T, s.C, s.NH,
                                     row_block);
-  return to_vector(dinp_v);
+  return to_vec(dinp_v);
 }
 
 double loss(const Shape& s, const std::vector<double>& inp, const std::vector<double>& R, int row_block) {
@@ -134,8 +111,8 @@ TEST_CASE("attention forward matches a naive double reference") {
       std::vector<double> out_ref, att_ref, out, att;
       reference_forward(s, inp, out_ref, att_ref);
       run_forward<double>(s, inp, rb, out, att);
-      CHECK(rel_err(out, out_ref) < 1e-12);
-      CHECK(rel_err(att, att_ref) < 1e-12);
+      CHECK(rel_diff(out, out_ref) < 1e-12);
+      CHECK(rel_diff(att, att_ref) < 1e-12);
       bool upper_zero = true;
       for (int bh = 0; bh < s.B * s.NH; ++bh)
         for (int t = 0; t < s.T; ++t)
@@ -164,7 +141,7 @@ TEST_CASE("attention backward matches central finite differences") {
         inp[i] = x;
         numeric[i] = (Lp - Lm) / (2 * h);
       }
-      const double err = rel_err(analytic, numeric);
+      const double err = rel_diff(analytic, numeric);
       MESSAGE("attention backward NH=" << s.NH << " row_block=" << rb << ": rel err " << err);
       CHECK(err <= 1e-6);
     }
@@ -205,9 +182,9 @@ TEST_CASE("attention float agrees with double") {
     std::vector<double> out_d, att_d, out_f, att_f;
     run_forward<double>(s, inp, rb, out_d, att_d);
     run_forward<float>(s, inp, rb, out_f, att_f);
-    CHECK(rel_err(out_f, out_d) < 1e-5);
-    CHECK(rel_err(att_f, att_d) < 1e-5);
-    CHECK(rel_err(run_backward<float>(s, inp, dout, dinp0, rb), run_backward<double>(s, inp, dout, dinp0, rb)) < 1e-5);
+    CHECK(rel_diff(out_f, out_d) < 1e-5);
+    CHECK(rel_diff(att_f, att_d) < 1e-5);
+    CHECK(rel_diff(run_backward<float>(s, inp, dout, dinp0, rb), run_backward<double>(s, inp, dout, dinp0, rb)) < 1e-5);
   }
 }
 
@@ -239,46 +216,15 @@ TEST_CASE("attention timing at B=8 T=256 C=256 NH=4") {
     std::printf("attention fwd+bwd B=8 T=256 C=256 NH=4 row_block=%d: median %.2f ms (min %.2f), %.1f GFLOP/s "
                 "(dense count 12*B*T^2*C = %.3g FLOP)\n",
                 blocks[k], ms[2], ms[0], dense_flops / (ms[2] * 1e6), dense_flops);
-    auto o = to_vector(out);
-    auto d = to_vector(dinp);
+    auto o = to_vec(out);
+    auto d = to_vec(dinp);
     o.insert(o.end(), d.begin(), d.end());
     results[k] = o;
   }
-  CHECK(rel_err(results[0], results[1]) < 1e-5);
+  CHECK(rel_diff(results[0], results[1]) < 1e-5);
 }
 
 // ---------------------------------------------------------------------------------- grouped-query attention
-namespace {
-
-std::vector<double> minus(const std::vector<double>& a, const std::vector<double>& b) {
-  std::vector<double> d(a.size());
-  for (std::size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
-  return d;
-}
-
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Central differences of loss() with respect to every element of x.
-template <class F> std::vector<double> fd_grad(std::vector<double>& x, F loss) {
-  std::vector<double> g(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i], h = 1e-6 * std::max(1.0, std::abs(saved));
-    x[i] = saved + h;
-    const double lp = loss();
-    x[i] = saved - h;
-    const double lm = loss();
-    x[i] = saved;
-    g[i] = (lp - lm) / (2 * h);
-  }
-  return g;
-}
-
-}  // namespace
-
 namespace {
 
 // Naive double GQA: query head h reads kv head h / (NH/NKV); rows packed [q | k | v].
@@ -312,7 +258,7 @@ template <class Real> std::vector<double> gqa_forward(const kernels::AttentionSh
   View1<Real> out("out", static_cast<std::size_t>(s.B) * s.T * s.q_width());
   View1<Real> att("att", static_cast<std::size_t>(s.B) * s.NH * s.T * s.T);
   kernels::attention_forward<Real>(out, att, to_view<Real>(inp), s, row_block);
-  return to_vector(out);
+  return to_vec(out);
 }
 
 template <class Real>
@@ -324,7 +270,7 @@ std::vector<double> gqa_backward(const kernels::AttentionShape& s, const std::ve
   auto dinp = to_view<Real>(dinp0);
   auto datt = to_view<Real>(std::vector<double>(att.extent(0), std::numeric_limits<double>::quiet_NaN()));
   kernels::attention_backward<Real>(dinp, datt, to_view<Real>(dout), inp_v, att, s, row_block);
-  return minus(to_vector(dinp), dinp0);
+  return minus(to_vec(dinp), dinp0);
 }
 
 }  // namespace
@@ -340,11 +286,11 @@ TEST_CASE("grouped-query attention matches a naive reference and finite differen
       std::vector<double> inp = random_vector(static_cast<std::size_t>(s.B) * s.T * s.row_width(), 51);
       const std::vector<double> R = random_vector(static_cast<std::size_t>(s.B) * s.T * s.q_width(), 52);
       const std::vector<double> dinp0 = random_vector(inp.size(), 53);
-      CHECK(rel_err(gqa_forward<double>(s, inp, rb), reference_gqa(s, inp)) < 1e-12);
+      CHECK(rel_diff(gqa_forward<double>(s, inp, rb), reference_gqa(s, inp)) < 1e-12);
       const std::vector<double> analytic = gqa_backward<double>(s, inp, R, dinp0, rb);
       const std::vector<double> numeric = fd_grad(inp, [&] { return dot(gqa_forward<double>(s, inp, rb), R); });
-      CHECK(rel_err(analytic, numeric) < 1e-6);
-      CHECK(rel_err(gqa_backward<float>(s, inp, R, dinp0, rb), analytic) < 1e-5);
+      CHECK(rel_diff(analytic, numeric) < 1e-6);
+      CHECK(rel_diff(gqa_backward<float>(s, inp, R, dinp0, rb), analytic) < 1e-5);
     }
 }
 
@@ -353,7 +299,7 @@ TEST_CASE("attention with NKV = NH is bitwise the GPT-2 call") {
   const std::vector<double> inp = random_vector(static_cast<std::size_t>(s.B) * s.T * s.row_width(), 61);
   View1<float> out("out", s.B * s.T * s.q_width()), att("att", s.B * s.NH * s.T * s.T);
   kernels::attention_forward<float>(out, att, to_view<float>(inp), s.B, s.T, s.q_width(), s.NH, 2);
-  CHECK(to_vector(out) == gqa_forward<float>(s, inp, 2));
+  CHECK(to_vec(out) == gqa_forward<float>(s, inp, 2));
 }
 
 TEST_CASE("rope then attention: scores depend on relative position only") {
@@ -375,7 +321,7 @@ TEST_CASE("rope then attention: scores depend on relative position only") {
     st.T = T;
     View1<double> out("out", static_cast<std::size_t>(T) * s.q_width()), att("att", s.NH * T * T);
     kernels::attention_forward<double>(out, att, xv, st);
-    return to_vector(att);
+    return to_vec(att);
   };
   const std::vector<double> a0 = probabilities(0), a1 = probabilities(1);
   const int T0 = s.T, T1 = s.T + 1;

@@ -4,6 +4,7 @@
 // finite differences in double check the fused backward on its own; with document masks (AttentionShape::starts)
 // all three compute the block-diagonal causal attention written out here; timing of the three at small.yaml's shape.
 #include "mpi_test.hpp"
+#include "test_helpers.hpp"
 
 #include "fsdpp/nn/kernels/attention.hpp"
 #include "fsdpp/nn/kernels/attention_batched.hpp"
@@ -21,36 +22,10 @@ using kernels::AttentionShape;
 
 namespace {
 
-std::vector<double> random_vector(std::size_t n, unsigned seed, double range = 1.0) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(-range, range);
-  std::vector<double> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
-
-template <class Real> View1<Real> to_view(const std::vector<double>& v) {
-  View1<Real> out("test", v.size());
-  auto host = Kokkos::create_mirror_view(out);
-  for (std::size_t i = 0; i < v.size(); ++i) host(i) = static_cast<Real>(v[i]);
-  Kokkos::deep_copy(out, host);
-  return out;
-}
-
-template <class Real> std::vector<double> to_vector(const View1<Real>& view) {
-  auto host = Kokkos::create_mirror_view(view);
-  Kokkos::deep_copy(host, view);
-  return std::vector<double>(host.data(), host.data() + host.extent(0));
-}
-
-double rel_err(const std::vector<double>& a, const std::vector<double>& b) {
-  double diff = 0, scale = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return diff / scale;
-}
+using fsdpp::test::random_vector;
+using fsdpp::test::rel_diff;
+using fsdpp::test::to_vec;
+using fsdpp::test::to_view;
 
 std::size_t n_inp(const AttentionShape& s) { return std::size_t(s.B) * s.T * s.row_width(); }
 std::size_t n_out(const AttentionShape& s) { return std::size_t(s.B) * s.T * s.q_width(); }
@@ -75,7 +50,7 @@ Result run(Path path, const AttentionShape& s, const std::vector<double>& inp, c
     View1<Real> lse("lse", n_rows(s)), delta("delta", n_rows(s));
     kernels::flash_attention_forward<Real>(out, lse, in, s);
     kernels::flash_attention_backward<Real>(dinp, delta, dout, in, out, lse, s);
-    r.lse = to_vector(lse);
+    r.lse = to_vec(lse);
   } else {
     const std::size_t n_att = n_rows(s) * s.T;
     View1<Real> att("att", n_att), datt("datt", n_att);
@@ -88,13 +63,13 @@ Result run(Path path, const AttentionShape& s, const std::vector<double>& inp, c
       kernels::attention_backward<Real>(dinp, datt, dout, in, att, s);
     }
   }
-  r.out = to_vector(out);
-  r.dinp = to_vector(dinp);
+  r.out = to_vec(out);
+  r.dinp = to_vec(dinp);
   return r;
 }
 
 // Odd shapes: T below, at and across the 32- and 16-row tiles, not multiples of them.
-const AttentionShape kShapes[] = {
+const AttentionShape kFlashShapes[] = {
     {1, 1, 2, 2, 8},   {2, 7, 2, 1, 8},   {3, 33, 4, 2, 8},  {1, 45, 4, 1, 16}, {2, 70, 4, 4, 16},
     {1, 65, 2, 2, 64}, {2, 40, 4, 2, 64}, {1, 37, 2, 1, 96}, {3, 19, 3, 3, 16},
 };
@@ -102,7 +77,7 @@ const AttentionShape kShapes[] = {
 }  // namespace
 
 TEST_CASE("fused and batched attention agree with the reference kernels, forward and backward (float and double)") {
-  for (const AttentionShape& s : kShapes) {
+  for (const AttentionShape& s : kFlashShapes) {
     CAPTURE(s.B);
     CAPTURE(s.T);
     CAPTURE(s.NH);
@@ -117,10 +92,10 @@ TEST_CASE("fused and batched attention agree with the reference kernels, forward
       const char* name = path == Path::fused ? "fused" : "batched";
       CAPTURE(name);
       const Result d = run<double>(path, s, inp, R, dinp0);
-      CHECK(rel_err(d.out, rd.out) <= 1e-12);
-      CHECK(rel_err(d.dinp, rd.dinp) <= 1e-12);
+      CHECK(rel_diff(d.out, rd.out) <= 1e-12);
+      CHECK(rel_diff(d.dinp, rd.dinp) <= 1e-12);
       const Result f = run<float>(path, s, inp, R, dinp0);
-      const double out_err = rel_err(f.out, rf.out), dinp_err = rel_err(f.dinp, rf.dinp);
+      const double out_err = rel_diff(f.out, rf.out), dinp_err = rel_diff(f.dinp, rf.dinp);
       MESSAGE(name << " vs reference float T=" << s.T << " hs=" << s.hs << " G=" << s.group() << ": out " << out_err
                    << ", dinp " << dinp_err);
       CHECK(out_err <= 1e-5);
@@ -163,7 +138,7 @@ TEST_CASE("fused attention backward matches central finite differences (double)"
     auto loss = [&](const std::vector<double>& x) {
       View1<double> out("out", n_out(s)), lse("lse", n_rows(s));
       kernels::flash_attention_forward<double>(out, lse, to_view<double>(x), s);
-      const auto o = to_vector(out);
+      const auto o = to_vec(out);
       double L = 0;
       for (std::size_t i = 0; i < o.size(); ++i) L += o[i] * R[i];
       return L;
@@ -178,7 +153,7 @@ TEST_CASE("fused attention backward matches central finite differences (double)"
       inp[i] = x;
       numeric[i] = (Lp - Lm) / (2 * h);
     }
-    const double err = rel_err(analytic, numeric);
+    const double err = rel_diff(analytic, numeric);
     MESSAGE("fused attention backward T=" << s.T << " G=" << s.group() << " hs=" << s.hs << ": rel err " << err);
     CHECK(err <= 1e-6);
   }
@@ -233,15 +208,15 @@ TEST_CASE("document masks: every attention path computes the block-diagonal caus
     for (Path path : {Path::batched, Path::fused}) {
       CAPTURE(path == Path::fused ? "fused" : "batched");
       const Result d = run<double>(path, s, inp, R, dinp0);
-      CHECK(rel_err(d.out, rd.out) <= 1e-12);
-      CHECK(rel_err(d.dinp, rd.dinp) <= 1e-12);
+      CHECK(rel_diff(d.out, rd.out) <= 1e-12);
+      CHECK(rel_diff(d.dinp, rd.dinp) <= 1e-12);
       const Result f = run<float>(path, s, inp, R, dinp0);
-      CHECK(rel_err(f.out, rf.out) <= 1e-5);
-      CHECK(rel_err(f.dinp, rf.dinp) <= 1e-5);
+      CHECK(rel_diff(f.out, rf.out) <= 1e-5);
+      CHECK(rel_diff(f.dinp, rf.dinp) <= 1e-5);
     }
     // The mask matters here: plain causal attention is another result.
     s.starts = nullptr;
-    CHECK(rel_err(run<double>(Path::reference, s, inp, R, dinp0).out, rd.out) > 1e-3);
+    CHECK(rel_diff(run<double>(Path::reference, s, inp, R, dinp0).out, rd.out) > 1e-3);
   }
 }
 

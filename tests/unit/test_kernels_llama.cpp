@@ -4,6 +4,7 @@
 // As in test_kernels_rows.cpp, gradient buffers start at random G0 and the analytic gradient is (result - G0),
 // which checks the += as well as the values.
 #include "mpi_test.hpp"
+#include "test_helpers.hpp"
 
 #include "fsdpp/nn/kernels/embedding.hpp"
 #include "fsdpp/nn/kernels/rmsnorm.hpp"
@@ -23,63 +24,13 @@ using Vec = std::vector<double>;
 
 namespace {
 
-Vec random_vec(std::size_t n, unsigned seed, double lo = -1.0, double hi = 1.0) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  Vec v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
-
-template <class T> View1<T> to_view(const Vec& h) {
-  View1<T> v("test", h.size());
-  auto m = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < h.size(); ++i) m(i) = static_cast<T>(h[i]);
-  Kokkos::deep_copy(v, m);
-  return v;
-}
-
-template <class T> Vec to_vec(const View1<T>& v) {
-  auto m = Kokkos::create_mirror_view(v);
-  Kokkos::deep_copy(m, v);
-  return Vec(m.data(), m.data() + m.extent(0));
-}
-
-Vec minus(const Vec& a, const Vec& b) {
-  Vec d(a.size());
-  for (std::size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
-  return d;
-}
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-double rel_err(const Vec& a, const Vec& ref) {
-  REQUIRE(a.size() == ref.size());
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    num = std::max(num, std::fabs(a[i] - ref[i]));
-    den = std::max(den, std::fabs(ref[i]));
-  }
-  return den > 0 ? num / den : num;
-}
-
-Vec fd_grad(Vec& x, const std::function<double()>& loss) {
-  Vec g(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i], h = 1e-6 * std::max(1.0, std::fabs(saved));
-    x[i] = saved + h;
-    const double lp = loss();
-    x[i] = saved - h;
-    const double lm = loss();
-    x[i] = saved;
-    g[i] = (lp - lm) / (2 * h);
-  }
-  return g;
-}
+using fsdpp::test::dot;
+using fsdpp::test::fd_grad;
+using fsdpp::test::minus;
+using fsdpp::test::random_vec;
+using fsdpp::test::rel_err;
+using fsdpp::test::to_vec;
+using fsdpp::test::to_view;
 
 // ------------------------------------------------------------------------------------------------ rmsnorm
 struct RmsCase {

@@ -3,6 +3,7 @@
 // must give the losses and dlogits of the fused cross-entropy over the whole vocabulary, and the embedding's
 // partial rows must sum to the whole lookup. Ignored targets (outside [0, V)) get a zero loss and gradient.
 #include "mpi_test.hpp"
+#include "test_helpers.hpp"
 
 #include "fsdpp/nn/kernels/crossentropy.hpp"
 #include "fsdpp/nn/kernels/encoder.hpp"
@@ -18,24 +19,15 @@ using namespace fsdpp;
 
 namespace {
 
+using fsdpp::test::to_host;
+using fsdpp::test::to_view;
+
 std::vector<float> random_floats(std::size_t n, unsigned seed, float scale) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> dist(0.0f, scale);
   std::vector<float> v(n);
   for (auto& x : v) x = dist(gen);
   return v;
-}
-
-template <class T> View1<T> to_view(const std::vector<T>& h) {
-  View1<T> v("test", h.size());
-  Kokkos::deep_copy(v, HostView1<T>(const_cast<T*>(h.data()), h.size()));
-  return v;
-}
-
-template <class T> std::vector<T> to_host(const View1<T>& v) {
-  std::vector<T> h(v.extent(0));
-  Kokkos::deep_copy(HostView1<T>(h.data(), h.size()), v);
-  return h;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 // Every transpose combination, padded leading dimensions, alpha/beta, K across several K-panels, batched
 // strides, and that the packing scratch stops allocating once it has grown.
 #include "mpi_test.hpp"
+#include "test_helpers.hpp"
 
 #include "fsdpp/runtime/memory_accounting.hpp"
 #include "fsdpp/tensor/bf16.hpp"
@@ -28,22 +29,15 @@ using namespace fsdpp;
 
 namespace {
 
-std::vector<float> random_vec(std::size_t n, unsigned seed) {
+using fsdpp::test::to_host;
+using fsdpp::test::to_view;
+
+std::vector<float> uniform_floats(std::size_t n, unsigned seed) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> v(n);
   for (auto& x : v) x = dist(gen);
   return v;
-}
-View1<float> to_view(const std::vector<float>& h) {
-  View1<float> v("test_matmul.v", h.size());
-  Kokkos::deep_copy(v, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(h.data(), h.size()));
-  return v;
-}
-std::vector<float> to_host(const View1<float>& v) {
-  std::vector<float> h(v.extent(0));
-  Kokkos::deep_copy(Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(h.data(), h.size()), v);
-  return h;
 }
 
 // One product's shape and operands, stored row-major with padded leading dimensions; `batch` entries at
@@ -61,9 +55,9 @@ struct Problem {
     const int b_rows = tb == Trans::N ? K : N, b_cols = tb == Trans::N ? N : K;
     lda = a_cols + 3, ldb = b_cols + 5, ldc = N + 2;
     sa = std::int64_t(a_rows) * lda + 7, sb = std::int64_t(b_rows) * ldb + 1, sc = std::int64_t(M) * ldc + 4;
-    A = random_vec(static_cast<std::size_t>(sa * batch), seed);
-    B = random_vec(static_cast<std::size_t>(sb * batch), seed + 1);
-    C0 = random_vec(static_cast<std::size_t>(sc * batch), seed + 2);
+    A = uniform_floats(static_cast<std::size_t>(sa * batch), seed);
+    B = uniform_floats(static_cast<std::size_t>(sb * batch), seed + 1);
+    C0 = uniform_floats(static_cast<std::size_t>(sc * batch), seed + 2);
   }
   float a(int i, int m, int k) const { return ta == Trans::N ? A[i * sa + m * lda + k] : A[i * sa + k * lda + m]; }
   float b(int i, int k, int n) const { return tb == Trans::N ? B[i * sb + k * ldb + n] : B[i * sb + n * ldb + k]; }

@@ -3,6 +3,7 @@
 // bit for bit, the same global batch on 1, 2 and 3 data-parallel ranks, a resume at another rank count through
 // DataFeed's state dict, corpora as sources, and the deck's data.sources errors.
 #include "mpi_test.hpp"
+#include "test_helpers.hpp"
 
 #include "input_decks.hpp"
 #include "temp_dir.hpp"
@@ -25,6 +26,8 @@ using fsdpp::test::TempDir;
 
 namespace {
 
+using fsdpp::test::usage_error_of;
+
 // Source k's tokens are all in [100 k, 100 k + 99], so a window's tokens name the source it came from; within a
 // source, token t at position p is 100 k + p mod 100, so a window's first token gives its offset mod 100.
 std::vector<std::uint32_t> marked_tokens(int k, std::size_t n) {
@@ -38,15 +41,6 @@ std::vector<MixtureInput> marked_sources(const std::vector<double>& weights, std
   for (std::size_t k = 0; k < weights.size(); ++k)
     in.push_back({fmt::format("source{}.bin", k), marked_tokens(static_cast<int>(k), n + 37 * k), weights[k]});
   return in;
-}
-
-std::string usage_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // A corpus folder of two shards (data/corpus_index.hpp) holding `tokens`, split in the middle.

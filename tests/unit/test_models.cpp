@@ -38,7 +38,7 @@ double stddev(const std::vector<float>& v) {
   return std::sqrt(s2 / v.size() - mean * mean);
 }
 
-using Shape = std::vector<std::int64_t>;
+using ParamShape = std::vector<std::int64_t>;
 
 }  // namespace
 
@@ -53,7 +53,7 @@ TEST_CASE("models: GPT-2 has GPT-2's names and small.yaml's 4.27M parameters, on
   }
   CHECK(total == 4'273'664);
   CHECK(model.parameter_count() == total);
-  const std::map<std::string, Shape> expected = {
+  const std::map<std::string, ParamShape> expected = {
       {"wte.weight", {4096, 256}},        {"wpe.weight", {256, 256}},           {"ln_f.weight", {256}},
       {"ln_f.bias", {256}},               {"h.0.ln_1.weight", {256}},           {"h.0.attn.c_attn.weight", {768, 256}},
       {"h.0.attn.c_attn.bias", {768}},    {"h.0.attn.c_proj.weight", {256, 256}}, {"h.2.ln_2.bias", {256}},
@@ -99,7 +99,7 @@ TEST_CASE("models: Llama and Qwen2 have Hugging Face's names, shapes and counts,
     const std::int64_t biases = qwen ? L * (C + 2 * KC) : 0;
     CHECK(total == V * C * 2 + C + L * (2 * C + 2 * C * C + 2 * KC * C + 3 * F * C) + biases);
     CHECK(model->parameter_count() == total);
-    std::map<std::string, Shape> expected = {
+    std::map<std::string, ParamShape> expected = {
         {"embed_tokens.weight", {V, C}},       {"norm.weight", {C}},
         {"lm_head.weight", {V, C}},            {"layers.0.input_layernorm.weight", {C}},
         {"layers.0.self_attn.q_proj.weight", {C, C}}, {"layers.1.self_attn.k_proj.weight", {KC, C}},

@@ -15,6 +15,9 @@
 
 using namespace fsdpp;
 
+// This file's names, apart from other test files' in a unity build (FSDPP_UNITY_BUILD).
+namespace moe_test {
+
 namespace {
 
 constexpr int N = 10, C = 6, F = 5;
@@ -245,3 +248,5 @@ TEST_CASE("moe: balance bias moves the routing bias toward the mean load and ste
   const std::vector<double> weights = host_of(Kokkos::subview(a.weights, std::make_pair(0, N)));
   for (double w : weights) CHECK(w == 0.25);
 }
+
+}  // namespace moe_test

@@ -2,6 +2,7 @@
 // role, the stale-parameter guard, checkpointable state, the gradient norm and clipping (locally and summed
 // over ranks), and the learning-rate schedule.
 #include "mpi_test.hpp"
+#include "test_helpers.hpp"
 
 #include "fsdpp/comm/mpi_communicator.hpp"
 #include "fsdpp/optim/adamw.hpp"
@@ -21,11 +22,8 @@ using namespace fsdpp;
 
 namespace {
 
-std::vector<double> to_host(const View1<float>& v) {
-  auto h = Kokkos::create_mirror_view(v);
-  Kokkos::deep_copy(h, v);
-  return std::vector<double>(h.data(), h.data() + h.extent(0));
-}
+using fsdpp::test::to_vec;
+using fsdpp::test::usage_error_of;
 
 void from_host(const View1<float>& v, const std::vector<double>& x) {
   auto h = Kokkos::create_mirror_view(v);
@@ -76,15 +74,6 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
   }
 }
 
-template <class F> std::string usage_error_of(F&& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "(no UsageError)";
-}
-
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
 // Reference AdamW in double over every parameter, for `steps` steps with the learning rates `lrs`.
@@ -94,7 +83,7 @@ void run_adamw(const AdamWConfig& c, std::vector<bool> decays) {
   const std::vector<float> lrs = {1e-2f, 2e-2f, 5e-3f};
   std::vector<std::vector<double>> x, m, v;
   for (Parameter* p : ps.list) {
-    x.push_back(to_host(p->value()));
+    x.push_back(to_vec(p->value()));
     m.emplace_back(p->numel(), 0.0);
     v.emplace_back(p->numel(), 0.0);
   }
@@ -116,9 +105,9 @@ void run_adamw(const AdamWConfig& c, std::vector<bool> decays) {
     CHECK(opt.steps() == s + 1);
     for (std::size_t i = 0; i < ps.list.size(); ++i) {
       const std::string what = ps.list[i]->name() + " after step " + std::to_string(s + 1);
-      check_close(to_host(ps.list[i]->value()), x[i], 2e-6, what);
-      check_close(to_host(opt.exp_avg(*ps.list[i])), m[i], 1e-6, what + " exp_avg");
-      check_close(to_host(opt.exp_avg_sq(*ps.list[i])), v[i], 1e-6, what + " exp_avg_sq");
+      check_close(to_vec(ps.list[i]->value()), x[i], 2e-6, what);
+      check_close(to_vec(opt.exp_avg(*ps.list[i])), m[i], 1e-6, what + " exp_avg");
+      check_close(to_vec(opt.exp_avg_sq(*ps.list[i])), v[i], 1e-6, what + " exp_avg_sq");
     }
   }
 }
@@ -129,7 +118,7 @@ void run_sgd(const SgdConfig& c, std::vector<bool> decays) {
   const std::vector<float> lrs = {1e-1f, 5e-2f, 2e-1f};
   std::vector<std::vector<double>> x, buf;
   for (Parameter* p : ps.list) {
-    x.push_back(to_host(p->value()));
+    x.push_back(to_vec(p->value()));
     buf.emplace_back(p->numel(), 0.0);
   }
   for (int s = 0; s < 3; ++s) {
@@ -147,8 +136,8 @@ void run_sgd(const SgdConfig& c, std::vector<bool> decays) {
     CHECK(opt.steps() == s + 1);
     for (std::size_t i = 0; i < ps.list.size(); ++i) {
       const std::string what = ps.list[i]->name() + " after step " + std::to_string(s + 1);
-      check_close(to_host(ps.list[i]->value()), x[i], 2e-6, what);
-      if (c.momentum != 0.0f) check_close(to_host(opt.momentum_buffer(*ps.list[i])), buf[i], 2e-6, what + " buffer");
+      check_close(to_vec(ps.list[i]->value()), x[i], 2e-6, what);
+      if (c.momentum != 0.0f) check_close(to_vec(opt.momentum_buffer(*ps.list[i])), buf[i], 2e-6, what + " buffer");
     }
   }
 }
@@ -205,13 +194,13 @@ TEST_CASE("optim: decay rule per role, isolated with zero gradients") {
     AdamW opt(ps.list, c);
     const std::vector<bool> expect = {true, c.decay_biases, c.decay_norms, c.decay_embeddings};
     std::vector<std::vector<double>> before;
-    for (Parameter* p : ps.list) before.push_back(to_host(p->value()));
+    for (Parameter* p : ps.list) before.push_back(to_vec(p->value()));
     opt.step(0.5f);
     for (std::size_t i = 0; i < ps.list.size(); ++i) {
       CHECK(opt.decays(*ps.list[i]) == expect[i]);
       std::vector<double> want = before[i];
       for (double& w : want) w = static_cast<float>(w * (expect[i] ? 1.0f - 0.5f * c.weight_decay : 1.0f));
-      check_close(to_host(ps.list[i]->value()), want, 1e-7, ps.list[i]->name() + " flags " + std::to_string(flags));
+      check_close(to_vec(ps.list[i]->value()), want, 1e-7, ps.list[i]->name() + " flags " + std::to_string(flags));
     }
   }
 }
@@ -237,11 +226,11 @@ TEST_CASE("optim: the stale-parameter guard names the parameter whose storage ch
     AdamW adamw(ps.list, AdamWConfig{});
     Sgd sgd(ps.list, SgdConfig{});
     ps.list[1]->adopt(View1<float>("shard", 1), ps.list[1]->grad());
-    const std::vector<double> weight_before = to_host(ps.list[0]->value());
+    const std::vector<double> weight_before = to_vec(ps.list[0]->value());
     CHECK(starts_with(usage_error_of([&] { adamw.step(1e-2f); }), prefix));
     CHECK(starts_with(usage_error_of([&] { sgd.step(1e-2f); }), prefix));
     // Checked before any update: nothing moved, no step counted.
-    check_close(to_host(ps.list[0]->value()), weight_before, 0.0, "weight");
+    check_close(to_vec(ps.list[0]->value()), weight_before, 0.0, "weight");
     CHECK(adamw.steps() == 0);
     CHECK(sgd.steps() == 0);
   }
@@ -293,7 +282,7 @@ TEST_CASE("optim: AdamW state restored into a new optimizer continues identicall
   first.step(1e-2f);
   second.step(1e-2f);
   for (std::size_t i = 0; i < a.list.size(); ++i)
-    check_close(to_host(b.list[i]->value()), to_host(a.list[i]->value()), 0.0, a.list[i]->name());
+    check_close(to_vec(b.list[i]->value()), to_vec(a.list[i]->value()), 0.0, a.list[i]->name());
 }
 
 TEST_CASE("optim: gradient norm is exact and deterministic; clipping scales to max_norm") {
@@ -312,19 +301,19 @@ TEST_CASE("optim: gradient norm is exact and deterministic; clipping scales to m
 
   SUBCASE("below max_norm: untouched") {
     std::vector<std::vector<double>> before;
-    for (Parameter* p : ps.list) before.push_back(to_host(p->grad()));
+    for (Parameter* p : ps.list) before.push_back(to_vec(p->grad()));
     CHECK(clip_grad_norm(ps.list, std::sqrt(want) * 2.0) == doctest::Approx(std::sqrt(want)).epsilon(1e-14));
-    for (std::size_t i = 0; i < ps.list.size(); ++i) check_close(to_host(ps.list[i]->grad()), before[i], 0.0, "grad");
+    for (std::size_t i = 0; i < ps.list.size(); ++i) check_close(to_vec(ps.list[i]->grad()), before[i], 0.0, "grad");
   }
   SUBCASE("above max_norm: scaled by max_norm / (norm + 1e-6), pre-clip norm returned") {
     const double norm = std::sqrt(want), max_norm = 0.5;
     std::vector<std::vector<double>> expect;
     for (Parameter* p : ps.list) {
-      expect.push_back(to_host(p->grad()));
+      expect.push_back(to_vec(p->grad()));
       for (double& g : expect.back()) g *= max_norm / (norm + 1e-6);
     }
     CHECK(clip_grad_norm(ps.list, max_norm) == doctest::Approx(norm).epsilon(1e-14));
-    for (std::size_t i = 0; i < ps.list.size(); ++i) check_close(to_host(ps.list[i]->grad()), expect[i], 1e-6, "grad");
+    for (std::size_t i = 0; i < ps.list.size(); ++i) check_close(to_vec(ps.list[i]->grad()), expect[i], 1e-6, "grad");
     CHECK(global_grad_norm(ps.list) == doctest::Approx(max_norm).epsilon(1e-5));
   }
   SUBCASE("max_norm must be positive") {

@@ -1,6 +1,7 @@
 // safetensors reader and writer: round trips through our writer, plus files assembled byte by byte here, so
 // the reader is checked against the format itself and not only against our own writer.
 #include "mpi_test.hpp"
+#include "test_helpers.hpp"
 
 #include "fsdpp/ckpt/safetensors.hpp"
 #include "fsdpp/runtime/error.hpp"
@@ -24,6 +25,8 @@ using fsdpp::UsageError;
 
 namespace {
 
+using fsdpp::test::write_bytes;
+
 const std::string kCorrupt = "; the file is corrupt or not a safetensors file";
 
 // A unique temporary path, removed when the test ends.
@@ -40,11 +43,6 @@ struct TempPath {
     std::filesystem::remove(path, ec);
   }
 };
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 std::string le64(std::uint64_t v) {
   std::string s(8, '\0');

@@ -1,6 +1,7 @@
 // The timeline of run.trace (observe/timeline.hpp) on one rank: spans nest, collectives land on their
 // communicator's track with waits no longer than issue -> completion, nothing is kept outside the traced steps,
 // and the cost of a scope with tracing off (a timing case: run it alone with -tc="*timing*").
+#include "test_helpers.hpp"
 #include "fsdpp/observe/flight_recorder.hpp"
 #include "fsdpp/comm/mpi_communicator.hpp"
 #include "fsdpp/observe/timeline.hpp"
@@ -18,18 +19,14 @@ using namespace fsdpp;
 
 namespace {
 
+using fsdpp::test::fresh_temp_dir;
+
 struct TimelineReset {
   ~TimelineReset() {
     Timeline::reset();
     FlightRecorder::configure(0);
   }
 };
-
-std::string fresh_dir(const std::string& name) {
-  const std::string dir = (std::filesystem::temp_directory_path() / ("fsdpp-timeline-" + name)).string();
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 const std::string kOuter = "fsdpp::forward outer", kInner = "fsdpp::forward inner", kLater = "fsdpp::optimizer";
 
@@ -38,7 +35,7 @@ const std::string kOuter = "fsdpp::forward outer", kInner = "fsdpp::forward inne
 TEST_CASE("timeline: the traced steps' spans nest, collectives get a track, waits end at completion") {
   const TimelineReset reset;
   FlightRecorder::configure(64);
-  const std::string dir = fresh_dir("spans");
+  const std::string dir = fresh_temp_dir("timeline-spans");
   MpiCommunicator comm(MPI_COMM_SELF);
   comm.set_label("dp_shard");
   Timeline::configure(2, 3, dir, MPI_COMM_SELF);

@@ -4,6 +4,7 @@
 // error of each refused file. Parity with the Python implementations on real vocabularies is tests/cli/tokenizers.sh.
 #include <doctest/doctest.h>
 
+#include "test_helpers.hpp"
 #include "fsdpp/data/bpe_tokenizer.hpp"
 #include "fsdpp/data/onig_to_pcre2.hpp"
 #include "fsdpp/data/regex_splitter.hpp"
@@ -25,14 +26,7 @@ using namespace fsdpp;
 
 namespace {
 
-template <class F> std::string usage_error_of(F&& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "(no UsageError)";
-}
+using fsdpp::test::usage_error_of;
 
 // A tiny byte-level BPE tokenizer.json: the letters a, b, c and the space (Ġ), merges as given.
 std::string tiny_json(const std::string& merges, const std::string& extra_model = "",
