@@ -41,8 +41,15 @@ try() {
       kill -TERM "$wrapper_pid" ;;
     STOP)
       kill -STOP "$wrapper_pid"
-      sleep 1
-      kill -0 $ranks 2>/dev/null || fail "STOP: the ranks ended while the wrapper was stopped"
+      # While the wrapper is stopped the job runs on: its ranks log 5 more steps (or up to their last; waited for,
+      # not a fixed pause), and are still there, unless they have logged every step (ended normally: exit code 0
+      # below).
+      local logged
+      logged=$(wc -l < "$run/metrics.jsonl")
+      wait_for_steps "$run" $((logged + 5 < steps ? logged + 5 : steps)) \
+        || { kill -CONT "$wrapper_pid"; kill -9 "$wrapper_pid"; fail "STOP: the job made no progress while the wrapper was stopped"; }
+      kill -0 $ranks 2>/dev/null || [ "$(wc -l < "$run/metrics.jsonl")" -ge "$steps" ] \
+        || fail "STOP: the ranks ended while the wrapper was stopped"
       kill -CONT "$wrapper_pid" ;;
     *) kill "-$sig" "$wrapper_pid" ;;
   esac
@@ -61,26 +68,33 @@ try() {
   rm -rf "$OMPI_MCA_orte_tmpdir_base"
 }
 
-try USR1 85
-grep -q "preempted: signal 10 received" "$dir/USR1.log" || fail "USR1: the ranks were not preempted"
-try HUP 85
-try USR2 85
-try STOP 0 1000  # enough steps to outlast the second the wrapper stays stopped (150 took 1.0 s in CI, 12 took 0.4 s here)
-grep -Eq "Loop time of [0-9.]+ on 2 procs for 1000 steps" "$dir/STOP.log" || fail "STOP/CONT: the run did not finish"
-# The signals that end the wrapper, four at a time (each run mostly waits).
-batch=()
-for sig in QUIT ILL TRAP ABRT BUS FPE SEGV PIPE ALRM STKFLT XCPU XFSZ VTALRM PROF IO PWR SYS RTMIN RTMIN+8 RTMAX; do
-  ( try "$sig" $((128 + $(kill -l "$sig")))
-    grep -q "fsdpp-mpiexec: signal $(kill -l "$sig") received; ending the job before this launcher" "$dir/$sig.log" \
-      || fail "$sig: the wrapper did not say it ended the job" ) > "$dir/$sig.result" 2>&1 &
-  batch+=($!)
-  if [ ${#batch[@]} = 4 ]; then
-    for p in "${batch[@]}"; do wait "$p" || failed=1; done
-    batch=()
-  fi
+# Every case, four at a time (each run mostly waits, and they race each other for the cores): a new one starts as
+# soon as one ends. Each writes its lines to $dir/SIG.result.
+case_of() {  # SIGNAL: the case, run in a subshell
+  local sig=$1
+  case "$sig" in
+    USR1) try USR1 85
+          grep -q "preempted: signal 10 received" "$dir/USR1.log" || fail "USR1: the ranks were not preempted" ;;
+    HUP|USR2) try "$sig" 85 ;;
+    # 40 steps: more than the 5 the job runs while the wrapper is stopped (200 took 32 s beside the other cases on
+    # 2 busy cores, 12 took 0.4 s on an idle one).
+    STOP) try STOP 0 40
+          grep -Eq "Loop time of [0-9.]+ on 2 procs for 40 steps" "$dir/STOP.log" || fail "STOP/CONT: the run did not finish" ;;
+    KILL) try KILL 137 ;;
+    *) try "$sig" $((128 + $(kill -l "$sig")))
+       grep -q "fsdpp-mpiexec: signal $(kill -l "$sig") received; ending the job before this launcher" "$dir/$sig.log" \
+         || fail "$sig: the wrapper did not say it ended the job" ;;
+  esac
+}
+signals=(USR1 HUP USR2 STOP QUIT ILL TRAP ABRT BUS FPE SEGV PIPE ALRM STKFLT XCPU XFSZ VTALRM PROF IO PWR SYS RTMIN
+         RTMIN+8 RTMAX KILL)
+running=0
+for sig in "${signals[@]}"; do
+  if [ "$running" = 4 ]; then wait -n || failed=1; running=$((running - 1)); fi
+  ( case_of "$sig" ) > "$dir/$sig.result" 2>&1 &
+  running=$((running + 1))
 done
-for p in "${batch[@]}"; do wait "$p" || failed=1; done
-cat "$dir"/*.result
+while [ "$running" -gt 0 ]; do wait -n || failed=1; running=$((running - 1)); done
+for sig in "${signals[@]}"; do cat "$dir/$sig.result"; done
 [ -z "${failed:-}" ] || fail "a signal left the job behind its launcher or ended it wrongly (above)"
-try KILL 137
 echo "launcher signals: USR1, HUP, USR2, STOP/CONT and every terminating signal, KILL included, leave no job behind its launcher"

@@ -69,7 +69,16 @@ for spec in "1 fsdp" "2 fsdp" "4 fsdp" "2 no_shard fsdp.strategy=no_shard" \
     mixtral-*) deck="$root/input/mixtral-tiny.yaml"; more+=("${llama[@]}" "${moe[@]}") ;;
     *) deck="$root/input/small.yaml" ;;
   esac
-  json=$("$fsdpp" plan "$deck" "${args[@]}" "${more[@]}" --ranks "$n" --json) || { echo "FAIL: fsdpp plan --ranks $n $extra"; exit 1; }
+  # The plan (one process, no MPI) runs beside the training, on what its ranks leave of the cores.
+  plan_json="$dir/plan-$n-$layout.json"
+  "$fsdpp" plan "$deck" "${args[@]}" "${more[@]}" --ranks "$n" --json > "$plan_json" 2> "$plan_json.err" &
+  plan_pid=$!
+  # Two steps: the optimizer state appears in the first, and the second is the steady step (live optimizer state
+  # under the activations), the peak every later step repeats.
+  "$mpirun" -n "$n" "$fsdpp" train "$deck" "${args[@]}" "${more[@]}" train.steps=2 schedule.warmup_steps=1 train.eval_interval=0 \
+    "run.output=$dir/run-$n-$layout" > "$dir/train-$n-$layout.log" 2>&1 || { wait "$plan_pid"; cat "$dir/train-$n-$layout.log"; echo "FAIL: training on $n ranks ($layout)"; exit 1; }
+  wait "$plan_pid" || { cat "$plan_json.err"; echo "FAIL: fsdpp plan --ranks $n $extra"; exit 1; }
+  json=$(cat "$plan_json")
   field() { echo "$json" | grep -o "\"$1\":[0-9]*" | head -1 | cut -d: -f2; }
   planned=$(field total)
   # A pipeline's stages differ: the plan of each (stages_memory), the largest against the measured largest and the
@@ -85,8 +94,6 @@ if "stages_memory" in j:
   sharded=$(( $(field parameters) + $(field gradients) + $(field optimizer) ))
   unsharded=$(( $(field unsharded_parameters) + $(field unsharded_gradients) + $(field comm_buffers) + $(field pool_cached) ))
   [ -n "$pipeline" ] && sharded=$sharded_pp unsharded=$unsharded_pp
-  "$mpirun" -n "$n" "$fsdpp" train "$deck" "${args[@]}" "${more[@]}" train.steps=3 schedule.warmup_steps=1 train.eval_interval=0 \
-    "run.output=$dir/run-$n-$layout" > "$dir/train-$n-$layout.log" 2>&1 || { cat "$dir/train-$n-$layout.log"; echo "FAIL: training on $n ranks ($layout)"; exit 1; }
   # "Host allocations | min | avg | max | total" (Cuda allocations on GPU builds), in MiB.
   measured=$(grep -E "^[A-Za-z]+ allocations +\|" "$dir/train-$n-$layout.log" | awk -F'|' '{gsub(/ /, "", $4); print $4}')
   [ -n "$measured" ] || { cat "$dir/train-$n-$layout.log"; echo "FAIL: no measured peak in the log"; exit 1; }

@@ -8,15 +8,27 @@
 # considers nodes that could run a job now: IDLE and answering (not DOWN, DRAIN or UNKNOWN, and a node that does
 # not answer slurmctld's pings turns "idle*" within about 15 s). So the fake nodes' address is this machine's
 # slurmd, which answers for them. Never submit a job to partition gpu: it would be sent to that slurmd.
+# Quick for tests (the defaults would make them wait on timers, not on the jobs): a requeued job may start again
+# cred_expire (AuthInfo; default 120 s, least 5) + 1 s after its requeue; the scheduler passes over the pending
+# jobs every second (sched_interval, default 60 s; bf_interval, default 30 s), so a pending job that can start (its
+# begin time come, or the cores it waited for freed) does within a second; MinJobAge=4 (default 300), so sbatch
+# --wait polls the job every 2 s instead of backing off to 8 s and then 32 s (its sleep grows only while below
+# MinJobAge / 2), and a finished job's record still outlives that poll (purged no sooner than 4 s after its end).
 #   cluster.sh start <work-dir>   prints the SLURM_CONF to export
 #   cluster.sh stop <work-dir>
 set -u
 cmd=$1; W=$(realpath -m "$2")
 stop() {
+  local pids=() d p alive _
   for d in slurmd slurmctld munged; do
-    if [ -f "$W/$d.pid" ]; then kill "$(cat "$W/$d.pid")" 2>/dev/null; fi
+    if [ -f "$W/$d.pid" ] && kill "$(cat "$W/$d.pid")" 2>/dev/null; then pids+=("$(cat "$W/$d.pid")"); fi
   done
-  sleep 1
+  for _ in $(seq 20); do  # up to 1 s for them to go, then SIGKILL
+    alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.05
+  done
   for d in slurmd slurmctld munged; do
     if [ -f "$W/$d.pid" ] && kill -0 "$(cat "$W/$d.pid")" 2>/dev/null; then kill -9 "$(cat "$W/$d.pid")" 2>/dev/null; fi
     rm -f "$W/$d.pid"
@@ -44,7 +56,7 @@ ClusterName=fsdpp-test
 SlurmctldHost=$host
 SlurmUser=root
 AuthType=auth/munge
-AuthInfo=socket=$W/munge/socket
+AuthInfo=socket=$W/munge/socket,cred_expire=10
 CredType=cred/munge
 SlurmctldPort=16817
 SlurmdPort=16818
@@ -63,6 +75,8 @@ ReturnToService=2
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=1,bf_interval=1
+MinJobAge=4
 GresTypes=gpu
 NodeName=$host CPUs=$cpus Gres=gpu:8 State=UNKNOWN
 NodeName=fakegpu[1-2] NodeAddr=127.0.0.1 CPUs=64 Gres=gpu:8 State=IDLE
@@ -72,8 +86,8 @@ CONF
 export SLURM_CONF="$W/slurm.conf"
 slurmctld -f "$SLURM_CONF" || { cat "$W/slurmctld.log"; exit 1; }
 slurmd -f "$SLURM_CONF" || { cat "$W/slurmd.log"; exit 1; }
-for _ in $(seq 60); do
+for _ in $(seq 300); do  # 60 s
   sinfo -h -o %t 2>/dev/null | grep -qE "idle|mix|alloc" && { echo "SLURM_CONF=$SLURM_CONF"; exit 0; }
-  sleep 1
+  sleep 0.2
 done
 echo "the Slurm node did not come up" >&2; sinfo >&2; tail -20 "$W/slurmctld.log" "$W/slurmd.log" >&2; exit 1
