@@ -8,13 +8,16 @@
 # Mixtral, on 1 to 4 ranks, with expert parallelism (ep 2 and 4, ep x dp_shard_mod_ep, ep inside HSDP replicas, tp 2 x
 # ep 2; Qwen3 with tp 2, and with context parallelism cp 2, cp 4 and cp 2 x tp 2; Qwen3-MoE at ep 2 x cp 2),
 # accumulation, activation checkpointing, HSDP and the edge cases of routing (every expert for every token; sparse
-# layers between dense ones). Runs that differ only in ranks and mesh share one transformers run.
+# layers between dense ones). Runs that differ only in ranks and mesh share one transformers run, and every
+# transformers run is done in one python process after fsdpp's (hf_reference.py batch: torch is imported once).
 set -euo pipefail
 fsdpp=$1 mpiexec=$2 root=$3 work=$4
 ref=$root/tests/reference
 py=$("$ref/ensure-transformers") || { echo "$py"; exit 77; }
 rm -rf "$work" && mkdir -p "$work"
 "$py" "$ref/hf_reference.py" corpus "$work/tokens.u32" 64 20000
+checks=$work/checks.tsv
+: >"$checks"
 T=32 lr=1e-3 clip=1.0
 train=(train.steps=10 model.context_length=$T data.source=$work/tokens.u32 data.order=sequential data.val_fraction=0
        train.eval_interval=0 checkpoint.interval=0 optim.lr=$lr optim.weight_decay=0 schedule.kind=constant
@@ -31,7 +34,8 @@ run() {
 }
 # compare NAME...: transformers trains once, from the initial weights of the first run's model (its model.*
 # overrides), on the batches every one of the runs took (the same global and micro batches: the balancing loss is
-# per micro-batch), and holds each run's losses to it. The runs differ only in ranks and mesh.
+# per micro-batch), and holds each run's losses to it. The runs differ only in ranks and mesh. (Listed here, run
+# by the batch at the end.)
 compare() {
   local first=$work/$1 deck global micro model=() metrics=()
   read -r _ deck global micro < <(head -n 1 "$first/case")
@@ -39,8 +43,8 @@ compare() {
   "$fsdpp" init "$root/input/$deck" "${model[@]}" --out "$first/seed.h5" >/dev/null
   "$fsdpp" ckpt export "$first/seed.h5" "$first/hf" --hf --deck "$first/run/deck.resolved.yaml" >/dev/null
   for name in "$@"; do metrics+=("$work/$name/run/metrics.jsonl"); done
-  "$py" "$ref/hf_reference.py" train "$first/hf" "$work/tokens.u32" $T $global $micro $lr $clip \
-    "$(IFS=,; echo "${metrics[*]}")" 1e-5 | grep "training steps within" | sed "s|^$work/\([^/]*\)/run/metrics.jsonl|\1|"
+  local IFS=$'\t' args=(- train "$first/hf" "$work/tokens.u32" $T $global $micro $lr $clip)
+  echo "${args[*]}"$'\t'"$(IFS=,; echo "${metrics[*]}")"$'\t'1e-5 >>"$checks"
 }
 # case NAME RANKS DECK GLOBAL MICRO [overrides...]: a run, remembered for compare (its model.* overrides).
 case_() {
@@ -93,3 +97,7 @@ compare mixtral-every-expert
 case_ qwen3-moe-sparse-step 1 qwen3-moe-tiny.yaml 8 8 model.moe.dense_layers=[] model.moe.sparse_step=2 \
   model.moe.norm_topk_prob=false
 compare qwen3-moe-sparse-step
+
+# Every transformers run listed above, in one process; its verdicts (and any failure) shown.
+"$py" "$ref/hf_reference.py" batch "$checks" | { grep -E "training steps within|FAIL" || true; } |
+  sed "s|^$work/\([^/]*\)/run/metrics.jsonl|\1|"

@@ -11,6 +11,8 @@
 #   - --tokenizer: AutoTokenizer.from_pretrained loads the exported folder, and fsdpp generate uses its tokenizer;
 #   - data.document_mask (and reset_positions): fsdpp eval of packed documents equals transformers with the
 #     explicit block-diagonal causal mask within 1e-5.
+# Importing torch and transformers takes seconds, so every check against them is written to a list first and runs
+# in one python process (hf_reference.py batch; each check as its own command would run it); fsdpp runs first.
 set -euo pipefail
 fsdpp=$1 mpiexec=$2 root=$3 work=$4
 ref=$root/tests/reference
@@ -18,8 +20,17 @@ py=$("$ref/ensure-transformers") || { echo "$py"; exit 77; }
 rm -rf "$work" && mkdir -p "$work"
 prompt=5,17,42,8,33,1,60,23,9,14,50,2
 common=(train.eval_interval=0 checkpoint.interval=300)
+checks=$work/checks.tsv
+: >"$checks"
+# check TAG COMMAND ARGS...: a check for the batch ("-": must pass; "!": must fail; other: pass, lines prefixed).
+check() { (IFS=$'\t'; echo "$*") >>"$checks"; }
 
-# name deck [overrides...]: train, export, compare logits and greedy ids with transformers.
+# Inputs that need numpy or tokenizers only (no torch: quick): the packed documents, a trained tokenizer.json.
+"$py" "$ref/hf_reference.py" packed "$work/packed.u32" 64 7,12,3,9,8
+"$py" "$ref/hf_reference.py" tokenizer "$root/tests/data/multilingual.txt" "$work/tokenizer.json"
+
+# name deck [overrides...]: train, export; fsdpp's logits and greedy ids, and ckpt deck's parameter count, to compare
+# with transformers.
 compare() {
   local name=$1 deck=$2; shift 2
   "$fsdpp" train "$root/input/$deck" "${common[@]}" "checkpoint.dir=$work/$name/ck" "run.output=$work/$name/run" "$@" \
@@ -28,15 +39,14 @@ compare() {
   local ids
   ids=$("$fsdpp" generate "$work/$name/hf" --prompt-ids "$prompt" --max-new-tokens 48 --logits "$work/$name/logits.f32" \
         | sed -n 's/^continuation ids: //p')
-  "$py" "$ref/hf_reference.py" logits "$work/$name/hf" "$prompt" "$work/$name/logits.f32" 1e-5
-  "$py" "$ref/hf_reference.py" generate "$work/$name/hf" "$prompt" 48 "$ids"
+  check - logits "$work/$name/hf" "$prompt" "$work/$name/logits.f32" 1e-5
+  check - generate "$work/$name/hf" "$prompt" 48 "$ids"
   # ckpt deck's section parses back as a deck of the same model.
   { "$fsdpp" ckpt deck "$work/$name/hf"; echo "train: {steps: 1}"; } >"$work/$name/deck.yaml"
-  local ours theirs
+  local ours
   ours=$("$fsdpp" train "$work/$name/deck.yaml" --dry-run | sed -n 's/^dry run: \([0-9]*\) parameters.*/\1/p')
-  theirs=$("$py" "$ref/hf_reference.py" parameters "$work/$name/hf")
-  [ "$ours" = "$theirs" ] || { echo "FAIL: $name: ckpt deck's model has $ours parameters, transformers counts $theirs"; exit 1; }
-  echo "$name: ckpt deck's model section parses back to $ours parameters, as transformers counts"
+  [ -n "$ours" ] || { echo "FAIL: $name: no parameter count from the dry run of ckpt deck's model"; exit 1; }
+  check - parameters "$work/$name/hf" "$ours"
 }
 compare gpt2 tiny.yaml
 compare llama-gqa llama-tiny.yaml
@@ -49,28 +59,41 @@ compare mixtral mixtral-tiny.yaml
 # greedy ids (checked above on 1 rank) exactly.
 ids=$("$mpiexec" -n 2 "$fsdpp" generate "$work/mixtral/hf" --prompt-ids "$prompt" --max-new-tokens 48 \
       | sed -n 's/^continuation ids: //p')
-"$py" "$ref/hf_reference.py" generate "$work/mixtral/hf" "$prompt" 48 "$ids" | sed 's/^/2 ranks (mesh.tp 2): /'
+check "2 ranks (mesh.tp 2): " generate "$work/mixtral/hf" "$prompt" 48 "$ids"
 
 # Document masks: packed documents (each ended by id 63) through fsdpp eval --all with data.document_mask, against
 # transformers with the explicit block-diagonal causal 4D mask and per-document position_ids, in float64. The loss
-# without the mask must miss the masked reference (the check can fail).
-"$py" "$ref/hf_reference.py" packed "$work/packed.u32" 64 7,12,3,9,8
+# without the mask must miss the masked reference (the check can fail: tag "!").
 eval_loss() { "$fsdpp" eval "$work/$1/hf" "$work/packed.u32" --all "${@:2}" | sed -n 's/.*"loss": \([^,]*\),.*/\1/p'; }
 for name in llama-gqa qwen2; do
   for reset in 0 1; do
-    "$py" "$ref/hf_reference.py" masked_loss "$work/$name/hf" "$work/packed.u32" 63 $reset \
+    check - masked_loss "$work/$name/hf" "$work/packed.u32" 63 $reset \
       "$(eval_loss "$name" data.document_mask=true data.eot_id=63 "data.reset_positions=$([ $reset = 1 ] && echo true || echo false)")" 1e-5
   done
-  if "$py" "$ref/hf_reference.py" masked_loss "$work/$name/hf" "$work/packed.u32" 63 0 \
-       "$(eval_loss "$name" data.document_mask=false)" 1e-5 >/dev/null 2>&1; then
-    echo "FAIL: $name: the unmasked loss matches the masked reference; the comparison cannot see the mask"; exit 1
-  fi
+  unmasked=$(eval_loss "$name" data.document_mask=false)
+  [ -n "$unmasked" ] || { echo "FAIL: $name: no loss from fsdpp eval without the mask"; exit 1; }
+  check ! masked_loss "$work/$name/hf" "$work/packed.u32" 63 0 "$unmasked" 1e-5
 done
 
-# transformers' own folders, in shards: import, generate (bitwise the logits of the folder they came from),
-# start a 2-rank run from them.
+# transformers' own folders, in shards (written by the batch, read below).
 for name in llama-gqa qwen2 qwen3-moe mixtral; do
-  "$py" "$ref/hf_reference.py" shard "$work/$name/hf" "$work/$name/sharded" 100KB
+  check - shard "$work/$name/hf" "$work/$name/sharded" 100KB
+done
+
+# A tokenizer travels with the folder: AutoTokenizer reads it (in the batch), and fsdpp generate uses it by default.
+"$fsdpp" train "$root/input/tiny.yaml" model.vocab_size=320 train.steps=2 checkpoint.interval=2 \
+  "checkpoint.dir=$work/tok/ck" "run.output=$work/tok/run" train.eval_interval=0 schedule.warmup_steps=0 >/dev/null
+"$fsdpp" ckpt export "$work/tok/ck/step_00000002.h5" "$work/tok/hf" --hf --tokenizer "$work/tokenizer.json" | tail -n 1
+check - tokenize "$work/tok/hf" "$work/tokenizer.json" "Hello, wörld: 12345 tokens"
+"$fsdpp" generate "$work/tok/hf" --prompt "Hello" --max-new-tokens 4 | grep -E "^---- continuation \(4 tokens\)"
+
+# Every check against transformers, in one process.
+echo "$(wc -l <"$checks") checks against transformers in one process:"
+"$py" "$ref/hf_reference.py" batch "$checks"
+
+# transformers' sharded folders: import, generate (bitwise the logits of the folder they came from), start a 2-rank
+# run from them.
+for name in llama-gqa qwen2 qwen3-moe mixtral; do
   "$fsdpp" ckpt import "$work/$name/sharded" "$work/$name/imported.h5"
   "$fsdpp" generate "$work/$name/sharded" --prompt-ids "$prompt" --max-new-tokens 1 --logits "$work/$name/sharded.f32" >/dev/null
   cmp "$work/$name/logits.f32" "$work/$name/sharded.f32" ||
@@ -85,12 +108,4 @@ run: {output: $work/$name/run2}
 EOF
   "$mpiexec" -n 2 "$fsdpp" train "$work/$name/finetune.yaml" | grep -E "weights initialized from|Loop time of"
 done
-
-# A tokenizer travels with the folder: AutoTokenizer reads it, and fsdpp generate uses it by default.
-"$py" "$ref/hf_reference.py" tokenizer "$root/tests/data/multilingual.txt" "$work/tokenizer.json"
-"$fsdpp" train "$root/input/tiny.yaml" model.vocab_size=320 train.steps=2 checkpoint.interval=2 \
-  "checkpoint.dir=$work/tok/ck" "run.output=$work/tok/run" train.eval_interval=0 schedule.warmup_steps=0 >/dev/null
-"$fsdpp" ckpt export "$work/tok/ck/step_00000002.h5" "$work/tok/hf" --hf --tokenizer "$work/tokenizer.json" | tail -n 1
-"$py" "$ref/hf_reference.py" tokenize "$work/tok/hf" "$work/tokenizer.json" "Hello, wörld: 12345 tokens"
-"$fsdpp" generate "$work/tok/hf" --prompt "Hello" --max-new-tokens 4 | grep -E "^---- continuation \(4 tokens\)"
 echo "hf_transformers: GPT-2, Llama (GQA untied, tied), Qwen2, Qwen3, Qwen3-MoE and Mixtral folders agree with transformers"

@@ -20,6 +20,8 @@
       Oniguruma), each between letters, digits, spaces and an apostrophe
   tokenizer_reference.py encode TOKENIZER TEXT     print the reference ids' count and a checksum
   tokenizer_reference.py compare TOKENIZER TEXT BIN check that BIN (an llm.c .bin) holds exactly the reference ids
+  tokenizer_reference.py compare_list LIST  compare for every line TOKENIZER<TAB>TEXT<TAB>BIN of LIST, in one
+      process (each tokenizer loaded once); every line is checked, the exit is nonzero if any differs
   tokenizer_reference.py bigtext TEXT MB OUT       a deterministic OUT of about MB megabytes built from TEXT
   tokenizer_reference.py corpusfiles TEXT DIR      corpus inputs built from TEXT: a1.jsonl, a2.jsonl, c.jsonl (to be
       zstd-compressed), d.txt (documents between blank lines), e.txt (one document); every JSON object has the text at
@@ -365,10 +367,23 @@ def utf8_runs(data):
     return runs
 
 
+LOADED = {}  # path -> loaded tokenizer: compare_list loads each file once for all its texts
+
+
+def load_tokenizer(tokenizer_path):
+    if tokenizer_path not in LOADED:
+        if tokenizer_path.endswith(".model"):
+            import sentencepiece as spm
+            LOADED[tokenizer_path] = spm.SentencePieceProcessor(model_file=tokenizer_path)
+        else:
+            from tokenizers import Tokenizer
+            LOADED[tokenizer_path] = Tokenizer.from_file(tokenizer_path)
+    return LOADED[tokenizer_path]
+
+
 def reference_ids(tokenizer_path, data):
     if tokenizer_path.endswith(".model"):
-        import sentencepiece as spm
-        sp = spm.SentencePieceProcessor(model_file=tokenizer_path)
+        sp = load_tokenizer(tokenizer_path)
         lines = [line + "\n" for line in data.decode("utf-8").split("\n")]
         lines[-1] = lines[-1][:-1]
         ids = []
@@ -376,8 +391,7 @@ def reference_ids(tokenizer_path, data):
             if line:
                 ids.extend(sp.encode(line))
         return ids, sp.get_piece_size()
-    from tokenizers import Tokenizer
-    tok = Tokenizer.from_file(tokenizer_path)
+    tok = load_tokenizer(tokenizer_path)
     ids = []
     for valid, run in utf8_runs(data):
         if valid:
@@ -411,8 +425,7 @@ def compare(tokenizer_path, text_path, bin_path):
               f"uint{16 if width == 'H' else 32})")
         return
     i = next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), min(len(got), len(want)))
-    from tokenizers import Tokenizer
-    tok = Tokenizer.from_file(tokenizer_path) if not tokenizer_path.endswith(".model") else None
+    tok = load_tokenizer(tokenizer_path) if not tokenizer_path.endswith(".model") else None
     context = ""
     if tok:  # the text around the first difference, and how Python pre-tokenizes it
         before = tok.decode(want[max(0, i - 8):i], skip_special_tokens=False)
@@ -421,6 +434,26 @@ def compare(tokenizer_path, text_path, bin_path):
         context = f"; text {before + after!r}, Python's pieces {[p for p, _ in pieces]}"
     sys.exit(f"{where}: ids differ from the Python reference at position {i} of {len(want)} (fsdpp {len(got)} "
              f"ids): fsdpp {got[max(0, i - 3):i + 5]} vs python {want[max(0, i - 3):i + 5]}{context}")
+
+
+def compare_list(list_path):
+    """compare for every line TOKENIZER<TAB>TEXT<TAB>BIN of list_path, in one process (each tokenizer loaded once);
+    every line runs, and the exit is nonzero when any differs."""
+    failed = []
+    for line in open(list_path, encoding="utf-8").read().splitlines():
+        if not line.strip():
+            continue
+        tokenizer_path = line.split("\t")[0]
+        if tokenizer_path not in LOADED:
+            LOADED.clear()  # the list goes tokenizer by tokenizer: one in memory at a time
+        try:
+            compare(*line.split("\t"))
+        except SystemExit as e:
+            print(e.code)
+            failed.append(line.replace("\t", " "))
+        sys.stdout.flush()
+    if failed:
+        sys.exit(f"{len(failed)} comparisons of {list_path} differ: " + "; ".join(failed))
 
 
 def bigtext(text_path, megabytes, out_path):
@@ -552,6 +585,8 @@ if __name__ == "__main__":
         print(len(ids), vocab, hash(tuple(ids)))
     elif cmd == "compare":
         compare(*args)
+    elif cmd == "compare_list":
+        compare_list(*args)
     elif cmd == "real":
         real(*args)
     elif cmd == "edges":

